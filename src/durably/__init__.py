@@ -1,0 +1,83 @@
+"""durably: durable execution for AI agents.
+
+A run's steps (model calls, tool calls, clock and random reads) are recorded in a journal
+outside the process; after a crash the same code runs again from the top, recorded steps
+return their stored results, and execution goes live at the first unrecorded step. See
+README.md and docs/ for the guarantees.
+"""
+
+from __future__ import annotations
+
+from .clock import Clock, FakeClock, SystemClock
+from .context import AsyncContext, Context
+from .core import NOT_DONE
+from .engine import Engine, Workflow
+from .errors import (
+    ApprovalMismatch,
+    BudgetExceeded,
+    Cancelled,
+    ConfigError,
+    DurablyError,
+    HistoryTooLarge,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    NonDeterminism,
+    NotADurablyDatabase,
+    RunBlocked,
+    RunConflict,
+    RunFinished,
+    RunInDoubt,
+    RunLeased,
+    RunNotFound,
+    RunQuarantined,
+    SerializationError,
+    StaleLease,
+    StepFailed,
+    StepTimeout,
+    StoreBusy,
+    StoreError,
+    WorkflowFailed,
+    WorkflowNotRegistered,
+)
+from .steps import step, usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NOT_DONE",
+    "ApprovalMismatch",
+    "AsyncContext",
+    "BudgetExceeded",
+    "Cancelled",
+    "Clock",
+    "ConfigError",
+    "Context",
+    "DurablyError",
+    "Engine",
+    "FakeClock",
+    "HistoryTooLarge",
+    "IdempotencyKeyInFlight",
+    "IdempotencyKeyReused",
+    "NonDeterminism",
+    "NotADurablyDatabase",
+    "RunBlocked",
+    "RunConflict",
+    "RunFinished",
+    "RunInDoubt",
+    "RunLeased",
+    "RunNotFound",
+    "RunQuarantined",
+    "SerializationError",
+    "StaleLease",
+    "StepFailed",
+    "StepTimeout",
+    "StoreBusy",
+    "StoreError",
+    "SystemClock",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowNotRegistered",
+    "__version__",
+    "step",
+    "usage",
+]

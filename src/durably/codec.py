@@ -1,0 +1,293 @@
+"""The journal's JSON codec: canonical encoding, typed decoding, input digests.
+
+Nothing in the journal is pickled: loading a journal must never execute code. Values that
+JSON lacks (bytes, tuples, datetimes, ...) are written as one-key tagged objects such as
+``{"$bytes": "..."}``. Dataclasses and pydantic models are written as plain objects and
+rebuilt only from a *type hint the code supplies* (a step function's return annotation),
+never from a class name stored in the journal.
+
+The encoding is canonical (sorted keys, no whitespace, UTF-8), so equal inputs always give
+the same digest; :data:`CODEC_VERSION` is recorded on each run and prefixes every digest,
+so a future change of encoding can never silently mismatch an old history.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import hashlib
+import json
+import math
+import types
+import typing
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .errors import SerializationError
+
+CODEC_VERSION = 1
+
+_TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "$bytes": lambda v: base64.b64decode(v),
+    "$tuple": lambda v: tuple(v),
+    "$set": lambda v: set(v),
+    "$frozenset": lambda v: frozenset(v),
+    "$datetime": lambda v: dt.datetime.fromisoformat(v),
+    "$date": lambda v: dt.date.fromisoformat(v),
+    "$time": lambda v: dt.time.fromisoformat(v),
+    "$timedelta": lambda v: dt.timedelta(microseconds=v),
+    "$decimal": lambda v: decimal.Decimal(v),
+    "$uuid": lambda v: uuid.UUID(v),
+    "$float": lambda v: float(v),
+    "$map": lambda v: {_hashable(k): val for k, val in v},
+    "$dict": lambda v: v,
+}
+
+
+def _hashable(key: Any) -> Any:
+    """Turn decoded list keys back into tuples so they can key a dict."""
+    if isinstance(key, list):
+        return tuple(_hashable(k) for k in key)
+    return key
+
+
+def _sort_key(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, separators=(",", ":"))
+
+
+def to_json(value: Any, where: str = "value") -> Any:
+    """Convert ``value`` to plain JSON data (dicts with str keys, lists, scalars).
+
+    Raises :class:`SerializationError` naming ``where`` and the offending type.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        if isinstance(value, enum.Enum):
+            return to_json(value.value, where)
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"$float": repr(value)}
+    if isinstance(value, enum.Enum):
+        return to_json(value.value, where)
+    if isinstance(value, dict):
+        return _dict_to_json(value, where)
+    if isinstance(value, list):
+        return [to_json(v, where) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [to_json(v, where) for v in value]}
+    if isinstance(value, set | frozenset):
+        tag = "$set" if isinstance(value, set) else "$frozenset"
+        return {tag: sorted((to_json(v, where) for v in value), key=_sort_key)}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, dt.timedelta):
+        micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+        return {"$timedelta": micros}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)
+        }
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and hasattr(type(value), "model_validate"):  # a pydantic v2 model
+        return dump(mode="json")
+    raise SerializationError(
+        f"{where}: cannot encode a value of type {type(value).__module__}."
+        f"{type(value).__qualname__} to JSON. Return and pass plain data (dict, list, str,"
+        " numbers, dataclasses, pydantic models, datetimes, bytes); pass clients and"
+        " connections through a closure, not as step arguments."
+    )
+
+
+def _dict_to_json(value: dict[Any, Any], where: str) -> Any:
+    if all(isinstance(k, str) for k in value):
+        out = {k: to_json(v, where) for k, v in value.items()}
+        if len(out) == 1 and next(iter(out)).startswith("$"):
+            return {"$dict": out}  # escape a user key that looks like a tag
+        return out
+    items = [[to_json(k, where), to_json(v, where)] for k, v in value.items()]
+    items.sort(key=lambda kv: _sort_key(kv[0]))
+    return {"$map": items}
+
+
+def _object_hook(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1:
+        key = next(iter(obj))
+        decoder = _TAG_DECODERS.get(key)
+        if decoder is not None:
+            return decoder(obj[key])
+    return obj
+
+
+def dumps(value: Any, where: str = "value") -> str:
+    """Encode ``value`` as canonical JSON text."""
+    return canonical(to_json(value, where))
+
+
+def canonical(data: Any) -> str:
+    """Canonical JSON text of already-plain ``data``: sorted keys, no whitespace."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def loads(text: str, hint: Any = None) -> Any:
+    """Decode JSON text written by :func:`dumps`, rebuilding types from ``hint``."""
+    value = json.loads(text, object_hook=_object_hook)
+    if hint is None or hint is Any:
+        return value
+    return coerce(value, hint)
+
+
+def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:
+    """Return ``loads(dumps(value), hint)``: what replay would return for ``value``."""
+    return loads(dumps(value, where), hint)
+
+
+def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
+    """The input digest of a step: sha256 over the codec version and canonical JSON."""
+    data = [name, [to_json(a, f"step {name!r} argument {i}") for i, a in enumerate(args)],
+            {k: to_json(v, f"step {name!r} argument {k!r}") for k, v in kwargs.items()}]
+    text = f"{CODEC_VERSION}:{canonical(data)}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def coerce(value: Any, hint: Any) -> Any:
+    """Rebuild typed values (dataclasses, pydantic models, enums, containers) from plain
+    decoded data, guided only by ``hint``. Data that does not fit the hint is returned as
+    it is rather than guessed at."""
+    if hint is None or hint is Any or value is None:
+        return value
+    if isinstance(hint, str):
+        return value  # an unresolved forward reference: keep plain data
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return _coerce_union(value, typing.get_args(hint))
+    if origin is typing.Annotated:
+        return coerce(value, typing.get_args(hint)[0])
+    if origin is not None:
+        return _coerce_generic(value, origin, typing.get_args(hint))
+    if isinstance(hint, type):
+        return _coerce_class(value, hint)
+    return value
+
+
+def _coerce_union(value: Any, options: tuple[Any, ...]) -> Any:
+    for option in options:
+        if option is type(None):
+            continue
+        if isinstance(option, type) and isinstance(value, option):
+            return value
+    for option in options:
+        if option is type(None):
+            continue
+        try:
+            return coerce(value, option)
+        except (TypeError, ValueError, KeyError):
+            continue
+    return value
+
+
+def _coerce_generic(value: Any, origin: Any, args: tuple[Any, ...]) -> Any:
+    if origin in (list, set, frozenset) and isinstance(value, list | tuple | set | frozenset):
+        item = args[0] if args else None
+        return origin(coerce(v, item) for v in value)
+    if origin is tuple and isinstance(value, list | tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce(v, args[0]) for v in value)
+        if args and len(args) == len(value):
+            return tuple(coerce(v, a) for v, a in zip(value, args, strict=True))
+        return tuple(value)
+    if origin is dict and isinstance(value, dict):
+        kt, vt = args if len(args) == 2 else (None, None)
+        return {coerce(k, kt): coerce(v, vt) for k, v in value.items()}
+    if origin is typing.Literal:
+        return value
+    if isinstance(origin, type) and issubclass(origin, list | tuple | set | frozenset | dict):
+        return value
+    return value
+
+
+def _coerce_class(value: Any, cls: type) -> Any:
+    if isinstance(value, cls) and not dataclasses.is_dataclass(cls):
+        return value
+    if dataclasses.is_dataclass(cls) and isinstance(value, dict):
+        hints = _type_hints(cls)
+        kwargs = {
+            f.name: coerce(value[f.name], hints.get(f.name))
+            for f in dataclasses.fields(cls)
+            if f.name in value
+        }
+        init = {k: v for k, v in kwargs.items() if _field_in_init(cls, k)}
+        obj = cls(**init)
+        for k, v in kwargs.items():
+            if k not in init:
+                object.__setattr__(obj, k, v)
+        return obj
+    validate = getattr(cls, "model_validate", None)
+    if callable(validate) and isinstance(value, dict):
+        return validate(value)
+    if issubclass(cls, enum.Enum):
+        return cls(value)
+    if cls is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if cls in (tuple, list, set, frozenset) and isinstance(value, list | tuple | set | frozenset):
+        return cls(value)
+    return value
+
+
+def _field_in_init(cls: type, name: str) -> bool:
+    return any(f.name == name and f.init for f in dataclasses.fields(cls))
+
+
+_HINTS_CACHE: dict[Any, dict[str, Any]] = {}
+
+
+def _type_hints(obj: Any) -> dict[str, Any]:
+    cached = _HINTS_CACHE.get(obj)
+    if cached is None:
+        try:
+            cached = typing.get_type_hints(obj, include_extras=True)
+        except Exception:  # unresolvable annotations: fall back to plain data
+            cached = {}
+        _HINTS_CACHE[obj] = cached
+    return cached
+
+
+def return_hint(fn: Callable[..., Any]) -> Any:
+    """The return annotation of ``fn`` if it can be resolved, else None."""
+    target = getattr(fn, "__wrapped__", fn)
+    try:
+        hint = _type_hints(target).get("return")
+    except TypeError:
+        return None
+    if hint is type(None):
+        return None
+    return _unwrap_awaitable(hint)
+
+
+def _unwrap_awaitable(hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is not None and getattr(origin, "__name__", "") in ("Coroutine", "Awaitable"):
+        args = typing.get_args(hint)
+        return args[-1] if args else None
+    return hint
+
+
+def param_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Annotations of ``fn``'s parameters that could be resolved."""
+    hints = dict(_type_hints(getattr(fn, "__wrapped__", fn)))
+    hints.pop("return", None)
+    return hints

@@ -1,0 +1,347 @@
+"""The replay core: positions, matching against history, and the records to write.
+
+The core does no I/O. Each recording call is a generator that yields operations
+(:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
+receives their results; ``durably.runtime`` holds the one sync and the one async driver.
+So there is a single implementation of replay semantics for sync and async workflows.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import random as _random
+import uuid as _uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import codec
+from .clock import Clock
+from .errors import (
+    ConfigError,
+    DurablyError,
+    LeaseLost,
+    NonDeterminism,
+    Parked,
+    SerializationError,
+    StepFailed,
+)
+from .history import FAILED, INTENT, NOW, OK, RANDOM, STEP, UUID, StepRecord, idempotency_key
+from .steps import StepSignature, Usage, signature_of
+
+FaultHook = Callable[[str, str, str, str], None]
+"""``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
+``recorded``; called only for live (not replayed) steps, and only when set."""
+
+NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
+"""Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
+
+
+@dataclass(slots=True)
+class Call:
+    """Operation: call ``fn(*args, **kwargs)`` with an optional per-attempt timeout."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    timeout_s: float | None
+    is_async: bool
+
+
+@dataclass(slots=True)
+class Write:
+    """Operation: append ``records`` to the journal in one fenced transaction."""
+
+    records: list[StepRecord]
+
+
+@dataclass(slots=True)
+class Wait:
+    """Operation: wait ``seconds`` on the engine's clock (retry backoff)."""
+
+    seconds: float
+
+
+Op = Call | Write | Wait
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a :class:`Call` produced: a value or an exception, and the spend reported."""
+
+    value: Any = None
+    error: Exception | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+class Scope:
+    """Hands out positions: ``0, 1, 2`` at the top, ``4.1.0, 4.1.1`` in gather branch 1
+    of the gather at position 4."""
+
+    __slots__ = ("core", "next", "prefix")
+
+    def __init__(self, core: RunCore, prefix: str) -> None:
+        self.core = core
+        self.prefix = prefix
+        self.next = 0
+
+    def take(self) -> str:
+        """The next position of this scope."""
+        pos = f"{self.prefix}{self.next}"
+        self.next += 1
+        return pos
+
+
+SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope",
+                                                                      default=None)
+
+
+def type_name(exc: BaseException) -> str:
+    """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class RunCore:
+    """Replay state of one attempt at driving a run."""
+
+    def __init__(self, run_id: str, history: list[StepRecord], clock: Clock,
+                 fault_hook: FaultHook | None = None) -> None:
+        self.run_id = run_id
+        self.clock = clock
+        self.history = {rec.position: rec for rec in history}
+        self.consumed: set[str] = set()
+        self.pending: list[StepRecord] = []
+        self.root = Scope(self, "")
+        self.fault_hook = fault_hook
+        self.poisoned: DurablyError | None = None
+        self.lease_lost = False
+        self.token = 0
+        self.in_doubt: str | None = None
+
+    # -- positions and matching ----------------------------------------------------------
+
+    def take(self) -> str:
+        """Consume the next position of the current scope."""
+        scope = SCOPE.get()
+        if scope is None or scope.core is not self:
+            scope = self.root
+        return scope.take()
+
+    def poison(self, exc: DurablyError) -> DurablyError:
+        """Remember a determinism or encoding error: the run ends ``blocked`` even if the
+        workflow catches it, and every later call raises it again."""
+        if self.poisoned is None:
+            self.poisoned = exc
+        return exc
+
+    def guard(self) -> None:
+        """Refuse to go on after poisoning or after the lease was lost."""
+        if self.poisoned is not None:
+            raise self.poisoned
+        if self.lease_lost:
+            raise LeaseLost(self.run_id, self.token)
+
+    def recorded(self, pos: str, kind: str, name: str, digest: str) -> StepRecord | None:
+        """The record at ``pos`` after checking it matches what the code asks for."""
+        rec = self.history.get(pos)
+        if rec is None:
+            return None
+        self.consumed.add(pos)
+        if rec.kind != kind or rec.name != name or rec.digest != digest:
+            what = "inputs differ" if rec.name == name and rec.kind == kind else "steps differ"
+            raise self.poison(NonDeterminism(
+                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
+                f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
+                " history: revert the change, branch with ctx.patched(), or let old runs"
+                " finish first. The run is blocked; nothing recorded was lost."
+            ))
+        return rec
+
+    def unconsumed_check(self) -> None:
+        """After the workflow returned: every recorded position must have been asked for."""
+        left = sorted(set(self.history) - self.consumed, key=_pos_key)
+        if left:
+            rec = self.history[left[0]]
+            raise self.poison(NonDeterminism(
+                f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                f" asked for nothing (the workflow returned with {len(left)} recorded"
+                " position(s) unused). The code no longer matches this run's history; the"
+                " run is blocked and nothing recorded was lost."
+            ))
+
+    def fault(self, pos: str, name: str, window: str) -> None:
+        """Call the fault-injection hook, if one is set."""
+        if self.fault_hook is not None:
+            self.fault_hook(self.run_id, pos, name, window)
+
+    def take_pending(self) -> list[StepRecord]:
+        """Buffered clock/random records, to ride with the next durable write."""
+        out, self.pending = self.pending, []
+        return out
+
+    # -- deterministic values ------------------------------------------------------------
+
+    def value(self, kind: str, produce: Callable[[], Any]) -> Any:
+        """``now``/``random``/``uuid``: recorded once, replayed after."""
+        self.guard()
+        pos = self.take()
+        name = f"durably.{kind}"
+        digest = _KIND_DIGESTS[kind]
+        rec = self.recorded(pos, kind, name, digest)
+        if rec is not None and rec.output is not None:
+            return codec.loads(rec.output)
+        text = codec.dumps(produce(), name)
+        now = self.clock.time()
+        self.pending.append(StepRecord(pos, kind, name, digest, OK, text, started_at=now,
+                                       finished_at=now))
+        return codec.loads(text)
+
+    def now(self) -> dt.datetime:
+        """The recorded current time, UTC."""
+        value: dt.datetime = self.value(
+            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC))
+        return value
+
+    def random(self) -> float:
+        """A recorded float in [0, 1)."""
+        return float(self.value(RANDOM, _random.random))
+
+    def uuid(self) -> _uuid.UUID:
+        """A recorded random UUID."""
+        value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
+        return value
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def step(self, name: Any, fn: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> Generator[Op, Any, Any]:
+        """Replay or execute one step (see ``Context.step``)."""
+        self.guard()
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                " ctx.step('name', fn, *args)"
+            )
+        if not callable(fn):
+            raise ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable")
+        sig = signature_of(fn)
+        pos = self.take()
+        try:
+            digest = codec.digest(name, args, kwargs)
+        except SerializationError as exc:
+            raise self.poison(exc) from None
+        rec = self.recorded(pos, STEP, name, digest)
+        if rec is not None and rec.status == OK:
+            return _decode(self, rec.output, sig, pos, name)
+        if rec is not None and rec.status == FAILED:
+            raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+        key = idempotency_key(self.run_id, pos)
+        call_kwargs = dict(kwargs)
+        if sig.takes_key:
+            call_kwargs["idempotency_key"] = key
+        if sig.takes_token:
+            call_kwargs["fencing_token"] = self.token
+        started = self.clock.time()
+        if rec is not None:  # an intent without a result: the effect is in doubt
+            reconciled = yield from self._doubt(pos, name, digest, key, sig, started)
+            if reconciled is not NOT_DONE:
+                return reconciled
+        self.fault(pos, name, "before")
+        pending = self.take_pending()
+        if sig.options.effect and rec is None:
+            pending.append(StepRecord(pos, STEP, name, digest, INTENT, started_at=started))
+        if pending:
+            yield Write(pending)
+        return (yield from self._attempts(pos, name, digest, key, fn, args, call_kwargs, sig,
+                                          started))
+
+    def _doubt(self, pos: str, name: str, digest: str, key: str, sig: StepSignature,
+               started: float) -> Generator[Op, Any, Any]:
+        opts = sig.options
+        if opts.reconcile is not None:
+            out: Outcome = yield Call(opts.reconcile, (key,), {}, opts.timeout_s,
+                                      signature_of(opts.reconcile).is_async)
+            if out.error is not None:
+                self.in_doubt = (f"step {pos} {name!r}: reconcile({key!r}) raised"
+                                 f" {type_name(out.error)}: {out.error}")
+                raise Parked("in_doubt", None)
+            if out.value is not NOT_DONE:
+                return (yield from self._record_ok(pos, name, digest, out.value, sig, 1,
+                                                   started, out.usage))
+            return NOT_DONE
+        if sig.takes_key or opts.on_doubt == "retry":
+            return NOT_DONE
+        self.in_doubt = (
+            f"step {pos} {name!r} was in flight when its process died: its effect may or"
+            " may not have happened, and it takes no idempotency_key and has no reconcile."
+            f" Check the receiving system for key {key!r}, then `durably retry"
+            f" {self.run_id}` to run it again or `durably skip {self.run_id} --output JSON`"
+            " to record what it returned."
+        )
+        raise Parked("in_doubt", None)
+
+    def _attempts(self, pos: str, name: str, digest: str, key: str, fn: Callable[..., Any],
+                  args: tuple[Any, ...], kwargs: dict[str, Any], sig: StepSignature,
+                  started: float) -> Generator[Op, Any, Any]:
+        opts = sig.options
+        attempt = 0
+        while True:
+            attempt += 1
+            self.guard()
+            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
+            if out.error is None:
+                return (yield from self._record_ok(pos, name, digest, out.value, sig, attempt,
+                                                   started, out.usage))
+            exc = out.error
+            if opts.retryable(exc, attempt):
+                yield Wait(opts.delay_s(key, attempt))
+                continue
+            now = self.clock.time()
+            rec = StepRecord(pos, STEP, name, digest, FAILED, None, type_name(exc),
+                             str(exc)[:10_000], attempt, started, now,
+                             *_usage_cols(out.usage))
+            self.fault(pos, name, "effect")
+            yield Write([*self.take_pending(), rec])
+            self.fault(pos, name, "recorded")
+            raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
+
+    def _record_ok(self, pos: str, name: str, digest: str, value: Any, sig: StepSignature,
+                   attempts: int, started: float, usage: Usage) -> Generator[Op, Any, Any]:
+        try:
+            text = codec.dumps(value, f"step {pos} {name!r} output")
+        except SerializationError as exc:
+            raise self.poison(exc) from None
+        self.fault(pos, name, "effect")
+        rec = StepRecord(pos, STEP, name, digest, OK, text, None, None, attempts, started,
+                         self.clock.time(), *_usage_cols(usage))
+        yield Write([*self.take_pending(), rec])
+        self.fault(pos, name, "recorded")
+        return _decode(self, text, sig, pos, name)
+
+
+def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
+    if not usage.reported:
+        return None, None
+    return usage.tokens, usage.cost_usd
+
+
+def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
+    try:
+        return codec.loads(text or "null", sig.return_hint)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise core.poison(SerializationError(
+            f"step {pos} {name!r}: the recorded output does not fit the return annotation"
+            f" {sig.return_hint!r} ({exc}); the run is blocked until the annotation matches"
+            " what was recorded"
+        )) from exc
+
+
+def _pos_key(pos: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in pos.split("."))
+
+
+_KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

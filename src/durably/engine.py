@@ -1,0 +1,418 @@
+"""The engine: a registry of workflows and the loop that drives one run.
+
+``engine.run`` creates or finds the run, claims it under a lease with a new fencing token
+(so two processes can never drive one run), loads its whole history in one query, and runs
+the workflow function from the top: recorded positions replay, the first unrecorded one
+goes live. The outcome (result, failure, block, doubt) is recorded in one fenced
+transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import codec
+from .clock import Clock, SystemClock
+from .context import AsyncContext, Context, Executor
+from .core import FaultHook, RunCore, type_name
+from .errors import (
+    Cancelled,
+    ConfigError,
+    DurablyError,
+    LeaseLost,
+    Parked,
+    RunConflict,
+    RunInDoubt,
+    RunNotFound,
+    RunQuarantined,
+    StaleLease,
+    WorkflowFailed,
+    WorkflowNotRegistered,
+)
+from .history import (
+    BLOCKED,
+    CANCELLED,
+    COMPLETED,
+    FAILED_RUN,
+    IN_DOUBT,
+    QUARANTINED,
+    RUN_ID_CHARS_MAX,
+    RunRecord,
+    StepRecord,
+    position_key,
+)
+from .store.base import NewRun, Owner, Store, open_store
+
+DEFAULT_URL = "sqlite:///durably.db"
+LEASE_S_DEFAULT = 30.0
+MAX_STARTS_DEFAULT = 10
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """A registered workflow function."""
+
+    name: str
+    version: str | None
+    prompt_version: str | None
+    fn: Callable[..., Any]
+    is_async: bool
+    return_hint: Any = None
+    param_hints: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<durably workflow {self.name!r} version={self.version!r}>"
+
+
+@dataclass
+class _Attempt:
+    """One claim of a run: its core, executor, heartbeat and decoded input."""
+
+    workflow: Workflow
+    run: RunRecord
+    core: RunCore
+    executor: Executor
+    heartbeat: _Heartbeat
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+class Engine:
+    """Registry of workflows and driver of runs on one journal database.
+
+    ``url`` is ``sqlite:///path`` (default ``sqlite:///durably.db``, or ``DURABLY_URL``)
+    or ``postgresql://...``. ``lease_s`` is how long a claim lasts without a heartbeat
+    (renewed every ``heartbeat_s``, default a third of it); ``max_starts`` is how many
+    starts without progress a run gets before it is quarantined. ``fault_hook`` is the
+    fault-injection hook used by ``durably chaos`` (off by default, free when off).
+    Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
+    """
+
+    def __init__(self, url: str | None = None, *, clock: Clock | None = None,
+                 lease_s: float = LEASE_S_DEFAULT, heartbeat_s: float | None = None,
+                 max_starts: int = MAX_STARTS_DEFAULT, fault_hook: FaultHook | None = None,
+                 **store_options: Any) -> None:
+        if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
+            raise ConfigError("lease_s must be > 0 and 0 < heartbeat_s < lease_s")
+        if max_starts < 1:
+            raise ConfigError("max_starts must be >= 1")
+        self.url = url or os.environ.get("DURABLY_URL") or DEFAULT_URL
+        self.clock: Clock = clock or SystemClock()
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s or lease_s / 3
+        self.max_starts = max_starts
+        self.fault_hook = fault_hook
+        self.store: Store = open_store(self.url, self.clock, **store_options)
+        self._workflows: dict[str, Workflow] = {}
+        self._owner: tuple[int, Owner] | None = None
+
+    # -- registry ------------------------------------------------------------------------
+
+    def workflow(self, name: str | None = None, version: str | None = None,
+                 prompt_version: str | None = None) -> Callable[[Callable[..., Any]], Workflow]:
+        """Register a workflow function; its first parameter receives the context.
+
+        ``name`` defaults to the function's qualified name. ``version`` routes runs to
+        workers that serve it (only when set); ``prompt_version`` is recorded for
+        information.
+        """
+        def register(fn: Callable[..., Any]) -> Workflow:
+            if not callable(fn):
+                raise ConfigError("@engine.workflow() decorates a function")
+            wf_name = name or fn.__qualname__
+            existing = self._workflows.get(wf_name)
+            if existing is not None and existing.fn is not fn:
+                raise ConfigError(f"a workflow named {wf_name!r} is already registered")
+            wf = Workflow(wf_name, version, prompt_version, fn,
+                          inspect.iscoroutinefunction(fn), codec.return_hint(fn),
+                          codec.param_hints(fn))
+            self._workflows[wf_name] = wf
+            return wf
+        return register
+
+    def _resolve(self, wf: Workflow | str) -> Workflow:
+        key = wf if isinstance(wf, str) else getattr(wf, "name", None)
+        found = self._workflows.get(key) if isinstance(key, str) else None
+        if found is None:
+            known = ", ".join(sorted(self._workflows)) or "none"
+            raise WorkflowNotRegistered(
+                f"workflow {getattr(wf, '__qualname__', wf)!r} is not registered with this"
+                f" engine (registered: {known}); decorate it with @engine.workflow()"
+            )
+        return found
+
+    # -- public entry points -------------------------------------------------------------
+
+    def run(self, wf: Workflow | str, /, *args: Any, run_id: str | None = None,
+            **kwargs: Any) -> Any:
+        """Run a workflow to its end in this process and return its result.
+
+        A new ``run_id`` (default: a fresh UUID) starts a run; an existing one resumes it
+        from its journal, and a finished one returns (or raises) its recorded outcome
+        without executing anything. A failed run raises ``WorkflowFailed``.
+        """
+        w = self._resolve(wf)
+        run = self._prepare(w, args, kwargs, run_id)
+        if w.is_async:
+            return asyncio.run(self._drive_async(w, run))
+        return self._drive_sync(w, run)
+
+    async def run_async(self, wf: Workflow | str, /, *args: Any, run_id: str | None = None,
+                        **kwargs: Any) -> Any:
+        """:meth:`run` for use inside a running event loop (sync workflows run inline)."""
+        w = self._resolve(wf)
+        run = self._prepare(w, args, kwargs, run_id)
+        if w.is_async:
+            return await self._drive_async(w, run)
+        return self._drive_sync(w, run)
+
+    def resume(self, run_id: str) -> Any:
+        """Drive an existing run with the input it was started with."""
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
+        w = self._resolve(run.workflow)
+        if w.is_async:
+            return asyncio.run(self._drive_async(w, run))
+        return self._drive_sync(w, run)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record; raises ``RunNotFound``."""
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
+        return run
+
+    def history(self, run_id: str) -> list[StepRecord]:
+        """The run's current history in program order."""
+        run = self.get_run(run_id)
+        return sorted(self.store.load_history(run_id, run.generation),
+                      key=lambda r: position_key(r.position))
+
+    def close(self) -> None:
+        """Close the store's connections."""
+        self.store.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the drive loop ------------------------------------------------------------------
+
+    def _drive_sync(self, w: Workflow, run: RunRecord) -> Any:
+        att = self._begin(w, run)
+        if not isinstance(att, _Attempt):
+            return att.value
+        try:
+            result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+        except BaseException as exc:
+            self._conclude_error(att, exc)
+            raise
+        return self._conclude(att, result)
+
+    async def _drive_async(self, w: Workflow, run: RunRecord) -> Any:
+        att = self._begin(w, run)
+        if not isinstance(att, _Attempt):
+            return att.value
+        try:
+            if w.is_async:
+                result = await w.fn(AsyncContext(att.core, att.executor), *att.args,
+                                    **att.kwargs)
+            else:
+                result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+        except BaseException as exc:
+            self._conclude_error(att, exc)
+            raise
+        return self._conclude(att, result)
+
+    def _prepare(self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 run_id: str | None) -> RunRecord:
+        run_id = run_id if run_id is not None else uuid.uuid4().hex
+        if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
+            raise ConfigError(f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"
+                              f" characters, got {run_id!r}")
+        text = codec.dumps({"args": list(args), "kwargs": kwargs}, "workflow input")
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        run, created = self.store.create_run(NewRun(
+            run_id, w.name, w.version, w.prompt_version, "default", text, digest,
+            codec.CODEC_VERSION))
+        if not created:
+            if run.workflow != w.name:
+                raise RunConflict(
+                    f"run_id {run_id!r} belongs to workflow {run.workflow!r}, not {w.name!r};"
+                    " choose another run_id"
+                )
+            if run.input_digest != digest:
+                raise RunConflict(
+                    f"run_id {run_id!r} was started with other input ({run.input_digest[:12]}"
+                    f" vs {digest[:12]} now); use a new run_id for new input, or"
+                    " engine.resume(run_id) to continue it with its recorded input"
+                )
+        return run
+
+    def _owner_now(self) -> Owner:
+        pid = os.getpid()
+        if self._owner is None or self._owner[0] != pid:  # a forked child is a new owner
+            self._owner = (pid, Owner.current())
+        return self._owner[1]
+
+    def _begin(self, w: Workflow, run: RunRecord) -> _Attempt | _Final:
+        final = _final_outcome(w, run)
+        if final is not None:
+            return final
+        run = self.store.claim(run.run_id, self._owner_now(), self.lease_s, self.max_starts,
+                               _owner_dead)
+        core = RunCore(run.run_id, self.store.load_history(run.run_id, run.generation),
+                       self.clock, self.fault_hook)
+        core.token = run.fencing_token
+        hb = _Heartbeat(self.store, core, self.lease_s, self.heartbeat_s)
+        att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
+        try:
+            data = codec.loads(run.input)
+            att.args, att.kwargs = _typed_input(w, data["args"], data["kwargs"])
+        except (KeyError, TypeError, ValueError) as exc:
+            self.store.release(run.run_id, core.token)
+            raise ConfigError(f"run {run.run_id!r}: its recorded input does not fit"
+                              f" {w.name!r}: {exc}") from exc
+        hb.start()
+        return att
+
+    def _conclude(self, att: _Attempt, result: Any) -> Any:
+        core, run_id = att.core, att.run.run_id
+        try:
+            core.guard()
+            core.unconsumed_check()
+            out = codec.dumps(result, f"workflow {att.workflow.name!r} result")
+            self.store.finish(run_id, core.token, COMPLETED, core.take_pending(), outcome=out)
+        except BaseException as exc:
+            self._conclude_error(att, exc)
+            raise
+        att.heartbeat.stop()
+        return codec.loads(out, att.workflow.return_hint)
+
+    def _conclude_error(self, att: _Attempt, exc: BaseException) -> None:
+        """Record why the attempt ended, then let the caller re-raise (or translate)."""
+        core, run_id, token = att.core, att.run.run_id, att.core.token
+        att.heartbeat.stop()
+        try:
+            if isinstance(exc, LeaseLost):
+                raise StaleLease(run_id, token) from None
+            if core.poisoned is not None:
+                self.store.release(run_id, token, BLOCKED, park_reason=str(core.poisoned)[:2000])
+                if core.poisoned is not exc:
+                    raise core.poisoned from exc
+                return
+            if isinstance(exc, Parked) and exc.reason == IN_DOUBT:
+                self.store.release(run_id, token, IN_DOUBT, park_reason=core.in_doubt)
+                raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
+            if isinstance(exc, Exception):
+                self.store.finish(run_id, token, FAILED_RUN, core.take_pending(),
+                                  error_type=_failure_type(exc),
+                                  error_message=_failure_message(exc))
+                raise WorkflowFailed(run_id, _failure_type(exc), _failure_message(exc)) from exc
+            # KeyboardInterrupt, SystemExit, an injected crash: give the run back untouched
+            # so a restart (or another worker) resumes at once.
+            self.store.release(run_id, token)
+        except LeaseLost:
+            raise StaleLease(run_id, token) from None
+
+
+@dataclass
+class _Final:
+    value: Any
+
+
+def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
+    """The recorded outcome of a run that will not execute again, else None."""
+    if run.status == COMPLETED:
+        return _Final(codec.loads(run.outcome or "null", w.return_hint))
+    if run.status == FAILED_RUN:
+        raise WorkflowFailed(run.run_id, run.error_type or "Exception", run.error_message or "")
+    if run.status == CANCELLED:
+        raise Cancelled(f"run {run.run_id!r} was cancelled: {run.error_message or 'no reason'}")
+    if run.status == QUARANTINED:
+        raise RunQuarantined(
+            f"run {run.run_id!r} is quarantined after {run.starts} starts without progress;"
+            " fix the cause, then `durably retry` it"
+        )
+    if run.status == IN_DOUBT:
+        raise RunInDoubt(f"run {run.run_id!r} is in doubt: {run.park_reason}")
+    return None
+
+
+def _failure_type(exc: BaseException) -> str:
+    from .errors import StepFailed
+
+    return exc.type_name if isinstance(exc, StepFailed) else type_name(exc)
+
+
+def _failure_message(exc: BaseException) -> str:
+    from .errors import StepFailed
+
+    return (exc.message if isinstance(exc, StepFailed) else str(exc))[:10_000]
+
+
+def _typed_input(w: Workflow, args: list[Any], kwargs: dict[str, Any]
+                 ) -> tuple[list[Any], dict[str, Any]]:
+    """Rebuild the workflow's arguments from their annotations, so the first run and a
+    resume see identical values."""
+    if not w.param_hints:
+        return args, kwargs
+    names = list(inspect.signature(w.fn).parameters)[1:]
+    typed = [codec.coerce(a, w.param_hints.get(names[i]) if i < len(names) else None)
+             for i, a in enumerate(args)]
+    return typed, {k: codec.coerce(v, w.param_hints.get(k)) for k, v in kwargs.items()}
+
+
+def _owner_dead(owner: str) -> bool:
+    parsed = Owner.parse(owner)
+    return parsed is not None and parsed.provably_dead()
+
+
+class _Heartbeat:
+    """Renews the lease in a background thread while a run is driven.
+
+    When a renewal is refused (another claim raised the token), the core is told, and its
+    next step raises instead of running any further effect.
+    """
+
+    def __init__(self, store: Store, core: RunCore, lease_s: float, every_s: float) -> None:
+        self._store = store
+        self._core = core
+        self._lease_s = lease_s
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Begin renewing."""
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="durably-lease")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                if not self._store.renew(self._core.run_id, self._core.token, self._lease_s):
+                    self._core.lease_lost = True
+                    return
+            except DurablyError:
+                continue  # a busy database: try again at the next beat
+
+    def stop(self) -> None:
+        """Stop renewing (idempotent)."""
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+        self._thread = None
+

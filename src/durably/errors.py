@@ -1,0 +1,177 @@
+"""The exception tree of durably.
+
+Every error a user can meet derives from :class:`DurablyError`, and every message says
+what happened and what to do about it. Internal control-flow signals that must never be
+swallowed by a workflow's ``except Exception`` (parking, losing a lease, injected crashes)
+derive from :class:`BaseException` instead; see :class:`Unwind`.
+"""
+
+from __future__ import annotations
+
+
+class DurablyError(Exception):
+    """Base class of every error durably raises on purpose."""
+
+
+class ConfigError(DurablyError):
+    """A URL, option or argument given to durably is not valid."""
+
+
+class StoreError(DurablyError):
+    """The journal database cannot be used as it is."""
+
+
+class NotADurablyDatabase(StoreError):
+    """The database file exists but is not a durably journal, or is corrupt."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by another process longer than the busy timeout."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer durably than this one."""
+
+
+class SerializationError(DurablyError):
+    """A value crossing the journal cannot be encoded to, or decoded from, JSON."""
+
+
+class NonDeterminism(DurablyError):
+    """The workflow code asked for something other than what its history recorded.
+
+    The run is marked ``blocked``: fix the code (or branch with ``ctx.patched``) and run it
+    again; nothing recorded is lost.
+    """
+
+
+class StepFailed(DurablyError):
+    """A step failed for good (after its retries), live or on replay.
+
+    ``type_name`` and ``message`` describe the original error; when the failure happened
+    live, ``__cause__`` is the original exception itself.
+    """
+
+    def __init__(self, step: str, position: str, type_name: str, message: str) -> None:
+        self.step = step
+        self.position = position
+        self.type_name = type_name
+        self.message = message
+        super().__init__(
+            f"step {position} {step!r} failed: {type_name}: {message}"
+        )
+
+
+class StepTimeout(DurablyError, TimeoutError):
+    """One attempt of a step ran longer than its ``timeout_s``."""
+
+
+class WorkflowFailed(DurablyError):
+    """The workflow raised; the failure is recorded and replays identically."""
+
+    def __init__(self, run_id: str, type_name: str, message: str) -> None:
+        self.run_id = run_id
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"run {run_id!r} failed: {type_name}: {message}")
+
+
+class RunNotFound(DurablyError):
+    """No run with this run_id exists in the journal."""
+
+
+class RunFinished(DurablyError):
+    """The run has already finished, so it cannot take this request."""
+
+
+class RunConflict(DurablyError):
+    """A run_id was reused with another workflow or another input."""
+
+
+class RunLeased(DurablyError):
+    """Another live process holds the run's lease, so this one may not drive it."""
+
+
+class RunQuarantined(DurablyError):
+    """The run was started too many times without progress and is set aside."""
+
+
+class RunBlocked(DurablyError):
+    """The run is blocked by a recorded non-determinism and waits for fixed code."""
+
+
+class RunInDoubt(DurablyError):
+    """An effect step was in flight when its process died and can be neither deduplicated
+    nor looked up; a person decides with ``durably retry`` or ``durably skip``."""
+
+
+class WorkflowNotRegistered(DurablyError):
+    """The run names a workflow this engine does not know."""
+
+
+class Cancelled(DurablyError):
+    """The run was cancelled."""
+
+
+class BudgetExceeded(DurablyError):
+    """The run spent more than its budget allows."""
+
+
+class IdempotencyKeyReused(DurablyError):
+    """The same idempotency key arrived with a different request fingerprint."""
+
+
+class IdempotencyKeyInFlight(DurablyError):
+    """A request with this idempotency key is still being processed."""
+
+
+class ApprovalMismatch(DurablyError):
+    """An approval named a digest other than that of the pending action."""
+
+
+class HistoryTooLarge(DurablyError):
+    """A run's history passed its hard limit of events or bytes."""
+
+
+class StaleLease(DurablyError):
+    """This process no longer owns the run: another claim raised the fencing token.
+
+    The process stops driving the run at once and runs no further effect for it. Inside a
+    workflow the loss travels as :class:`LeaseLost` (a BaseException, so user code cannot
+    swallow it); ``engine.run`` and workers surface it as this error.
+    """
+
+    def __init__(self, run_id: str, token: int) -> None:
+        self.run_id = run_id
+        self.token = token
+        super().__init__(
+            f"run {run_id!r}: fencing token {token} is stale; another owner has claimed the"
+            " run, so this process stopped driving it (nothing it recorded is lost; the new"
+            " owner carries on)"
+        )
+
+
+class Unwind(BaseException):
+    """Internal signal that unwinds a workflow without it being able to catch it.
+
+    It derives from BaseException so that ``except Exception`` in user code never swallows
+    it and it is never a reason to run compensations.
+    """
+
+
+class LeaseLost(Unwind):
+    """Internal: an append was refused because the fencing token is stale."""
+
+    def __init__(self, run_id: str, token: int) -> None:
+        self.run_id = run_id
+        self.token = token
+        super().__init__(f"run {run_id!r}: lease lost (token {token})")
+
+
+class Parked(Unwind):
+    """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver."""
+
+    def __init__(self, reason: str, wake_at: float | None) -> None:
+        self.reason = reason
+        self.wake_at = wake_at
+        super().__init__(f"parked ({reason})")

@@ -1,0 +1,148 @@
+"""What the journal holds: runs and the records of their positions.
+
+Records are frozen dataclasses checked on the way in (before a store writes them) and on
+the way out (when a store reads them back), so a corrupt or hand-edited row is caught at
+the boundary instead of deep inside a replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Final
+
+# Record kinds: each consumes one position in program order.
+STEP: Final = "step"
+NOW: Final = "now"
+RANDOM: Final = "random"
+UUID: Final = "uuid"
+PATCHED: Final = "patched"
+KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, "sleep", "signal", "approval"})
+
+# Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
+# results. Only results are ever replayed.
+OK: Final = "ok"
+FAILED: Final = "failed"
+INTENT: Final = "intent"
+RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT})
+
+# Run statuses (DESIGN.md, "Run status").
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+PARKED: Final = "parked"
+COMPLETED: Final = "completed"
+FAILED_RUN: Final = "failed"
+CANCELLED: Final = "cancelled"
+CONTINUED: Final = "continued"
+IN_DOUBT: Final = "in_doubt"
+BLOCKED: Final = "blocked"
+QUARANTINED: Final = "quarantined"
+RUN_STATUSES: Final = frozenset(
+    {QUEUED, RUNNING, PARKED, COMPLETED, FAILED_RUN, CANCELLED, CONTINUED, IN_DOUBT, BLOCKED,
+     QUARANTINED}
+)
+TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
+
+NAME_BYTES_MAX: Final = 200
+RUN_ID_CHARS_MAX: Final = 200
+_POSITION = re.compile(r"^\d+(\.\d+\.\d+)*$")
+
+
+class CorruptRecord(ValueError):
+    """A record read from, or about to be written to, the journal breaks an invariant."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One position of a run's history: a step result, a failure, or an effect intent."""
+
+    position: str
+    kind: str
+    name: str
+    digest: str
+    status: str
+    output: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    attempts: int = 1
+    started_at: float = 0.0
+    finished_at: float | None = None
+    usage_tokens: int | None = None
+    usage_cost_usd: float | None = None
+
+    def check(self) -> StepRecord:
+        """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
+        if not _POSITION.match(self.position):
+            raise CorruptRecord(f"bad position {self.position!r}")
+        if self.kind not in KINDS:
+            raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
+        if self.status not in RECORD_STATUSES:
+            raise CorruptRecord(f"position {self.position}: unknown status {self.status!r}")
+        if self.status == OK and self.output is None:
+            raise CorruptRecord(f"position {self.position}: result without output")
+        if self.status == FAILED and self.error_type is None:
+            raise CorruptRecord(f"position {self.position}: failure without error type")
+        if len(self.digest) != 64:
+            raise CorruptRecord(f"position {self.position}: bad digest {self.digest!r}")
+        if self.attempts < 1:
+            raise CorruptRecord(f"position {self.position}: attempts {self.attempts} < 1")
+        return self
+
+    def replace(self, **changes: object) -> StepRecord:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the journal knows it."""
+
+    run_id: str
+    workflow: str
+    version: str | None
+    prompt_version: str | None
+    queue: str
+    input: str
+    input_digest: str
+    codec_version: int
+    status: str
+    generation: int = 0
+    fencing_token: int = 0
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    starts: int = 0
+    starts_without_progress: int = 0
+    outcome: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    park_reason: str | None = None
+    wake_at: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float | None = None
+
+    def check(self) -> RunRecord:
+        """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
+        if self.status not in RUN_STATUSES:
+            raise CorruptRecord(f"run {self.run_id!r}: unknown status {self.status!r}")
+        if self.status == COMPLETED and self.outcome is None:
+            raise CorruptRecord(f"run {self.run_id!r}: completed without an outcome")
+        if self.status == FAILED_RUN and self.error_type is None:
+            raise CorruptRecord(f"run {self.run_id!r}: failed without an error type")
+        return self
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run can never execute again."""
+        return self.status in TERMINAL
+
+
+def position_key(position: str) -> tuple[int, ...]:
+    """Sort key putting positions in program order (``4`` < ``4.0.0`` < ``4.1.0`` < ``5``)."""
+    return tuple(int(p) for p in position.split("."))
+
+
+def idempotency_key(run_id: str, position: str) -> str:
+    """The stable idempotency key of a position: ``"<run_id>:<position>"``."""
+    return f"{run_id}:{position}"

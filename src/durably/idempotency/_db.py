@@ -1,0 +1,278 @@
+"""The two databases the receiving side runs on, behind one small interface.
+
+:class:`Database` opens transactions; :class:`Tx` runs named queries from the ``.sql`` files
+in ``sql/<dialect>/``. Everything dialect-specific (connections, locking, parameter style)
+stays in this module so the store and the outbox read the same on SQLite and PostgreSQL.
+psycopg is imported only when a PostgreSQL URL is opened, so ``import durably`` stays fast.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit
+
+from durably.errors import ConfigError, StoreBusy
+
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+
+_NAME_MARKER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_STATEMENT_END = re.compile(r";\s*(?:\n|$)")
+
+# An arbitrary constant: PostgreSQL advisory locks are keyed by a bigint, and this one only
+# serialises concurrent schema creation (CREATE TABLE IF NOT EXISTS races on pg_type).
+_SCHEMA_LOCK_ID = 0x6475726162_1D
+
+
+@cache
+def load_queries(dialect: str, filename: str) -> dict[str, str]:
+    """Return the named queries of ``sql/<dialect>/<filename>`` as ``{name: sql}``.
+
+    A query starts at a ``-- name: <name>`` line and runs to the next one; comments before
+    the first marker describe the file and are dropped.
+    """
+    text = (
+        resources.files("durably.idempotency")
+        .joinpath("sql", dialect, filename)
+        .read_text(encoding="utf-8")
+    )
+    parts = _NAME_MARKER.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        assert name not in queries, f"duplicate query {name!r} in {dialect}/{filename}"
+        queries[name] = body.strip().rstrip(";").strip()
+    return queries
+
+
+def split_statements(script: str) -> list[str]:
+    """Split a schema block into single statements (neither driver runs several at once)."""
+    return [s.strip() for s in _STATEMENT_END.split(script) if s.strip()]
+
+
+class Tx:
+    """One open transaction: runs named queries on the connection it wraps.
+
+    ``conn`` is the driver's own connection (``sqlite3.Connection`` or
+    ``psycopg.Connection``), handed to user code that wants to write in this transaction.
+    """
+
+    def __init__(self, conn: Any, queries: Mapping[str, str], dialect: str) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self._queries = queries
+
+    def execute(self, name: str, params: Params) -> int:
+        """Run a named statement and return the number of rows it changed."""
+        cur = self.conn.execute(self._queries[name], params)
+        return int(cur.rowcount)
+
+    def one(self, name: str, params: Params) -> Row | None:
+        """Run a named query and return its first row as a dict, or None."""
+        rows = self.all(name, params)
+        return rows[0] if rows else None
+
+    def all(self, name: str, params: Params) -> list[Row]:
+        """Run a named query and return all its rows as dicts."""
+        cur = self.conn.execute(self._queries[name], params)
+        if cur.description is None:
+            return []
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Undo only what happens inside the block when it raises; the transaction goes on."""
+        if self.dialect == "postgres":
+            with self.conn.transaction():
+                yield
+            return
+        self.conn.execute("SAVEPOINT durably_sp")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK TO SAVEPOINT durably_sp")
+            self.conn.execute("RELEASE SAVEPOINT durably_sp")
+            raise
+        self.conn.execute("RELEASE SAVEPOINT durably_sp")
+
+
+class Database:
+    """A connection source for one database URL; subclasses hold the dialect details."""
+
+    dialect: str = ""
+
+    @contextmanager
+    def transaction(self, filename: str) -> Iterator[Tx]:
+        """Open a write transaction whose named queries come from ``filename``."""
+        raise NotImplementedError
+        yield  # pragma: no cover - makes this a generator for the type checker
+
+    def create_schema(self, filename: str) -> None:
+        """Create the tables of ``filename``'s ``schema`` block if they do not exist."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close every connection this object opened."""
+        raise NotImplementedError
+
+
+class SQLiteDatabase(Database):
+    """SQLite through the standard library: WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``.
+
+    Each thread gets its own connection (sqlite3 connections are not safe to share while a
+    transaction is open). ``BEGIN IMMEDIATE`` takes the write lock at the start, so two
+    writers never both read a key as free; a writer that waits longer than the busy timeout
+    gets :class:`durably.errors.StoreBusy`.
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, busy_timeout_s: float, synchronous: str) -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(
+                f"synchronous={synchronous!r} is not supported; use 'FULL' (the default: every"
+                " commit is on disk) or 'NORMAL' (faster; a power cut may lose the last commits)"
+            )
+        self.path = path
+        self._busy_timeout_s = busy_timeout_s
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            # isolation_level=None: the module must not open transactions behind our back;
+            # every transaction here is an explicit BEGIN IMMEDIATE.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self._busy_timeout_s * 1000)}")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self, filename: str) -> Iterator[Tx]:
+        """Open a ``BEGIN IMMEDIATE`` transaction; commit on success, roll back on error."""
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._busy(exc) from exc
+        try:
+            yield Tx(conn, load_queries("sqlite", filename), "sqlite")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK")
+            raise self._busy(exc) from exc
+
+    def _busy(self, exc: sqlite3.OperationalError) -> Exception:
+        if "locked" in str(exc) or "busy" in str(exc):
+            return StoreBusy(
+                f"SQLite database {self.path!r} stayed locked for more than the busy timeout"
+                f" ({self._busy_timeout_s:g} s), so the request was not recorded; retry it,"
+                " raise busy_timeout_s, or keep transactions that run user code short"
+            )
+        return exc
+
+    def create_schema(self, filename: str) -> None:
+        """Create the tables in one transaction (safe when several processes start at once)."""
+        with self.transaction(filename) as tx:
+            for statement in split_statements(load_queries("sqlite", filename)["schema"]):
+                tx.conn.execute(statement)
+
+    def close(self) -> None:
+        """Close the connections of every thread that used this database."""
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            conn.close()
+        self._local = threading.local()
+
+
+class PostgresDatabase(Database):
+    """PostgreSQL through psycopg 3 and a psycopg_pool connection pool."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, pool_size: int) -> None:
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise ConfigError(
+                "a postgresql:// URL needs psycopg 3 and psycopg_pool; install them with"
+                " pip install 'durably[postgres]'"
+            ) from exc
+        if pool_size < 1:
+            raise ConfigError(f"pool_size must be at least 1, got {pool_size}")
+        self.url = url
+        self._pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            open=True,
+        )
+
+    @contextmanager
+    def transaction(self, filename: str) -> Iterator[Tx]:
+        """Open a READ COMMITTED transaction; commit on success, roll back on error."""
+        with self._pool.connection() as conn, conn.transaction():
+            yield Tx(conn, load_queries("postgres", filename), "postgres")
+
+    def create_schema(self, filename: str) -> None:
+        """Create the tables under an advisory lock, so concurrent first starts do not race."""
+        with self.transaction(filename) as tx:
+            tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
+            for statement in split_statements(load_queries("postgres", filename)["schema"]):
+                tx.conn.execute(statement)
+
+    def close(self) -> None:
+        """Close the pool and its connections."""
+        self._pool.close()
+
+
+def open_database(
+    url: str, *, busy_timeout_s: float = 5.0, synchronous: str = "FULL", pool_size: int = 10
+) -> Database:
+    """Open ``sqlite:///path`` or ``postgresql://...``; anything else is a ConfigError."""
+    if not isinstance(url, str) or not url:
+        raise ConfigError(
+            f"database URL must be a non-empty string such as 'sqlite:///idempotency.db' or"
+            f" 'postgresql://user@host/db', got {url!r}"
+        )
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "sqlite":
+        path = url[len("sqlite:///") :] if url.lower().startswith("sqlite:///") else ""
+        path = path.split("?", 1)[0]
+        if not path or path == ":memory:":
+            raise ConfigError(
+                f"{url!r} does not name a database file; use 'sqlite:///relative/path.db' or"
+                " 'sqlite:////absolute/path.db' (in-memory databases cannot be shared between"
+                " threads and processes, which is the point of an idempotency store)"
+            )
+        return SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresDatabase(url, pool_size=pool_size)
+    raise ConfigError(
+        f"unsupported database URL {url!r}; use 'sqlite:///path.db' or 'postgresql://user@host/db'"
+    )

@@ -1,0 +1,78 @@
+-- Named queries for the transactional outbox on PostgreSQL.
+-- Times are epoch seconds from the outbox's injected clock.
+
+-- name: schema
+CREATE TABLE IF NOT EXISTS durably_outbox (
+    id              BIGSERIAL        PRIMARY KEY,
+    key             TEXT             NOT NULL UNIQUE,
+    destination     TEXT             NOT NULL,
+    payload         TEXT             NOT NULL,
+    payload_digest  TEXT             NOT NULL,
+    status          TEXT             NOT NULL CHECK (status IN ('pending', 'delivered', 'dead')),
+    attempts        INTEGER          NOT NULL DEFAULT 0,
+    created_at      DOUBLE PRECISION NOT NULL,
+    next_attempt_at DOUBLE PRECISION NOT NULL,
+    claimed_until   DOUBLE PRECISION,
+    claim_token     TEXT,
+    last_error      TEXT,
+    delivered_at    DOUBLE PRECISION
+);
+CREATE INDEX IF NOT EXISTS durably_outbox_due
+    ON durably_outbox (status, next_attempt_at);
+
+-- name: insert
+INSERT INTO durably_outbox
+    (key, destination, payload, payload_digest, status, attempts, created_at, next_attempt_at)
+VALUES (%(key)s, %(destination)s, %(payload)s, %(payload_digest)s, 'pending', 0, %(now)s,
+        %(now)s)
+ON CONFLICT (key) DO NOTHING;
+
+-- name: select_by_key
+SELECT id, key, destination, payload, payload_digest, status, attempts, created_at,
+       next_attempt_at, claimed_until, last_error, delivered_at
+FROM durably_outbox
+WHERE key = %(key)s;
+
+-- name: bury_exhausted
+-- A message whose last attempt was claimed but never reported (the relay died while
+-- delivering) has used up its attempts once its claim runs out.
+UPDATE durably_outbox
+SET status = 'dead', claimed_until = NULL, claim_token = NULL
+WHERE status = 'pending' AND attempts >= %(max_attempts)s
+  AND claimed_until IS NOT NULL AND claimed_until <= %(now)s;
+
+-- name: claim_batch
+-- SKIP LOCKED lets several relays share the table without waiting on each other. Each
+-- claim counts as an attempt, so a message that crashes its relay still runs out of them.
+UPDATE durably_outbox
+SET claimed_until = %(claimed_until)s, claim_token = %(token)s, attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM durably_outbox
+    WHERE status = 'pending' AND next_attempt_at <= %(now)s
+      AND attempts < %(max_attempts)s
+      AND (claimed_until IS NULL OR claimed_until <= %(now)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, key, destination, payload, attempts, created_at;
+
+-- name: mark_delivered
+UPDATE durably_outbox
+SET status = 'delivered', delivered_at = %(now)s, claimed_until = NULL, claim_token = NULL,
+    last_error = NULL
+WHERE id = %(id)s AND claim_token = %(token)s;
+
+-- name: mark_failed
+UPDATE durably_outbox
+SET status = %(status)s, next_attempt_at = %(next_attempt_at)s,
+    last_error = %(last_error)s, claimed_until = NULL, claim_token = NULL
+WHERE id = %(id)s AND claim_token = %(token)s;
+
+-- name: list_messages
+SELECT id, key, destination, payload, payload_digest, status, attempts, created_at,
+       next_attempt_at, claimed_until, last_error, delivered_at
+FROM durably_outbox
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+ORDER BY id
+LIMIT %(limit)s;

@@ -1,0 +1,181 @@
+"""Step options (``@durably.step``), what a step function's signature asks for, and spend.
+
+``@durably.step(...)`` does not wrap the function: it attaches a :class:`StepOptions` and
+returns the same function, so it can still be called directly in tests.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypeVar
+
+from . import codec
+from .errors import ConfigError
+
+F = TypeVar("F", bound=Callable[..., Any])
+RETRIES_MAX: Final = 100
+BACKOFF_MAX_S: Final = 3600.0
+_ATTR: Final = "__durably_step__"
+
+
+@dataclass(frozen=True, slots=True)
+class StepOptions:
+    """How a step runs: retries, backoff, timeout, and whether it is an effect."""
+
+    retries: int = 0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    timeout_s: float | None = None
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    no_retry: tuple[type[BaseException], ...] = ()
+    effect: bool = False
+    reconcile: Callable[[str], Any] | None = None
+    on_doubt: Literal["park", "retry"] = "park"
+    dedupe_window_s: float | None = None
+
+    def retryable(self, exc: BaseException, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` (1-based) that raised ``exc`` is retried."""
+        if attempt > self.retries:
+            return False
+        if isinstance(exc, self.no_retry):
+            return False
+        return isinstance(exc, self.retry_on)
+
+    def delay_s(self, key: str, attempt: int) -> float:
+        """Backoff before attempt ``attempt + 1``: exponential, with a jitter that is a
+        pure function of the key and attempt, so a replayed schedule is the same."""
+        base = min(self.backoff_max_s, self.backoff_s * (2 ** (attempt - 1)))
+        h = hashlib.sha256(f"{key}#{attempt}".encode()).digest()
+        return float(base * (0.5 + 0.5 * (int.from_bytes(h[:4], "big") / 0xFFFFFFFF)))
+
+
+DEFAULT_OPTIONS: Final = StepOptions()
+
+
+def step(
+    *,
+    retries: int = 0,
+    backoff: float = 1.0,
+    backoff_max_s: float = 60.0,
+    timeout_s: float | None = None,
+    retry_on: tuple[type[BaseException], ...] = (Exception,),
+    no_retry: tuple[type[BaseException], ...] = (),
+    effect: bool = False,
+    reconcile: Callable[[str], Any] | None = None,
+    on_doubt: Literal["park", "retry"] = "park",
+    dedupe_window_s: float | None = None,
+) -> Callable[[F], F]:
+    """Declare how a step function runs when called through ``ctx.step``.
+
+    ``retries=N`` allows N more attempts (N+1 in all), every one with the same idempotency
+    key; ``backoff`` is the first delay in seconds, doubled per attempt up to
+    ``backoff_max_s``, with jitter. ``retry_on`` selects retryable exception types and
+    ``no_retry`` excludes some. ``timeout_s`` bounds one attempt. ``effect=True`` records
+    an intent before each call, so a crash between the effect and its record is detected on
+    resume: then ``reconcile(key)`` is asked for the outcome if given, else the step is
+    re-run with the same key if it takes ``idempotency_key``, else the run parks as
+    ``in_doubt`` for a person (unless ``on_doubt="retry"``).
+    """
+    if not 0 <= retries <= RETRIES_MAX:
+        raise ConfigError(f"retries={retries}: choose 0..{RETRIES_MAX}")
+    if backoff < 0 or backoff_max_s < 0 or backoff_max_s > BACKOFF_MAX_S:
+        raise ConfigError(f"backoff must be >= 0 s and backoff_max_s <= {BACKOFF_MAX_S:g} s")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ConfigError(f"timeout_s={timeout_s}: must be > 0 (or None for no timeout)")
+    if on_doubt not in ("park", "retry"):
+        raise ConfigError(f"on_doubt={on_doubt!r}: choose 'park' or 'retry'")
+    if reconcile is not None and not callable(reconcile):
+        raise ConfigError("reconcile must be a callable taking the idempotency key")
+    opts = StepOptions(
+        retries=retries, backoff_s=backoff, backoff_max_s=backoff_max_s, timeout_s=timeout_s,
+        retry_on=tuple(retry_on), no_retry=tuple(no_retry),
+        effect=effect or reconcile is not None, reconcile=reconcile, on_doubt=on_doubt,
+        dedupe_window_s=dedupe_window_s,
+    )
+
+    def attach(fn: F) -> F:
+        setattr(fn, _ATTR, opts)
+        _SIGNATURES.pop(_cache_key(fn), None)
+        return fn
+
+    return attach
+
+
+@dataclass(frozen=True, slots=True)
+class StepSignature:
+    """What durably learns once from a step function's signature."""
+
+    options: StepOptions
+    takes_key: bool
+    takes_token: bool
+    is_async: bool
+    return_hint: Any = field(default=None)
+
+
+_SIGNATURES: dict[Any, StepSignature] = {}
+
+
+def _cache_key(fn: Any) -> Any:
+    return getattr(fn, "__func__", fn)
+
+
+def signature_of(fn: Callable[..., Any]) -> StepSignature:
+    """The cached :class:`StepSignature` of ``fn``."""
+    key = _cache_key(fn)
+    try:
+        cached = _SIGNATURES.get(key)
+    except TypeError:  # unhashable callable: introspect every time
+        return _introspect(fn)
+    if cached is None:
+        cached = _introspect(fn)
+        _SIGNATURES[key] = cached
+    return cached
+
+
+def _introspect(fn: Callable[..., Any]) -> StepSignature:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) else fn  # noqa: B004
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+    return StepSignature(
+        options=getattr(fn, _ATTR, DEFAULT_OPTIONS),
+        takes_key="idempotency_key" in params,
+        takes_token="fencing_token" in params,
+        is_async=is_async,
+        return_hint=codec.return_hint(fn),
+    )
+
+
+@dataclass(slots=True)
+class Usage:
+    """Spend a step reported with :func:`usage`."""
+
+    tokens: int = 0
+    cost_usd: float = 0.0
+    reported: bool = False
+
+
+USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage",
+                                                                      default=None)
+
+
+def usage(tokens: int = 0, cost_usd: float = 0.0) -> None:
+    """Report model spend from inside a step; it is recorded with the step's result.
+
+    Calls add up within one attempt. Outside a step this does nothing, so tools stay
+    usable without durably.
+    """
+    box = USAGE.get()
+    if box is None:
+        return
+    if tokens < 0 or cost_usd < 0:
+        raise ConfigError("usage: tokens and cost_usd must be >= 0")
+    box.tokens += int(tokens)
+    box.cost_usd += float(cost_usd)
+    box.reported = True

@@ -1,0 +1,172 @@
+"""The Store protocol: everything the engine asks of a journal database.
+
+The protocol is deliberately small; every backend passes the same contract suite
+(``tests/contract``). All writes that change a run are *fenced*: they carry the fencing
+token of the claim that produced them and are refused (``LeaseLost``) when a later claim
+has raised the token, so two processes can never both drive one run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..clock import Clock
+from ..errors import ConfigError
+from ..history import RunRecord, StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who drives a run: host, pid and the pid's start time (so a reused pid is no owner)."""
+
+    host: str
+    pid: int
+    started: str
+
+    def __str__(self) -> str:
+        return f"{self.host}|{self.pid}|{self.started}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        """Read an owner string written by ``str(owner)``; None if it is not one."""
+        parts = text.split("|")
+        if len(parts) != 3 or not parts[1].isdigit():
+            return None
+        return cls(parts[0], int(parts[1]), parts[2])
+
+    @classmethod
+    def current(cls) -> Owner:
+        """The owner identity of this process."""
+        pid = os.getpid()
+        return cls(socket.gethostname(), pid, _process_start(pid) or "?")
+
+    def provably_dead(self) -> bool:
+        """True only when this owner is on this host and its process is gone.
+
+        A process on another host can never be proven dead from here: its lease must
+        expire instead.
+        """
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # exists, owned by someone else
+        started = _process_start(self.pid)
+        # A pid reused by a newer process means the owner itself is gone.
+        return started is not None and self.started != "?" and started != self.started
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces; fields after its ')' are fixed.
+    rest = data[data.rfind(b")") + 2 :].split()
+    return rest[19].decode() if len(rest) > 19 else None
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """What is known about a run when it is first created."""
+
+    run_id: str
+    workflow: str
+    version: str | None
+    prompt_version: str | None
+    queue: str
+    input: str
+    input_digest: str
+    codec_version: int
+
+
+class Store(Protocol):
+    """A journal database. Every method is safe to call from any thread."""
+
+    url: str
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert the run unless it exists; return the row and whether it was created."""
+        ...
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        ...
+
+    def list_runs(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered."""
+        ...
+
+    def claim(
+        self, run_id: str, owner: Owner, lease_s: float, max_starts: int,
+        owner_dead: Callable[[str], bool],
+    ) -> RunRecord:
+        """Take the run's lease with a new fencing token and mark it running.
+
+        Raises ``RunLeased`` while another live owner holds an unexpired lease (an owner for
+        which ``owner_dead`` is true is taken over at once), ``RunQuarantined`` when the run
+        has been started ``max_starts`` times without progress, ``RunNotFound``.
+        """
+        ...
+
+    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
+        """Extend the lease; False when the token is stale."""
+        ...
+
+    def release(self, run_id: str, token: int, status: str | None = None,
+                park_reason: str | None = None, wake_at: float | None = None) -> None:
+        """Give up the lease (fenced), optionally moving to a non-terminal status."""
+        ...
+
+    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
+        """All records of one generation of a run, in one query."""
+        ...
+
+    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
+        """Write records in one transaction, fenced; a result replaces an intent."""
+        ...
+
+    def finish(self, run_id: str, token: int, status: str, records: Sequence[StepRecord],
+               outcome: str | None = None, error_type: str | None = None,
+               error_message: str | None = None) -> None:
+        """Write the last records and the run's outcome in one fenced transaction."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+StoreFactory = Callable[[str, Clock, dict[str, object]], Store]
+
+
+def open_store(url: str, clock: Clock, **options: object) -> Store:
+    """Open the store a URL names: ``sqlite:///path`` or ``postgresql://...``."""
+    if url.startswith("sqlite:"):
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url, clock, **options)  # type: ignore[arg-type]
+    if url.startswith(("postgresql:", "postgres:")):
+        try:
+            from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise ConfigError(
+                f"cannot open {url!r}: the PostgreSQL store needs psycopg 3; install it"
+                " with pip install 'durably[postgres]'"
+            ) from exc
+        return PostgresStore(url, clock, **options)  # type: ignore[no-any-return]
+    raise ConfigError(
+        f"unknown database URL {url!r}: use sqlite:///path/to/file.db (a relative path)"
+        " or sqlite:////absolute/path.db, or postgresql://user@host/db"
+    )

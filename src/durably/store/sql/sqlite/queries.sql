@@ -1,0 +1,84 @@
+-- Named queries of the SQLite store. Parameters are named (:name).
+
+-- name: insert_run
+INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
+                  codec_version, status, created_at, updated_at)
+VALUES (:run_id, :workflow, :version, :prompt_version, :queue, :input, :input_digest,
+        :codec_version, 'queued', :now, :now)
+ON CONFLICT (run_id) DO NOTHING;
+
+-- name: get_run
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at
+FROM runs WHERE run_id = :run_id;
+
+-- name: list_runs
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at
+FROM runs
+WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
+ORDER BY created_at DESC, run_id
+LIMIT :limit;
+
+-- name: count_records
+SELECT count(*) FROM steps
+WHERE run_id = :run_id AND generation = :generation AND status <> 'intent';
+
+-- name: claim_run
+UPDATE runs
+SET fencing_token = fencing_token + 1, owner = :owner, lease_expires_at = :lease_expires_at,
+    status = 'running', park_reason = NULL, wake_at = NULL, starts = starts + 1,
+    starts_without_progress = :starts_without_progress,
+    records_at_last_start = :records, updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :expected_token;
+
+-- name: quarantine_run
+UPDATE runs
+SET status = 'quarantined', owner = NULL, lease_expires_at = NULL, updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :expected_token;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = :lease_expires_at
+WHERE run_id = :run_id AND fencing_token = :token AND owner IS NOT NULL;
+
+-- name: release_run
+UPDATE runs
+SET owner = NULL, lease_expires_at = NULL, status = coalesce(:status, status),
+    park_reason = :park_reason, wake_at = :wake_at, updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :token;
+
+-- name: load_history
+SELECT position, kind, name, input_digest, status, output, error_type, error_message,
+       attempts, started_at, finished_at, usage_tokens, usage_cost_usd
+FROM steps WHERE run_id = :run_id AND generation = :generation;
+
+-- name: append_record
+-- Fenced upsert: writes only while the token is current; a result may replace an
+-- intent, never another result.
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+SELECT :run_id, generation, :position, :kind, :name, :input_digest, :status, :output,
+       :error_type, :error_message, :attempts, :started_at, :finished_at,
+       :usage_tokens, :usage_cost_usd
+FROM runs WHERE run_id = :run_id AND fencing_token = :token
+ON CONFLICT (run_id, generation, position) DO UPDATE
+SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+    error_message = excluded.error_message, attempts = excluded.attempts,
+    finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+    usage_cost_usd = excluded.usage_cost_usd
+WHERE steps.status = 'intent';
+
+-- name: check_token
+SELECT fencing_token FROM runs WHERE run_id = :run_id;
+
+-- name: finish_run
+UPDATE runs
+SET status = :status, outcome = :outcome, error_type = :error_type,
+    error_message = :error_message, owner = NULL, lease_expires_at = NULL,
+    park_reason = :park_reason, finished_at = :finished_at, updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :token;

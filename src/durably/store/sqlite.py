@@ -1,0 +1,352 @@
+"""The embedded journal: one SQLite file, WAL mode, fsync'd commits.
+
+Durability: ``synchronous=FULL`` (the default) fsyncs the WAL at every commit, so a
+recorded step survives power loss as well as process death. ``synchronous="NORMAL"``
+fsyncs only at checkpoints: a commit survives a process crash (SIGKILL) but the last
+commits may be lost on power loss or an OS crash; it is several times faster on slow
+disks. On macOS ``fullfsync`` is set, because plain fsync there stops at the drive's
+cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
+``busy_timeout_s`` for another process to finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock
+from ..errors import (
+    ConfigError,
+    LeaseLost,
+    NotADurablyDatabase,
+    RunLeased,
+    RunNotFound,
+    RunQuarantined,
+    SchemaTooNew,
+    StoreBusy,
+    StoreError,
+)
+from ..history import CorruptRecord, RunRecord, StepRecord
+from .base import NewRun, Owner
+from .sqlfiles import load_queries, migrations
+
+APP_NAME = "durably"
+_Q = load_queries("sqlite")
+_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///path`` URL (``:memory:`` allowed)."""
+    if not url.startswith("sqlite:///"):
+        raise ConfigError(
+            f"bad SQLite URL {url!r}: write sqlite:///relative/path.db or"
+            " sqlite:////absolute/path.db"
+        )
+    path = url[len("sqlite:///") :]
+    if not path:
+        raise ConfigError(f"bad SQLite URL {url!r}: it names no file")
+    return path
+
+
+class SQLiteStore:
+    """A :class:`~durably.store.base.Store` on one SQLite database file."""
+
+    def __init__(self, url: str, clock: Clock, *, synchronous: str = "FULL",
+                 busy_timeout_s: float = 5.0, create: bool = True) -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigError(
+                f"synchronous={synchronous!r}: choose FULL (default, survives power loss),"
+                " EXTRA, or NORMAL (survives process crashes only)"
+            )
+        self.url = url
+        self.path = sqlite_path(url)
+        self.clock = clock
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        if self.path != ":memory:" and not create and not Path(self.path).exists():
+            raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
+        try:
+            self._conn = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.OperationalError as exc:
+            raise StoreError(
+                f"cannot open the SQLite database {self.path}: {exc}; check that the folder"
+                " exists and is writable"
+            ) from exc
+        try:
+            self._configure(synchronous.upper())
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            raise self._translate(exc) from exc
+
+    # -- connection set-up ---------------------------------------------------------------
+
+    def _configure(self, synchronous: str) -> None:
+        c = self._conn
+        c.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() not in ("wal", "memory"):
+            raise StoreError(f"{self.path}: could not switch to WAL (journal_mode={mode})")
+        c.execute(f"PRAGMA synchronous = {synchronous}")
+        c.execute("PRAGMA foreign_keys = ON")
+        if sys.platform == "darwin":
+            # macOS fsync stops at the drive's cache; F_FULLFSYNC reaches the medium.
+            c.execute("PRAGMA fullfsync = ON")
+            c.execute("PRAGMA checkpoint_fullfsync = ON")
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema; refuse files that are not durably journals."""
+        with self._tx() as c:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if tables and "durably_meta" not in tables:
+                raise NotADurablyDatabase(
+                    f"{self.path} is a SQLite database but not a durably journal (it has"
+                    f" tables {sorted(tables)[:5]}); point --db / DURABLY_URL at another"
+                    " file. Nothing in it was changed."
+                )
+            current = c.execute("PRAGMA user_version").fetchone()[0]
+            if tables:
+                app = c.execute("SELECT value FROM durably_meta WHERE key='app'").fetchone()
+                if app is None or app[0] != APP_NAME:
+                    raise NotADurablyDatabase(f"{self.path}: durably_meta is not durably's")
+            steps = migrations("sqlite")
+            if current > len(steps):
+                raise SchemaTooNew(
+                    f"{self.path} has journal schema {current}, newer than this durably"
+                    f" knows ({len(steps)}); upgrade durably"
+                )
+            for mig in steps[current:]:
+                _exec_script(c, mig.sql)
+                c.execute(f"PRAGMA user_version = {mig.version}")
+            if not tables:
+                c.execute("INSERT INTO durably_meta (key, value) VALUES ('app', ?)", (APP_NAME,))
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the database lock from its start."""
+        with self._lock:
+            c = self._conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.DatabaseError as exc:
+                raise self._translate(exc) from exc
+            try:
+                yield c
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            try:
+                c.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    c.execute("ROLLBACK")
+                raise self._translate(exc) from exc
+
+    def _read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._translate(exc) from exc
+
+    def _translate(self, exc: sqlite3.DatabaseError) -> StoreError:
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return StoreBusy(
+                f"{self.path} stayed locked by another process for more than"
+                f" {self.busy_timeout_s:g} s; nothing recorded was lost. Retry, or raise"
+                " busy_timeout_s (Engine(url, busy_timeout_s=...))"
+            )
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return NotADurablyDatabase(
+                f"{self.path} is not a SQLite database or is corrupt ({text}); restore it"
+                " from a backup or point --db / DURABLY_URL at another file. durably did"
+                " not change it."
+            )
+        return StoreError(f"{self.path}: {text}")
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert the run unless it exists; return the row and whether it was created."""
+        params = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        with self._tx() as c:
+            created = c.execute(_Q["insert_run"], params).rowcount == 1
+            row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+        return _run(row), created
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        rows = self._read(_Q["get_run"], {"run_id": run_id})
+        return _run(rows[0]) if rows else None
+
+    def list_runs(self, status: str | None = None, workflow: str | None = None,
+                  limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first."""
+        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow,
+                                            "limit": limit})
+        return [_run(r) for r in rows]
+
+    def claim(self, run_id: str, owner: Owner, lease_s: float, max_starts: int,
+              owner_dead: Callable[[str], bool]) -> RunRecord:
+        """Take the lease with a new fencing token (see the Store protocol)."""
+        now = self.clock.time()
+        with self._tx() as c:
+            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+            run = _run(row)
+            _check_claimable(run, owner, now, owner_dead)
+            records = c.execute(_Q["count_records"], {"run_id": run_id,
+                                                      "generation": run.generation}).fetchone()[0]
+            # Progress = results recorded since the previous start; a run that keeps dying
+            # at the same place stops being restarted after max_starts starts.
+            last = _records_at_last_start(c, run_id)
+            stalled = 1 if records > last else run.starts_without_progress + 1
+            if stalled > max_starts:
+                c.execute(_Q["quarantine_run"], {"run_id": run_id, "now": now,
+                                                 "expected_token": run.fencing_token})
+                quarantined = run
+            else:
+                quarantined = None
+                c.execute(_Q["claim_run"], {
+                    "run_id": run_id, "owner": str(owner), "lease_expires_at": now + lease_s,
+                    "starts_without_progress": stalled, "records": records, "now": now,
+                    "expected_token": run.fencing_token,
+                })
+                row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+        if quarantined is not None:
+            raise RunQuarantined(
+                f"run {run_id!r} was started {max_starts} times without recording progress"
+                " (each start crashed or was killed at the same place), so it is quarantined"
+                " instead of looping. Look at `durably runs show` for the step it dies in,"
+                " fix the cause, then resume it with `durably retry`."
+            )
+        return _run(row)
+
+    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
+        """Extend the lease; False when the token is stale."""
+        with self._tx() as c:
+            n = c.execute(_Q["renew_lease"], {"run_id": run_id, "token": token,
+                                              "lease_expires_at": self.clock.time() + lease_s})
+            return n.rowcount == 1
+
+    def release(self, run_id: str, token: int, status: str | None = None,
+                park_reason: str | None = None, wake_at: float | None = None) -> None:
+        """Give up the lease, optionally parking the run; a stale token changes nothing."""
+        with self._tx() as c:
+            c.execute(_Q["release_run"], {"run_id": run_id, "token": token, "status": status,
+                                          "park_reason": park_reason, "wake_at": wake_at,
+                                          "now": self.clock.time()})
+
+    # -- history -------------------------------------------------------------------------
+
+    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
+        """All records of one generation, checked on the way out."""
+        rows = self._read(_Q["load_history"], {"run_id": run_id, "generation": generation})
+        try:
+            return [StepRecord(*r).check() for r in rows]
+        except CorruptRecord as exc:
+            raise NotADurablyDatabase(
+                f"{self.path}: run {run_id!r} has a corrupt history record ({exc}); restore"
+                " the file from a backup"
+            ) from exc
+
+    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
+        """Write records in one fenced transaction; raises LeaseLost on a stale token."""
+        with self._tx() as c:
+            self._append(c, run_id, token, records)
+
+    def _append(self, c: sqlite3.Connection, run_id: str, token: int,
+                records: Sequence[StepRecord]) -> None:
+        for rec in records:
+            params = {f: getattr(rec.check(), f) for f in _STEP_FIELDS}
+            params["input_digest"] = params.pop("digest")
+            params["run_id"] = run_id
+            params["token"] = token
+            if c.execute(_Q["append_record"], params).rowcount != 1:
+                self._refused(c, run_id, token, rec)
+
+    def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> None:
+        row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+        if row is None or row[0] != token:
+            raise LeaseLost(run_id, token)
+        raise StoreError(
+            f"run {run_id!r}: position {rec.position} already holds a result; a result is"
+            " never overwritten (this is a bug in durably; please report it)"
+        )
+
+    def finish(self, run_id: str, token: int, status: str, records: Sequence[StepRecord],
+               outcome: str | None = None, error_type: str | None = None,
+               error_message: str | None = None, park_reason: str | None = None) -> None:
+        """Write the last records and the outcome in one fenced transaction."""
+        now = self.clock.time()
+        with self._tx() as c:
+            self._append(c, run_id, token, records)
+            n = c.execute(_Q["finish_run"], {
+                "run_id": run_id, "token": token, "status": status, "outcome": outcome,
+                "error_type": error_type, "error_message": error_message,
+                "park_reason": park_reason, "finished_at": now, "now": now,
+            }).rowcount
+            if n != 1:
+                raise LeaseLost(run_id, token)
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+
+def _exec_script(c: sqlite3.Connection, script: str) -> None:
+    """Run a multi-statement script inside the current transaction.
+
+    ``executescript`` would COMMIT first; splitting keeps a migration atomic.
+    """
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            c.execute(buf)
+            buf = ""
+    if buf.strip():
+        raise StoreError(f"incomplete SQL at the end of a migration: {buf[:80]!r}")
+
+
+def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
+    row = c.execute("SELECT records_at_last_start FROM runs WHERE run_id = ?", (run_id,))
+    return int(row.fetchone()[0])
+
+
+def _check_claimable(run: RunRecord, owner: Owner, now: float,
+                     owner_dead: Callable[[str], bool]) -> None:
+    if run.owner is None or run.owner == str(owner):
+        return
+    if run.lease_expires_at is not None and run.lease_expires_at <= now:
+        return
+    if owner_dead(run.owner):
+        return
+    left = (run.lease_expires_at or now) - now
+    raise RunLeased(
+        f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
+        " two processes may never drive one run. Wait for it to finish or for the lease to"
+        " expire, or stop that process."
+    )
+
+
+def _run(row: tuple[Any, ...]) -> RunRecord:
+    try:
+        return RunRecord(*row).check()
+    except CorruptRecord as exc:
+        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+

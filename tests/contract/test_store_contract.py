@@ -1,0 +1,180 @@
+"""The Store contract: what the engine relies on, checked against every backend."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from durably.clock import FakeClock
+from durably.errors import LeaseLost, RunLeased, RunNotFound, RunQuarantined, StoreError
+from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, StepRecord
+from durably.store.base import NewRun, Owner, Store
+
+ME = Owner("host-a", 100, "1")
+OTHER = Owner("host-b", 200, "2")
+DIGEST = hashlib.sha256(b"x").hexdigest()
+
+
+def alive(_: str) -> bool:
+    return False
+
+
+def dead(_: str) -> bool:
+    return True
+
+
+def new_run(run_id: str = "r1", workflow: str = "wf") -> NewRun:
+    return NewRun(run_id, workflow, "1", None, "default", '{"args":[],"kwargs":{}}',
+                  DIGEST, 1)
+
+
+def rec(pos: str, status: str = OK, output: str | None = '"v"') -> StepRecord:
+    return StepRecord(pos, STEP, f"s{pos}", DIGEST, status,
+                      output if status == OK else None,
+                      "ValueError" if status == FAILED else None,
+                      "boom" if status == FAILED else None, 1, 1.0, 2.0)
+
+
+def test_create_run_is_idempotent(store: Store) -> None:
+    run, created = store.create_run(new_run())
+    assert created and run.status == "queued" and run.fencing_token == 0
+    again, created2 = store.create_run(new_run())
+    assert not created2 and again.run_id == "r1" and again.created_at == run.created_at
+    assert store.get_run("nope") is None
+
+
+def test_claim_raises_token_and_fences_appends(store: Store) -> None:
+    store.create_run(new_run())
+    first = store.claim("r1", ME, 30, 10, alive)
+    assert first.fencing_token == 1 and first.status == "running" and first.starts == 1
+    store.append("r1", 1, [rec("0")])
+    # Same owner re-claims (a restart in the same process): a new token.
+    second = store.claim("r1", ME, 30, 10, alive)
+    assert second.fencing_token == 2
+    with pytest.raises(LeaseLost):
+        store.append("r1", 1, [rec("1")])
+    assert [r.position for r in store.load_history("r1", 0)] == ["0"]
+
+
+def test_live_owner_blocks_claim_until_lease_expires(store: Store, clock: FakeClock) -> None:
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    with pytest.raises(RunLeased, match="being driven"):
+        store.claim("r1", OTHER, 30, 10, alive)
+    clock.advance(31)
+    taken = store.claim("r1", OTHER, 30, 10, alive)
+    assert taken.fencing_token == 2 and taken.owner == str(OTHER)
+
+
+def test_provably_dead_owner_is_taken_over_at_once(store: Store) -> None:
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    taken = store.claim("r1", OTHER, 30, 10, dead)
+    assert taken.fencing_token == 2
+
+
+def test_claim_unknown_run(store: Store) -> None:
+    with pytest.raises(RunNotFound):
+        store.claim("nope", ME, 30, 10, alive)
+
+
+def test_intent_is_replaced_by_result_never_a_result(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [rec("0", INTENT)])
+    assert store.load_history("r1", 0)[0].status == INTENT
+    store.append("r1", token, [rec("0")])
+    assert store.load_history("r1", 0)[0].status == OK
+    with pytest.raises(StoreError, match="never overwritten"):
+        store.append("r1", token, [rec("0", output='"other"')])
+    assert store.load_history("r1", 0)[0].output == '"v"'
+
+
+def test_append_is_atomic(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [rec("0")])
+    with pytest.raises(StoreError):
+        store.append("r1", token, [rec("1"), rec("0", output='"x"')])
+    assert [r.position for r in store.load_history("r1", 0)] == ["0"]
+
+
+def test_history_round_trips_every_field(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    records = [rec("0"), rec("1", FAILED), rec("2.0.0"), rec("2.1.0", INTENT),
+               StepRecord("3", "now", "durably.now", DIGEST, OK, '{"$datetime":"x"}',
+                          None, None, 3, 5.5, 6.25, 1234, 0.5)]
+    store.append("r1", token, records)
+    got = sorted(store.load_history("r1", 0), key=lambda r: r.position)
+    assert got == sorted(records, key=lambda r: r.position)
+
+
+def test_finish_records_outcome_and_is_fenced(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    with pytest.raises(LeaseLost):
+        store.finish("r1", token + 5, COMPLETED, [], outcome='"x"')
+    store.finish("r1", token, COMPLETED, [rec("0")], outcome='{"ok":true}')
+    run = store.get_run("r1")
+    assert run is not None and run.status == COMPLETED and run.outcome == '{"ok":true}'
+    assert run.owner is None and run.finished_at is not None
+    assert len(store.load_history("r1", 0)) == 1
+
+
+def test_failure_outcome(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.finish("r1", token, "failed", [], error_type="ValueError", error_message="bad")
+    run = store.get_run("r1")
+    assert run is not None and (run.status, run.error_type, run.error_message) == (
+        "failed", "ValueError", "bad")
+
+
+def test_renew_and_release(store: Store, clock: FakeClock) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    clock.advance(20)
+    assert store.renew("r1", token, 30)
+    clock.advance(20)  # 40 s after the claim but 20 s after the renewal: still held
+    with pytest.raises(RunLeased):
+        store.claim("r1", OTHER, 30, 10, alive)
+    assert not store.renew("r1", token + 1, 30)
+    store.release("r1", token, "blocked", park_reason="why")
+    run = store.get_run("r1")
+    assert run is not None and run.owner is None and run.status == "blocked"
+    assert run.park_reason == "why"
+    assert not store.renew("r1", token, 30)  # released: nothing to renew
+    assert store.claim("r1", OTHER, 30, 10, alive).fencing_token == token + 1
+
+
+def test_quarantine_after_starts_without_progress(store: Store) -> None:
+    store.create_run(new_run())
+    for _ in range(3):
+        store.claim("r1", ME, 30, 3, alive)
+    with pytest.raises(RunQuarantined, match="quarantined"):
+        store.claim("r1", ME, 30, 3, alive)
+    run = store.get_run("r1")
+    assert run is not None and run.status == "quarantined"
+
+
+def test_progress_resets_the_quarantine_count(store: Store) -> None:
+    store.create_run(new_run())
+    for i in range(6):
+        token = store.claim("r1", ME, 30, 3, alive).fencing_token
+        store.append("r1", token, [rec(str(i))])
+    run = store.get_run("r1")
+    assert run is not None and run.starts == 6 and run.starts_without_progress == 1
+
+
+def test_list_runs_filters(store: Store, clock: FakeClock) -> None:
+    for i in range(3):
+        store.create_run(new_run(f"r{i}", "wf" if i < 2 else "other"))
+        clock.advance(1)
+    token = store.claim("r0", ME, 30, 10, alive).fencing_token
+    store.finish("r0", token, COMPLETED, [], outcome="1")
+    assert [r.run_id for r in store.list_runs()] == ["r2", "r1", "r0"]
+    assert [r.run_id for r in store.list_runs(status=COMPLETED)] == ["r0"]
+    assert [r.run_id for r in store.list_runs(workflow="other")] == ["r2"]
+    assert len(store.list_runs(limit=1)) == 1
