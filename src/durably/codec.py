@@ -44,7 +44,7 @@ _TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
     "$uuid": lambda v: uuid.UUID(v),
     "$float": lambda v: float(v),
     "$map": lambda v: {_hashable(k): val for k, val in v},
-    "$dict": lambda v: v,
+    "$dict": lambda v: dict(v),
 }
 
 
@@ -115,10 +115,11 @@ def to_json(value: Any, where: str = "value") -> Any:
 
 def _dict_to_json(value: dict[Any, Any], where: str) -> Any:
     if all(isinstance(k, str) for k in value):
-        out = {k: to_json(v, where) for k, v in value.items()}
-        if len(out) == 1 and next(iter(out)).startswith("$"):
-            return {"$dict": out}  # escape a user key that looks like a tag
-        return out
+        if len(value) == 1 and next(iter(value)).startswith("$"):
+            # A user key that looks like a tag: written as pairs, so the decoder never
+            # sees it as a one-key object.
+            return {"$dict": [[k, to_json(v, where)] for k, v in value.items()]}
+        return {k: to_json(v, where) for k, v in value.items()}
     items = [[to_json(k, where), to_json(v, where)] for k, v in value.items()]
     items.sort(key=lambda kv: _sort_key(kv[0]))
     return {"$map": items}

@@ -4,11 +4,13 @@ Both are thin facades over one :class:`~durably.core.RunCore`; the two drivers b
 execute the operations the core yields (call a function, write records, wait). A workflow
 must get every non-deterministic value through its context: the current time, random
 numbers, UUIDs, model and tool calls.
+
+``asyncio`` is imported only where async code runs: it costs tens of milliseconds, and
+resume time (import to first live step) is a target.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import datetime as dt
 import inspect
@@ -127,6 +129,8 @@ def _call_with_timeout(op: Call) -> Any:
 
 
 async def _call_async(op: Call) -> Outcome:
+    import asyncio
+
     box = Usage()
     token = USAGE.set(box)
     try:
@@ -149,6 +153,8 @@ async def _call_async(op: Call) -> Outcome:
 
 
 async def _wait_async(clock: Clock, op: Wait) -> None:
+    import asyncio
+
     if isinstance(clock, SystemClock):
         await asyncio.sleep(op.seconds)
     else:
@@ -238,6 +244,8 @@ class AsyncContext:
         ``async def`` helpers). On the first failure the other branches are cancelled
         (unless ``return_exceptions``) and the failure is raised.
         """
+        import asyncio  # imported here so that `import durably` stays fast
+
         self._core.guard()
         for b in branches:
             if not inspect.iscoroutine(b):

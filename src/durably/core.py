@@ -222,12 +222,12 @@ class RunCore:
         """Replay or execute one step (see ``Context.step``)."""
         self.guard()
         if not isinstance(name, str) or not name:
-            raise ConfigError(
+            raise self.poison(ConfigError(
                 f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
                 " ctx.step('name', fn, *args)"
-            )
+            ))
         if not callable(fn):
-            raise ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable")
+            raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
         sig = signature_of(fn)
         pos = self.take()
         try:

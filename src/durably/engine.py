@@ -9,7 +9,6 @@ transaction.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import os
@@ -162,6 +161,8 @@ class Engine:
         w = self._resolve(wf)
         run = self._prepare(w, args, kwargs, run_id)
         if w.is_async:
+            import asyncio
+
             return asyncio.run(self._drive_async(w, run))
         return self._drive_sync(w, run)
 
@@ -181,6 +182,8 @@ class Engine:
             raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
         w = self._resolve(run.workflow)
         if w.is_async:
+            import asyncio
+
             return asyncio.run(self._drive_async(w, run))
         return self._drive_sync(w, run)
 

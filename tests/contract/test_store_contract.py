@@ -49,8 +49,11 @@ def test_claim_raises_token_and_fences_appends(store: Store) -> None:
     first = store.claim("r1", ME, 30, 10, alive)
     assert first.fencing_token == 1 and first.status == "running" and first.starts == 1
     store.append("r1", 1, [rec("0")])
-    # Same owner re-claims (a restart in the same process): a new token.
-    second = store.claim("r1", ME, 30, 10, alive)
+    # Even the same owner may not claim while its lease is live (another thread of the
+    # same process may be driving the run); a dead owner is taken over with a new token.
+    with pytest.raises(RunLeased):
+        store.claim("r1", ME, 30, 10, alive)
+    second = store.claim("r1", ME, 30, 10, dead)
     assert second.fencing_token == 2
     with pytest.raises(LeaseLost):
         store.append("r1", 1, [rec("1")])
@@ -151,10 +154,10 @@ def test_renew_and_release(store: Store, clock: FakeClock) -> None:
 
 def test_quarantine_after_starts_without_progress(store: Store) -> None:
     store.create_run(new_run())
-    for _ in range(3):
-        store.claim("r1", ME, 30, 3, alive)
+    for _ in range(3):  # each start "crashes": the next claim finds its owner dead
+        store.claim("r1", ME, 30, 3, dead)
     with pytest.raises(RunQuarantined, match="quarantined"):
-        store.claim("r1", ME, 30, 3, alive)
+        store.claim("r1", ME, 30, 3, dead)
     run = store.get_run("r1")
     assert run is not None and run.status == "quarantined"
 
@@ -162,7 +165,7 @@ def test_quarantine_after_starts_without_progress(store: Store) -> None:
 def test_progress_resets_the_quarantine_count(store: Store) -> None:
     store.create_run(new_run())
     for i in range(6):
-        token = store.claim("r1", ME, 30, 3, alive).fencing_token
+        token = store.claim("r1", ME, 30, 3, dead).fencing_token
         store.append("r1", token, [rec(str(i))])
     run = store.get_run("r1")
     assert run is not None and run.starts == 6 and run.starts_without_progress == 1

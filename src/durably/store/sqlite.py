@@ -205,7 +205,7 @@ class SQLiteStore:
             if row is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.path}")
             run = _run(row)
-            _check_claimable(run, owner, now, owner_dead)
+            check_claimable(run, now, owner_dead)
             records = c.execute(_Q["count_records"], {"run_id": run_id,
                                                       "generation": run.generation}).fetchone()[0]
             # Progress = results recorded since the previous start; a run that keeps dying
@@ -328,9 +328,11 @@ def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
     return int(row.fetchone()[0])
 
 
-def _check_claimable(run: RunRecord, owner: Owner, now: float,
-                     owner_dead: Callable[[str], bool]) -> None:
-    if run.owner is None or run.owner == str(owner):
+def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
+    """Raise ``RunLeased`` unless the run's lease is free, expired, or its owner dead."""
+    # The same process does not get a pass: another thread of it may be driving the run.
+    # A driver that ends for any reason releases its lease, so this costs nothing normally.
+    if run.owner is None:
         return
     if run.lease_expires_at is not None and run.lease_expires_at <= now:
         return

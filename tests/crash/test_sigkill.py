@@ -1,0 +1,118 @@
+"""Real crash tests: a subprocess is SIGKILLed in each window of each step, then restarted.
+
+For every kill point the test asserts, from a separate "world" database: every effect
+happened exactly once (the world deduplicates on the idempotency key), no step recorded
+before the kill ran again (executions are counted outside the journal), the step killed
+after its effect re-ran with the same key, and the final result equals a clean run's.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AGENT = Path(__file__).with_name("agent.py")
+RUN_ID = "alert-42"
+# position -> the name of the step function's execution counter
+SYNC_STEPS = {"0": "model:disk full on db-3", "1": "open_ticket", "3": "page_oncall",
+              "4": "read:logs", "5": "post_status", "6": None}
+ASYNC_STEPS = {"0": "model:disk full on db-3", "1.0.0": "open_ticket",
+               "1.1.0": "page_oncall", "1.2.0": "read:logs", "2": None}
+EFFECTS = {"open_ticket": "ticket", "page_oncall": "page", "post_status": "status"}
+WINDOWS = ("before", "effect", "recorded")
+
+
+def run_agent(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(AGENT), f"sqlite:///{tmp / 'journal.db'}", str(tmp / "world.db"),
+         RUN_ID, *extra],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def world_counts(tmp: Path) -> tuple[Counter[str], dict[str, int], int]:
+    """Executions per step, requests per effect kind, and effect rows."""
+    with sqlite3.connect(tmp / "world.db") as w:
+        execs = Counter(r[0] for r in w.execute("SELECT step FROM executions"))
+        requests = dict(w.execute("SELECT kind, requests FROM effects").fetchall())
+        rows = w.execute("SELECT count(*) FROM effects").fetchone()[0]
+    return execs, requests, rows
+
+
+@pytest.fixture(scope="module")
+def clean_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = {}
+    for mode, extra in (("sync", ()), ("async", ("--async",))):
+        tmp = tmp_path_factory.mktemp(f"clean-{mode}")
+        done = run_agent(tmp, *extra)
+        assert done.returncode == 0, done.stderr
+        out[mode] = json.loads(done.stdout)
+    return out
+
+
+def summarize_name(execs: Counter[str]) -> str:
+    return next(k for k in execs if k.startswith("model:ticket#"))
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("position", list(SYNC_STEPS))
+def test_sigkill_in_every_window_of_every_step(
+        tmp_path: Path, clean_results: dict[str, Any], position: str, window: str) -> None:
+    killed = run_agent(tmp_path, "--kill", f"{position}:{window}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_agent(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == clean_results["sync"]
+    _assert_exactly_once(tmp_path, SYNC_STEPS, position, window, effects=3)
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("position", list(ASYNC_STEPS))
+def test_sigkill_inside_a_gather(
+        tmp_path: Path, clean_results: dict[str, Any], position: str, window: str) -> None:
+    killed = run_agent(tmp_path, "--async", "--kill", f"{position}:{window}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_agent(tmp_path, "--async")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == clean_results["async"]
+    _assert_exactly_once(tmp_path, ASYNC_STEPS, position, window, effects=2)
+
+
+def _assert_exactly_once(tmp: Path, steps: dict[str, str | None], position: str,
+                         window: str, effects: int) -> None:
+    execs, requests, rows = world_counts(tmp)
+    assert rows == effects  # every effect landed exactly once
+    names = {pos: (name or summarize_name(execs)) for pos, name in steps.items()}
+    for pos, name in names.items():
+        # Only the step killed between its effect and its record may run again.
+        expected = 2 if (pos == position and window == "effect") else 1
+        assert execs[name] == expected, (pos, name, execs)
+        if name in EFFECTS:
+            assert requests[EFFECTS[name]] == expected  # the re-run carried the same key
+    with sqlite3.connect(tmp / "world.db") as w:
+        keys = [r[0] for r in w.execute("SELECT key FROM executions WHERE step=?",
+                                        (names[position],))]
+    assert len(set(keys)) == 1 and keys[0] == f"{RUN_ID}:{position}"
+
+
+def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> None:
+    killed = run_agent(tmp_path, "--unkeyed", "--kill", "5:effect")
+    assert killed.returncode == -signal.SIGKILL
+    resumed = run_agent(tmp_path, "--unkeyed")
+    assert resumed.returncode == 3, resumed.stderr
+    assert "post_status" in json.loads(resumed.stdout)["in_doubt"]
+    execs, _, _ = world_counts(tmp_path)
+    assert execs["post_status"] == 1  # not retried blindly
+    listed = subprocess.run(
+        [sys.executable, "-m", "durably.cli", "runs", "list", "--status", "in_doubt",
+         "--json", "--db", f"sqlite:///{tmp_path / 'journal.db'}"],
+        capture_output=True, text=True, check=True)
+    assert json.loads(listed.stdout)["run_id"] == RUN_ID
