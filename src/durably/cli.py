@@ -47,7 +47,11 @@ class _LazyGroup(click.Group):
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The ``--db URL`` option shared by every command."""
     return click.option(
-        "--db", "db", envvar="DURABLY_URL", default=DEFAULT_URL, show_default=True,
+        "--db",
+        "db",
+        envvar="DURABLY_URL",
+        default=DEFAULT_URL,
+        show_default=True,
         help="Journal database URL (sqlite:///path or postgresql://...); env DURABLY_URL.",
     )(fn)
 
@@ -59,7 +63,7 @@ def open_engine(db: str) -> Any:
     if db.startswith("sqlite:///") and db != "sqlite:///:memory:":
         from pathlib import Path
 
-        path = Path(db[len("sqlite:///"):])
+        path = Path(db[len("sqlite:///") :])
         if not path.exists():
             raise click.ClickException(
                 f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL"
@@ -87,8 +91,7 @@ def runs() -> None:
 @click.option("--workflow", help="Only runs of this workflow.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
-def runs_list(db: str, status: str | None, workflow: str | None, limit: int,
-              as_json: bool) -> None:
+def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first."""
     engine = open_engine(db)
     try:
@@ -108,8 +111,15 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int,
     for col in ("run_id", "workflow", "version", "status", "starts", "created", "updated"):
         table.add_column(col)
     for run in rows:
-        table.add_row(run.run_id, run.workflow, run.version or "", _status(run),
-                      str(run.starts), _ts(run.created_at), _ts(run.updated_at))
+        table.add_row(
+            run.run_id,
+            run.workflow,
+            run.version or "",
+            _status(run),
+            str(run.starts),
+            _ts(run.created_at),
+            _ts(run.updated_at),
+        )
     Console().print(table)
 
 
@@ -128,15 +138,20 @@ def runs_show(run_id: str, db: str, as_json: bool) -> None:
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps({"run": run_json(run),
-                               "steps": [step_json(run, s) for s in steps]}, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {"run": run_json(run), "steps": [step_json(run, s) for s in steps]}, sort_keys=True
+            )
+        )
         return
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    console.print(f"[bold]{run.run_id}[/]  workflow={run.workflow} version={run.version or '-'}"
-                  f"  status={_status(run)}  starts={run.starts} token={run.fencing_token}")
+    console.print(
+        f"[bold]{run.run_id}[/]  workflow={run.workflow} version={run.version or '-'}"
+        f"  status={_status(run)}  starts={run.starts} token={run.fencing_token}"
+    )
     if run.error_type:
         console.print(f"error: {run.error_type}: {run.error_message}")
     if run.park_reason:
@@ -145,44 +160,121 @@ def runs_show(run_id: str, db: str, as_json: bool) -> None:
     for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens"):
         table.add_column(col)
     for s in steps:
-        table.add_row(s.position, s.name, s.status, _duration(s),
-                      idempotency_key(run.run_id, s.position) if s.kind == "step" else "",
-                      str(s.attempts), "" if s.usage_tokens is None else f"{s.usage_tokens:,}")
+        table.add_row(
+            s.position,
+            s.name,
+            s.status,
+            _duration(s),
+            idempotency_key(run.run_id, s.position) if s.kind == "step" else "",
+            str(s.attempts),
+            "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
+        )
     console.print(table)
     if run.outcome is not None:
         console.print(f"outcome: {run.outcome[:500]}")
 
 
+@main.command("retry")
+@click.argument("run_id")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
+    """Try a stuck run again (in_doubt, quarantined or blocked).
+
+    Steps in doubt run again with the same idempotency keys, so check the receiving system
+    first. The run continues the next time it is driven (engine.run with the same run_id,
+    engine.resume, or a worker).
+    """
+    _requeue(db, as_json, lambda engine: engine.retry(run_id))
+
+
+@main.command("skip")
+@click.argument("run_id")
+@click.option(
+    "--output",
+    "output",
+    required=True,
+    help='The step\'s result as JSON, e.g. \'{"ticket": "T-7"}\'.',
+)
+@click.option("--position", help="Which step, when several are in doubt.")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
+def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: bool) -> None:
+    """Record what an in-doubt step returned, without running it again."""
+    try:
+        value = json.loads(output)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"not JSON ({exc}); quote it, e.g. --output '\"T-7\"'", param_hint="--output"
+        ) from exc
+    _requeue(db, as_json, lambda engine: engine.skip(run_id, value, position))
+
+
+def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None:
+    engine = open_engine(db)
+    try:
+        run = action(engine)
+    except DurablyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json.dumps(run_json(run), sort_keys=True))
+    else:
+        click.echo(
+            f"run {run.run_id} is queued again; it continues the next time it is"
+            " driven (engine.run with the same run_id, engine.resume, or a worker)"
+        )
+
+
 def run_json(run: RunRecord) -> dict[str, Any]:
     """A run as plain JSON data for ``--json``."""
     return {
-        "run_id": run.run_id, "workflow": run.workflow, "version": run.version,
-        "prompt_version": run.prompt_version, "queue": run.queue, "status": run.status,
-        "starts": run.starts, "fencing_token": run.fencing_token, "owner": run.owner,
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "version": run.version,
+        "prompt_version": run.prompt_version,
+        "queue": run.queue,
+        "status": run.status,
+        "starts": run.starts,
+        "fencing_token": run.fencing_token,
+        "owner": run.owner,
         "input": json.loads(run.input),
         "outcome": None if run.outcome is None else json.loads(run.outcome),
-        "error_type": run.error_type, "error_message": run.error_message,
-        "reason": run.park_reason, "created_at": run.created_at,
-        "updated_at": run.updated_at, "finished_at": run.finished_at,
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+        "reason": run.park_reason,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "finished_at": run.finished_at,
     }
 
 
 def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
     """A history record as plain JSON data for ``--json``."""
     return {
-        "seq": s.position, "kind": s.kind, "name": s.name, "status": s.status,
-        "digest": s.digest, "key": idempotency_key(run.run_id, s.position),
-        "attempts": s.attempts, "duration_s": None if s.finished_at is None
-        else round(s.finished_at - s.started_at, 6),
+        "seq": s.position,
+        "kind": s.kind,
+        "name": s.name,
+        "status": s.status,
+        "digest": s.digest,
+        "key": idempotency_key(run.run_id, s.position),
+        "attempts": s.attempts,
+        "duration_s": None if s.finished_at is None else round(s.finished_at - s.started_at, 6),
         "output": None if s.output is None else json.loads(s.output),
-        "error_type": s.error_type, "error_message": s.error_message,
-        "usage_tokens": s.usage_tokens, "usage_cost_usd": s.usage_cost_usd,
+        "error_type": s.error_type,
+        "error_message": s.error_message,
+        "usage_tokens": s.usage_tokens,
+        "usage_cost_usd": s.usage_cost_usd,
     }
 
 
 def _status(run: RunRecord) -> str:
-    return run.status if run.park_reason is None or run.status != "parked" else (
-        f"parked({run.park_reason})")
+    return (
+        run.status
+        if run.park_reason is None or run.status != "parked"
+        else (f"parked({run.park_reason})")
+    )
 
 
 def _ts(t: float | None) -> str:
@@ -196,7 +288,6 @@ def _duration(s: StepRecord) -> str:
         return "in flight"
     ms = (s.finished_at - s.started_at) * 1000
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
-
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -99,9 +99,7 @@ def to_json(value: Any, where: str = "value") -> Any:
     if isinstance(value, uuid.UUID):
         return {"$uuid": str(value)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)
-        }
+        return {f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(type(value), "model_validate"):  # a pydantic v2 model
         return dump(mode="json")
@@ -159,8 +157,11 @@ def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:
 
 def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
     """The input digest of a step: sha256 over the codec version and canonical JSON."""
-    data = [name, [to_json(a, f"step {name!r} argument {i}") for i, a in enumerate(args)],
-            {k: to_json(v, f"step {name!r} argument {k!r}") for k, v in kwargs.items()}]
+    data = [
+        name,
+        [to_json(a, f"step {name!r} argument {i}") for i, a in enumerate(args)],
+        {k: to_json(v, f"step {name!r} argument {k!r}") for k, v in kwargs.items()},
+    ]
     text = f"{CODEC_VERSION}:{canonical(data)}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -216,8 +216,9 @@ class AsyncContext:
         """This run's id."""
         return self._core.run_id
 
-    async def step(self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any,
-                   **kwargs: Any) -> T:
+    async def step(
+        self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any
+    ) -> T:
         """Run ``fn`` as a recorded step (see :meth:`Context.step`); ``fn`` may be async."""
         result: T = await drive_async(self._ex, self._core.step(name, fn, args, kwargs))
         return result
@@ -234,8 +235,9 @@ class AsyncContext:
         """A random UUID, recorded."""
         return self._core.uuid()
 
-    async def gather(self, *branches: Coroutine[Any, Any, Any],
-                     return_exceptions: bool = False) -> list[Any]:
+    async def gather(
+        self, *branches: Coroutine[Any, Any, Any], return_exceptions: bool = False
+    ) -> list[Any]:
         """Run coroutines concurrently with positions that do not depend on timing.
 
         The gather takes one position ``p``; branch ``i`` numbers its own steps
@@ -254,8 +256,9 @@ class AsyncContext:
                     f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {b!r}"
                 )
         pos = self._core.take()
-        tasks = [asyncio.ensure_future(self._branch(f"{pos}.{i}.", b))
-                 for i, b in enumerate(branches)]
+        tasks = [
+            asyncio.ensure_future(self._branch(f"{pos}.{i}.", b)) for i, b in enumerate(branches)
+        ]
         if return_exceptions:
             return list(await asyncio.gather(*tasks, return_exceptions=True))
         try:

@@ -93,8 +93,7 @@ class Scope:
         return pos
 
 
-SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope",
-                                                                      default=None)
+SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
 
 
 def type_name(exc: BaseException) -> str:
@@ -108,8 +107,13 @@ def type_name(exc: BaseException) -> str:
 class RunCore:
     """Replay state of one attempt at driving a run."""
 
-    def __init__(self, run_id: str, history: list[StepRecord], clock: Clock,
-                 fault_hook: FaultHook | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        history: list[StepRecord],
+        clock: Clock,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
         self.run_id = run_id
         self.clock = clock
         self.history = {rec.position: rec for rec in history}
@@ -153,12 +157,14 @@ class RunCore:
         self.consumed.add(pos)
         if rec.kind != kind or rec.name != name or rec.digest != digest:
             what = "inputs differ" if rec.name == name and rec.kind == kind else "steps differ"
-            raise self.poison(NonDeterminism(
-                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
-                " history: revert the change, branch with ctx.patched(), or let old runs"
-                " finish first. The run is blocked; nothing recorded was lost."
-            ))
+            raise self.poison(
+                NonDeterminism(
+                    f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
+                    f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
+                    " history: revert the change, branch with ctx.patched(), or let old runs"
+                    " finish first. The run is blocked; nothing recorded was lost."
+                )
+            )
         return rec
 
     def unconsumed_check(self) -> None:
@@ -166,12 +172,14 @@ class RunCore:
         left = sorted(set(self.history) - self.consumed, key=_pos_key)
         if left:
             rec = self.history[left[0]]
-            raise self.poison(NonDeterminism(
-                f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
-                f" asked for nothing (the workflow returned with {len(left)} recorded"
-                " position(s) unused). The code no longer matches this run's history; the"
-                " run is blocked and nothing recorded was lost."
-            ))
+            raise self.poison(
+                NonDeterminism(
+                    f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                    f" asked for nothing (the workflow returned with {len(left)} recorded"
+                    " position(s) unused). The code no longer matches this run's history; the"
+                    " run is blocked and nothing recorded was lost."
+                )
+            )
 
     def fault(self, pos: str, name: str, window: str) -> None:
         """Call the fault-injection hook, if one is set."""
@@ -196,14 +204,16 @@ class RunCore:
             return codec.loads(rec.output)
         text = codec.dumps(produce(), name)
         now = self.clock.time()
-        self.pending.append(StepRecord(pos, kind, name, digest, OK, text, started_at=now,
-                                       finished_at=now))
+        self.pending.append(
+            StepRecord(pos, kind, name, digest, OK, text, started_at=now, finished_at=now)
+        )
         return codec.loads(text)
 
     def now(self) -> dt.datetime:
         """The recorded current time, UTC."""
         value: dt.datetime = self.value(
-            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC))
+            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC)
+        )
         return value
 
     def random(self) -> float:
@@ -217,15 +227,18 @@ class RunCore:
 
     # -- steps ---------------------------------------------------------------------------
 
-    def step(self, name: Any, fn: Any, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> Generator[Op, Any, Any]:
+    def step(
+        self, name: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Generator[Op, Any, Any]:
         """Replay or execute one step (see ``Context.step``)."""
         self.guard()
         if not isinstance(name, str) or not name:
-            raise self.poison(ConfigError(
-                f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
-                " ctx.step('name', fn, *args)"
-            ))
+            raise self.poison(
+                ConfigError(
+                    f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                    " ctx.step('name', fn, *args)"
+                )
+            )
         if not callable(fn):
             raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
         sig = signature_of(fn)
@@ -256,22 +269,30 @@ class RunCore:
             pending.append(StepRecord(pos, STEP, name, digest, INTENT, started_at=started))
         if pending:
             yield Write(pending)
-        return (yield from self._attempts(pos, name, digest, key, fn, args, call_kwargs, sig,
-                                          started))
+        return (
+            yield from self._attempts(pos, name, digest, key, fn, args, call_kwargs, sig, started)
+        )
 
-    def _doubt(self, pos: str, name: str, digest: str, key: str, sig: StepSignature,
-               started: float) -> Generator[Op, Any, Any]:
+    def _doubt(
+        self, pos: str, name: str, digest: str, key: str, sig: StepSignature, started: float
+    ) -> Generator[Op, Any, Any]:
         opts = sig.options
         if opts.reconcile is not None:
-            out: Outcome = yield Call(opts.reconcile, (key,), {}, opts.timeout_s,
-                                      signature_of(opts.reconcile).is_async)
+            out: Outcome = yield Call(
+                opts.reconcile, (key,), {}, opts.timeout_s, signature_of(opts.reconcile).is_async
+            )
             if out.error is not None:
-                self.in_doubt = (f"step {pos} {name!r}: reconcile({key!r}) raised"
-                                 f" {type_name(out.error)}: {out.error}")
+                self.in_doubt = (
+                    f"step {pos} {name!r}: reconcile({key!r}) raised"
+                    f" {type_name(out.error)}: {out.error}"
+                )
                 raise Parked("in_doubt", None)
             if out.value is not NOT_DONE:
-                return (yield from self._record_ok(pos, name, digest, out.value, sig, 1,
-                                                   started, out.usage))
+                return (
+                    yield from self._record_ok(
+                        pos, name, digest, out.value, sig, 1, started, out.usage
+                    )
+                )
             return NOT_DONE
         if sig.takes_key or opts.on_doubt == "retry":
             return NOT_DONE
@@ -284,9 +305,18 @@ class RunCore:
         )
         raise Parked("in_doubt", None)
 
-    def _attempts(self, pos: str, name: str, digest: str, key: str, fn: Callable[..., Any],
-                  args: tuple[Any, ...], kwargs: dict[str, Any], sig: StepSignature,
-                  started: float) -> Generator[Op, Any, Any]:
+    def _attempts(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sig: StepSignature,
+        started: float,
+    ) -> Generator[Op, Any, Any]:
         opts = sig.options
         attempt = 0
         while True:
@@ -294,30 +324,65 @@ class RunCore:
             self.guard()
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             if out.error is None:
-                return (yield from self._record_ok(pos, name, digest, out.value, sig, attempt,
-                                                   started, out.usage))
+                return (
+                    yield from self._record_ok(
+                        pos, name, digest, out.value, sig, attempt, started, out.usage
+                    )
+                )
             exc = out.error
             if opts.retryable(exc, attempt):
                 yield Wait(opts.delay_s(key, attempt))
                 continue
             now = self.clock.time()
-            rec = StepRecord(pos, STEP, name, digest, FAILED, None, type_name(exc),
-                             str(exc)[:10_000], attempt, started, now,
-                             *_usage_cols(out.usage))
+            rec = StepRecord(
+                pos,
+                STEP,
+                name,
+                digest,
+                FAILED,
+                None,
+                type_name(exc),
+                str(exc)[:10_000],
+                attempt,
+                started,
+                now,
+                *_usage_cols(out.usage),
+            )
             self.fault(pos, name, "effect")
             yield Write([*self.take_pending(), rec])
             self.fault(pos, name, "recorded")
             raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
-    def _record_ok(self, pos: str, name: str, digest: str, value: Any, sig: StepSignature,
-                   attempts: int, started: float, usage: Usage) -> Generator[Op, Any, Any]:
+    def _record_ok(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        value: Any,
+        sig: StepSignature,
+        attempts: int,
+        started: float,
+        usage: Usage,
+    ) -> Generator[Op, Any, Any]:
         try:
             text = codec.dumps(value, f"step {pos} {name!r} output")
         except SerializationError as exc:
             raise self.poison(exc) from None
         self.fault(pos, name, "effect")
-        rec = StepRecord(pos, STEP, name, digest, OK, text, None, None, attempts, started,
-                         self.clock.time(), *_usage_cols(usage))
+        rec = StepRecord(
+            pos,
+            STEP,
+            name,
+            digest,
+            OK,
+            text,
+            None,
+            None,
+            attempts,
+            started,
+            self.clock.time(),
+            *_usage_cols(usage),
+        )
         yield Write([*self.take_pending(), rec])
         self.fault(pos, name, "recorded")
         return _decode(self, text, sig, pos, name)
@@ -333,11 +398,13 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
     try:
         return codec.loads(text or "null", sig.return_hint)
     except (TypeError, ValueError, KeyError) as exc:
-        raise core.poison(SerializationError(
-            f"step {pos} {name!r}: the recorded output does not fit the return annotation"
-            f" {sig.return_hint!r} ({exc}); the run is blocked until the annotation matches"
-            " what was recorded"
-        )) from exc
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: the recorded output does not fit the return annotation"
+                f" {sig.return_hint!r} ({exc}); the run is blocked until the annotation matches"
+                " what was recorded"
+            )
+        ) from exc
 
 
 def _pos_key(pos: str) -> tuple[int, ...]:

@@ -29,6 +29,7 @@ from .errors import (
     LeaseLost,
     Parked,
     RunConflict,
+    RunFinished,
     RunInDoubt,
     RunNotFound,
     RunQuarantined,
@@ -95,10 +96,17 @@ class Engine:
     Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
     """
 
-    def __init__(self, url: str | None = None, *, clock: Clock | None = None,
-                 lease_s: float = LEASE_S_DEFAULT, heartbeat_s: float | None = None,
-                 max_starts: int = MAX_STARTS_DEFAULT, fault_hook: FaultHook | None = None,
-                 **store_options: Any) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        clock: Clock | None = None,
+        lease_s: float = LEASE_S_DEFAULT,
+        heartbeat_s: float | None = None,
+        max_starts: int = MAX_STARTS_DEFAULT,
+        fault_hook: FaultHook | None = None,
+        **store_options: Any,
+    ) -> None:
         if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
             raise ConfigError("lease_s must be > 0 and 0 < heartbeat_s < lease_s")
         if max_starts < 1:
@@ -115,14 +123,16 @@ class Engine:
 
     # -- registry ------------------------------------------------------------------------
 
-    def workflow(self, name: str | None = None, version: str | None = None,
-                 prompt_version: str | None = None) -> Callable[[Callable[..., Any]], Workflow]:
+    def workflow(
+        self, name: str | None = None, version: str | None = None, prompt_version: str | None = None
+    ) -> Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow function; its first parameter receives the context.
 
         ``name`` defaults to the function's qualified name. ``version`` routes runs to
         workers that serve it (only when set); ``prompt_version`` is recorded for
         information.
         """
+
         def register(fn: Callable[..., Any]) -> Workflow:
             if not callable(fn):
                 raise ConfigError("@engine.workflow() decorates a function")
@@ -130,11 +140,18 @@ class Engine:
             existing = self._workflows.get(wf_name)
             if existing is not None and existing.fn is not fn:
                 raise ConfigError(f"a workflow named {wf_name!r} is already registered")
-            wf = Workflow(wf_name, version, prompt_version, fn,
-                          inspect.iscoroutinefunction(fn), codec.return_hint(fn),
-                          codec.param_hints(fn))
+            wf = Workflow(
+                wf_name,
+                version,
+                prompt_version,
+                fn,
+                inspect.iscoroutinefunction(fn),
+                codec.return_hint(fn),
+                codec.param_hints(fn),
+            )
             self._workflows[wf_name] = wf
             return wf
+
         return register
 
     def _resolve(self, wf: Workflow | str) -> Workflow:
@@ -150,8 +167,9 @@ class Engine:
 
     # -- public entry points -------------------------------------------------------------
 
-    def run(self, wf: Workflow | str, /, *args: Any, run_id: str | None = None,
-            **kwargs: Any) -> Any:
+    def run(
+        self, wf: Workflow | str, /, *args: Any, run_id: str | None = None, **kwargs: Any
+    ) -> Any:
         """Run a workflow to its end in this process and return its result.
 
         A new ``run_id`` (default: a fresh UUID) starts a run; an existing one resumes it
@@ -166,8 +184,9 @@ class Engine:
             return asyncio.run(self._drive_async(w, run))
         return self._drive_sync(w, run)
 
-    async def run_async(self, wf: Workflow | str, /, *args: Any, run_id: str | None = None,
-                        **kwargs: Any) -> Any:
+    async def run_async(
+        self, wf: Workflow | str, /, *args: Any, run_id: str | None = None, **kwargs: Any
+    ) -> Any:
         """:meth:`run` for use inside a running event loop (sync workflows run inline)."""
         w = self._resolve(wf)
         run = self._prepare(w, args, kwargs, run_id)
@@ -197,8 +216,40 @@ class Engine:
     def history(self, run_id: str) -> list[StepRecord]:
         """The run's current history in program order."""
         run = self.get_run(run_id)
-        return sorted(self.store.load_history(run_id, run.generation),
-                      key=lambda r: position_key(r.position))
+        return sorted(
+            self.store.load_history(run_id, run.generation), key=lambda r: position_key(r.position)
+        )
+
+    def retry(self, run_id: str) -> RunRecord:
+        """A person's decision to try a stuck run again; returns the queued run.
+
+        For an ``in_doubt`` run the steps in doubt run again when the run is next driven
+        (with the same idempotency keys: check the receiving system first). A
+        ``quarantined`` run gets a fresh count of starts; a ``blocked`` run is simply
+        queued (fix its code first). The run continues the next time it is driven:
+        ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a worker.
+        """
+        self.get_run(run_id)
+        return self.store.requeue(run_id, (IN_DOUBT, QUARANTINED, BLOCKED), drop_intents=True)
+
+    def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
+        """Record ``output`` as the result of the ``in_doubt`` step (at ``position``, needed
+        only when several are in doubt) without running it again; returns the queued run."""
+        run = self.get_run(run_id)
+        if run.status != IN_DOUBT:
+            raise RunFinished(
+                f"run {run_id!r} is {run.status}, not in_doubt: there is no step to skip"
+            )
+        doubts = [r.position for r in self.history(run_id) if r.status == "intent"]
+        if position is None:
+            if len(doubts) != 1:
+                raise ConfigError(
+                    f"run {run_id!r} has {len(doubts)} steps in doubt ({', '.join(doubts)});"
+                    " name one with position="
+                )
+            position = doubts[0]
+        text = codec.dumps(output, f"the output given for step {position}")
+        return self.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
 
     def close(self) -> None:
         """Close the store's connections."""
@@ -229,8 +280,7 @@ class Engine:
             return att.value
         try:
             if w.is_async:
-                result = await w.fn(AsyncContext(att.core, att.executor), *att.args,
-                                    **att.kwargs)
+                result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
             else:
                 result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
@@ -238,17 +288,29 @@ class Engine:
             raise
         return self._conclude(att, result)
 
-    def _prepare(self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 run_id: str | None) -> RunRecord:
+    def _prepare(
+        self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str | None
+    ) -> RunRecord:
         run_id = run_id if run_id is not None else uuid.uuid4().hex
         if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
-            raise ConfigError(f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"
-                              f" characters, got {run_id!r}")
+            raise ConfigError(
+                f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"
+                f" characters, got {run_id!r}"
+            )
         text = codec.dumps({"args": list(args), "kwargs": kwargs}, "workflow input")
         digest = hashlib.sha256(text.encode()).hexdigest()
-        run, created = self.store.create_run(NewRun(
-            run_id, w.name, w.version, w.prompt_version, "default", text, digest,
-            codec.CODEC_VERSION))
+        run, created = self.store.create_run(
+            NewRun(
+                run_id,
+                w.name,
+                w.version,
+                w.prompt_version,
+                "default",
+                text,
+                digest,
+                codec.CODEC_VERSION,
+            )
+        )
         if not created:
             if run.workflow != w.name:
                 raise RunConflict(
@@ -273,10 +335,15 @@ class Engine:
         final = _final_outcome(w, run)
         if final is not None:
             return final
-        run = self.store.claim(run.run_id, self._owner_now(), self.lease_s, self.max_starts,
-                               _owner_dead)
-        core = RunCore(run.run_id, self.store.load_history(run.run_id, run.generation),
-                       self.clock, self.fault_hook)
+        run = self.store.claim(
+            run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
+        )
+        core = RunCore(
+            run.run_id,
+            self.store.load_history(run.run_id, run.generation),
+            self.clock,
+            self.fault_hook,
+        )
         core.token = run.fencing_token
         hb = _Heartbeat(self.store, core, self.lease_s, self.heartbeat_s)
         att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
@@ -285,8 +352,9 @@ class Engine:
             att.args, att.kwargs = _typed_input(w, data["args"], data["kwargs"])
         except (KeyError, TypeError, ValueError) as exc:
             self.store.release(run.run_id, core.token)
-            raise ConfigError(f"run {run.run_id!r}: its recorded input does not fit"
-                              f" {w.name!r}: {exc}") from exc
+            raise ConfigError(
+                f"run {run.run_id!r}: its recorded input does not fit {w.name!r}: {exc}"
+            ) from exc
         hb.start()
         return att
 
@@ -319,9 +387,14 @@ class Engine:
                 self.store.release(run_id, token, IN_DOUBT, park_reason=core.in_doubt)
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
             if isinstance(exc, Exception):
-                self.store.finish(run_id, token, FAILED_RUN, core.take_pending(),
-                                  error_type=_failure_type(exc),
-                                  error_message=_failure_message(exc))
+                self.store.finish(
+                    run_id,
+                    token,
+                    FAILED_RUN,
+                    core.take_pending(),
+                    error_type=_failure_type(exc),
+                    error_message=_failure_message(exc),
+                )
                 raise WorkflowFailed(run_id, _failure_type(exc), _failure_message(exc)) from exc
             # KeyboardInterrupt, SystemExit, an injected crash: give the run back untouched
             # so a restart (or another worker) resumes at once.
@@ -365,15 +438,18 @@ def _failure_message(exc: BaseException) -> str:
     return (exc.message if isinstance(exc, StepFailed) else str(exc))[:10_000]
 
 
-def _typed_input(w: Workflow, args: list[Any], kwargs: dict[str, Any]
-                 ) -> tuple[list[Any], dict[str, Any]]:
+def _typed_input(
+    w: Workflow, args: list[Any], kwargs: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
     """Rebuild the workflow's arguments from their annotations, so the first run and a
     resume see identical values."""
     if not w.param_hints:
         return args, kwargs
     names = list(inspect.signature(w.fn).parameters)[1:]
-    typed = [codec.coerce(a, w.param_hints.get(names[i]) if i < len(names) else None)
-             for i, a in enumerate(args)]
+    typed = [
+        codec.coerce(a, w.param_hints.get(names[i]) if i < len(names) else None)
+        for i, a in enumerate(args)
+    ]
     return typed, {k: codec.coerce(v, w.param_hints.get(k)) for k, v in kwargs.items()}
 
 
@@ -418,4 +494,3 @@ class _Heartbeat:
         if t is not None and t is not threading.current_thread():
             t.join(timeout=5)
         self._thread = None
-

@@ -57,9 +57,7 @@ class StepFailed(DurablyError):
         self.position = position
         self.type_name = type_name
         self.message = message
-        super().__init__(
-            f"step {position} {step!r} failed: {type_name}: {message}"
-        )
+        super().__init__(f"step {position} {step!r} failed: {type_name}: {message}")
 
 
 class StepTimeout(DurablyError, TimeoutError):

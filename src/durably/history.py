@@ -39,8 +39,18 @@ IN_DOUBT: Final = "in_doubt"
 BLOCKED: Final = "blocked"
 QUARANTINED: Final = "quarantined"
 RUN_STATUSES: Final = frozenset(
-    {QUEUED, RUNNING, PARKED, COMPLETED, FAILED_RUN, CANCELLED, CONTINUED, IN_DOUBT, BLOCKED,
-     QUARANTINED}
+    {
+        QUEUED,
+        RUNNING,
+        PARKED,
+        COMPLETED,
+        FAILED_RUN,
+        CANCELLED,
+        CONTINUED,
+        IN_DOUBT,
+        BLOCKED,
+        QUARANTINED,
+    }
 )
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 

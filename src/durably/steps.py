@@ -91,9 +91,15 @@ def step(
     if reconcile is not None and not callable(reconcile):
         raise ConfigError("reconcile must be a callable taking the idempotency key")
     opts = StepOptions(
-        retries=retries, backoff_s=backoff, backoff_max_s=backoff_max_s, timeout_s=timeout_s,
-        retry_on=tuple(retry_on), no_retry=tuple(no_retry),
-        effect=effect or reconcile is not None, reconcile=reconcile, on_doubt=on_doubt,
+        retries=retries,
+        backoff_s=backoff,
+        backoff_max_s=backoff_max_s,
+        timeout_s=timeout_s,
+        retry_on=tuple(retry_on),
+        no_retry=tuple(no_retry),
+        effect=effect or reconcile is not None,
+        reconcile=reconcile,
+        on_doubt=on_doubt,
         dedupe_window_s=dedupe_window_s,
     )
 
@@ -161,8 +167,7 @@ class Usage:
     reported: bool = False
 
 
-USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage",
-                                                                      default=None)
+USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage", default=None)
 
 
 def usage(tokens: int = 0, cost_usd: float = 0.0) -> None:

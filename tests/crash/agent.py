@@ -51,7 +51,9 @@ def main() -> None:
         # The receiving side honours the key: a repeated key returns the first result.
         w.execute(
             "INSERT INTO effects (key, kind, requests) VALUES (?, ?, 1)"
-            " ON CONFLICT (key) DO UPDATE SET requests = requests + 1", (key, kind))
+            " ON CONFLICT (key) DO UPDATE SET requests = requests + 1",
+            (key, kind),
+        )
         (row_id,) = w.execute("SELECT id FROM effects WHERE key = ?", (key,)).fetchone()
         return f"{kind}#{row_id}"
 
@@ -81,7 +83,9 @@ def main() -> None:
     @durably.step(effect=True)
     def post_status_unkeyed(text: str) -> str:
         executed("post_status", None)
-        return effect("status", f"unkeyed-{w.execute('SELECT count(*) FROM effects').fetchone()[0]}")
+        return effect(
+            "status", f"unkeyed-{w.execute('SELECT count(*) FROM effects').fetchone()[0]}"
+        )
 
     kill = tuple(args.kill.split(":")) if args.kill else None
 
@@ -93,11 +97,13 @@ def main() -> None:
 
     @engine.workflow(name="incident")
     def incident(ctx: durably.Context, alert: str) -> dict[str, Any]:
-        plan = ctx.step("plan", model, alert)                       # 0
+        plan = ctx.step("plan", model, alert)  # 0
         ticket = ctx.step("open_ticket", open_ticket, plan["text"])  # 1 effect
-        night = ctx.now().hour < 6                                   # 2 recorded clock
-        page = ctx.step("page_oncall", page_oncall, "sre" if night else "sre")  # 3 effect
-        logs = ctx.step("query_logs", read, "logs")                  # 4
+        night = ctx.now().hour < 6  # 2 recorded clock
+        # The page's input depends on the recorded clock: replay must take the same branch.
+        who = "sre-night" if night else "sre-day"
+        page = ctx.step("page_oncall", page_oncall, who)  # 3 effect
+        logs = ctx.step("query_logs", read, "logs")  # 4
         poster = post_status_unkeyed if args.unkeyed else post_status
         status = ctx.step("post_status", poster, f"{ticket}: mitigating")  # 5 effect
         summary = ctx.step("summarize", model, f"{ticket} {page} {len(logs)}")  # 6
@@ -109,8 +115,8 @@ def main() -> None:
             await asyncio.sleep(0.001 * (len(prompt) % 5))
             return model(prompt, idempotency_key=idempotency_key)
 
-        plan = await ctx.step("plan", amodel, alert)                 # 0
-        ticket, page, logs = await ctx.gather(                       # 1: 1.0.0, 1.1.0, 1.2.0
+        plan = await ctx.step("plan", amodel, alert)  # 0
+        ticket, page, logs = await ctx.gather(  # 1: 1.0.0, 1.1.0, 1.2.0
             ctx.step("open_ticket", open_ticket, plan["text"]),
             ctx.step("page_oncall", page_oncall, "sre"),
             ctx.step("query_logs", read, "logs"),

@@ -22,19 +22,38 @@ import pytest
 AGENT = Path(__file__).with_name("agent.py")
 RUN_ID = "alert-42"
 # position -> the name of the step function's execution counter
-SYNC_STEPS = {"0": "model:disk full on db-3", "1": "open_ticket", "3": "page_oncall",
-              "4": "read:logs", "5": "post_status", "6": None}
-ASYNC_STEPS = {"0": "model:disk full on db-3", "1.0.0": "open_ticket",
-               "1.1.0": "page_oncall", "1.2.0": "read:logs", "2": None}
+SYNC_STEPS = {
+    "0": "model:disk full on db-3",
+    "1": "open_ticket",
+    "3": "page_oncall",
+    "4": "read:logs",
+    "5": "post_status",
+    "6": None,
+}
+ASYNC_STEPS = {
+    "0": "model:disk full on db-3",
+    "1.0.0": "open_ticket",
+    "1.1.0": "page_oncall",
+    "1.2.0": "read:logs",
+    "2": None,
+}
 EFFECTS = {"open_ticket": "ticket", "page_oncall": "page", "post_status": "status"}
 WINDOWS = ("before", "effect", "recorded")
 
 
 def run_agent(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(AGENT), f"sqlite:///{tmp / 'journal.db'}", str(tmp / "world.db"),
-         RUN_ID, *extra],
-        capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            str(AGENT),
+            f"sqlite:///{tmp / 'journal.db'}",
+            str(tmp / "world.db"),
+            RUN_ID,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -65,7 +84,8 @@ def summarize_name(execs: Counter[str]) -> str:
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("position", list(SYNC_STEPS))
 def test_sigkill_in_every_window_of_every_step(
-        tmp_path: Path, clean_results: dict[str, Any], position: str, window: str) -> None:
+    tmp_path: Path, clean_results: dict[str, Any], position: str, window: str
+) -> None:
     killed = run_agent(tmp_path, "--kill", f"{position}:{window}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     resumed = run_agent(tmp_path)
@@ -77,7 +97,8 @@ def test_sigkill_in_every_window_of_every_step(
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("position", list(ASYNC_STEPS))
 def test_sigkill_inside_a_gather(
-        tmp_path: Path, clean_results: dict[str, Any], position: str, window: str) -> None:
+    tmp_path: Path, clean_results: dict[str, Any], position: str, window: str
+) -> None:
     killed = run_agent(tmp_path, "--async", "--kill", f"{position}:{window}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     resumed = run_agent(tmp_path, "--async")
@@ -86,8 +107,9 @@ def test_sigkill_inside_a_gather(
     _assert_exactly_once(tmp_path, ASYNC_STEPS, position, window, effects=2)
 
 
-def _assert_exactly_once(tmp: Path, steps: dict[str, str | None], position: str,
-                         window: str, effects: int) -> None:
+def _assert_exactly_once(
+    tmp: Path, steps: dict[str, str | None], position: str, window: str, effects: int
+) -> None:
     execs, requests, rows = world_counts(tmp)
     assert rows == effects  # every effect landed exactly once
     names = {pos: (name or summarize_name(execs)) for pos, name in steps.items()}
@@ -98,8 +120,9 @@ def _assert_exactly_once(tmp: Path, steps: dict[str, str | None], position: str,
         if name in EFFECTS:
             assert requests[EFFECTS[name]] == expected  # the re-run carried the same key
     with sqlite3.connect(tmp / "world.db") as w:
-        keys = [r[0] for r in w.execute("SELECT key FROM executions WHERE step=?",
-                                        (names[position],))]
+        keys = [
+            r[0] for r in w.execute("SELECT key FROM executions WHERE step=?", (names[position],))
+        ]
     assert len(set(keys)) == 1 and keys[0] == f"{RUN_ID}:{position}"
 
 
@@ -112,7 +135,20 @@ def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> No
     execs, _, _ = world_counts(tmp_path)
     assert execs["post_status"] == 1  # not retried blindly
     listed = subprocess.run(
-        [sys.executable, "-m", "durably.cli", "runs", "list", "--status", "in_doubt",
-         "--json", "--db", f"sqlite:///{tmp_path / 'journal.db'}"],
-        capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "durably.cli",
+            "runs",
+            "list",
+            "--status",
+            "in_doubt",
+            "--json",
+            "--db",
+            f"sqlite:///{tmp_path / 'journal.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert json.loads(listed.stdout)["run_id"] == RUN_ID

@@ -8,11 +8,12 @@ has raised the token, so two processes can never both drive one run.
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..clock import Clock
 from ..errors import ConfigError
@@ -109,7 +110,11 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, run_id: str, owner: Owner, lease_s: float, max_starts: int,
+        self,
+        run_id: str,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
         owner_dead: Callable[[str], bool],
     ) -> RunRecord:
         """Take the run's lease with a new fencing token and mark it running.
@@ -124,8 +129,14 @@ class Store(Protocol):
         """Extend the lease; False when the token is stale."""
         ...
 
-    def release(self, run_id: str, token: int, status: str | None = None,
-                park_reason: str | None = None, wake_at: float | None = None) -> None:
+    def release(
+        self,
+        run_id: str,
+        token: int,
+        status: str | None = None,
+        park_reason: str | None = None,
+        wake_at: float | None = None,
+    ) -> None:
         """Give up the lease (fenced), optionally moving to a non-terminal status."""
         ...
 
@@ -137,10 +148,30 @@ class Store(Protocol):
         """Write records in one transaction, fenced; a result replaces an intent."""
         ...
 
-    def finish(self, run_id: str, token: int, status: str, records: Sequence[StepRecord],
-               outcome: str | None = None, error_type: str | None = None,
-               error_message: str | None = None) -> None:
+    def finish(
+        self,
+        run_id: str,
+        token: int,
+        status: str,
+        records: Sequence[StepRecord],
+        outcome: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+    ) -> None:
         """Write the last records and the run's outcome in one fenced transaction."""
+        ...
+
+    def requeue(
+        self,
+        run_id: str,
+        from_statuses: Sequence[str],
+        *,
+        drop_intents: bool = False,
+        resolve: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """An operator's retry/skip of a stuck run: optionally drop unresolved intents or
+        resolve one with an output, reset the no-progress count, raise the fencing token and
+        queue the run, all in one transaction."""
         ...
 
     def close(self) -> None:
@@ -151,12 +182,17 @@ class Store(Protocol):
 StoreFactory = Callable[[str, Clock, dict[str, object]], Store]
 
 
-def open_store(url: str, clock: Clock, **options: object) -> Store:
-    """Open the store a URL names: ``sqlite:///path`` or ``postgresql://...``."""
+def open_store(url: str, clock: Clock, **options: Any) -> Store:
+    """Open the store a URL names: ``sqlite:///path`` or ``postgresql://...``.
+
+    ``options`` go to the store's constructor; an option the store does not take is a
+    :class:`ConfigError` naming the ones it does.
+    """
     if url.startswith("sqlite:"):
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(url, clock, **options)  # type: ignore[arg-type]
+        _check_options(SQLiteStore, options)
+        return SQLiteStore(url, clock, **options)
     if url.startswith(("postgresql:", "postgres:")):
         try:
             from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
@@ -165,8 +201,20 @@ def open_store(url: str, clock: Clock, **options: object) -> Store:
                 f"cannot open {url!r}: the PostgreSQL store needs psycopg 3; install it"
                 " with pip install 'durably[postgres]'"
             ) from exc
-        return PostgresStore(url, clock, **options)  # type: ignore[no-any-return]
+        _check_options(PostgresStore, options)
+        store: Store = PostgresStore(url, clock, **options)
+        return store
     raise ConfigError(
         f"unknown database URL {url!r}: use sqlite:///path/to/file.db (a relative path)"
         " or sqlite:////absolute/path.db, or postgresql://user@host/db"
     )
+
+
+def _check_options(cls: type, options: dict[str, Any]) -> None:
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    allowed = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{cls.__name__} does not take option(s) {unknown}; it takes {allowed}")

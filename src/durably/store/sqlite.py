@@ -56,8 +56,15 @@ def sqlite_path(url: str) -> str:
 class SQLiteStore:
     """A :class:`~durably.store.base.Store` on one SQLite database file."""
 
-    def __init__(self, url: str, clock: Clock, *, synchronous: str = "FULL",
-                 busy_timeout_s: float = 5.0, create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_s: float = 5.0,
+        create: bool = True,
+    ) -> None:
         if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigError(
                 f"synchronous={synchronous!r}: choose FULL (default, survives power loss),"
@@ -72,7 +79,9 @@ class SQLiteStore:
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         try:
             self._conn = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None,
+                self.path,
+                timeout=busy_timeout_s,
+                isolation_level=None,
                 check_same_thread=False,
             )
         except sqlite3.OperationalError as exc:
@@ -189,15 +198,21 @@ class SQLiteStore:
         rows = self._read(_Q["get_run"], {"run_id": run_id})
         return _run(rows[0]) if rows else None
 
-    def list_runs(self, status: str | None = None, workflow: str | None = None,
-                  limit: int = 100) -> list[RunRecord]:
+    def list_runs(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
         """Runs, newest first."""
-        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow,
-                                            "limit": limit})
+        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow, "limit": limit})
         return [_run(r) for r in rows]
 
-    def claim(self, run_id: str, owner: Owner, lease_s: float, max_starts: int,
-              owner_dead: Callable[[str], bool]) -> RunRecord:
+    def claim(
+        self,
+        run_id: str,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        owner_dead: Callable[[str], bool],
+    ) -> RunRecord:
         """Take the lease with a new fencing token (see the Store protocol)."""
         now = self.clock.time()
         with self._tx() as c:
@@ -206,23 +221,33 @@ class SQLiteStore:
                 raise RunNotFound(f"no run {run_id!r} in {self.path}")
             run = _run(row)
             check_claimable(run, now, owner_dead)
-            records = c.execute(_Q["count_records"], {"run_id": run_id,
-                                                      "generation": run.generation}).fetchone()[0]
+            records = c.execute(
+                _Q["count_records"], {"run_id": run_id, "generation": run.generation}
+            ).fetchone()[0]
             # Progress = results recorded since the previous start; a run that keeps dying
             # at the same place stops being restarted after max_starts starts.
             last = _records_at_last_start(c, run_id)
             stalled = 1 if records > last else run.starts_without_progress + 1
             if stalled > max_starts:
-                c.execute(_Q["quarantine_run"], {"run_id": run_id, "now": now,
-                                                 "expected_token": run.fencing_token})
+                c.execute(
+                    _Q["quarantine_run"],
+                    {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
+                )
                 quarantined = run
             else:
                 quarantined = None
-                c.execute(_Q["claim_run"], {
-                    "run_id": run_id, "owner": str(owner), "lease_expires_at": now + lease_s,
-                    "starts_without_progress": stalled, "records": records, "now": now,
-                    "expected_token": run.fencing_token,
-                })
+                c.execute(
+                    _Q["claim_run"],
+                    {
+                        "run_id": run_id,
+                        "owner": str(owner),
+                        "lease_expires_at": now + lease_s,
+                        "starts_without_progress": stalled,
+                        "records": records,
+                        "now": now,
+                        "expected_token": run.fencing_token,
+                    },
+                )
                 row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         if quarantined is not None:
             raise RunQuarantined(
@@ -236,17 +261,33 @@ class SQLiteStore:
     def renew(self, run_id: str, token: int, lease_s: float) -> bool:
         """Extend the lease; False when the token is stale."""
         with self._tx() as c:
-            n = c.execute(_Q["renew_lease"], {"run_id": run_id, "token": token,
-                                              "lease_expires_at": self.clock.time() + lease_s})
+            n = c.execute(
+                _Q["renew_lease"],
+                {"run_id": run_id, "token": token, "lease_expires_at": self.clock.time() + lease_s},
+            )
             return n.rowcount == 1
 
-    def release(self, run_id: str, token: int, status: str | None = None,
-                park_reason: str | None = None, wake_at: float | None = None) -> None:
+    def release(
+        self,
+        run_id: str,
+        token: int,
+        status: str | None = None,
+        park_reason: str | None = None,
+        wake_at: float | None = None,
+    ) -> None:
         """Give up the lease, optionally parking the run; a stale token changes nothing."""
         with self._tx() as c:
-            c.execute(_Q["release_run"], {"run_id": run_id, "token": token, "status": status,
-                                          "park_reason": park_reason, "wake_at": wake_at,
-                                          "now": self.clock.time()})
+            c.execute(
+                _Q["release_run"],
+                {
+                    "run_id": run_id,
+                    "token": token,
+                    "status": status,
+                    "park_reason": park_reason,
+                    "wake_at": wake_at,
+                    "now": self.clock.time(),
+                },
+            )
 
     # -- history -------------------------------------------------------------------------
 
@@ -266,8 +307,9 @@ class SQLiteStore:
         with self._tx() as c:
             self._append(c, run_id, token, records)
 
-    def _append(self, c: sqlite3.Connection, run_id: str, token: int,
-                records: Sequence[StepRecord]) -> None:
+    def _append(
+        self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
+    ) -> None:
         for rec in records:
             params = {f: getattr(rec.check(), f) for f in _STEP_FIELDS}
             params["input_digest"] = params.pop("digest")
@@ -285,20 +327,83 @@ class SQLiteStore:
             " never overwritten (this is a bug in durably; please report it)"
         )
 
-    def finish(self, run_id: str, token: int, status: str, records: Sequence[StepRecord],
-               outcome: str | None = None, error_type: str | None = None,
-               error_message: str | None = None, park_reason: str | None = None) -> None:
+    def finish(
+        self,
+        run_id: str,
+        token: int,
+        status: str,
+        records: Sequence[StepRecord],
+        outcome: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        park_reason: str | None = None,
+    ) -> None:
         """Write the last records and the outcome in one fenced transaction."""
         now = self.clock.time()
         with self._tx() as c:
             self._append(c, run_id, token, records)
-            n = c.execute(_Q["finish_run"], {
-                "run_id": run_id, "token": token, "status": status, "outcome": outcome,
-                "error_type": error_type, "error_message": error_message,
-                "park_reason": park_reason, "finished_at": now, "now": now,
-            }).rowcount
+            n = c.execute(
+                _Q["finish_run"],
+                {
+                    "run_id": run_id,
+                    "token": token,
+                    "status": status,
+                    "outcome": outcome,
+                    "error_type": error_type,
+                    "error_message": error_message,
+                    "park_reason": park_reason,
+                    "finished_at": now,
+                    "now": now,
+                },
+            ).rowcount
             if n != 1:
                 raise LeaseLost(run_id, token)
+
+    def requeue(
+        self,
+        run_id: str,
+        from_statuses: Sequence[str],
+        *,
+        drop_intents: bool = False,
+        resolve: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+
+        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
+        the same keys); ``resolve=(position, output_json)`` records the intent at
+        ``position`` as done with that output instead. Raises ``RunNotFound``, or
+        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
+        position holds no intent.
+        """
+        now = self.clock.time()
+        with self._tx() as c:
+            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+            run = _run(row)
+            if run.status not in from_statuses:
+                raise StoreError(
+                    f"run {run_id!r} is {run.status}, not {' or '.join(from_statuses)};"
+                    " nothing was changed"
+                )
+            key = {"run_id": run_id, "generation": run.generation, "now": now}
+            if resolve is not None:
+                n = c.execute(
+                    _Q["resolve_intent"], {**key, "position": resolve[0], "output": resolve[1]}
+                ).rowcount
+                if n != 1:
+                    raise StoreError(
+                        f"run {run_id!r} has no effect in doubt at position {resolve[0]};"
+                        " nothing was changed"
+                    )
+            if drop_intents:
+                c.execute(_Q["drop_intents"], {**key, "position": None})
+            c.execute(
+                _Q["requeue_run"],
+                {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
+            )
+            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+        return _run(row)
 
     def close(self) -> None:
         """Close the connection."""
@@ -351,4 +456,3 @@ def _run(row: tuple[Any, ...]) -> RunRecord:
         return RunRecord(*row).check()
     except CorruptRecord as exc:
         raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
-

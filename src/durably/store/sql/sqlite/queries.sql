@@ -82,3 +82,22 @@ SET status = :status, outcome = :outcome, error_type = :error_type,
     error_message = :error_message, owner = NULL, lease_expires_at = NULL,
     park_reason = :park_reason, finished_at = :finished_at, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :token;
+
+-- name: drop_intents
+DELETE FROM steps
+WHERE run_id = :run_id AND generation = :generation AND status = 'intent'
+  AND (:position IS NULL OR position = :position);
+
+-- name: resolve_intent
+UPDATE steps SET status = 'ok', output = :output, finished_at = :now
+WHERE run_id = :run_id AND generation = :generation AND position = :position
+  AND status = 'intent';
+
+-- name: requeue_run
+-- An operator's decision on a stuck run: a new fencing token fences out any driver that
+-- still believes it owns the run.
+UPDATE runs
+SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :expected_token;

@@ -1,0 +1,42 @@
+# The two commands of the README. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint typecheck pytest bench clean
+
+$(BIN)/activate:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-demo: pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install --quiet -e '.[plot]'
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
+	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
+	touch $@ $(VENV)/.installed-demo
+
+## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its journal
+demo: $(VENV)/.installed-demo
+	$(BIN)/python examples/demo.py
+
+## test: install with dev extras, then ruff, mypy (strict) and pytest
+test: $(VENV)/.installed-dev lint typecheck pytest
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+pytest: $(VENV)/.installed-dev
+	$(BIN)/pytest
+
+## bench: the benchmarks of bench/ (not part of the test suite)
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/step_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

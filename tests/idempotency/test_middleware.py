@@ -1,0 +1,234 @@
+"""The ASGI middleware in process: status codes, replay, what is stored and what is not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from idem_helpers import FakeClock
+
+from durably.idempotency import Claim, IdempotencyMiddleware, IdempotencyStore
+
+Message = dict[str, Any]
+
+
+class App:
+    """A raw ASGI app: counts calls per path and answers according to the path."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        assert scope["type"] == "http"
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path = scope["path"]
+        self.calls[path] = self.calls.get(path, 0) + 1
+        n = self.calls[path]
+        if path == "/boom":
+            raise RuntimeError("handler crashed")
+        status = {"/fail": 503, "/missing": 404}.get(path, 201)
+        payload = json.dumps({"n": n, "echo": body.decode()}).encode()
+        headers = [(b"content-type", b"application/json"), (b"x-call", str(n).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        if path == "/stream":  # several chunks, to check that all of them are stored
+            for part in (payload[:5], payload[5:]):
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            await send({"type": "http.response.body", "body": payload})
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[IdempotencyStore]:
+    s = IdempotencyStore(f"sqlite:///{tmp_path / 'idem.db'}", clock=clock, ttl_s=100)
+    yield s
+    s.close()
+
+
+Requester = Callable[..., httpx.Response]
+
+
+def client_for(app: Any) -> Requester:
+    def request(method: str, path: str, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        headers = list(dict(kwargs.pop("headers", {})).items())
+        if isinstance(kwargs.get("extra_headers"), list):
+            headers += kwargs.pop("extra_headers")
+        if key is not None:
+            headers.append(("Idempotency-Key", key))
+
+        async def go() -> httpx.Response:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                return await client.request(method, path, headers=headers, **kwargs)
+
+        return asyncio.run(go())
+
+    return request
+
+
+def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status and body["code"] == code and body["detail"]
+    assert body["type"] == "about:blank" and body["title"]
+    return body
+
+
+def test_replay_returns_the_stored_response(store: IdempotencyStore):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    first = request("POST", "/tickets", "k1", content=b'{"t": 1}')
+    second = request("POST", "/tickets", "k1", content=b'{"t": 1}')
+    assert first.status_code == second.status_code == 201
+    assert "idempotent-replayed" not in first.headers
+    assert second.headers["idempotent-replayed"] == "true"
+    assert second.content == first.content and second.headers["x-call"] == "1"
+    assert app.calls == {"/tickets": 1}
+
+
+def test_streamed_response_is_stored_whole(store: IdempotencyStore):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    first = request("POST", "/stream", "k1", content=b"abc")
+    second = request("POST", "/stream", "k1", content=b"abc")
+    assert second.json() == first.json() == {"n": 1, "echo": "abc"}
+
+
+def test_reuse_with_another_payload_path_or_method_is_422(store: IdempotencyStore):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    request("POST", "/tickets", "k1", content=b"a")
+    problem(request("POST", "/tickets", "k1", content=b"b"), 422, "idempotency_key_reused")
+    problem(request("POST", "/other", "k1", content=b"a"), 422, "idempotency_key_reused")
+    problem(request("PATCH", "/tickets", "k1", content=b"a"), 422, "idempotency_key_reused")
+    problem(request("POST", "/tickets?x=1", "k1", content=b"a"), 422, "idempotency_key_reused")
+    assert app.calls == {"/tickets": 1}
+
+
+def test_in_flight_is_409_with_retry_after(store: IdempotencyStore):
+    from durably.idempotency import request_fingerprint
+
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    scope = {"method": "POST", "path": "/tickets", "query_string": b""}
+    claim = store.begin("k1", request_fingerprint(scope, b"x"))
+    assert isinstance(claim, Claim)
+    response = request("POST", "/tickets", "k1", content=b"x")
+    problem(response, 409, "idempotency_key_in_flight")
+    assert response.headers["retry-after"] == "1"
+    assert app.calls == {}
+
+
+def test_missing_key(store: IdempotencyStore):
+    app = App()
+    optional = client_for(IdempotencyMiddleware(app, store=store))
+    assert optional("POST", "/tickets").status_code == 201
+    assert optional("POST", "/tickets").status_code == 201  # unprotected: runs twice
+    required = client_for(IdempotencyMiddleware(app, store=store, require_key=True))
+    body = problem(required("POST", "/tickets"), 400, "idempotency_key_missing")
+    assert "Idempotency-Key" in body["detail"]
+    assert required("GET", "/tickets").status_code == 201  # GET is not covered
+    assert app.calls == {"/tickets": 3}
+
+
+def test_invalid_keys_are_400(store: IdempotencyStore):
+    request = client_for(IdempotencyMiddleware(App(), store=store))
+    problem(request("POST", "/t", "x" * 256), 400, "idempotency_key_invalid")
+    problem(request("POST", "/t", ""), 400, "idempotency_key_invalid")
+    problem(
+        request("POST", "/t", extra_headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")]),
+        400,
+        "idempotency_key_invalid",
+    )
+    # The draft's quoted form names the same key as the bare form.
+    assert request("POST", "/t", '"abc"').status_code == 201
+    assert request("POST", "/t", "abc").headers["idempotent-replayed"] == "true"
+
+
+def test_server_errors_are_not_stored_by_default(store: IdempotencyStore):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    assert request("POST", "/fail", "k1").status_code == 503
+    retry = request("POST", "/fail", "k1")
+    assert retry.status_code == 503 and "idempotent-replayed" not in retry.headers
+    with pytest.raises(RuntimeError, match="handler crashed"):
+        request("POST", "/boom", "k2")
+    with pytest.raises(RuntimeError, match="handler crashed"):
+        request("POST", "/boom", "k2")  # not 409: the crash released the key
+    assert app.calls == {"/fail": 2, "/boom": 2}
+    # Client errors are final outcomes and are stored.
+    assert request("POST", "/missing", "k3").status_code == 404
+    assert request("POST", "/missing", "k3").headers["idempotent-replayed"] == "true"
+
+
+def test_store_server_errors_option(store: IdempotencyStore):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store, store_server_errors=True))
+    request("POST", "/fail", "k1")
+    replay = request("POST", "/fail", "k1")
+    assert replay.status_code == 503 and replay.headers["idempotent-replayed"] == "true"
+
+
+def test_keys_expire(store: IdempotencyStore, clock: FakeClock):
+    app = App()
+    request = client_for(IdempotencyMiddleware(app, store=store))
+    request("POST", "/tickets", "k1", content=b"a")
+    clock.advance(101)
+    fresh = request("POST", "/tickets", "k1", content=b"b")
+    assert fresh.status_code == 201 and "idempotent-replayed" not in fresh.headers
+
+
+def test_limits_methods_scopes_and_problem_types(store: IdempotencyStore):
+    app = App()
+    request = client_for(
+        IdempotencyMiddleware(
+            app,
+            store=store,
+            methods=["PUT"],
+            request_bytes_max=10,
+            response_bytes_max=20,
+            scope_of=lambda scope: dict(scope["headers"]).get(b"x-client", b"").decode(),
+            problem_type_base="https://example.com/problems/",
+        )
+    )
+    too_big = request("PUT", "/t", "k1", content=b"x" * 11)
+    assert too_big.status_code == 413
+    assert too_big.json()["type"] == "https://example.com/problems/request_too_large"
+    assert request("POST", "/t", "k1").status_code == 201  # POST is not covered here
+    # A response over response_bytes_max is sent but not stored, so a retry runs again.
+    assert request("PUT", "/big", "k2", content=b"0123456789").status_code == 201
+    assert "idempotent-replayed" not in request("PUT", "/big", "k2", content=b"0123456789").headers
+    # Scopes: the same key from two clients names two requests.
+    a = request("PUT", "/t", "k3", headers={"x-client": "a"})
+    b = request("PUT", "/t", "k3", content=b"other", headers={"x-client": "b"})
+    assert a.status_code == b.status_code == 201
+    assert app.calls["/big"] == 2
+
+
+def test_non_http_scopes_pass_through(store: IdempotencyStore):
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    middleware = IdempotencyMiddleware(app, store=store)
+
+    async def receive() -> Message:
+        return {"type": "lifespan.startup"}
+
+    async def send(message: Message) -> None:
+        pass
+
+    asyncio.run(middleware({"type": "lifespan"}, receive, send))
+    assert seen == ["lifespan"]
