@@ -13,6 +13,7 @@ import hashlib
 import inspect
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from .errors import (
     DurablyError,
     LeaseLost,
     Parked,
+    RunBlocked,
     RunConflict,
     RunFinished,
     RunInDoubt,
@@ -120,6 +122,9 @@ class Engine:
         self.store: Store = open_store(self.url, self.clock, **store_options)
         self._workflows: dict[str, Workflow] = {}
         self._owner: tuple[int, Owner] | None = None
+        self._queue_limits: dict[str, QueueLimits] = {}
+        self._active: dict[str, _Attempt] = {}
+        self._active_lock = threading.Lock()
 
     # -- registry ------------------------------------------------------------------------
 
@@ -220,6 +225,85 @@ class Engine:
             self.store.load_history(run_id, run.generation), key=lambda r: position_key(r.position)
         )
 
+    def start(
+        self,
+        wf: Workflow | str,
+        /,
+        *args: Any,
+        run_id: str | None = None,
+        queue: str = "default",
+        **kwargs: Any,
+    ) -> Handle:
+        """Enqueue a run for workers (``durably worker module:engine``) and return its
+        :class:`Handle` at once.
+
+        Starting an existing ``run_id`` starts nothing and returns its handle; the same
+        ``run_id`` with another workflow or other input raises ``RunConflict``.
+        """
+        w = self._resolve(wf)
+        if not isinstance(queue, str) or not queue:
+            raise ConfigError(f"queue must be a non-empty str, got {queue!r}")
+        run = self._prepare(w, args, kwargs, run_id, queue)
+        return Handle(self, run.run_id, w)
+
+    def queue(
+        self, name: str, *, concurrency: int | None = None, worker_concurrency: int | None = None
+    ) -> None:
+        """Limit how many runs of queue ``name`` run at once: ``concurrency`` across the
+        whole fleet, ``worker_concurrency`` within one worker process."""
+        for v in (concurrency, worker_concurrency):
+            if v is not None and v < 1:
+                raise ConfigError(f"queue {name!r}: concurrency limits must be >= 1")
+        self._queue_limits[name] = QueueLimits(concurrency, worker_concurrency)
+
+    def claim_next(
+        self, queues: list[str], skip_queues: frozenset[str] = frozenset()
+    ) -> RunRecord | None:
+        """Claim the next runnable run of ``queues`` this engine can execute (for workers)."""
+        served = {name: w.version for name, w in self._workflows.items()}
+        limits = {
+            q: lim.concurrency
+            for q, lim in self._queue_limits.items()
+            if lim.concurrency is not None
+        }
+        open_queues = [q for q in queues if q not in skip_queues]
+        if not open_queues:
+            return None
+        return self.store.claim_next(
+            self._owner_now(),
+            self.lease_s,
+            self.max_starts,
+            _owner_dead,
+            served,
+            open_queues,
+            limits,
+        )
+
+    def execute_claimed(self, run: RunRecord) -> Any:
+        """Drive a run this process has just claimed (for workers); returns its result or
+        raises like :meth:`run`."""
+        w = self._resolve(run.workflow)
+        if w.is_async:
+            import asyncio
+
+            return asyncio.run(self._drive_async(w, run, claimed=True))
+        return self._drive_sync(w, run, claimed=True)
+
+    def abandon_active(self) -> list[str]:
+        """Give back every run this process is driving (for a worker past its drain
+        deadline): their cores stop at the next step and their leases are released so
+        another worker takes them at once. Returns the run ids."""
+        with self._active_lock:
+            active = list(self._active.values())
+        for att in active:
+            att.core.lease_lost = True
+            att.heartbeat.stop()
+            try:
+                self.store.release(att.run.run_id, att.core.token)
+            except DurablyError:
+                pass  # the lease will expire instead
+        return [att.run.run_id for att in active]
+
     def retry(self, run_id: str) -> RunRecord:
         """A person's decision to try a stuck run again; returns the queued run.
 
@@ -263,8 +347,8 @@ class Engine:
 
     # -- the drive loop ------------------------------------------------------------------
 
-    def _drive_sync(self, w: Workflow, run: RunRecord) -> Any:
-        att = self._begin(w, run)
+    def _drive_sync(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
+        att = self._begin(w, run, claimed)
         if not isinstance(att, _Attempt):
             return att.value
         try:
@@ -274,8 +358,8 @@ class Engine:
             raise
         return self._conclude(att, result)
 
-    async def _drive_async(self, w: Workflow, run: RunRecord) -> Any:
-        att = self._begin(w, run)
+    async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
+        att = self._begin(w, run, claimed)
         if not isinstance(att, _Attempt):
             return att.value
         try:
@@ -288,8 +372,19 @@ class Engine:
             raise
         return self._conclude(att, result)
 
+    def _forget(self, att: _Attempt) -> None:
+        att.heartbeat.stop()
+        with self._active_lock:
+            if self._active.get(att.run.run_id) is att:
+                del self._active[att.run.run_id]
+
     def _prepare(
-        self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str | None
+        self,
+        w: Workflow,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str | None,
+        queue: str = "default",
     ) -> RunRecord:
         run_id = run_id if run_id is not None else uuid.uuid4().hex
         if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
@@ -305,7 +400,7 @@ class Engine:
                 w.name,
                 w.version,
                 w.prompt_version,
-                "default",
+                queue,
                 text,
                 digest,
                 codec.CODEC_VERSION,
@@ -331,13 +426,14 @@ class Engine:
             self._owner = (pid, Owner.current())
         return self._owner[1]
 
-    def _begin(self, w: Workflow, run: RunRecord) -> _Attempt | _Final:
-        final = _final_outcome(w, run)
-        if final is not None:
-            return final
-        run = self.store.claim(
-            run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
-        )
+    def _begin(self, w: Workflow, run: RunRecord, claimed: bool = False) -> _Attempt | _Final:
+        if not claimed:
+            final = _final_outcome(w, run)
+            if final is not None:
+                return final
+            run = self.store.claim(
+                run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
+            )
         core = RunCore(
             run.run_id,
             self.store.load_history(run.run_id, run.generation),
@@ -356,6 +452,8 @@ class Engine:
                 f"run {run.run_id!r}: its recorded input does not fit {w.name!r}: {exc}"
             ) from exc
         hb.start()
+        with self._active_lock:
+            self._active[run.run_id] = att
         return att
 
     def _conclude(self, att: _Attempt, result: Any) -> Any:
@@ -368,13 +466,13 @@ class Engine:
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
-        att.heartbeat.stop()
+        self._forget(att)
         return codec.loads(out, att.workflow.return_hint)
 
     def _conclude_error(self, att: _Attempt, exc: BaseException) -> None:
         """Record why the attempt ended, then let the caller re-raise (or translate)."""
         core, run_id, token = att.core, att.run.run_id, att.core.token
-        att.heartbeat.stop()
+        self._forget(att)
         try:
             if isinstance(exc, LeaseLost):
                 raise StaleLease(run_id, token) from None
@@ -401,6 +499,51 @@ class Engine:
             self.store.release(run_id, token)
         except LeaseLost:
             raise StaleLease(run_id, token) from None
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """Concurrency limits of one queue."""
+
+    concurrency: int | None = None
+    worker_concurrency: int | None = None
+
+
+class Handle:
+    """A started run: its id, its status, and a way to wait for its result."""
+
+    def __init__(self, engine: Engine, run_id: str, workflow: Workflow) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.workflow = workflow
+
+    def __repr__(self) -> str:
+        return f"<durably.Handle {self.run_id!r} of {self.workflow.name!r}>"
+
+    def status(self) -> str:
+        """The run's current status."""
+        return self.engine.get_run(self.run_id).status
+
+    def result(self, timeout_s: float | None = None, poll_s: float = 0.05) -> Any:
+        """Wait for the run to finish and return its result (or raise its failure).
+
+        Raises ``TimeoutError`` after ``timeout_s``, and at once for a run that needs a
+        person (``RunInDoubt``, ``RunQuarantined``, ``RunBlocked``).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            run = self.engine.get_run(self.run_id)
+            final = _final_outcome(self.workflow, run)
+            if final is not None:
+                return final.value
+            if run.status == BLOCKED:
+                raise RunBlocked(f"run {self.run_id!r} is blocked: {run.park_reason}")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"run {self.run_id!r} did not finish within {timeout_s} s (status"
+                    f" {run.status}); is a worker running (durably worker module:engine)?"
+                )
+            time.sleep(poll_s)
 
 
 @dataclass

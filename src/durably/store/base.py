@@ -125,6 +125,26 @@ class Store(Protocol):
         """
         ...
 
+    def claim_next(
+        self,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        owner_dead: Callable[[str], bool],
+        served: dict[str, str | None],
+        queues: Sequence[str],
+        queue_limits: dict[str, int] | None = None,
+    ) -> RunRecord | None:
+        """Claim the oldest runnable run of ``queues`` whose workflow is in ``served``
+        (workflow name -> version served, None for any), or return None. Runnable: queued;
+        running with an expired lease, no owner or a dead owner; parked and due. A queue
+        with ``queue_limits[q]`` runs already running across the fleet is skipped."""
+        ...
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Block until new work may be runnable (a notification) or ``timeout_s`` passed."""
+        ...
+
     def renew(self, run_id: str, token: int, lease_s: float) -> bool:
         """Extend the lease; False when the token is stale."""
         ...

@@ -12,9 +12,11 @@ cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ from .base import NewRun, Owner
 from .sqlfiles import load_queries, migrations
 
 APP_NAME = "durably"
+CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
 _Q = load_queries("sqlite")
 _STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 
@@ -221,42 +224,100 @@ class SQLiteStore:
                 raise RunNotFound(f"no run {run_id!r} in {self.path}")
             run = _run(row)
             check_claimable(run, now, owner_dead)
-            records = c.execute(
-                _Q["count_records"], {"run_id": run_id, "generation": run.generation}
-            ).fetchone()[0]
-            # Progress = results recorded since the previous start; a run that keeps dying
-            # at the same place stops being restarted after max_starts starts.
-            last = _records_at_last_start(c, run_id)
-            stalled = 1 if records > last else run.starts_without_progress + 1
-            if stalled > max_starts:
-                c.execute(
-                    _Q["quarantine_run"],
-                    {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
-                )
-                quarantined = run
-            else:
-                quarantined = None
-                c.execute(
-                    _Q["claim_run"],
-                    {
-                        "run_id": run_id,
-                        "owner": str(owner),
-                        "lease_expires_at": now + lease_s,
-                        "starts_without_progress": stalled,
-                        "records": records,
-                        "now": now,
-                        "expected_token": run.fencing_token,
-                    },
-                )
-                row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-        if quarantined is not None:
-            raise RunQuarantined(
-                f"run {run_id!r} was started {max_starts} times without recording progress"
-                " (each start crashed or was killed at the same place), so it is quarantined"
-                " instead of looping. Look at `durably runs show` for the step it dies in,"
-                " fix the cause, then resume it with `durably retry`."
+            taken = self._take(c, run, owner, lease_s, max_starts, now)
+        if taken is None:
+            raise quarantined_error(run_id, max_starts)
+        return taken
+
+    def claim_next(
+        self,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        owner_dead: Callable[[str], bool],
+        served: dict[str, str | None],
+        queues: Sequence[str],
+        queue_limits: dict[str, int] | None = None,
+    ) -> RunRecord | None:
+        """Claim the oldest runnable run a worker may take, or return None.
+
+        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
+        parked with a due wake-up. ``served`` maps workflow names to the version this
+        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        workers.
+        """
+        now = self.clock.time()
+        with self._tx() as c:
+            busy = dict(c.execute(_Q["running_per_queue"], {"now": now}).fetchall())
+            open_queues = [
+                q for q in queues if (queue_limits or {}).get(q, 1 << 30) > busy.get(q, 0)
+            ]
+            if not open_queues or not served:
+                return None
+            rows = c.execute(
+                _Q["runnable_runs"],
+                {
+                    "queues": json.dumps(open_queues),
+                    "workflows": json.dumps(sorted(served)),
+                    "now": now,
+                    "host": owner.host + "|%",
+                    "limit": CLAIM_SCAN_MAX,
+                },
+            ).fetchall()
+            for row in rows:
+                run = _run(row)
+                want = served.get(run.workflow)
+                if want is not None and run.version != want:
+                    continue  # versions route only when set
+                if run.status == "running" and run.owner is not None:
+                    expired = run.lease_expires_at is not None and run.lease_expires_at <= now
+                    if not expired and not owner_dead(run.owner):
+                        continue
+                taken = self._take(c, run, owner, lease_s, max_starts, now)
+                if taken is not None:
+                    return taken
+        return None
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """SQLite has no notifications: workers poll, so this just waits."""
+        time.sleep(timeout_s)
+
+    def _take(
+        self,
+        c: sqlite3.Connection,
+        run: RunRecord,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        now: float,
+    ) -> RunRecord | None:
+        """Claim ``run`` inside the open transaction; None when it gets quarantined."""
+        records = c.execute(
+            _Q["count_records"], {"run_id": run.run_id, "generation": run.generation}
+        ).fetchone()[0]
+        # Progress = results recorded since the previous start; a run that keeps dying at
+        # the same place stops being restarted after max_starts starts.
+        last = _records_at_last_start(c, run.run_id)
+        stalled = 1 if records > last else run.starts_without_progress + 1
+        if stalled > max_starts:
+            c.execute(
+                _Q["quarantine_run"],
+                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
             )
-        return _run(row)
+            return None
+        c.execute(
+            _Q["claim_run"],
+            {
+                "run_id": run.run_id,
+                "owner": str(owner),
+                "lease_expires_at": now + lease_s,
+                "starts_without_progress": stalled,
+                "records": records,
+                "now": now,
+                "expected_token": run.fencing_token,
+            },
+        )
+        return _run(c.execute(_Q["get_run"], {"run_id": run.run_id}).fetchone())
 
     def renew(self, run_id: str, token: int, lease_s: float) -> bool:
         """Extend the lease; False when the token is stale."""
@@ -448,6 +509,16 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
         f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
         " two processes may never drive one run. Wait for it to finish or for the lease to"
         " expire, or stop that process."
+    )
+
+
+def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
+    """The error of a run that was just quarantined."""
+    return RunQuarantined(
+        f"run {run_id!r} was started {max_starts} times without recording progress (each"
+        " start crashed or was killed at the same place), so it is quarantined instead of"
+        " looping. Look at `durably runs show` for the step it dies in, fix the cause, then"
+        " `durably retry` it."
     )
 
 

@@ -101,3 +101,23 @@ SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
     updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
+
+-- name: running_per_queue
+SELECT queue, count(*) FROM runs
+WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > :now
+GROUP BY queue;
+
+-- name: runnable_runs
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at
+FROM runs
+WHERE queue IN (SELECT value FROM json_each(:queues))
+  AND workflow IN (SELECT value FROM json_each(:workflows))
+  AND (status = 'queued'
+       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= :now
+                                   OR owner LIKE :host))
+       OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= :now))
+ORDER BY created_at, run_id
+LIMIT :limit;

@@ -1,0 +1,189 @@
+"""Workers: processes that claim runnable runs from the journal and drive them.
+
+A worker claims a run under a lease with a new fencing token (``FOR UPDATE SKIP LOCKED``
+on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite, so several processes on one machine work
+too), renews the lease by heartbeat while it drives the run, and gives it back when done.
+A worker whose append is refused (its token went stale: it stalled past its lease and
+another worker took the run) gets ``StaleLease``, stops that run at once and runs no
+further effect for it. Expired leases are reclaimed by any worker.
+
+Stopping: on SIGTERM (or SIGINT) a worker stops claiming, lets its current runs finish
+for up to ``drain_s``, then gives back the rest (their leases are released, so another
+worker picks them up at once) and exits. After a SIGKILL, another worker resumes the run
+when its lease expires (``lease_s``, default 30 s), or at once on the same host.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from types import FrameType
+
+from .engine import Engine
+from .errors import ConfigError, DurablyError, StaleLease, WorkflowFailed
+from .history import RunRecord
+
+log = logging.getLogger("durably.worker")
+
+CONCURRENCY_MAX = 256
+POLL_INTERVAL_S_DEFAULT = 0.2
+DRAIN_S_DEFAULT = 30.0
+ERROR_BACKOFF_S = 1.0
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, for logs and tests."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    stale: int = 0
+    other: Counter[str] = field(default_factory=Counter)
+
+
+class Worker:
+    """Claims and drives runs of ``engine``'s registered workflows.
+
+    ``concurrency`` runs at once in this process (threads); ``queues`` to serve;
+    ``poll_interval_s`` is the longest wait between claim attempts when idle (PostgreSQL
+    wakes workers at once with LISTEN/NOTIFY; SQLite polls); ``drain_s`` bounds a graceful
+    stop.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        concurrency: int = 4,
+        queues: tuple[str, ...] = ("default",),
+        poll_interval_s: float = POLL_INTERVAL_S_DEFAULT,
+        drain_s: float = DRAIN_S_DEFAULT,
+    ) -> None:
+        if not 1 <= concurrency <= CONCURRENCY_MAX:
+            raise ConfigError(f"concurrency={concurrency}: choose 1..{CONCURRENCY_MAX}")
+        if not queues:
+            raise ConfigError("a worker serves at least one queue")
+        if poll_interval_s <= 0 or drain_s < 0:
+            raise ConfigError("poll_interval_s must be > 0 and drain_s >= 0")
+        self.engine = engine
+        self.concurrency = concurrency
+        self.queues = list(queues)
+        self.poll_interval_s = poll_interval_s
+        self.drain_s = drain_s
+        self.stats = WorkerStats()
+        self._stopping = threading.Event()
+        self._slots = threading.Semaphore(concurrency)
+        self._lock = threading.Lock()
+        self._per_queue: Counter[str] = Counter()
+        self._futures: set[Future[None]] = set()
+
+    def stop(self) -> None:
+        """Ask the worker to stop claiming and drain (safe from any thread or a signal)."""
+        self._stopping.set()
+
+    def install_signal_handlers(self) -> None:
+        """Stop gracefully on SIGTERM and SIGINT (call from the main thread)."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            log.info("durably worker: signal %s, draining", signum)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self, max_runs: int | None = None) -> WorkerStats:
+        """Claim and drive runs until stopped (or ``max_runs`` were claimed)."""
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-run")
+        try:
+            while not self._stopping.is_set():
+                if max_runs is not None and self.stats.claimed >= max_runs:
+                    break
+                if not self._slots.acquire(timeout=self.poll_interval_s):
+                    continue
+                run = self._claim()
+                if run is None:
+                    self._slots.release()
+                    if not self._stopping.is_set():
+                        self.engine.store.wait_for_work(self.poll_interval_s)
+                    continue
+                self._start(pool, run)
+        finally:
+            self._drain(pool)
+        return self.stats
+
+    def _claim(self) -> RunRecord | None:
+        full = frozenset(
+            q
+            for q, lim in self.engine._queue_limits.items()
+            if lim.worker_concurrency is not None and self._per_queue[q] >= lim.worker_concurrency
+        )
+        try:
+            return self.engine.claim_next(self.queues, full)
+        except DurablyError as exc:
+            # A database that is down or busy: wait and try again, never crash the worker.
+            log.warning("durably worker: cannot claim (%s); retrying", exc)
+            self._stopping.wait(ERROR_BACKOFF_S)
+            return None
+
+    def _start(self, pool: ThreadPoolExecutor, run: RunRecord) -> None:
+        with self._lock:
+            self.stats.claimed += 1
+            self._per_queue[run.queue] += 1
+        fut = pool.submit(self._drive, run)
+        with self._lock:
+            self._futures.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future[None]) -> None:
+        with self._lock:
+            self._futures.discard(fut)
+
+    def _drive(self, run: RunRecord) -> None:
+        try:
+            self.engine.execute_claimed(run)
+            self._count("completed")
+        except StaleLease:
+            log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+            self._count("stale")
+        except WorkflowFailed as exc:
+            log.info("durably worker: run %s failed: %s", run.run_id, exc)
+            self._count("failed")
+        except DurablyError as exc:  # blocked, in doubt, quarantined, store trouble
+            log.warning("durably worker: run %s stopped: %s", run.run_id, exc)
+            self._count(type(exc).__name__)
+        except Exception:
+            log.exception("durably worker: run %s raised unexpectedly", run.run_id)
+            self._count("error")
+        finally:
+            with self._lock:
+                self._per_queue[run.queue] -= 1
+            self._slots.release()
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            if what in ("completed", "failed", "stale"):
+                setattr(self.stats, what, getattr(self.stats, what) + 1)
+            else:
+                self.stats.other[what] += 1
+
+    def _drain(self, pool: ThreadPoolExecutor) -> None:
+        deadline = time.monotonic() + self.drain_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._futures:
+                    break
+            time.sleep(0.02)
+        given_back = self.engine.abandon_active()
+        if given_back:
+            log.warning(
+                "durably worker: released %d unfinished run(s): %s",
+                len(given_back),
+                ", ".join(given_back),
+            )
+        pool.shutdown(wait=False, cancel_futures=True)

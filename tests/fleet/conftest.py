@@ -1,0 +1,107 @@
+"""Fleet fixtures: a journal URL per store kind, a world file, and worker processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import fleet_app  # noqa: E402
+
+import durably  # noqa: E402
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'journal.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+@pytest.fixture
+def world_path(tmp_path: Path) -> str:
+    path = str(tmp_path / "world.db")
+    fleet_app.init_world(path)
+    return path
+
+
+Spawn = Callable[..., subprocess.Popen[str]]
+
+
+@pytest.fixture
+def spawn_worker(journal_url: str, world_path: str, tmp_path: Path) -> Iterator[Spawn]:
+    procs: list[subprocess.Popen[str]] = []
+    logs: list[IO[str]] = []
+
+    def spawn(
+        lease_s: float = 30, concurrency: int = 4, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "DURABLY_URL": journal_url,
+            "FLEET_WORLD": world_path,
+            "FLEET_LEASE_S": str(lease_s),
+            "PYTHONPATH": str(HERE),
+            **(extra_env or {}),
+        }
+        log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115
+        logs.append(log)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "durably.cli",
+                "worker",
+                "fleet_app:engine",
+                "--concurrency",
+                str(concurrency),
+                "--poll-interval-s",
+                "0.05",
+                "--drain-s",
+                "5",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=HERE,
+        )
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for p in procs:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+        p.wait(10)
+    for log in logs:
+        log.close()
+
+
+@pytest.fixture
+def engine(
+    journal_url: str, world_path: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[durably.Engine]:
+    monkeypatch.setenv("FLEET_WORLD", world_path)
+    e = fleet_app.make_engine(journal_url)
+    yield e
+    e.close()
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

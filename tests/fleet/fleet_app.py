@@ -1,0 +1,129 @@
+"""The workflows the fleet tests run on real worker processes.
+
+``durably worker fleet_app:engine`` builds the engine from the environment:
+``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file), ``FLEET_LEASE_S``.
+The world deduplicates effects on their idempotency key, counts every execution of every
+step (with the pid that ran it), and refuses a writer whose fencing token is older than
+one it has already seen for the run.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any
+
+import durably
+
+
+class StaleToken(Exception):
+    """The world refused a writer with an old fencing token."""
+
+
+def world() -> sqlite3.Connection:
+    conn = sqlite3.connect(os.environ["FLEET_WORLD"], isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def init_world(path: str) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(
+        """
+        CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, run_id TEXT, requests INT);
+        CREATE TABLE IF NOT EXISTS executions (step TEXT, key TEXT, pid INT, token INT);
+        CREATE TABLE IF NOT EXISTS fences (run_id TEXT PRIMARY KEY, token INT);
+        CREATE TABLE IF NOT EXISTS refusals (key TEXT, token INT, newest INT);
+        """
+    )
+    conn.close()
+
+
+def executed(step: str, key: str, token: int = 0) -> None:
+    with world() as w:
+        w.execute("INSERT INTO executions VALUES (?, ?, ?, ?)", (step, key, os.getpid(), token))
+
+
+def apply_effect(run_id: str, key: str, token: int) -> str:
+    """Apply an effect once per key, refusing a writer older than the newest seen."""
+    w = world()
+    try:
+        w.execute("BEGIN IMMEDIATE")
+        row = w.execute("SELECT token FROM fences WHERE run_id = ?", (run_id,)).fetchone()
+        if row is not None and token < row[0]:
+            w.execute("INSERT INTO refusals VALUES (?, ?, ?)", (key, token, row[0]))
+            w.execute("COMMIT")
+            raise StaleToken(f"{key}: token {token} < {row[0]}")
+        w.execute(
+            "INSERT INTO fences VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET token ="
+            " max(token, excluded.token)",
+            (run_id, token),
+        )
+        w.execute(
+            "INSERT INTO effects VALUES (?, ?, 1) ON CONFLICT (key) DO UPDATE SET"
+            " requests = requests + 1",
+            (key, run_id),
+        )
+        w.execute("COMMIT")
+    finally:
+        w.close()
+    return f"done:{key}"
+
+
+def price(n: int) -> int:
+    return n * 10
+
+
+@durably.step(effect=True, retries=3, backoff=0.05, no_retry=(StaleToken,))
+def charge(run_id: str, amount: int, *, idempotency_key: str, fencing_token: int) -> str:
+    executed("charge", idempotency_key, fencing_token)
+    return apply_effect(run_id, idempotency_key, fencing_token)
+
+
+@durably.step(effect=True, retries=3, backoff=0.05, no_retry=(StaleToken,))
+def slow_charge(run_id: str, sleep_s: float, *, idempotency_key: str, fencing_token: int) -> str:
+    executed("slow_charge", idempotency_key, fencing_token)
+    time.sleep(sleep_s)
+    return apply_effect(run_id, idempotency_key, fencing_token)
+
+
+def after(n: int, *, idempotency_key: str, fencing_token: int) -> int:
+    executed("after", idempotency_key, fencing_token)
+    return n + 1
+
+
+def make_engine(url: str | None = None) -> durably.Engine:
+    lease_s = float(os.environ.get("FLEET_LEASE_S", "30"))
+    engine = durably.Engine(url, lease_s=lease_s, heartbeat_s=lease_s / 4)
+
+    @engine.workflow(name="order")
+    def order(ctx: durably.Context, n: int) -> dict[str, Any]:
+        amount = ctx.step("price", price, n)
+        receipt = ctx.step("charge", charge, ctx.run_id, amount)
+        done = ctx.step("after", after, n)
+        return {"receipt": receipt, "after": done}
+
+    @engine.workflow(name="slow")
+    def slow(ctx: durably.Context, n: int, sleep_s: float) -> dict[str, Any]:
+        ctx.step("price", price, n)
+        receipt = ctx.step("slow_charge", slow_charge, ctx.run_id, sleep_s)
+        done = ctx.step("after", after, n)
+        return {"receipt": receipt, "after": done}
+
+    return engine
+
+
+_engine: durably.Engine | None = None
+
+
+def __getattr__(name: str) -> Any:
+    # Built on first access, so importing this module never opens a database.
+    global _engine
+    if name == "engine":
+        if _engine is None:
+            _engine = make_engine()
+        return _engine
+    raise AttributeError(name)

@@ -1,0 +1,161 @@
+"""Workers as real processes on SQLite and on the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import HERE, Spawn, wait_until
+
+import durably
+
+
+def world_rows(world_path: str, sql: str) -> list[tuple[object, ...]]:
+    with sqlite3.connect(world_path) as w:
+        return w.execute(sql).fetchall()
+
+
+def test_three_workers_two_hundred_runs_every_effect_once(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    handles = [engine.start("order", i, run_id=f"order-{i}") for i in range(200)]
+    workers = [spawn_worker(concurrency=4) for _ in range(3)]
+    results = [h.result(timeout_s=120) for h in handles]
+    assert results == [{"receipt": f"done:order-{i}:1", "after": i + 1} for i in range(200)]
+    runs = engine.store.list_runs(limit=1000)
+    assert len(runs) == 200 and {r.status for r in runs} == {"completed"}
+    assert {r.starts for r in runs} == {1}  # every run completed once, no re-drive
+    effects = world_rows(world_path, "SELECT key, requests FROM effects")
+    assert len(effects) == 200 and {n for _, n in effects} == {1}
+    execs = world_rows(world_path, "SELECT step, count(*) FROM executions GROUP BY step")
+    assert dict(execs) == {"charge": 200, "after": 200}
+    used = world_rows(world_path, "SELECT count(DISTINCT pid) FROM executions")[0][0]
+    assert used >= 2  # the work was shared
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+    assert [w.wait(30) for w in workers] == [0, 0, 0]
+
+
+def test_sigkill_of_a_worker_its_runs_finish_elsewhere(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    victim = spawn_worker(lease_s=2, concurrency=4)
+    handles = [engine.start("slow", i, 1.0, run_id=f"slow-{i}") for i in range(4)]
+    wait_until(
+        lambda: (
+            len(world_rows(world_path, "SELECT * FROM executions WHERE step='slow_charge'")) >= 2
+        ),
+        30,
+        "the victim to start",
+    )
+    victim.kill()
+    victim.wait(10)
+    spawn_worker(lease_s=2, concurrency=4)
+    results = [h.result(timeout_s=60) for h in handles]
+    assert [r["after"] for r in results] == [1, 2, 3, 4]
+    effects = world_rows(world_path, "SELECT key, requests FROM effects")
+    assert len(effects) == 4  # one row per key: an interrupted charge re-ran with its key
+    pids = world_rows(world_path, "SELECT DISTINCT pid FROM executions")
+    assert len(pids) == 2
+    assert all(r.status == "completed" for r in engine.store.list_runs())
+
+
+def test_a_stalled_worker_is_fenced_out(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    stalled = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 7, 3.0, run_id="fenced")
+    wait_until(
+        lambda: world_rows(world_path, "SELECT pid FROM executions WHERE step='slow_charge'") != [],
+        30,
+        "the charge to start",
+    )
+    stalled.send_signal(signal.SIGSTOP)  # a long GC pause, a partition...
+    time.sleep(2.0)  # past its lease
+    rescuer = spawn_worker(lease_s=1.5, concurrency=1)
+    assert handle.result(timeout_s=60) == {"receipt": "done:fenced:1", "after": 8}
+    stalled.send_signal(signal.SIGCONT)
+    # The stalled worker wakes inside its charge: the world refuses its stale token, its
+    # append is refused (StaleLease), and it runs no further step of the run.
+    wait_until(
+        lambda: world_rows(world_path, "SELECT * FROM refusals") != [],
+        30,
+        "the world to refuse the stale writer",
+    )
+    time.sleep(0.5)
+    [(key, old, new)] = world_rows(world_path, "SELECT key, token, newest FROM refusals")
+    assert key == "fenced:1" and old < new
+    assert world_rows(world_path, "SELECT requests FROM effects") == [(1,)]
+    by_pid = dict(
+        world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")
+    )
+    assert by_pid[stalled.pid] == "slow_charge"  # nothing after the stall
+    assert sorted(by_pid[rescuer.pid].split(",")) == ["after", "slow_charge"]
+    run = engine.get_run("fenced")
+    assert run.status == "completed" and run.fencing_token == 2
+
+
+def test_concurrent_starts_of_one_run_id_make_one_run(
+    journal_url: str, world_path: str, tmp_path: Path
+) -> None:
+    script = (
+        "import sys, time, fleet_app\n"
+        "e = fleet_app.make_engine(sys.argv[1])\n"
+        "go = float(sys.argv[2])\n"
+        "time.sleep(max(0, go - time.time()))\n"
+        "h = e.start('order', int(sys.argv[3]), run_id='same')\n"
+        "print(h.run_id)\n"
+    )
+    env = {**os.environ, "FLEET_WORLD": world_path, "PYTHONPATH": str(HERE)}
+    go = time.time() + 1.5
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, journal_url, str(go), "5"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [o[0].strip() for o in outs] == ["same"] * 4, [o[1] for o in outs]
+    other = subprocess.run(
+        [sys.executable, "-c", script, journal_url, "0", "6"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert other.returncode != 0 and "other input" in other.stderr
+    e = durably.Engine(journal_url)
+    try:
+        assert [r.run_id for r in e.store.list_runs()] == ["same"]
+    finally:
+        e.close()
+
+
+def test_sigterm_drains_then_releases(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    w = spawn_worker(lease_s=30, concurrency=1)
+    handle = engine.start("slow", 1, 8.0, run_id="long")
+    wait_until(
+        lambda: world_rows(world_path, "SELECT * FROM executions WHERE step='slow_charge'") != [],
+        30,
+        "the charge to start",
+    )
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(30) == 0  # drain_s=5 < the 8 s step: it gives the run back
+    run = engine.get_run("long")
+    assert run.owner is None and run.status == "running"
+    t0 = time.monotonic()
+    spawn_worker(lease_s=30, concurrency=1)  # picks it up at once, no lease wait
+    assert handle.result(timeout_s=60)["after"] == 2
+    assert time.monotonic() - t0 < 25
