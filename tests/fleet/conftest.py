@@ -6,19 +6,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fleet_app  # noqa: E402
+import fleet_app
+from fleet_support import HERE, Spawn
 
-import durably  # noqa: E402
+import durably
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -34,9 +33,6 @@ def world_path(tmp_path: Path) -> str:
     path = str(tmp_path / "world.db")
     fleet_app.init_world(path)
     return path
-
-
-Spawn = Callable[..., subprocess.Popen[str]]
 
 
 @pytest.fixture
@@ -55,7 +51,7 @@ def spawn_worker(journal_url: str, world_path: str, tmp_path: Path) -> Iterator[
             "PYTHONPATH": str(HERE),
             **(extra_env or {}),
         }
-        log = open(tmp_path / f"worker-{len(procs)}.log", "w")  # noqa: SIM115
+        log = open(tmp_path / f"worker-{len(procs)}.log", "w")
         logs.append(log)
         proc = subprocess.Popen(
             [
@@ -98,10 +94,3 @@ def engine(
     e = fleet_app.make_engine(journal_url)
     yield e
     e.close()
-
-
-def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)

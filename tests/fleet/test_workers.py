@@ -10,8 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-from conftest import HERE, Spawn, wait_until
+from fleet_support import HERE, Spawn, wait_until
 
 import durably
 
