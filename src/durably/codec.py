@@ -16,14 +16,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import decimal
 import enum
 import hashlib
 import json
 import math
+import sys
 import types
 import typing
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -40,12 +39,18 @@ _TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
     "$date": lambda v: dt.date.fromisoformat(v),
     "$time": lambda v: dt.time.fromisoformat(v),
     "$timedelta": lambda v: dt.timedelta(microseconds=v),
-    "$decimal": lambda v: decimal.Decimal(v),
-    "$uuid": lambda v: uuid.UUID(v),
+    "$decimal": lambda v: _module("decimal").Decimal(v),
+    "$uuid": lambda v: _module("uuid").UUID(v),
     "$float": lambda v: float(v),
     "$map": lambda v: {_hashable(k): val for k, val in v},
     "$dict": lambda v: dict(v),
 }
+
+
+def _module(name: str) -> Any:
+    import importlib
+
+    return importlib.import_module(name)
 
 
 def _hashable(key: Any) -> Any:
@@ -94,9 +99,13 @@ def to_json(value: Any, where: str = "value") -> Any:
     if isinstance(value, dt.timedelta):
         micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
         return {"$timedelta": micros}
-    if isinstance(value, decimal.Decimal):
+    # decimal and uuid are imported only when used: a value of their types can exist only
+    # once its module is loaded, so looking in sys.modules is exact and keeps import fast.
+    dec = sys.modules.get("decimal")
+    if dec is not None and isinstance(value, dec.Decimal):
         return {"$decimal": str(value)}
-    if isinstance(value, uuid.UUID):
+    uid = sys.modules.get("uuid")
+    if uid is not None and isinstance(value, uid.UUID):
         return {"$uuid": str(value)}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)}
@@ -132,6 +141,13 @@ def _object_hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
+# Built once: json.dumps/json.loads with options build a new encoder/decoder per call,
+# which is most of the cost of replaying a small step.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_DECODER = json.JSONDecoder(object_hook=_object_hook)
+_PLAIN_DECODER = json.JSONDecoder()
+
+
 def dumps(value: Any, where: str = "value") -> str:
     """Encode ``value`` as canonical JSON text."""
     return canonical(to_json(value, where))
@@ -139,12 +155,13 @@ def dumps(value: Any, where: str = "value") -> str:
 
 def canonical(data: Any) -> str:
     """Canonical JSON text of already-plain ``data``: sorted keys, no whitespace."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(data)
 
 
 def loads(text: str, hint: Any = None) -> Any:
     """Decode JSON text written by :func:`dumps`, rebuilding types from ``hint``."""
-    value = json.loads(text, object_hook=_object_hook)
+    # Tags always start with '"$'; text without it needs no object hook (much faster).
+    value = _DECODER.decode(text) if '"$' in text else _PLAIN_DECODER.decode(text)
     if hint is None or hint is Any:
         return value
     return coerce(value, hint)

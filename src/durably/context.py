@@ -15,15 +15,17 @@ import contextvars
 import datetime as dt
 import inspect
 import threading
-import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
 from .errors import ConfigError, StepTimeout
 from .steps import USAGE, Usage
 from .store.base import Store
+
+if TYPE_CHECKING:
+    import uuid
 
 T = TypeVar("T")
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import random as _random
-import uuid as _uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import codec
 from .clock import Clock
@@ -29,6 +28,9 @@ from .errors import (
 )
 from .history import FAILED, INTENT, NOW, OK, RANDOM, STEP, UUID, StepRecord, idempotency_key
 from .steps import StepSignature, Usage, signature_of
+
+if TYPE_CHECKING:
+    import uuid as _uuid
 
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
@@ -222,6 +224,8 @@ class RunCore:
 
     def uuid(self) -> _uuid.UUID:
         """A recorded random UUID."""
+        import uuid as _uuid  # imported on first use: it pulls in platform (slow)
+
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
 

@@ -14,7 +14,6 @@ import inspect
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -386,7 +385,10 @@ class Engine:
         run_id: str | None,
         queue: str = "default",
     ) -> RunRecord:
-        run_id = run_id if run_id is not None else uuid.uuid4().hex
+        if run_id is None:
+            import uuid  # imported on first use: it pulls in platform (slow)
+
+            run_id = uuid.uuid4().hex
         if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
             raise ConfigError(
                 f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"

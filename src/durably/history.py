@@ -83,7 +83,7 @@ class StepRecord:
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
-        if not _POSITION.match(self.position):
+        if not (self.position.isdigit() or _POSITION.match(self.position)):
             raise CorruptRecord(f"bad position {self.position!r}")
         if self.kind not in KINDS:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,7 +42,7 @@ class Owner:
     def current(cls) -> Owner:
         """The owner identity of this process."""
         pid = os.getpid()
-        return cls(socket.gethostname(), pid, _process_start(pid) or "?")
+        return cls(_hostname(), pid, _process_start(pid) or "?")
 
     def provably_dead(self) -> bool:
         """True only when this owner is on this host and its process is gone.
@@ -51,7 +50,7 @@ class Owner:
         A process on another host can never be proven dead from here: its lease must
         expire instead.
         """
-        if self.host != socket.gethostname():
+        if self.host != _hostname():
             return False
         try:
             os.kill(self.pid, 0)
@@ -62,6 +61,11 @@ class Owner:
         started = _process_start(self.pid)
         # A pid reused by a newer process means the owner itself is gone.
         return started is not None and self.started != "?" and started != self.started
+
+
+def _hostname() -> str:
+    # os.uname avoids importing socket (import time counts toward resume time).
+    return os.uname().nodename
 
 
 def _process_start(pid: int) -> str | None:
