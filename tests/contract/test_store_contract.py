@@ -25,15 +25,23 @@ def dead(_: str) -> bool:
 
 
 def new_run(run_id: str = "r1", workflow: str = "wf") -> NewRun:
-    return NewRun(run_id, workflow, "1", None, "default", '{"args":[],"kwargs":{}}',
-                  DIGEST, 1)
+    return NewRun(run_id, workflow, "1", None, "default", '{"args":[],"kwargs":{}}', DIGEST, 1)
 
 
 def rec(pos: str, status: str = OK, output: str | None = '"v"') -> StepRecord:
-    return StepRecord(pos, STEP, f"s{pos}", DIGEST, status,
-                      output if status == OK else None,
-                      "ValueError" if status == FAILED else None,
-                      "boom" if status == FAILED else None, 1, 1.0, 2.0)
+    return StepRecord(
+        pos,
+        STEP,
+        f"s{pos}",
+        DIGEST,
+        status,
+        output if status == OK else None,
+        "ValueError" if status == FAILED else None,
+        "boom" if status == FAILED else None,
+        1,
+        1.0,
+        2.0,
+    )
 
 
 def test_create_run_is_idempotent(store: Store) -> None:
@@ -106,9 +114,27 @@ def test_append_is_atomic(store: Store) -> None:
 def test_history_round_trips_every_field(store: Store) -> None:
     store.create_run(new_run())
     token = store.claim("r1", ME, 30, 10, alive).fencing_token
-    records = [rec("0"), rec("1", FAILED), rec("2.0.0"), rec("2.1.0", INTENT),
-               StepRecord("3", "now", "durably.now", DIGEST, OK, '{"$datetime":"x"}',
-                          None, None, 3, 5.5, 6.25, 1234, 0.5)]
+    records = [
+        rec("0"),
+        rec("1", FAILED),
+        rec("2.0.0"),
+        rec("2.1.0", INTENT),
+        StepRecord(
+            "3",
+            "now",
+            "durably.now",
+            DIGEST,
+            OK,
+            '{"$datetime":"x"}',
+            None,
+            None,
+            3,
+            5.5,
+            6.25,
+            1234,
+            0.5,
+        ),
+    ]
     store.append("r1", token, records)
     got = sorted(store.load_history("r1", 0), key=lambda r: r.position)
     assert got == sorted(records, key=lambda r: r.position)
@@ -132,7 +158,10 @@ def test_failure_outcome(store: Store) -> None:
     store.finish("r1", token, "failed", [], error_type="ValueError", error_message="bad")
     run = store.get_run("r1")
     assert run is not None and (run.status, run.error_type, run.error_message) == (
-        "failed", "ValueError", "bad")
+        "failed",
+        "ValueError",
+        "bad",
+    )
 
 
 def test_renew_and_release(store: Store, clock: FakeClock) -> None:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import fleet_app
+import pytest
 from fleet_support import HERE, Spawn, wait_until
 
 import durably
@@ -158,3 +160,38 @@ def test_sigterm_drains_then_releases(
     spawn_worker(lease_s=30, concurrency=1)  # picks it up at once, no lease wait
     assert handle.result(timeout_s=60)["after"] == 2
     assert time.monotonic() - t0 < 25
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("journal_url", ["postgres"], indirect=True)
+def test_pg_terminate_backend_mid_run_loses_nothing(
+    pg_url: str, spawn_worker: Spawn, world_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    import psycopg
+
+    app = f"durably-fleet-{uuid.uuid4().hex[:8]}"
+    url = f"{pg_url}&application_name={app}"
+    monkeypatch.setenv("FLEET_WORLD", world_path)
+    engine = fleet_app.make_engine(pg_url)
+    try:
+        spawn_worker(lease_s=30, concurrency=2, extra_env={"DURABLY_URL": url})
+        handles = [engine.start("slow", i, 1.5, run_id=f"term-{i}") for i in range(2)]
+        wait_until(
+            lambda: len(world_rows(world_path, "SELECT * FROM executions")) >= 2,
+            30,
+            "both charges to start",
+        )
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (app,),
+            ).fetchall()
+        assert killed, "the worker had no connection to terminate"
+        assert [h.result(timeout_s=60)["after"] for h in handles] == [1, 2]
+        assert world_rows(world_path, "SELECT requests FROM effects") == [(1,), (1,)]
+        assert {r.starts for r in engine.store.list_runs()} == {1}  # nothing re-driven
+    finally:
+        engine.close()

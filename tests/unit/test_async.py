@@ -58,7 +58,8 @@ def test_run_async_inside_a_running_loop(engine: durably.Engine) -> None:
 
 @pytest.mark.parametrize("seed", range(5))
 def test_gather_replays_identically_whatever_the_completion_order(
-        engine: durably.Engine, seed: int) -> None:
+    engine: durably.Engine, seed: int
+) -> None:
     rng = random.Random(seed)
     delays = {f"t{i}": rng.random() * 0.02 for i in range(4)}
     executed: Counter[str] = Counter()
@@ -94,8 +95,7 @@ def test_gather_replays_identically_whatever_the_completion_order(
     result = engine.run(par, run_id="r")
     assert result == [[f"t{i}@r:0.{i}.0", f"t{i}@r:0.{i}.1"] for i in range(4)]
     assert executed == Counter({n: 2 for n in delays})  # nothing ran twice
-    assert {s.position: s.output for s in engine.history("r")
-            if s.position in recorded} == recorded
+    assert {s.position: s.output for s in engine.history("r") if s.position in recorded} == recorded
 
 
 def test_changed_call_order_in_code_is_nondeterminism(engine: durably.Engine) -> None:

@@ -68,7 +68,7 @@ def test_unregistered_workflow(engine: durably.Engine) -> None:
     def plain(ctx: durably.Context) -> None:
         pass
 
-    with pytest.raises(durably.WorkflowNotRegistered, match="@engine.workflow"):
+    with pytest.raises(durably.WorkflowNotRegistered, match=r"@engine\.workflow"):
         engine.run(plain)  # type: ignore[arg-type]
     with pytest.raises(durably.RunNotFound):
         engine.resume("nope")

@@ -17,15 +17,27 @@ from hypothesis import strategies as st
 from durably import codec
 from durably.errors import SerializationError
 
-scalars = (st.none() | st.booleans() | st.integers() | st.text()
-           | st.floats(allow_nan=False) | st.binary(max_size=64)
-           | st.datetimes(timezones=st.just(dt.UTC) | st.none()) | st.dates()
-           | st.uuids() | st.timedeltas() | st.decimals(allow_nan=False, allow_infinity=False))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False)
+    | st.binary(max_size=64)
+    | st.datetimes(timezones=st.just(dt.UTC) | st.none())
+    | st.dates()
+    | st.uuids()
+    | st.timedeltas()
+    | st.decimals(allow_nan=False, allow_infinity=False)
+)
 values = st.recursive(
     scalars,
-    lambda inner: (st.lists(inner, max_size=5) | st.tuples(inner, inner)
-                   | st.dictionaries(st.text(max_size=8), inner, max_size=5)
-                   | st.dictionaries(st.integers(), inner, max_size=3)),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+        | st.dictionaries(st.integers(), inner, max_size=3)
+    ),
     max_leaves=20,
 )
 
@@ -46,8 +58,18 @@ def test_digest_ignores_key_order(d: dict[str, int]) -> None:
 
 def test_digest_depends_on_name_args_and_kwargs() -> None:
     base = codec.digest("s", [1], {"k": 2})
-    assert len({base, codec.digest("t", [1], {"k": 2}), codec.digest("s", [2], {"k": 2}),
-                codec.digest("s", [1], {"k": 3}), codec.digest("s", [], {"k": 2})}) == 5
+    assert (
+        len(
+            {
+                base,
+                codec.digest("t", [1], {"k": 2}),
+                codec.digest("s", [2], {"k": 2}),
+                codec.digest("s", [1], {"k": 3}),
+                codec.digest("s", [], {"k": 2}),
+            }
+        )
+        == 5
+    )
 
 
 def test_tuple_and_list_differ() -> None:
@@ -94,8 +116,12 @@ def test_dataclasses_rebuild_from_the_hint_only() -> None:
     assert "Outer" not in text and "Inner" not in text  # no class names in the journal
     assert codec.loads(text, Outer) == value
     assert codec.loads(text) == {  # without a hint: plain data, never a guess
-        "name": "x", "color": "red", "inner": {"at": now, "blob": b"\x00\x01"},
-        "items": [{"at": now, "blob": b""}], "maybe": None, "amount": decimal.Decimal("1.50"),
+        "name": "x",
+        "color": "red",
+        "inner": {"at": now, "blob": b"\x00\x01"},
+        "items": [{"at": now, "blob": b""}],
+        "maybe": None,
+        "amount": decimal.Decimal("1.50"),
     }
 
 

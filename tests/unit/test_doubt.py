@@ -69,7 +69,7 @@ def test_unkeyed_effect_parks_in_doubt_and_skip_records_it(engine: durably.Engin
     mail = build(engine, world)
     with pytest.raises(Crash):
         engine.run(mail, run_id="r")
-    with pytest.raises(durably.RunInDoubt, match="'send_email'.*durably retry r"):
+    with pytest.raises(durably.RunInDoubt, match=r"'send_email'.*durably retry r"):
         engine.run(mail, run_id="r")
     assert engine.get_run("r").status == "in_doubt" and world.sent == ["finance@example.com"]
     with pytest.raises(durably.RunInDoubt):  # stays parked: not retried blindly

@@ -69,8 +69,11 @@ def test_resume_goes_live_at_the_first_unrecorded_step(engine: durably.Engine) -
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> list[Any]:
-        return [ctx.step("a", calls.tool("a", "A")), ctx.step("b", b),
-                ctx.step("c", calls.tool("c", "C"))]
+        return [
+            ctx.step("a", calls.tool("a", "A")),
+            ctx.step("b", b),
+            ctx.step("c", calls.tool("c", "C")),
+        ]
 
     with pytest.raises(Crash):
         engine.run(wf, run_id="r")
@@ -80,8 +83,11 @@ def test_resume_goes_live_at_the_first_unrecorded_step(engine: durably.Engine) -
     assert engine.get_run("r").starts == 2
 
 
-def _history_then(engine: durably.Engine, first: Callable[[durably.Context], Any],
-                  second: Callable[[durably.Context], Any]) -> None:
+def _history_then(
+    engine: durably.Engine,
+    first: Callable[[durably.Context], Any],
+    second: Callable[[durably.Context], Any],
+) -> None:
     """Record a run with ``first`` (crashing at its end), then resume it with ``second``."""
     mode = {"code": first}
 
@@ -114,25 +120,37 @@ def test_reordered_steps_raise_nondeterminism_naming_both(engine: durably.Engine
 
 def test_changed_input_is_detected(engine: durably.Engine) -> None:
     t = Calls()
-    _history_then(engine, lambda ctx: ctx.step("plan", t.tool("p"), "prompt v1"),
-                  lambda ctx: ctx.step("plan", t.tool("p"), "prompt v2"))
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t.tool("p"), "prompt v1"),
+        lambda ctx: ctx.step("plan", t.tool("p"), "prompt v2"),
+    )
     with pytest.raises(durably.NonDeterminism, match="inputs differ"):
         engine.run("wf", run_id="r")
 
 
 def test_changed_name_is_detected(engine: durably.Engine) -> None:
     t = Calls()
-    _history_then(engine, lambda ctx: ctx.step("plan", t.tool("p")),
-                  lambda ctx: ctx.step("plan2", t.tool("p")))
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t.tool("p")),
+        lambda ctx: ctx.step("plan2", t.tool("p")),
+    )
     with pytest.raises(durably.NonDeterminism, match="history has 'plan'"):
         engine.run("wf", run_id="r")
 
 
 def test_extra_step_in_the_middle_is_detected(engine: durably.Engine) -> None:
     t = Calls()
-    _history_then(engine, lambda ctx: (ctx.step("a", t.tool("a")), ctx.step("b", t.tool("b"))),
-                  lambda ctx: (ctx.step("a", t.tool("a")), ctx.step("new", t.tool("n")),
-                               ctx.step("b", t.tool("b"))))
+    _history_then(
+        engine,
+        lambda ctx: (ctx.step("a", t.tool("a")), ctx.step("b", t.tool("b"))),
+        lambda ctx: (
+            ctx.step("a", t.tool("a")),
+            ctx.step("new", t.tool("n")),
+            ctx.step("b", t.tool("b")),
+        ),
+    )
     with pytest.raises(durably.NonDeterminism, match="step 1: history has 'b'"):
         engine.run("wf", run_id="r")
     assert t.count["n"] == 0
@@ -140,9 +158,12 @@ def test_extra_step_in_the_middle_is_detected(engine: durably.Engine) -> None:
 
 def test_missing_step_is_detected_when_the_workflow_returns(engine: durably.Engine) -> None:
     t = Calls()
-    _history_then(engine, lambda ctx: (ctx.step("a", t.tool("a")), ctx.step("b", t.tool("b"))),
-                  lambda ctx: ctx.step("a", t.tool("a")))
-    with pytest.raises(durably.NonDeterminism, match="step 1: history has 'b'.*asked for nothing"):
+    _history_then(
+        engine,
+        lambda ctx: (ctx.step("a", t.tool("a")), ctx.step("b", t.tool("b"))),
+        lambda ctx: ctx.step("a", t.tool("a")),
+    )
+    with pytest.raises(durably.NonDeterminism, match=r"step 1: history has 'b'.*asked for nothing"):
         engine.run("wf", run_id="r")
     assert engine.get_run("r").status == BLOCKED
 
@@ -227,11 +248,16 @@ def test_step_failed_carries_the_cause_live(engine: durably.Engine) -> None:
 def test_retry_on_and_no_retry(engine: durably.Engine) -> None:
     seen: Counter[str] = Counter()
 
-    @durably.step(retries=3, backoff=0, retry_on=(ConnectionError,), no_retry=(ConnectionResetError,))
+    @durably.step(
+        retries=3, backoff=0, retry_on=(ConnectionError,), no_retry=(ConnectionResetError,)
+    )
     def call(kind: str) -> None:
         seen[kind] += 1
-        raise {"refused": ConnectionRefusedError, "reset": ConnectionResetError,
-               "value": ValueError}[kind]("x")
+        raise {
+            "refused": ConnectionRefusedError,
+            "reset": ConnectionResetError,
+            "value": ValueError,
+        }[kind]("x")
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> list[str]:
@@ -243,8 +269,11 @@ def test_retry_on_and_no_retry(engine: durably.Engine) -> None:
                 out.append(e.type_name)
         return out
 
-    assert engine.run(wf, run_id="r") == ["ConnectionRefusedError", "ConnectionResetError",
-                                          "ValueError"]
+    assert engine.run(wf, run_id="r") == [
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "ValueError",
+    ]
     assert seen == Counter({"refused": 4, "reset": 1, "value": 1})
 
 
@@ -256,8 +285,7 @@ def test_workflow_exception_is_recorded(engine: durably.Engine) -> None:
     with pytest.raises(durably.WorkflowFailed, match="RuntimeError: bad plan"):
         engine.run(wf, run_id="r")
     run = engine.get_run("r")
-    assert (run.status, run.error_type, run.error_message) == ("failed", "RuntimeError",
-                                                               "bad plan")
+    assert (run.status, run.error_type, run.error_message) == ("failed", "RuntimeError", "bad plan")
 
 
 def test_now_random_uuid_are_recorded(engine: durably.Engine) -> None:

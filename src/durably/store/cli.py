@@ -1,0 +1,72 @@
+"""``durably migrate``: create or upgrade a journal's schema and report its version.
+
+Opening a store already migrates it (under a lock, so many workers starting at once are
+safe); this command exists so a deploy can migrate explicitly, before any worker starts,
+and see the result.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import click
+
+from ..cli import db_option
+from ..clock import SystemClock
+from ..errors import DurablyError, StoreError
+from .base import Store, open_store
+from .sqlfiles import migrations
+
+
+@click.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def migrate(db: str, as_json: bool) -> None:
+    """Create or upgrade the journal schema at --db and print its version."""
+    dialect = "sqlite" if db.startswith("sqlite:") else "postgres"
+    try:
+        store = open_store(db, SystemClock())
+        try:
+            version = _schema_version(store)
+        finally:
+            store.close()
+    except DurablyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    latest = len(migrations(dialect))
+    shown = redact(db)
+    if as_json:
+        click.echo(
+            json.dumps({"db": shown, "schema_version": version, "latest": latest}, sort_keys=True)
+        )
+        return
+    click.echo(f"{shown}: journal schema version {version} (latest known: {latest})")
+
+
+def _schema_version(store: Store) -> int:
+    """The schema version of an open store.
+
+    The PostgreSQL store records it when it migrates; a SQLite journal keeps it in
+    ``PRAGMA user_version``, read here on a connection of its own.
+    """
+    version = getattr(store, "schema_version", None)
+    if isinstance(version, int):
+        return version
+    path = getattr(store, "path", None)
+    if not isinstance(path, str) or path == ":memory:":
+        return len(migrations("sqlite"))  # a fresh in-memory journal is fully migrated
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            row = conn.execute("PRAGMA user_version").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot read the schema version of {path}: {exc}") from exc
+    return int(row[0])
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for printing."""
+    return re.sub(r"^([a-z]+://[^:/@]*):[^@/]*@", r"\1:***@", url)

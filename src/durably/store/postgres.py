@@ -1,0 +1,696 @@
+"""The fleet journal: PostgreSQL through psycopg 3 and a psycopg_pool connection pool.
+
+Semantics are those of :class:`durably.store.sqlite.SQLiteStore` (one contract suite checks
+both); only the mechanics differ:
+
+- Every operation is one transaction on one pooled connection (autocommit connections, so
+  a single-statement operation is one round trip and an implicit transaction). A
+  connection that dies under an operation (``pg_terminate_backend``, a server restart, a
+  network cut) is dropped and the operation is retried once on a fresh connection. That
+  retry is safe even when the first attempt's commit outcome is unknown: claims and
+  status updates are re-applied to the same end state, and an append whose records are
+  already stored *identically* counts as done.
+- A claim locks the run row (``SELECT ... FOR UPDATE``); an append takes ``FOR KEY SHARE``
+  on the same row inside its fenced upsert, so a claim waits for an in-flight append to
+  commit and the append that waited is refused with the raised token. Fencing is thus as
+  strict as SQLite's single writer, without a table lock.
+- Workers claim with ``FOR UPDATE SKIP LOCKED`` (many claim at once, each a different
+  run) and sleep in ``LISTEN``; creating, releasing, finishing and requeueing a run
+  ``NOTIFY`` them, inside the same statement or transaction, so a wake-up never precedes
+  the change it announces.
+- Times come from the injected clock as float seconds (DOUBLE PRECISION columns), never
+  the server's ``now()``, so workers and tests on a fake clock agree.
+- Tables live in the first schema of the connection's ``search_path`` (put
+  ``options=-csearch_path%3Dmyschema`` in the URL to choose one). Migrations run under a
+  per-schema advisory lock, so many workers starting at once migrate exactly once.
+
+psycopg is imported here only; :func:`durably.store.base.open_store` imports this module
+only for ``postgresql://`` URLs, so ``import durably`` never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import Connection, sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from ..clock import Clock
+from ..errors import (
+    ConfigError,
+    LeaseLost,
+    NotADurablyDatabase,
+    RunNotFound,
+    SchemaTooNew,
+    StoreBusy,
+    StoreError,
+)
+from ..history import CorruptRecord, RunRecord, StepRecord
+from .base import NewRun, Owner
+from .sqlfiles import load_queries, migrations
+from .sqlite import check_claimable, quarantined_error
+
+APP_NAME = "durably"
+_Q = load_queries("postgres")
+_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
+_RUN_FIELDS = len(RunRecord.__slots__)
+# One retry: enough to step over one dead pooled connection, few enough that a server
+# that is really gone surfaces quickly as a StoreError.
+_ATTEMPTS = 2
+CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
+
+T = TypeVar("T")
+Conn = Connection[tuple[Any, ...]]
+
+
+class PostgresStore:
+    """A :class:`~durably.store.base.Store` on a PostgreSQL database.
+
+    ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
+    active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
+    waiting for a free one. Options meant for other stores (``synchronous``,
+    ``busy_timeout_s``) are accepted and ignored, so one ``Engine(url, ...)`` call works
+    for either URL.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        *,
+        pool_min: int = 1,
+        pool_max: int = 10,
+        connect_timeout_s: float = 5,
+        **_: object,
+    ) -> None:
+        if not 0 <= pool_min <= pool_max or pool_max < 1:
+            raise ConfigError(
+                f"pool_min={pool_min}, pool_max={pool_max}: need 0 <= pool_min <= pool_max"
+                " and pool_max >= 1"
+            )
+        if connect_timeout_s <= 0:
+            raise ConfigError(f"connect_timeout_s={connect_timeout_s}: must be > 0")
+        self.url = url
+        self.clock = clock
+        self.connect_timeout_s = connect_timeout_s
+        self.where = _describe(url)
+        self.schema_version = 0
+        self.schema = ""
+        conn_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            # libpq wants whole seconds; at least 1 (0 would mean "wait forever").
+            "connect_timeout": max(1, round(connect_timeout_s)),
+        }
+        if "application_name" not in conninfo_to_dict(url):
+            # Lets an operator find durably's sessions in pg_stat_activity.
+            conn_kwargs["application_name"] = "durably"
+        self._conn_kwargs = conn_kwargs
+        self._migrate_on_fresh_connection(conn_kwargs)
+        # NOTIFY is database-wide; one channel per schema keeps journals that share a
+        # database from waking each other (a channel name is at most 63 bytes).
+        self._channel = "durably_" + hashlib.sha256(self.schema.encode()).hexdigest()[:32]
+        self._listen_conn: Conn | None = None
+        self._listen_lock = threading.Lock()
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            url,
+            min_size=pool_min,
+            max_size=pool_max,
+            kwargs=conn_kwargs,
+            timeout=connect_timeout_s,
+            name="durably",
+            open=False,
+        )
+        try:
+            self._pool.open(wait=pool_min > 0, timeout=connect_timeout_s)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreError(
+                f"cannot open {pool_min} connection(s) to {self.where} within"
+                f" {connect_timeout_s:g} s; check that the server accepts that many"
+                " connections, or lower pool_min"
+            ) from exc
+
+    # -- connection set-up ---------------------------------------------------------------
+
+    def _migrate_on_fresh_connection(self, conn_kwargs: dict[str, Any]) -> None:
+        """Connect once outside the pool, so a bad URL or a down server gets libpq's own
+        reason in the error instead of a bare pool timeout, and migrate."""
+        try:
+            conn: Conn = psycopg.connect(self.url, **conn_kwargs)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to {self.where}: {_first_line(exc)}. Check that the server"
+                " is running and reachable, and that the URL (--db / DURABLY_URL) names the"
+                " right host, port, user, password and database"
+            ) from exc
+        try:
+            with conn:
+                self._migrate(conn)
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+
+    def _migrate(self, conn: Conn) -> None:
+        """Create or upgrade the schema; refuse schemas that hold someone else's tables."""
+        steps = migrations("postgres")
+        with conn.transaction():
+            conn.execute(_Q["meta_lock"])
+            schema = _scalar(conn, "current_schema", {})
+            if schema is None:
+                raise StoreError(
+                    f"{self.where}: the connection's search_path names no existing schema,"
+                    " so durably has nowhere to create its tables; create the schema"
+                    " (CREATE SCHEMA name) or fix options=-csearch_path in the URL"
+                )
+            self.schema = str(schema)
+            self.where = f"{self.where} (schema {schema})"
+            tables = {r[0] for r in conn.execute(_Q["own_tables"])}
+            current = 0
+            if "durably_meta" in tables:
+                if _scalar(conn, "get_meta", {"key": "app"}) != APP_NAME:
+                    raise NotADurablyDatabase(
+                        f"{self.where}: the table durably_meta is not durably's; point durably"
+                        " at another schema or database. Nothing was changed."
+                    )
+                current = int(_scalar(conn, "get_meta", {"key": "schema_version"}) or 0)
+            elif tables:
+                raise NotADurablyDatabase(
+                    f"{self.where} already has tables named {sorted(tables)} that durably"
+                    " did not create; give durably a schema of its own (add"
+                    " options=-csearch_path%3Ddurably to the URL after CREATE SCHEMA durably)"
+                    " or another database. Nothing was changed."
+                )
+            if current > len(steps):
+                raise SchemaTooNew(
+                    f"{self.where} has journal schema {current}, newer than this durably"
+                    f" knows ({len(steps)}); upgrade durably"
+                )
+            for mig in steps[current:]:
+                # No parameters: psycopg sends the file as one multi-statement query.
+                conn.execute(mig.sql.encode())
+                conn.execute(_Q["set_meta"], {"key": "schema_version", "value": str(mig.version)})
+            if current == 0:
+                conn.execute(_Q["set_meta"], {"key": "app", "value": APP_NAME})
+        self.schema_version = max(current, len(steps))
+
+    def _call(self, op: Callable[[Conn, bool], T]) -> T:
+        """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
+
+        ``op`` must be one transaction (or one autocommit statement), so a retry never
+        sees half of a previous attempt; ``retried`` tells it that the first attempt's
+        outcome is unknown.
+        """
+        for attempt in range(_ATTEMPTS):
+            try:
+                with self._pool.connection() as conn:
+                    return op(conn, attempt > 0)
+            except PoolTimeout as exc:
+                raise StoreBusy(
+                    f"no connection to {self.where} became free within"
+                    f" {self.connect_timeout_s:g} s: the server is down or unreachable, or"
+                    f" all {self._pool.max_size} pooled connections are busy. Nothing was"
+                    " recorded by this call; retry, check the server, or raise pool_max"
+                ) from exc
+            except PoolClosed as exc:
+                raise StoreError(f"the store for {self.where} is closed") from exc
+            except psycopg.OperationalError as exc:
+                if attempt + 1 < _ATTEMPTS:
+                    # Other idle connections likely died with this one (a server restart
+                    # kills them all): drop them now rather than fail on each in turn.
+                    self._pool.check()
+                    continue
+                raise self._translate(exc) from exc
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _translate(self, exc: psycopg.Error) -> StoreError:
+        if isinstance(exc, psycopg.OperationalError):
+            return StoreError(
+                f"lost the connection to {self.where} ({_first_line(exc)}) and the retry"
+                " failed too; check the server. Everything committed before is safe"
+            )
+        return StoreError(f"{self.where}: {_first_line(exc)}")
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert the run unless it exists; return the row and whether it was created."""
+        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        params["channel"] = self._channel
+
+        def op(conn: Conn, retried: bool) -> tuple[RunRecord, bool]:
+            with conn.transaction():
+                created = conn.execute(_Q["insert_run"], params).rowcount == 1
+                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+            assert row is not None, "a run row vanished inside its own transaction"
+            run = _run(row)
+            if retried and not created:
+                # The first attempt may have committed before its connection died: the
+                # row is ours when it carries this call's own creation time, unclaimed.
+                created = run.created_at == params["now"] and run.fencing_token == 0
+            return run, created
+
+        return self._call(op)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        row = self._call(lambda c, _: c.execute(_Q["get_run"], {"run_id": run_id}).fetchone())
+        return _run(row) if row is not None else None
+
+    def list_runs(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+    ) -> list[RunRecord]:
+        """Runs, newest first."""
+        params = {"status": status, "workflow": workflow, "limit": limit}
+        rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
+        return [_run(r) for r in rows]
+
+    def claim(
+        self,
+        run_id: str,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        owner_dead: Callable[[str], bool],
+    ) -> RunRecord:
+        """Take the lease with a new fencing token (see the Store protocol)."""
+        now = self.clock.time()
+
+        def op(conn: Conn, retried: bool) -> RunRecord | None:
+            with conn.transaction():
+                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
+                if row is None:
+                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
+                run = _run(row[:_RUN_FIELDS])
+                if (
+                    retried
+                    and run.owner == str(owner)
+                    and run.updated_at == now
+                    and (run.lease_expires_at == now + lease_s)
+                ):
+                    # The first attempt committed before its connection died: this is
+                    # our own claim, stamped with this call's time; do not claim twice.
+                    return run
+                # One rule for both stores (shared so they cannot drift apart).
+                check_claimable(run, now, owner_dead)
+                return _take(conn, row, owner, lease_s, max_starts, now)
+
+        run = self._call(op)
+        if run is None:
+            raise quarantined_error(run_id, max_starts)
+        return run
+
+    def claim_next(
+        self,
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        owner_dead: Callable[[str], bool],
+        served: dict[str, str | None],
+        queues: Sequence[str],
+        queue_limits: dict[str, int] | None = None,
+    ) -> RunRecord | None:
+        """Claim the oldest runnable run a worker may take, or return None.
+
+        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
+        parked with a due wake-up. ``served`` maps workflow names to the version this
+        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        workers. Many workers claim at once without waiting on each other (``FOR UPDATE
+        SKIP LOCKED``); a run whose owner on this host died is taken over once no ordinary
+        runnable run is waiting (at the latest when its lease expires).
+        """
+        now = self.clock.time()
+        if not served or not queues:
+            return None
+        names = sorted(served)
+        filters: dict[str, Any] = {
+            "workflows": names,
+            "versions": [served[n] for n in names],
+            "now": now,
+        }
+
+        def op(conn: Conn, _: bool) -> RunRecord | None:
+            with conn.transaction():
+                filters["queues"] = self._open_queues(conn, queues, queue_limits or {}, now)
+                if not filters["queues"]:
+                    return None
+                for _scan in range(CLAIM_SCAN_MAX):
+                    row = conn.execute(_Q["next_runnable"], filters).fetchone()
+                    if row is None:
+                        break
+                    taken = _take(conn, row, owner, lease_s, max_starts, now)
+                    if taken is not None:
+                        return taken  # else it was quarantined: look at the next one
+                return self._take_over_dead(
+                    conn, filters, owner, lease_s, max_starts, now, owner_dead
+                )
+
+        return self._call(op)
+
+    def _open_queues(
+        self, conn: Conn, queues: Sequence[str], limits: dict[str, int], now: float
+    ) -> list[str]:
+        """The queues with a free slot, holding each limited queue's lock until commit."""
+        limited = sorted(q for q in set(queues) if q in limits)
+        for q in limited:  # sorted, so two workers never wait on each other in a cycle
+            conn.execute(_Q["lock_queue"], {"queue": q})
+        busy: dict[str, int] = {}
+        if limited:
+            rows = conn.execute(_Q["running_per_queue"], {"now": now, "queues": limited})
+            busy = {q: int(n) for q, n in rows}
+        return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
+
+    def _take_over_dead(
+        self,
+        conn: Conn,
+        filters: dict[str, Any],
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        now: float,
+        owner_dead: Callable[[str], bool],
+    ) -> RunRecord | None:
+        """Take a run whose owner on this host is provably dead, locking only that run."""
+        found = conn.execute(
+            _Q["same_host_running"], {**filters, "host": owner.host + "|%", "limit": CLAIM_SCAN_MAX}
+        ).fetchall()
+        for run_id, run_owner, token in found:
+            if not owner_dead(run_owner):
+                continue
+            row = conn.execute(
+                _Q["lock_if_unchanged"], {"run_id": run_id, "owner": run_owner, "token": token}
+            ).fetchone()
+            if row is not None:
+                taken = _take(conn, row, owner, lease_s, max_starts, now)
+                if taken is not None:
+                    return taken
+        return None
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
+
+        A wake-up is a hint, never a promise: the caller claims and may find nothing. When
+        the listening connection fails, this waits out the time and reconnects next call.
+        """
+        deadline = time.monotonic() + timeout_s
+        if not self._listen_lock.acquire(timeout=max(0.0, timeout_s)):
+            return  # another thread is listening; it has waited the time for us
+        try:
+            conn = self._listener()
+            if conn is not None:
+                left = max(0.0, deadline - time.monotonic())
+                for _note in conn.notifies(timeout=left, stop_after=1):
+                    pass
+                return
+        except psycopg.Error:
+            self._close_listener()
+        finally:
+            self._listen_lock.release()
+        time.sleep(max(0.0, deadline - time.monotonic()))
+
+    def _listener(self) -> Conn | None:
+        """The connection LISTENing on this schema's channel, opened on first use."""
+        if self._listen_conn is None or self._listen_conn.closed:
+            try:
+                conn: Conn = psycopg.connect(self.url, **self._conn_kwargs)
+            except psycopg.Error:
+                return None
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            self._listen_conn = conn
+        return self._listen_conn
+
+    def _close_listener(self) -> None:
+        conn, self._listen_conn = self._listen_conn, None
+        if conn is not None:
+            conn.close()
+
+    def requeue(
+        self,
+        run_id: str,
+        from_statuses: Sequence[str],
+        *,
+        drop_intents: bool = False,
+        resolve: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+
+        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
+        the same keys); ``resolve=(position, output_json)`` records the intent at
+        ``position`` as done with that output instead. Raises ``RunNotFound``, or
+        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
+        position holds no intent.
+        """
+        now = self.clock.time()
+
+        def op(conn: Conn, _: bool) -> RunRecord:
+            with conn.transaction():
+                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
+                if row is None:
+                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
+                run = _run(row[:_RUN_FIELDS])
+                if run.status not in from_statuses:
+                    # Also what a retry sees when the first attempt committed: the run is
+                    # queued already, and saying so is accurate.
+                    raise StoreError(
+                        f"run {run_id!r} is {run.status}, not {' or '.join(from_statuses)};"
+                        " nothing was changed"
+                    )
+                key = {"run_id": run_id, "generation": run.generation, "now": now}
+                if resolve is not None:
+                    n = conn.execute(
+                        _Q["resolve_intent"],
+                        {**key, "position": resolve[0], "output": resolve[1]},
+                    ).rowcount
+                    if n != 1:
+                        raise StoreError(
+                            f"run {run_id!r} has no effect in doubt at position {resolve[0]};"
+                            " nothing was changed"
+                        )
+                if drop_intents:
+                    conn.execute(_Q["drop_intents"], {**key, "position": None})
+                queued = conn.execute(
+                    _Q["requeue_run"],
+                    {
+                        "run_id": run_id,
+                        "now": now,
+                        "expected_token": run.fencing_token,
+                    },
+                ).fetchone()
+                conn.execute(_Q["notify_work"], {"channel": self._channel})
+            assert queued is not None, "requeue lost a row it held FOR UPDATE"
+            return _run(queued)
+
+        return self._call(op)
+
+    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
+        """Extend the lease; False when the token is stale."""
+        params = {"run_id": run_id, "token": token, "lease_expires_at": self.clock.time() + lease_s}
+        return self._call(lambda c, _: c.execute(_Q["renew_lease"], params).rowcount == 1)
+
+    def release(
+        self,
+        run_id: str,
+        token: int,
+        status: str | None = None,
+        park_reason: str | None = None,
+        wake_at: float | None = None,
+    ) -> None:
+        """Give up the lease, optionally parking the run; a stale token changes nothing."""
+        params = {
+            "run_id": run_id,
+            "token": token,
+            "status": status,
+            "park_reason": park_reason,
+            "wake_at": wake_at,
+            "now": self.clock.time(),
+            "channel": self._channel,
+        }
+        self._call(lambda c, _: c.execute(_Q["release_run"], params))
+
+    # -- history -------------------------------------------------------------------------
+
+    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
+        """All records of one generation, in one query, checked on the way out."""
+        params = {"run_id": run_id, "generation": generation}
+        rows = self._call(lambda c, _: c.execute(_Q["load_history"], params).fetchall())
+        try:
+            return [StepRecord(*r).check() for r in rows]
+        except CorruptRecord as exc:
+            raise NotADurablyDatabase(
+                f"{self.where}: run {run_id!r} has a corrupt history record ({exc}); restore"
+                " it from a backup"
+            ) from exc
+
+    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
+        """Write records in one fenced transaction; raises LeaseLost on a stale token."""
+        if not records:
+            return
+        params = [_record_params(run_id, token, r) for r in records]
+
+        def op(conn: Conn, retried: bool) -> None:
+            if len(params) == 1:
+                # One autocommit statement is its own transaction: one round trip.
+                self._append(conn, run_id, token, records, params, retried)
+                return
+            with conn.transaction():
+                self._append(conn, run_id, token, records, params, retried)
+
+        self._call(op)
+
+    def _append(
+        self,
+        conn: Conn,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        params: list[dict[str, Any]],
+        retried: bool,
+    ) -> None:
+        for rec, p in zip(records, params, strict=True):
+            if conn.execute(_Q["append_record"], p).rowcount != 1:
+                self._refused(conn, run_id, token, rec, retried)
+
+    def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> None:
+        """Explain a refused upsert: a stale token, or a result already at the position.
+
+        On a retry, a stored record equal to ``rec`` is this call's own first attempt,
+        which committed before its connection died: that is success, not a conflict.
+        """
+        current = _scalar(conn, "check_token", {"run_id": run_id})
+        if current is None or current != token:
+            raise LeaseLost(run_id, token)
+        if retried:
+            row = conn.execute(
+                _Q["load_record"], {"run_id": run_id, "position": rec.position}
+            ).fetchone()
+            if row is not None and StepRecord(*row) == rec:
+                return
+        raise StoreError(
+            f"run {run_id!r}: position {rec.position} already holds a result; a result is"
+            " never overwritten (this is a bug in durably; please report it)"
+        )
+
+    def finish(
+        self,
+        run_id: str,
+        token: int,
+        status: str,
+        records: Sequence[StepRecord],
+        outcome: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        park_reason: str | None = None,
+    ) -> None:
+        """Write the last records and the outcome in one fenced transaction."""
+        now = self.clock.time()
+        params = [_record_params(run_id, token, r) for r in records]
+        finish = {
+            "run_id": run_id,
+            "token": token,
+            "status": status,
+            "outcome": outcome,
+            "error_type": error_type,
+            "error_message": error_message,
+            "park_reason": park_reason,
+            "finished_at": now,
+            "now": now,
+            "channel": self._channel,
+        }
+
+        def op(conn: Conn, retried: bool) -> None:
+            with conn.transaction():
+                self._append(conn, run_id, token, records, params, retried)
+                # Re-running this update on a retry is harmless: the token is unchanged
+                # by it, so it matches again and writes the same values.
+                if conn.execute(_Q["finish_run"], finish).rowcount != 1:
+                    raise LeaseLost(run_id, token)
+
+        self._call(op)
+
+    def close(self) -> None:
+        """Close the pool, the listening connection, and every connection they opened."""
+        with self._listen_lock:
+            self._close_listener()
+        self._pool.close()
+
+
+def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
+    """The named parameters of ``append_record`` for one record, checked on the way in."""
+    params: dict[str, Any] = {f: getattr(rec.check(), f) for f in _STEP_FIELDS}
+    params["input_digest"] = params.pop("digest")
+    params["run_id"] = run_id
+    params["token"] = token
+    return params
+
+
+def _take(
+    conn: Conn, row: Sequence[Any], owner: Owner, lease_s: float, max_starts: int, now: float
+) -> RunRecord | None:
+    """Claim the run of ``row`` (locked, with records_at_last_start last) inside the open
+    transaction; None when it is quarantined instead."""
+    run = _run(row[:_RUN_FIELDS])
+    records = int(
+        _scalar(conn, "count_records", {"run_id": run.run_id, "generation": run.generation})
+    )
+    # Progress = results recorded since the previous start; a run that keeps dying at the
+    # same place stops being restarted after max_starts starts.
+    stalled = 1 if records > row[_RUN_FIELDS] else run.starts_without_progress + 1
+    if stalled > max_starts:
+        conn.execute(
+            _Q["quarantine_run"],
+            {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
+        )
+        return None
+    claimed = conn.execute(
+        _Q["claim_run"],
+        {
+            "run_id": run.run_id,
+            "owner": str(owner),
+            "lease_expires_at": now + lease_s,
+            "starts_without_progress": stalled,
+            "records": records,
+            "now": now,
+            "expected_token": run.fencing_token,
+        },
+    ).fetchone()
+    assert claimed is not None, "a claim lost a row it held FOR UPDATE"
+    return _run(claimed)
+
+
+def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
+    row = conn.execute(_Q[query], params).fetchone()
+    return None if row is None else row[0]
+
+
+def _run(row: Sequence[Any]) -> RunRecord:
+    try:
+        return RunRecord(*row).check()
+    except CorruptRecord as exc:
+        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+
+
+def _describe(url: str) -> str:
+    """``PostgreSQL host:port/db`` for messages; never the password."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigError(
+            f"bad PostgreSQL URL: {_first_line(exc)}; write postgresql://user@host:port/dbname"
+        ) from exc
+    host = info.get("host") or "localhost"
+    port = info.get("port") or "5432"
+    return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of a driver message (libpq adds multi-line detail)."""
+    text = str(exc).strip()
+    return re.split(r"\r?\n", text, maxsplit=1)[0] if text else type(exc).__name__

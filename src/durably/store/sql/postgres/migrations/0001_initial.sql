@@ -1,0 +1,89 @@
+-- 0001: the initial journal schema (runs, steps, signals, events, blobs).
+
+CREATE TABLE durably_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE runs (
+    run_id                  TEXT PRIMARY KEY,
+    workflow                TEXT NOT NULL,
+    version                 TEXT,
+    prompt_version          TEXT,
+    queue                   TEXT NOT NULL DEFAULT 'default',
+    input                   TEXT NOT NULL,
+    input_digest            TEXT NOT NULL,
+    codec_version           INTEGER NOT NULL,
+    status                  TEXT NOT NULL,
+    park_reason             TEXT,
+    wake_at                 DOUBLE PRECISION,
+    outcome                 TEXT,
+    error_type              TEXT,
+    error_message           TEXT,
+    generation              INTEGER NOT NULL DEFAULT 0,
+    fencing_token           BIGINT NOT NULL DEFAULT 0,
+    owner                   TEXT,
+    lease_expires_at        DOUBLE PRECISION,
+    starts                  INTEGER NOT NULL DEFAULT 0,
+    starts_without_progress INTEGER NOT NULL DEFAULT 0,
+    records_at_last_start   INTEGER NOT NULL DEFAULT 0,
+    cancel_requested_at     DOUBLE PRECISION,
+    cancel_reason           TEXT,
+    created_at              DOUBLE PRECISION NOT NULL,
+    updated_at              DOUBLE PRECISION NOT NULL,
+    finished_at             DOUBLE PRECISION
+);
+
+CREATE INDEX runs_by_status ON runs (status, queue, created_at);
+CREATE INDEX runs_by_created ON runs (created_at);
+
+-- One row per position of a run generation: an effect intent, then its result.
+CREATE TABLE steps (
+    run_id         TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    generation     INTEGER NOT NULL,
+    position       TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    input_digest   TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    output         TEXT,
+    error_type     TEXT,
+    error_message  TEXT,
+    attempts       INTEGER NOT NULL DEFAULT 1,
+    started_at     DOUBLE PRECISION NOT NULL,
+    finished_at    DOUBLE PRECISION,
+    usage_tokens   BIGINT,
+    usage_cost_usd DOUBLE PRECISION,
+    PRIMARY KEY (run_id, generation, position)
+);
+
+-- Signals sent to a run, numbered per run; a wait consumes the oldest of its name.
+CREATE TABLE signals (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    seq          INTEGER NOT NULL,
+    name         TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    sent_at      DOUBLE PRECISION NOT NULL,
+    consumed_by  TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+
+-- The per-run append-only event stream read with a cursor (never on the fsync path).
+CREATE TABLE events (
+    cursor   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id   TEXT NOT NULL,
+    position TEXT,
+    kind     TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX events_by_run ON events (run_id, cursor);
+
+-- Large payloads by content hash; histories keep the hash.
+CREATE TABLE blobs (
+    digest     TEXT PRIMARY KEY,
+    data       BYTEA NOT NULL,
+    size       BIGINT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);

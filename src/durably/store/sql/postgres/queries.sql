@@ -1,0 +1,238 @@
+-- Named queries of the PostgreSQL store. Parameters are psycopg named placeholders
+-- (%(name)s). Parameters that can be NULL or that sit in a SELECT list carry an explicit
+-- cast: PostgreSQL cannot infer the type of an untyped NULL there.
+
+-- name: meta_lock
+-- Serialises migrations of one schema across every process that opens it at once; the
+-- lock is per schema (keyed on its name) and ends with the transaction.
+SELECT pg_advisory_xact_lock(hashtext('durably.migrate'), hashtext(current_schema()));
+
+-- name: current_schema
+SELECT current_schema();
+
+-- name: own_tables
+-- durably's own tables in the store's schema; other tables of a shared schema are none of
+-- durably's business.
+SELECT table_name FROM information_schema.tables
+WHERE table_schema = current_schema()
+  AND table_name IN ('durably_meta', 'runs', 'steps', 'signals', 'events', 'blobs');
+
+-- name: get_meta
+SELECT value FROM durably_meta WHERE key = %(key)s;
+
+-- name: set_meta
+INSERT INTO durably_meta (key, value) VALUES (%(key)s, %(value)s)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: insert_run
+-- Creates the run and, in the same statement, wakes waiting workers (see notify_work);
+-- returns a row only when the run was created.
+WITH created AS (
+INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
+                  codec_version, status, created_at, updated_at)
+VALUES (%(run_id)s, %(workflow)s, %(version)s, %(prompt_version)s, %(queue)s, %(input)s,
+        %(input_digest)s, %(codec_version)s, 'queued', %(now)s, %(now)s)
+ON CONFLICT (run_id) DO NOTHING
+RETURNING 1
+)
+SELECT pg_notify(%(channel)s, '') FROM created;
+
+-- name: get_run
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at
+FROM runs WHERE run_id = %(run_id)s;
+
+-- name: lock_run_for_claim
+-- The run row locked for the claim. FOR UPDATE also waits for any append still holding
+-- its KEY SHARE lock, so no append of the previous owner lands after the claim.
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, records_at_last_start
+FROM runs WHERE run_id = %(run_id)s
+FOR UPDATE;
+
+-- name: count_records
+-- A statement of its own after the lock: in READ COMMITTED it then sees every append
+-- that committed while the claim waited for the row.
+SELECT count(*) FROM steps
+WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent';
+
+-- name: list_runs
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at
+FROM runs
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+ORDER BY created_at DESC, run_id
+LIMIT %(limit)s;
+
+-- name: claim_run
+UPDATE runs
+SET fencing_token = fencing_token + 1, owner = %(owner)s,
+    lease_expires_at = %(lease_expires_at)s, status = 'running', park_reason = NULL,
+    wake_at = NULL, starts = starts + 1,
+    starts_without_progress = %(starts_without_progress)s,
+    records_at_last_start = %(records)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
+RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
+          codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
+          starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+          created_at, updated_at, finished_at;
+
+-- name: quarantine_run
+UPDATE runs
+SET status = 'quarantined', owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s;
+
+-- name: renew_lease
+UPDATE runs SET lease_expires_at = %(lease_expires_at)s
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s AND owner IS NOT NULL;
+
+-- name: release_run
+-- A released run may be runnable again (or frees a queue slot): wake waiting workers.
+WITH released AS (
+UPDATE runs
+SET owner = NULL, lease_expires_at = NULL, status = coalesce(%(status)s::text, status),
+    park_reason = %(park_reason)s::text, wake_at = %(wake_at)s::double precision,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s
+RETURNING 1
+)
+SELECT pg_notify(%(channel)s, '') FROM released;
+
+-- name: load_history
+SELECT position, kind, name, input_digest, status, output, error_type, error_message,
+       attempts, started_at, finished_at, usage_tokens, usage_cost_usd
+FROM steps WHERE run_id = %(run_id)s AND generation = %(generation)s;
+
+-- name: load_record
+-- One position of the run's current generation (to explain a refused append).
+SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
+       s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
+       s.usage_cost_usd
+FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
+WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
+
+-- name: append_record
+-- Fenced upsert in one statement: writes only while the token is current; a result may
+-- replace an intent, never another result. FOR KEY SHARE holds the run row until commit,
+-- so a concurrent claim (FOR UPDATE) waits for this append instead of loading a history
+-- that this append then changes; an append that waited re-reads the row and is refused
+-- when the claim has raised the token.
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)s::text,
+       %(input_digest)s::text, %(status)s::text, %(output)s::text, %(error_type)s::text,
+       %(error_message)s::text, %(attempts)s::integer, %(started_at)s::double precision,
+       %(finished_at)s::double precision, %(usage_tokens)s::bigint,
+       %(usage_cost_usd)s::double precision
+FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
+FOR KEY SHARE OF runs
+ON CONFLICT (run_id, generation, position) DO UPDATE
+SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+    error_message = excluded.error_message, attempts = excluded.attempts,
+    finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+    usage_cost_usd = excluded.usage_cost_usd
+WHERE steps.status = 'intent';
+
+-- name: check_token
+SELECT fencing_token FROM runs WHERE run_id = %(run_id)s;
+
+-- name: finish_run
+-- A finished run frees a slot of its queue: wake waiting workers. One row when fenced in.
+WITH finished AS (
+UPDATE runs
+SET status = %(status)s, outcome = %(outcome)s::text, error_type = %(error_type)s::text,
+    error_message = %(error_message)s::text, owner = NULL, lease_expires_at = NULL,
+    park_reason = %(park_reason)s::text, finished_at = %(finished_at)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s
+RETURNING 1
+)
+SELECT pg_notify(%(channel)s, '') FROM finished;
+
+-- name: drop_intents
+DELETE FROM steps
+WHERE run_id = %(run_id)s AND generation = %(generation)s AND status = 'intent'
+  AND (%(position)s::text IS NULL OR position = %(position)s::text);
+
+-- name: resolve_intent
+UPDATE steps SET status = 'ok', output = %(output)s, finished_at = %(now)s
+WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s
+  AND status = 'intent';
+
+-- name: requeue_run
+-- An operator's decision on a stuck run: a new fencing token fences out any driver that
+-- still believes it owns the run.
+UPDATE runs
+SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
+RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
+          codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
+          starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+          created_at, updated_at, finished_at;
+
+-- name: lock_queue
+-- Serialises claims on one concurrency-limited queue, so two workers cannot both see a
+-- free slot and both take it; unlimited queues never take this lock.
+SELECT pg_advisory_xact_lock(hashtext('durably.queue.' || current_schema()),
+                             hashtext(%(queue)s));
+
+-- name: running_per_queue
+SELECT queue, count(*) FROM runs
+WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > %(now)s
+  AND queue = ANY(%(queues)s::text[])
+GROUP BY queue;
+
+-- name: next_runnable
+-- The oldest run that is runnable without asking whether an owner is alive: queued,
+-- running with no owner or an expired lease, or parked and due. Versions route only when
+-- set (a NULL version served means any). SKIP LOCKED lets many workers claim at once,
+-- each taking a different row, and LIMIT 1 locks only the row this worker takes.
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, records_at_last_start
+FROM runs
+WHERE queue = ANY(%(queues)s::text[])
+  AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
+              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
+  AND (status = 'queued'
+       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s))
+       OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= %(now)s))
+ORDER BY created_at, run_id
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: same_host_running
+-- Runs with a live lease held by a process on this host: candidates for a dead-owner
+-- takeover, checked in Python. Not locked: only the one taken is (lock_if_unchanged).
+SELECT run_id, owner, fencing_token FROM runs
+WHERE queue = ANY(%(queues)s::text[])
+  AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
+              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
+  AND status = 'running' AND owner LIKE %(host)s AND lease_expires_at > %(now)s
+ORDER BY created_at, run_id
+LIMIT %(limit)s;
+
+-- name: lock_if_unchanged
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, records_at_last_start
+FROM runs
+WHERE run_id = %(run_id)s AND status = 'running' AND owner = %(owner)s
+  AND fencing_token = %(token)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: notify_work
+-- Wakes workers blocked in wait_for_work; delivered at commit, so never before the change
+-- it announces is visible.
+SELECT pg_notify(%(channel)s, '');

@@ -1,0 +1,95 @@
+-- The current durably journal schema for PostgreSQL. Migrations in migrations/ must
+-- produce exactly this (tests/unit/test_migrations.py checks it). It mirrors the SQLite
+-- schema. Tables are created unqualified, so they live in the first schema of the
+-- connection's search_path. Times are seconds since the epoch from durably's injected
+-- clock (DOUBLE PRECISION), never the server's now(), so every worker and every test
+-- clock agree. JSON is canonical text written by durably.codec (TEXT, not JSONB: JSONB
+-- would reorder and respace it, and digests are taken over the exact text).
+
+CREATE TABLE durably_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+CREATE TABLE runs (
+    run_id                  TEXT PRIMARY KEY,
+    workflow                TEXT NOT NULL,
+    version                 TEXT,
+    prompt_version          TEXT,
+    queue                   TEXT NOT NULL DEFAULT 'default',
+    input                   TEXT NOT NULL,
+    input_digest            TEXT NOT NULL,
+    codec_version           INTEGER NOT NULL,
+    status                  TEXT NOT NULL,
+    park_reason             TEXT,
+    wake_at                 DOUBLE PRECISION,
+    outcome                 TEXT,
+    error_type              TEXT,
+    error_message           TEXT,
+    generation              INTEGER NOT NULL DEFAULT 0,
+    fencing_token           BIGINT NOT NULL DEFAULT 0,
+    owner                   TEXT,
+    lease_expires_at        DOUBLE PRECISION,
+    starts                  INTEGER NOT NULL DEFAULT 0,
+    starts_without_progress INTEGER NOT NULL DEFAULT 0,
+    records_at_last_start   INTEGER NOT NULL DEFAULT 0,
+    cancel_requested_at     DOUBLE PRECISION,
+    cancel_reason           TEXT,
+    created_at              DOUBLE PRECISION NOT NULL,
+    updated_at              DOUBLE PRECISION NOT NULL,
+    finished_at             DOUBLE PRECISION
+);
+
+CREATE INDEX runs_by_status ON runs (status, queue, created_at);
+CREATE INDEX runs_by_created ON runs (created_at);
+
+-- One row per position of a run generation: an effect intent, then its result.
+CREATE TABLE steps (
+    run_id         TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    generation     INTEGER NOT NULL,
+    position       TEXT NOT NULL,
+    kind           TEXT NOT NULL,
+    name           TEXT NOT NULL,
+    input_digest   TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    output         TEXT,
+    error_type     TEXT,
+    error_message  TEXT,
+    attempts       INTEGER NOT NULL DEFAULT 1,
+    started_at     DOUBLE PRECISION NOT NULL,
+    finished_at    DOUBLE PRECISION,
+    usage_tokens   BIGINT,
+    usage_cost_usd DOUBLE PRECISION,
+    PRIMARY KEY (run_id, generation, position)
+);
+
+-- Signals sent to a run, numbered per run; a wait consumes the oldest of its name.
+CREATE TABLE signals (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    seq          INTEGER NOT NULL,
+    name         TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    sent_at      DOUBLE PRECISION NOT NULL,
+    consumed_by  TEXT,
+    PRIMARY KEY (run_id, seq)
+);
+
+-- The per-run append-only event stream read with a cursor (never on the fsync path).
+CREATE TABLE events (
+    cursor   BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id   TEXT NOT NULL,
+    position TEXT,
+    kind     TEXT NOT NULL,
+    data     TEXT NOT NULL,
+    at       DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX events_by_run ON events (run_id, cursor);
+
+-- Large payloads by content hash; histories keep the hash.
+CREATE TABLE blobs (
+    digest     TEXT PRIMARY KEY,
+    data       BYTEA NOT NULL,
+    size       BIGINT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
