@@ -210,3 +210,88 @@ def test_list_runs_filters(store: Store, clock: FakeClock) -> None:
     assert [r.run_id for r in store.list_runs(status=COMPLETED)] == ["r0"]
     assert [r.run_id for r in store.list_runs(workflow="other")] == ["r2"]
     assert len(store.list_runs(limit=1)) == 1
+
+
+def versioned(
+    run_id: str, workflow: str = "wf", version: str | None = "1", queue: str = "default"
+) -> NewRun:
+    return NewRun(run_id, workflow, version, None, queue, "{}", DIGEST, 1)
+
+
+def test_claim_next_takes_the_oldest_runnable_run(store: Store, clock: FakeClock) -> None:
+    for i in range(3):
+        store.create_run(versioned(f"r{i}"))
+        clock.advance(1)
+    served = {"wf": "1"}
+    first = store.claim_next(ME, 30, 10, alive, served, ["default"])
+    assert first is not None and first.run_id == "r0" and first.fencing_token == 1
+    second = store.claim_next(OTHER, 30, 10, alive, served, ["default"])
+    assert second is not None and second.run_id == "r1"
+    assert store.claim_next(ME, 30, 10, alive, {"other": None}, ["default"]) is None
+    assert store.claim_next(ME, 30, 10, alive, served, ["emails"]) is None
+
+
+def test_claim_next_routes_versions_only_when_set(store: Store) -> None:
+    store.create_run(versioned("v2", version="2"))
+    store.create_run(versioned("unversioned", version=None))
+    taken = []
+    while (run := store.claim_next(ME, 30, 10, alive, {"wf": "1"}, ["default"])) is not None:
+        taken.append(run.run_id)
+    assert "v2" not in taken
+    run = store.claim_next(ME, 30, 10, alive, {"wf": "2"}, ["default"])
+    assert run is not None and run.run_id == "v2"
+
+
+def test_claim_next_reclaims_expired_leases_only(store: Store, clock: FakeClock) -> None:
+    store.create_run(versioned("r"))
+    assert store.claim_next(ME, 30, 10, alive, {"wf": None}, ["default"]) is not None
+    assert store.claim_next(OTHER, 30, 10, alive, {"wf": None}, ["default"]) is None
+    clock.advance(31)
+    again = store.claim_next(OTHER, 30, 10, alive, {"wf": None}, ["default"])
+    assert again is not None and again.fencing_token == 2 and again.owner == str(OTHER)
+
+
+def test_claim_next_honours_fleet_queue_limits(store: Store) -> None:
+    for i in range(3):
+        store.create_run(versioned(f"m{i}", queue="mail"))
+    served = {"wf": None}
+    assert store.claim_next(ME, 30, 10, alive, served, ["mail"], {"mail": 2}) is not None
+    assert store.claim_next(OTHER, 30, 10, alive, served, ["mail"], {"mail": 2}) is not None
+    assert store.claim_next(OTHER, 30, 10, alive, served, ["mail"], {"mail": 2}) is None
+    assert store.claim_next(OTHER, 30, 10, alive, served, ["mail"]) is not None
+
+
+def test_requeue_drops_or_resolves_intents(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [rec("0"), rec("1", INTENT)])
+    store.release("r1", token, "in_doubt", park_reason="step 1 in doubt")
+    with pytest.raises(StoreError, match="nothing was changed"):
+        store.requeue("r1", ("quarantined",), drop_intents=True)
+    with pytest.raises(StoreError, match="no effect in doubt at position 7"):
+        store.requeue("r1", ("in_doubt",), resolve=("7", '"x"'))
+    run = store.requeue("r1", ("in_doubt",), resolve=("1", '"skipped"'))
+    assert (run.status, run.fencing_token, run.owner) == ("queued", token + 1, None)
+    assert [
+        (r.position, r.status, r.output)
+        for r in sorted(store.load_history("r1", 0), key=lambda r: r.position)
+    ] == [("0", OK, '"v"'), ("1", OK, '"skipped"')]
+    with pytest.raises(LeaseLost):  # the old driver is fenced out
+        store.append("r1", token, [rec("2")])
+
+
+def test_requeue_retry_deletes_the_intent(store: Store) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [rec("0", INTENT)])
+    store.release("r1", token, "in_doubt")
+    store.requeue("r1", ("in_doubt",), drop_intents=True)
+    assert store.load_history("r1", 0) == []
+
+
+def test_wait_for_work_returns(store: Store) -> None:
+    import time
+
+    t0 = time.monotonic()
+    store.wait_for_work(0.05)
+    assert time.monotonic() - t0 < 5

@@ -64,8 +64,19 @@ class Owner:
 
 
 def _hostname() -> str:
+    """This machine as a lease owner sees it: ``DURABLY_HOST`` if set, else the node name,
+    qualified by the pid namespace so that two containers sharing a hostname (but not
+    their pids) never take each other's pids for their own."""
+    override = os.environ.get("DURABLY_HOST")
+    if override:
+        return override
     # os.uname avoids importing socket (import time counts toward resume time).
-    return os.uname().nodename
+    host = os.uname().nodename
+    try:
+        ns = os.readlink("/proc/self/ns/pid")  # e.g. "pid:[4026531836]"
+    except OSError:
+        return host
+    return f"{host}/{ns[5:-1]}" if ns.startswith("pid:[") else host
 
 
 def _process_start(pid: int) -> str | None:
