@@ -17,9 +17,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
 	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
 	touch $@ $(VENV)/.installed-demo
 
-## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its journal
+## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its
+## journal; then the 120-kill crash matrix of four persistence policies, as a table and a PNG
 demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/demo.py
+	$(BIN)/durably chaos --plot demo-output/chaos.png
 
 ## test: install with dev extras, then ruff, mypy (strict) and pytest
 test: $(VENV)/.installed-dev lint typecheck pytest

@@ -77,6 +77,26 @@ class Outcome:
     usage: Usage = field(default_factory=Usage)
 
 
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """What a fault hook may want to know about the step it was called for."""
+
+    key: str
+    takes_key: bool
+    effect: bool
+    has_reconcile: bool
+
+
+_FAULT_STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+    "durably_fault_step", default=None
+)
+
+
+def fault_step() -> StepInfo | None:
+    """Inside a fault hook: the facts of the step it was called for (else None)."""
+    return _FAULT_STEP.get()
+
+
 class Scope:
     """Hands out positions: ``0, 1, 2`` at the top, ``4.1.0, 4.1.1`` in gather branch 1
     of the gather at position 4."""
@@ -183,10 +203,21 @@ class RunCore:
                 )
             )
 
-    def fault(self, pos: str, name: str, window: str) -> None:
-        """Call the fault-injection hook, if one is set."""
+    def fault(self, pos: str, name: str, window: str, sig: StepSignature) -> None:
+        """Call the fault-injection hook, if one is set; :func:`fault_step` tells the hook
+        the facts of the step it was called for."""
         if self.fault_hook is not None:
-            self.fault_hook(self.run_id, pos, name, window)
+            info = StepInfo(
+                idempotency_key(self.run_id, pos),
+                sig.takes_key,
+                sig.options.effect,
+                sig.options.reconcile is not None,
+            )
+            token = _FAULT_STEP.set(info)
+            try:
+                self.fault_hook(self.run_id, pos, name, window)
+            finally:
+                _FAULT_STEP.reset(token)
 
     def take_pending(self) -> list[StepRecord]:
         """Buffered clock/random records, to ride with the next durable write."""
@@ -267,7 +298,7 @@ class RunCore:
             reconciled = yield from self._doubt(pos, name, digest, key, sig, started)
             if reconciled is not NOT_DONE:
                 return reconciled
-        self.fault(pos, name, "before")
+        self.fault(pos, name, "before", sig)
         pending = self.take_pending()
         if sig.options.effect and rec is None:
             pending.append(StepRecord(pos, STEP, name, digest, INTENT, started_at=started))
@@ -352,9 +383,9 @@ class RunCore:
                 now,
                 *_usage_cols(out.usage),
             )
-            self.fault(pos, name, "effect")
+            self.fault(pos, name, "effect", sig)
             yield Write([*self.take_pending(), rec])
-            self.fault(pos, name, "recorded")
+            self.fault(pos, name, "recorded", sig)
             raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
     def _record_ok(
@@ -372,7 +403,7 @@ class RunCore:
             text = codec.dumps(value, f"step {pos} {name!r} output")
         except SerializationError as exc:
             raise self.poison(exc) from None
-        self.fault(pos, name, "effect")
+        self.fault(pos, name, "effect", sig)
         rec = StepRecord(
             pos,
             STEP,
@@ -388,7 +419,7 @@ class RunCore:
             *_usage_cols(usage),
         )
         yield Write([*self.take_pending(), rec])
-        self.fault(pos, name, "recorded")
+        self.fault(pos, name, "recorded", sig)
         return _decode(self, text, sig, pos, name)
 
 

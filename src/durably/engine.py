@@ -124,6 +124,7 @@ class Engine:
         self._queue_limits: dict[str, QueueLimits] = {}
         self._active: dict[str, _Attempt] = {}
         self._active_lock = threading.Lock()
+        self._keeper = _LeaseKeeper(self.store, self.lease_s, self.heartbeat_s)
 
     # -- registry ------------------------------------------------------------------------
 
@@ -335,7 +336,8 @@ class Engine:
         return self.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
 
     def close(self) -> None:
-        """Close the store's connections."""
+        """Stop lease keeping and close the store's connections."""
+        self._keeper.close()
         self.store.close()
 
     def __enter__(self) -> Engine:
@@ -443,17 +445,17 @@ class Engine:
             self.fault_hook,
         )
         core.token = run.fencing_token
-        hb = _Heartbeat(self.store, core, self.lease_s, self.heartbeat_s)
+        hb = self._keeper.add(core)
         att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
         try:
             data = codec.loads(run.input)
             att.args, att.kwargs = _typed_input(w, data["args"], data["kwargs"])
         except (KeyError, TypeError, ValueError) as exc:
+            hb.stop()
             self.store.release(run.run_id, core.token)
             raise ConfigError(
                 f"run {run.run_id!r}: its recorded input does not fit {w.name!r}: {exc}"
             ) from exc
-        hb.start()
         with self._active_lock:
             self._active[run.run_id] = att
         return att
@@ -603,39 +605,62 @@ def _owner_dead(owner: str) -> bool:
     return parsed is not None and parsed.provably_dead()
 
 
-class _Heartbeat:
-    """Renews the lease in a background thread while a run is driven.
+class _LeaseKeeper:
+    """One background thread per engine (per process) renewing the leases of every run the
+    engine is driving; a thread per run would cost more than a short run itself.
 
-    When a renewal is refused (another claim raised the token), the core is told, and its
-    next step raises instead of running any further effect.
+    When a renewal is refused (another claim raised the token), the run's core is told,
+    and its next step raises instead of running any further effect.
     """
 
-    def __init__(self, store: Store, core: RunCore, lease_s: float, every_s: float) -> None:
+    def __init__(self, store: Store, lease_s: float, every_s: float) -> None:
         self._store = store
-        self._core = core
         self._lease_s = lease_s
         self._every_s = every_s
+        self._cores: dict[int, RunCore] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._pid = 0
 
-    def start(self) -> None:
-        """Begin renewing."""
-        self._thread = threading.Thread(target=self._loop, daemon=True, name="durably-lease")
-        self._thread.start()
+    def add(self, core: RunCore) -> _Heartbeat:
+        """Keep ``core``'s lease until the returned handle is stopped."""
+        with self._lock:
+            self._cores[id(core)] = core
+            if self._pid != os.getpid():  # first use, or a forked child without threads
+                self._pid = os.getpid()
+                t = threading.Thread(target=self._loop, daemon=True, name="durably-lease")
+                t.start()
+        return _Heartbeat(self, core)
+
+    def remove(self, core: RunCore) -> None:
+        """Stop renewing ``core``'s lease (idempotent)."""
+        with self._lock:
+            self._cores.pop(id(core), None)
+
+    def close(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every_s):
-            try:
-                if not self._store.renew(self._core.run_id, self._core.token, self._lease_s):
-                    self._core.lease_lost = True
-                    return
-            except DurablyError:
-                continue  # a busy database: try again at the next beat
+            with self._lock:
+                cores = list(self._cores.values())
+            for core in cores:
+                try:
+                    if not self._store.renew(core.run_id, core.token, self._lease_s):
+                        core.lease_lost = True
+                        self.remove(core)
+                except DurablyError:
+                    continue  # a busy database: try again at the next beat
+
+
+@dataclass
+class _Heartbeat:
+    """The lease keeping of one attempt."""
+
+    keeper: _LeaseKeeper
+    core: RunCore
 
     def stop(self) -> None:
-        """Stop renewing (idempotent)."""
-        self._stop.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=5)
-        self._thread = None
+        """Stop renewing this attempt's lease (idempotent)."""
+        self.keeper.remove(self.core)

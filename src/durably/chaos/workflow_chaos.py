@@ -1,0 +1,384 @@
+"""``durably chaos --workflow module:function``: crash-test any registered workflow.
+
+A clean run (in a forked child) enumerates the workflow's steps from its history. Then,
+for every step and each of the three windows, a forked child runs the workflow until the
+engine's fault hook kills it with SIGKILL at that point, and a second forked child resumes
+the run to its end. The fault hook also logs every live execution (the ``before`` window
+fires once per execution) to an append-only file that survives the kill, so the parent can
+tell which steps ran more than once, with which idempotency keys, and at what token cost.
+
+Verdicts per re-executed step:
+
+* it takes an ``idempotency_key``: every execution got the same key; safe if the receiver
+  honours it;
+* it reported model usage (``durably.usage``): a repeated model call, counted as extra
+  tokens;
+* it has a ``reconcile`` function: it re-ran only because reconcile said it had not
+  happened;
+* otherwise it is an **unkeyed re-execution**: if the step has a side effect, that effect
+  happened twice. Steps known to be safe to repeat (reads, pure computation) can be listed
+  with ``allow_repeat``.
+
+A step declared ``@durably.step(effect=True)`` without key or reconcile is never re-run:
+the resume parks the run ``in_doubt``, reported as "parked in doubt (safe)".
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import codec
+from ..core import fault_step
+from ..engine import Engine, Workflow
+from ..errors import DurablyError, RunInDoubt, WorkflowFailed
+from ..history import STEP
+from . import WINDOWS
+from ._fork import EXIT_NOT_KILLED, EXIT_OK, child_error, die_now, spawn, wait_any
+
+IN_DOUBT = "parked in doubt (safe)"
+COMPLETED = "completed"
+
+
+class WorkflowLoadError(Exception):
+    """``module:function`` does not name a registered durably workflow."""
+
+
+def load_workflow(spec: str) -> Workflow:
+    """Import ``module:attr`` (or ``path/to/file.py:attr``) and return the Workflow there.
+
+    The attribute must be what ``@engine.workflow()`` returned: a ``durably.Workflow``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise WorkflowLoadError(
+            f"--workflow {spec!r}: write module:function, e.g."
+            " myapp.agents:incident or examples/sample.py:refund"
+        )
+    try:
+        module = _import(module_name)
+    except ImportError as exc:
+        raise WorkflowLoadError(
+            f"--workflow {spec!r}: cannot import {module_name!r}: {exc}"
+        ) from exc
+    obj = getattr(module, attr, None)
+    if not isinstance(obj, Workflow):
+        raise WorkflowLoadError(
+            f"--workflow {spec!r}: {attr!r} in {module_name!r} is {type(obj).__name__}, not a"
+            " durably workflow; name the object @engine.workflow() returned"
+        )
+    return obj
+
+
+def _import(name: str) -> Any:
+    if name.endswith(".py") or os.sep in name:
+        path = Path(name).resolve()
+        mod_name = f"durably_chaos_target_{path.stem}"
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no Python file at {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        spec.loader.exec_module(module)
+        return module
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the working directory imports
+    return importlib.import_module(name)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One live execution of a step, as the fault hook saw it."""
+
+    phase: str
+    position: str
+    name: str
+    key: str | None
+    takes_key: bool | None
+    effect: bool | None
+    reconcile: bool | None
+
+
+@dataclass
+class StepRepeat:
+    """A step that executed more than once after one kill."""
+
+    position: str
+    name: str
+    executions: int
+    keys: list[str | None]
+    same_key: bool
+    verdict: str
+    extra_tokens: int
+
+
+@dataclass
+class KillOutcome:
+    """What one kill at (position, window) and its resume did."""
+
+    position: str
+    name: str
+    window: str
+    outcome: str
+    same_result: bool | None
+    repeats: list[StepRepeat] = field(default_factory=list)
+    extra_tokens: int = 0
+
+    @property
+    def unsafe(self) -> list[StepRepeat]:
+        """Repeats that may have duplicated a side effect."""
+        return [r for r in self.repeats if r.verdict == UNKEYED]
+
+
+UNKEYED = "unkeyed re-execution"
+
+
+@dataclass
+class WorkflowChaosReport:
+    """Every kill point of one workflow, and the verdict."""
+
+    workflow: str
+    steps: list[tuple[str, str]]
+    clean_result: Any
+    kills: list[KillOutcome]
+    seconds: float = 0.0
+
+    @property
+    def unsafe_steps(self) -> list[str]:
+        """Names of steps with no key and no reconcile that executed twice."""
+        return sorted({r.name for k in self.kills for r in k.unsafe})
+
+    @property
+    def failed(self) -> bool:
+        """True when the workflow should not ship as it is."""
+        return bool(self.unsafe_steps) or any(
+            k.outcome not in (COMPLETED, IN_DOUBT) for k in self.kills
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "workflow": self.workflow,
+            "steps": [list(s) for s in self.steps],
+            "clean_result": self.clean_result,
+            "unsafe_steps": self.unsafe_steps,
+            "failed": self.failed,
+            "seconds": round(self.seconds, 3),
+            "kills": [asdict(k) for k in self.kills],
+        }
+
+
+# -- the child side ------------------------------------------------------------------
+
+
+def _step_facts() -> tuple[str | None, bool | None, bool | None, bool | None]:
+    """The key, takes-key, effect and reconcile facts of the step being executed, as the
+    engine tells its fault hook (:func:`durably.core.fault_step`); unknown (None) outside
+    a hook call, never guessed."""
+    info = fault_step()
+    if info is None:
+        return None, None, None, None
+    # The key the step *received*: only a function taking idempotency_key gets one.
+    key = info.key if info.takes_key else None
+    return key, info.takes_key, info.effect, info.has_reconcile
+
+
+class _Recorder:
+    """The fault hook of a chaos child: log each live execution; kill at the target."""
+
+    def __init__(self, log: Path, phase: str, target: tuple[str, str] | None) -> None:
+        self.fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.phase = phase
+        self.target = target
+
+    def __call__(self, run_id: str, position: str, name: str, window: str) -> None:
+        if window == "before":
+            key, takes_key, effect, reconcile = _step_facts()
+            line = json.dumps(
+                asdict(Execution(self.phase, position, name, key, takes_key, effect, reconcile))
+            )
+            os.write(self.fd, (line + "\n").encode())  # in the kernel before any kill
+        if self.target == (position, window):
+            die_now()
+
+
+def _child(
+    wf: Workflow,
+    url: str,
+    run_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    folder: Path,
+    phase: str,
+    target: tuple[str, str] | None,
+) -> int:
+    """Body of a forked child: a fresh Engine on the journal, the workflow, one drive."""
+    engine = Engine(url, fault_hook=_Recorder(folder / "executions.jsonl", phase, target))
+    engine.workflow(name=wf.name, version=wf.version, prompt_version=wf.prompt_version)(wf.fn)
+    out: dict[str, Any]
+    try:
+        result = engine.run(wf.name, *args, run_id=run_id, **kwargs)
+        out = {"outcome": COMPLETED, "result": json.loads(codec.dumps(result, "result"))}
+    except RunInDoubt:
+        out = {"outcome": IN_DOUBT}
+    except WorkflowFailed as exc:
+        out = {"outcome": f"failed: {exc.type_name}: {exc.message}"}
+    except DurablyError as exc:
+        out = {"outcome": f"error: {type(exc).__name__}: {exc}"}
+    if phase == "clean":
+        steps = [
+            (r.position, r.name, r.usage_tokens or 0)
+            for r in engine.history(run_id)
+            if r.kind == STEP
+        ]
+        out["steps"] = steps
+    engine.close()
+    (folder / f"{phase}.json").write_text(json.dumps(out))
+    return EXIT_NOT_KILLED if target is not None else EXIT_OK
+
+
+# -- the parent side -----------------------------------------------------------------
+
+
+def run_workflow_chaos(
+    wf: Workflow,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    url: str | None = None,
+    allow_repeat: frozenset[str] = frozenset(),
+    jobs: int | None = None,
+) -> WorkflowChaosReport:
+    """Kill ``wf`` at every step x window, resume each, and judge what ran twice.
+
+    ``url`` is the journal (default: a temporary SQLite file); every kill point gets its
+    own run id. Steps named in ``allow_repeat`` are known to be safe to run twice.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory(prefix="durably-wfchaos-") as tmp:
+        root = Path(tmp)
+        journal = url or f"sqlite:///{root / 'journal.db'}"
+        nonce = os.urandom(4).hex()  # fresh run ids when --db names a journal in use
+        clean_dir = root / "clean"
+        clean_dir.mkdir()
+        _run_phases(wf, journal, args, kwargs, [(clean_dir, f"chaos-{nonce}-clean", None)], 1)
+        clean = json.loads((clean_dir / "clean.json").read_text())
+        if clean["outcome"] != COMPLETED:
+            raise WorkflowLoadError(
+                f"the clean run of {wf.name!r} did not complete: {clean['outcome']}"
+            )
+        steps = [(p, n) for p, n, _ in clean["steps"]]
+        usage = {p: int(u) for p, _, u in clean["steps"]}
+        points: list[tuple[Path, str, tuple[str, str] | None]] = [
+            (root / f"k{i}-{w}", f"chaos-{nonce}-{p}-{w}", (p, w))
+            for i, (p, _) in enumerate(steps)
+            for w in WINDOWS
+        ]
+        for folder, _, _ in points:
+            folder.mkdir()
+        _run_phases(wf, journal, args, kwargs, points, jobs)
+        kills = [
+            _judge(folder, target, dict(steps), usage, clean.get("result"), allow_repeat)
+            for folder, _, target in points
+            if target is not None
+        ]
+    return WorkflowChaosReport(wf.name, steps, clean.get("result"), kills, time.perf_counter() - t0)
+
+
+def _run_phases(
+    wf: Workflow,
+    url: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    points: list[tuple[Path, str, tuple[str, str] | None]],
+    jobs: int,
+) -> None:
+    """Run each point's kill then resume (or just the clean run), ``jobs`` at a time."""
+    todo = list(points)
+    active: dict[int, tuple[Path, str, tuple[str, str] | None, str]] = {}
+
+    def start(folder: Path, run_id: str, target: tuple[str, str] | None, phase: str) -> None:
+        kill = target if phase == "kill" else None
+        pid = spawn(
+            lambda: _child(wf, url, run_id, args, kwargs, folder, phase, kill),
+            folder / f"{phase}.err",
+        )
+        active[pid] = (folder, run_id, target, phase)
+
+    while todo or active:
+        while todo and len(active) < jobs:
+            folder, run_id, target = todo.pop(0)
+            start(folder, run_id, target, "clean" if target is None else "kill")
+        ex = wait_any(active)
+        if ex.pid not in active:
+            continue
+        folder, run_id, target, phase = active.pop(ex.pid)
+        if phase == "kill" and ex.sigkilled:
+            start(folder, run_id, target, "resume")
+        elif phase == "kill" and ex.code == EXIT_NOT_KILLED:
+            (folder / "resume.json").write_text(json.dumps({"outcome": "kill point not reached"}))
+        elif ex.code != EXIT_OK:
+            (folder / ("clean.json" if phase == "clean" else "resume.json")).write_text(
+                json.dumps({"outcome": f"error: {child_error(folder / f'{phase}.err', ex)}"})
+            )
+
+
+def _judge(
+    folder: Path,
+    target: tuple[str, str],
+    names: dict[str, str],
+    usage: dict[str, int],
+    clean_result: Any,
+    allow_repeat: frozenset[str],
+) -> KillOutcome:
+    """Read one kill point's execution log and resume outcome; decide what ran twice."""
+    pos, window = target
+    res = json.loads((folder / "resume.json").read_text())
+    if "kill point not reached" in res["outcome"]:
+        return KillOutcome(pos, names[pos], window, res["outcome"], None)
+    log = folder / "executions.jsonl"
+    execs = [Execution(**json.loads(line)) for line in log.read_text().splitlines()]
+    by_pos: dict[str, list[Execution]] = defaultdict(list)
+    for e in execs:
+        by_pos[e.position].append(e)
+    # The "before" that fired the kill did not execute the step.
+    if window == "before":
+        by_pos[pos] = [e for e in by_pos[pos] if e.phase != "kill"]
+    repeats = []
+    for p, runs in by_pos.items():
+        if len(runs) > 1:
+            repeats.append(_repeat(p, runs, usage.get(p, 0), allow_repeat))
+    same = res.get("result") == clean_result if res["outcome"] == COMPLETED else None
+    return KillOutcome(
+        pos, names[pos], window, res["outcome"], same, repeats, sum(r.extra_tokens for r in repeats)
+    )
+
+
+def _repeat(
+    pos: str, runs: list[Execution], tokens: int, allow_repeat: frozenset[str]
+) -> StepRepeat:
+    first = runs[0]
+    keys = [e.key for e in runs]
+    same_key = keys[0] is not None and len(set(keys)) == 1
+    if first.takes_key:
+        verdict = "same key" if same_key else "different keys"
+    elif first.reconcile:
+        verdict = "reconciled, not done"
+    elif tokens > 0:
+        verdict = "repeated model call"
+    elif first.name in allow_repeat:
+        verdict = "allowed to repeat"
+    else:
+        verdict = UNKEYED
+    return StepRepeat(pos, first.name, len(runs), keys, same_key, verdict, tokens * (len(runs) - 1))

@@ -1,0 +1,90 @@
+"""`durably chaos --workflow`: a kill at every step x window of a user's workflow."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from durably.chaos import workflow_chaos as wc
+from durably.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = f"{ROOT / 'examples' / 'sample_unkeyed.py'}:refund"
+DOUBT = f"{Path(__file__).parent / 'doubt_workflow.py'}:charge"
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run where the sample's own files (its engine's journal, its world) are scratch."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAMPLE_WORLD", str(tmp_path / "world.db"))
+    monkeypatch.delenv("DURABLY_URL", raising=False)
+    return tmp_path
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, ["chaos", *args], catch_exceptions=False)
+
+
+def test_the_unkeyed_effect_is_reported_and_fails_the_run(in_tmp: Path) -> None:
+    result = _invoke("--workflow", SAMPLE, "--args", '["ana", 40]')
+    assert result.exit_code == 1, result.output
+    assert "UNSAFE" in result.output and "'send_email'" in result.output
+    assert "'create_refund'" not in result.output.split("UNSAFE")[1]
+
+
+def test_json_report_names_every_repeat(in_tmp: Path) -> None:
+    result = _invoke("--workflow", SAMPLE, "--args", '["ana", 40]', "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["unsafe_steps"] == ["send_email"]
+    assert [s[1] for s in data["steps"]] == ["draft_reply", "create_refund", "send_email"]
+    kills = {(k["name"], k["window"]): k for k in data["kills"]}
+    assert len(kills) == 9
+    assert all(k["outcome"] == "completed" and k["same_result"] for k in kills.values())
+    # Only a kill between an effect and its record makes anything run twice.
+    for (name, window), k in kills.items():
+        assert bool(k["repeats"]) == (window == "effect"), (name, window)
+    model = kills[("draft_reply", "effect")]
+    assert model["repeats"][0]["verdict"] == "repeated model call"
+    assert model["extra_tokens"] == 1_200
+    refund = kills[("create_refund", "effect")]["repeats"][0]
+    assert refund["verdict"] == "same key" and refund["same_key"]
+    assert len(set(refund["keys"])) == 1 and refund["keys"][0].endswith(":1")
+    email = kills[("send_email", "effect")]["repeats"][0]
+    assert email["verdict"] == wc.UNKEYED and email["keys"] == [None, None]
+
+
+def test_allow_repeat_accepts_a_step_known_to_be_safe(in_tmp: Path) -> None:
+    result = _invoke("--workflow", SAMPLE, "--args", '["ana", 40]', "--allow-repeat", "send_email")
+    assert result.exit_code == 0, result.output
+    assert "every kill point resumed safely" in result.output
+
+
+def test_a_declared_unkeyed_effect_parks_in_doubt_instead_of_repeating(in_tmp: Path) -> None:
+    # "plan" is pure: without --allow-repeat its re-run would be flagged, since durably
+    # cannot tell a computation from an undeclared side effect.
+    result = _invoke(
+        "--workflow",
+        DOUBT,
+        "--args",
+        "[21]",
+        "--detail",
+        "--allow-repeat",
+        "plan",
+        "--db",
+        f"sqlite:///{in_tmp / 'chaos.db'}",
+    )
+    assert result.exit_code == 0, result.output
+    assert "parked in doubt (safe)" in result.output
+    assert (in_tmp / "chaos.db").exists()  # --db names the journal the sweep used
+
+
+def test_a_name_that_is_not_a_workflow_is_refused(in_tmp: Path) -> None:
+    result = _invoke("--workflow", f"{ROOT / 'examples' / 'sample_unkeyed.py'}:send_email")
+    assert result.exit_code != 0
+    assert "not a durably workflow" in result.output
