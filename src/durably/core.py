@@ -295,7 +295,7 @@ class RunCore:
             call_kwargs["fencing_token"] = self.token
         started = self.clock.time()
         if rec is not None:  # an intent without a result: the effect is in doubt
-            reconciled = yield from self._doubt(pos, name, digest, key, sig, started)
+            reconciled = yield from self._doubt(pos, name, digest, key, sig, started, rec)
             if reconciled is not NOT_DONE:
                 return reconciled
         self.fault(pos, name, "before", sig)
@@ -309,7 +309,14 @@ class RunCore:
         )
 
     def _doubt(
-        self, pos: str, name: str, digest: str, key: str, sig: StepSignature, started: float
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        sig: StepSignature,
+        started: float,
+        intent: StepRecord,
     ) -> Generator[Op, Any, Any]:
         opts = sig.options
         if opts.reconcile is not None:
@@ -329,6 +336,17 @@ class RunCore:
                     )
                 )
             return NOT_DONE
+        age_s = started - intent.started_at
+        if sig.takes_key and opts.dedupe_window_s is not None and age_s > opts.dedupe_window_s:
+            # The receiver has forgotten the key by now: a retry with it is not safe.
+            self.in_doubt = (
+                f"step {pos} {name!r} was in flight {age_s:,.0f} s ago, longer than the"
+                f" receiver remembers keys (dedupe_window_s={opts.dedupe_window_s:g}), so a"
+                f" retry with key {key!r} could repeat the effect. Check the receiving"
+                f" system, then `durably retry {self.run_id}` or `durably skip"
+                f" {self.run_id} --output JSON`."
+            )
+            raise Parked("in_doubt", None)
         if sig.takes_key or opts.on_doubt == "retry":
             return NOT_DONE
         self.in_doubt = (

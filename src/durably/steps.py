@@ -88,6 +88,8 @@ def step(
         raise ConfigError(f"timeout_s={timeout_s}: must be > 0 (or None for no timeout)")
     if on_doubt not in ("park", "retry"):
         raise ConfigError(f"on_doubt={on_doubt!r}: choose 'park' or 'retry'")
+    if dedupe_window_s is not None and dedupe_window_s <= 0:
+        raise ConfigError(f"dedupe_window_s={dedupe_window_s}: must be > 0 (or None)")
     if reconcile is not None and not callable(reconcile):
         raise ConfigError("reconcile must be a callable taking the idempotency key")
     opts = StepOptions(

@@ -194,3 +194,30 @@ def test_cli_retry_and_skip(engine: durably.Engine, db: str) -> None:
     assert engine.run(mail, run_id="r") == "msg-1"
     again = runner.invoke(cli, ["retry", "r", "--db", db])
     assert again.exit_code != 0 and "completed" in again.output
+
+
+def test_an_effect_in_doubt_past_the_dedupe_window_parks(tmp_path: Path) -> None:
+    clock = durably.FakeClock()
+    engine = durably.Engine(
+        f"sqlite:///{tmp_path / 'j.db'}", clock=clock, fault_hook=crash_at("0", "effect")
+    )
+    keys: list[str] = []
+
+    @durably.step(effect=True, dedupe_window_s=86_400)
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        keys.append(idempotency_key)
+        return "ch_1"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        return ctx.step("charge", charge, 5)
+
+    with pytest.raises(Crash):
+        engine.run(w, run_id="late")
+    clock.advance(3 * 86_400)  # the run was down for three days
+    with pytest.raises(durably.RunInDoubt, match="dedupe_window_s=86400"):
+        engine.run(w, run_id="late")
+    assert keys == ["late:0"]  # not retried with a key the receiver has forgotten
+    engine.skip("late", "ch_1")
+    assert engine.run(w, run_id="late") == "ch_1"
+    engine.close()
