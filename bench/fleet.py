@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import fleet_app  # noqa: E402
+import bench_fleet_app as fleet_app  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -58,7 +58,7 @@ def spawn(url: str, lease_s: float, host: str | None = None) -> subprocess.Popen
             "-m",
             "durably.cli",
             "worker",
-            "fleet_app:engine",
+            "bench_fleet_app:engine",
             "--concurrency",
             "4",
             "--poll-interval-s",

@@ -1,4 +1,4 @@
-"""Workflows for bench/fleet.py, loaded by ``durably worker fleet_app:engine``."""
+"""Workflows for bench/fleet.py, loaded by ``durably worker bench_fleet_app:engine``."""
 
 from __future__ import annotations
 
