@@ -69,7 +69,15 @@ def to_json(value: Any, where: str = "value") -> Any:
 
     Raises :class:`SerializationError` naming ``where`` and the offending type.
     """
-    if value is None or isinstance(value, bool | int | str):
+    # Exact types first: the common cases cost one type() call, not a chain of isinstance.
+    t = type(value)
+    if t is str or t is int or t is bool or value is None:
+        return value
+    if t is dict:
+        return _dict_to_json(value, where)
+    if t is list:
+        return [to_json(v, where) for v in value]
+    if isinstance(value, bool | int | str):
         if isinstance(value, enum.Enum):
             return to_json(value.value, where)
         return value
@@ -174,13 +182,22 @@ def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:
 
 def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
     """The input digest of a step: sha256 over the codec version and canonical JSON."""
-    data = [
-        name,
-        [to_json(a, f"step {name!r} argument {i}") for i, a in enumerate(args)],
-        {k: to_json(v, f"step {name!r} argument {k!r}") for k, v in kwargs.items()},
-    ]
+    try:
+        data = [name, [to_json(a) for a in args], {k: to_json(v) for k, v in kwargs.items()}]
+    except SerializationError:
+        _name_bad_argument(name, args, kwargs)  # the slow path says which argument
+        raise
     text = f"{CODEC_VERSION}:{canonical(data)}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _name_bad_argument(
+    name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]
+) -> None:
+    for i, a in enumerate(args):
+        to_json(a, f"step {name!r} argument {i}")
+    for k, v in kwargs.items():
+        to_json(v, f"step {name!r} argument {k!r}")
 
 
 def coerce(value: Any, hint: Any) -> Any:

@@ -183,8 +183,9 @@ class RunCore:
                 NonDeterminism(
                     f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
                     f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
-                    " history: revert the change, branch with ctx.patched(), or let old runs"
-                    " finish first. The run is blocked; nothing recorded was lost."
+                    " history: revert the change, or let old runs finish on workers that"
+                    " serve their version first. The run is blocked; nothing recorded was"
+                    " lost, and it resumes once the code matches."
                 )
             )
         return rec

@@ -40,8 +40,8 @@ class SerializationError(DurablyError):
 class NonDeterminism(DurablyError):
     """The workflow code asked for something other than what its history recorded.
 
-    The run is marked ``blocked``: fix the code (or branch with ``ctx.patched``) and run it
-    again; nothing recorded is lost.
+    The run is marked ``blocked``: fix the code (or route the run to workers of its
+    version) and run it again; nothing recorded is lost.
     """
 
 

@@ -624,7 +624,8 @@ class PostgresStore:
 
 def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of ``append_record`` for one record, checked on the way in."""
-    params: dict[str, Any] = {f: getattr(rec.check(), f) for f in _STEP_FIELDS}
+    rec.check()
+    params: dict[str, Any] = {f: getattr(rec, f) for f in _STEP_FIELDS}
     params["input_digest"] = params.pop("digest")
     params["run_id"] = run_id
     params["token"] = token

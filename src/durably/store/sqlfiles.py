@@ -6,9 +6,13 @@ numbered files ``NNNN_description.sql`` applied in order.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
-from importlib import resources
+
+# Plain files next to this module. (importlib.resources would import pathlib, tempfile and
+# more, about 10 ms, and opening a store is on the resume path.)
+_SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
@@ -39,12 +43,13 @@ class Migration:
 
 def migrations(dialect: str) -> list[Migration]:
     """The migrations of ``dialect`` in version order."""
-    folder = resources.files("durably.store").joinpath("sql", dialect, "migrations")
+    folder = os.path.join(_SQL_DIR, dialect, "migrations")
     found = []
-    for entry in folder.iterdir():
-        m = re.match(r"^(\d{4})_(\w+)\.sql$", entry.name)
+    for name in os.listdir(folder):
+        m = re.match(r"^(\d{4})_(\w+)\.sql$", name)
         if m:
-            found.append(Migration(int(m.group(1)), m.group(2), entry.read_text("utf-8")))
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                found.append(Migration(int(m.group(1)), m.group(2), f.read()))
     found.sort(key=lambda mig: mig.version)
     for expected, mig in enumerate(found, start=1):
         if mig.version != expected:
@@ -52,5 +57,12 @@ def migrations(dialect: str) -> list[Migration]:
     return found
 
 
+def latest_version(dialect: str) -> int:
+    """The number of the newest migration of ``dialect``, without reading the files."""
+    names = os.listdir(os.path.join(_SQL_DIR, dialect, "migrations"))
+    return sum(1 for n in names if re.match(r"^\d{4}_\w+\.sql$", n))
+
+
 def _read(dialect: str, name: str) -> str:
-    return resources.files("durably.store").joinpath("sql", dialect, name).read_text("utf-8")
+    with open(os.path.join(_SQL_DIR, dialect, name), encoding="utf-8") as f:
+        return f.read()

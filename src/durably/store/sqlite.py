@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..clock import Clock
@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from .base import NewRun, Owner
-from .sqlfiles import load_queries, migrations
+from .sqlfiles import latest_version, load_queries, migrations
 
 APP_NAME = "durably"
 CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
@@ -78,7 +78,7 @@ class SQLiteStore:
         self.clock = clock
         self.busy_timeout_s = busy_timeout_s
         self._lock = threading.RLock()
-        if self.path != ":memory:" and not create and not Path(self.path).exists():
+        if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         try:
             self._conn = sqlite3.connect(
@@ -114,8 +114,29 @@ class SQLiteStore:
             c.execute("PRAGMA fullfsync = ON")
             c.execute("PRAGMA checkpoint_fullfsync = ON")
 
+    def _schema_is_current(self) -> bool:
+        """True when the file is a durably journal at the newest schema, found with reads
+        only: opening an up-to-date journal costs no write transaction (no fsync)."""
+        c = self._conn
+        current = c.execute("PRAGMA user_version").fetchone()[0]
+        latest = latest_version("sqlite")
+        if current > latest:
+            raise SchemaTooNew(
+                f"{self.path} has journal schema {current}, newer than this durably knows"
+                f" ({latest}); upgrade durably"
+            )
+        if current != latest or current == 0:
+            return False
+        try:
+            app = c.execute("SELECT value FROM durably_meta WHERE key='app'").fetchone()
+        except sqlite3.OperationalError:
+            return False  # no durably_meta: the full check below explains what it is
+        return app is not None and app[0] == APP_NAME
+
     def _migrate(self) -> None:
         """Create or upgrade the schema; refuse files that are not durably journals."""
+        if self._schema_is_current():
+            return
         with self._tx() as c:
             tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if tables and "durably_meta" not in tables:
@@ -365,6 +386,16 @@ class SQLiteStore:
 
     def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
         """Write records in one fenced transaction; raises LeaseLost on a stale token."""
+        if len(records) == 1:
+            # The common case, one step result: the fenced upsert is a single statement,
+            # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
+            # around it would only add two round trips through the library.
+            with self._lock:
+                try:
+                    self._append(self._conn, run_id, token, records)
+                except sqlite3.DatabaseError as exc:
+                    raise self._translate(exc) from exc
+            return
         with self._tx() as c:
             self._append(c, run_id, token, records)
 
@@ -372,7 +403,8 @@ class SQLiteStore:
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
     ) -> None:
         for rec in records:
-            params = {f: getattr(rec.check(), f) for f in _STEP_FIELDS}
+            rec.check()
+            params = {f: getattr(rec, f) for f in _STEP_FIELDS}
             params["input_digest"] = params.pop("digest")
             params["run_id"] = run_id
             params["token"] = token
