@@ -15,37 +15,19 @@ Run: ``python bench/fleet.py [--db URL] [--runs N] [--lease-s S]``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench_fleet_app as fleet_app  # noqa: E402
-
-
-@contextlib.contextmanager
-def throwaway_schema(server_url: str) -> Iterator[str]:
-    """A URL whose connections work in a fresh schema, dropped on exit."""
-    import psycopg
-
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
-    sep = "&" if "?" in server_url else "?"
-    try:
-        yield f"{server_url}{sep}options=-csearch_path%3D{name}"
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+from pg_step_overhead import throwaway_schema  # noqa: E402
 
 
 def spawn(url: str, lease_s: float, host: str | None = None) -> subprocess.Popen[bytes]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -103,24 +104,22 @@ class Tx:
         self.conn.execute("RELEASE SAVEPOINT durably_sp")
 
 
-class Database:
+class Database(ABC):
     """A connection source for one database URL; subclasses hold the dialect details."""
 
     dialect: str = ""
 
-    @contextmanager
-    def transaction(self, filename: str) -> Iterator[Tx]:
+    @abstractmethod
+    def transaction(self, filename: str) -> AbstractContextManager[Tx]:
         """Open a write transaction whose named queries come from ``filename``."""
-        raise NotImplementedError
-        yield  # pragma: no cover - makes this a generator for the type checker
 
+    @abstractmethod
     def create_schema(self, filename: str) -> None:
         """Create the tables of ``filename``'s ``schema`` block if they do not exist."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
         """Close every connection this object opened."""
-        raise NotImplementedError
 
 
 class SQLiteDatabase(Database):

@@ -54,8 +54,14 @@ from ..errors import (
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from .base import NewRun, Owner
+from .rules import (
+    check_claimable,
+    check_requeueable,
+    no_doubt_error,
+    overwrite_error,
+    quarantined_error,
+)
 from .sqlfiles import load_queries, migrations
-from .sqlite import check_claimable, quarantined_error
 
 APP_NAME = "durably"
 _Q = load_queries("postgres")
@@ -456,13 +462,9 @@ class PostgresStore:
                 if row is None:
                     raise RunNotFound(f"no run {run_id!r} in {self.where}")
                 run = _run(row[:_RUN_FIELDS])
-                if run.status not in from_statuses:
-                    # Also what a retry sees when the first attempt committed: the run is
-                    # queued already, and saying so is accurate.
-                    raise StoreError(
-                        f"run {run_id!r} is {run.status}, not {' or '.join(from_statuses)};"
-                        " nothing was changed"
-                    )
+                # Also what a retry sees when the first attempt committed: the run is
+                # queued already, and saying so is accurate.
+                check_requeueable(run, from_statuses)
                 key = {"run_id": run_id, "generation": run.generation, "now": now}
                 if resolve is not None:
                     n = conn.execute(
@@ -470,10 +472,7 @@ class PostgresStore:
                         {**key, "position": resolve[0], "output": resolve[1]},
                     ).rowcount
                     if n != 1:
-                        raise StoreError(
-                            f"run {run_id!r} has no effect in doubt at position {resolve[0]};"
-                            " nothing was changed"
-                        )
+                        raise no_doubt_error(run_id, resolve[0])
                 if drop_intents:
                     conn.execute(_Q["drop_intents"], {**key, "position": None})
                 queued = conn.execute(
@@ -573,10 +572,7 @@ class PostgresStore:
             ).fetchone()
             if row is not None and StepRecord(*row) == rec:
                 return
-        raise StoreError(
-            f"run {run_id!r}: position {rec.position} already holds a result; a result is"
-            " never overwritten (this is a bug in durably; please report it)"
-        )
+        raise overwrite_error(run_id, rec.position)
 
     def finish(
         self,

@@ -26,15 +26,20 @@ from ..errors import (
     ConfigError,
     LeaseLost,
     NotADurablyDatabase,
-    RunLeased,
     RunNotFound,
-    RunQuarantined,
     SchemaTooNew,
     StoreBusy,
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from .base import NewRun, Owner
+from .rules import (
+    check_claimable,
+    check_requeueable,
+    no_doubt_error,
+    overwrite_error,
+    quarantined_error,
+)
 from .sqlfiles import latest_version, load_queries, migrations
 
 APP_NAME = "durably"
@@ -415,10 +420,7 @@ class SQLiteStore:
         row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
         if row is None or row[0] != token:
             raise LeaseLost(run_id, token)
-        raise StoreError(
-            f"run {run_id!r}: position {rec.position} already holds a result; a result is"
-            " never overwritten (this is a bug in durably; please report it)"
-        )
+        raise overwrite_error(run_id, rec.position)
 
     def finish(
         self,
@@ -474,21 +476,14 @@ class SQLiteStore:
             if row is None:
                 raise RunNotFound(f"no run {run_id!r} in {self.path}")
             run = _run(row)
-            if run.status not in from_statuses:
-                raise StoreError(
-                    f"run {run_id!r} is {run.status}, not {' or '.join(from_statuses)};"
-                    " nothing was changed"
-                )
+            check_requeueable(run, from_statuses)
             key = {"run_id": run_id, "generation": run.generation, "now": now}
             if resolve is not None:
                 n = c.execute(
                     _Q["resolve_intent"], {**key, "position": resolve[0], "output": resolve[1]}
                 ).rowcount
                 if n != 1:
-                    raise StoreError(
-                        f"run {run_id!r} has no effect in doubt at position {resolve[0]};"
-                        " nothing was changed"
-                    )
+                    raise no_doubt_error(run_id, resolve[0])
             if drop_intents:
                 c.execute(_Q["drop_intents"], {**key, "position": None})
             c.execute(
@@ -524,34 +519,6 @@ def _exec_script(c: sqlite3.Connection, script: str) -> None:
 def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
     row = c.execute("SELECT records_at_last_start FROM runs WHERE run_id = ?", (run_id,))
     return int(row.fetchone()[0])
-
-
-def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
-    """Raise ``RunLeased`` unless the run's lease is free, expired, or its owner dead."""
-    # The same process does not get a pass: another thread of it may be driving the run.
-    # A driver that ends for any reason releases its lease, so this costs nothing normally.
-    if run.owner is None:
-        return
-    if run.lease_expires_at is not None and run.lease_expires_at <= now:
-        return
-    if owner_dead(run.owner):
-        return
-    left = (run.lease_expires_at or now) - now
-    raise RunLeased(
-        f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
-        " two processes may never drive one run. Wait for it to finish or for the lease to"
-        " expire, or stop that process."
-    )
-
-
-def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
-    """The error of a run that was just quarantined."""
-    return RunQuarantined(
-        f"run {run_id!r} was started {max_starts} times without recording progress (each"
-        " start crashed or was killed at the same place), so it is quarantined instead of"
-        " looping. Look at `durably runs show` for the step it dies in, fix the cause, then"
-        " `durably retry` it."
-    )
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:

@@ -1,0 +1,64 @@
+"""Rules every store applies the same way, and the errors they raise.
+
+Backends differ in SQL, never in these decisions, so they live here rather than in one
+backend that the others import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..errors import RunLeased, RunQuarantined, StoreError
+from ..history import RunRecord
+
+
+def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
+    """Raise ``RunLeased`` unless the run's lease is free, expired, or its owner dead."""
+    # The same process does not get a pass: another thread of it may be driving the run.
+    # A driver that ends for any reason releases its lease, so this costs nothing normally.
+    if run.owner is None:
+        return
+    if run.lease_expires_at is not None and run.lease_expires_at <= now:
+        return
+    if owner_dead(run.owner):
+        return
+    left = (run.lease_expires_at or now) - now
+    raise RunLeased(
+        f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
+        " two processes may never drive one run. Wait for it to finish or for the lease to"
+        " expire, or stop that process."
+    )
+
+
+def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
+    """The error of a run that was just quarantined."""
+    return RunQuarantined(
+        f"run {run_id!r} was started {max_starts} times without recording progress (each"
+        " start crashed or was killed at the same place), so it is quarantined instead of"
+        " looping. Look at `durably runs show` for the step it dies in, fix the cause, then"
+        " `durably retry` it."
+    )
+
+
+def check_requeueable(run: RunRecord, from_statuses: Sequence[str]) -> None:
+    """Raise ``StoreError`` unless an operator may requeue ``run`` from its status."""
+    if run.status not in from_statuses:
+        raise StoreError(
+            f"run {run.run_id!r} is {run.status}, not {' or '.join(from_statuses)}; nothing"
+            " was changed"
+        )
+
+
+def no_doubt_error(run_id: str, position: str) -> StoreError:
+    """The error of a skip that names a position without an effect in doubt."""
+    return StoreError(
+        f"run {run_id!r} has no effect in doubt at position {position}; nothing was changed"
+    )
+
+
+def overwrite_error(run_id: str, position: str) -> StoreError:
+    """The error of an append that would overwrite a recorded result."""
+    return StoreError(
+        f"run {run_id!r}: position {position} already holds a result; a result is never"
+        " overwritten (this is a bug in durably; please report it)"
+    )
