@@ -295,3 +295,31 @@ def test_wait_for_work_returns(store: Store) -> None:
     t0 = time.monotonic()
     store.wait_for_work(0.05)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_forked_child_opens_its_own_connection(store: Store) -> None:
+    """A connection must never cross a fork: parent and child both use the store at the
+    same time after the fork, which breaks a shared PostgreSQL connection, and both
+    succeed. (SQLite often survives a shared connection by luck; see
+    tests/unit/test_sqlite_store.py for its own check.)"""
+    import os
+
+    store.create_run(new_run())
+    store.create_run(new_run("p"))
+    token = store.claim("p", ME, 30, 10, alive).fencing_token
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        code = 1
+        try:
+            child_token = store.claim("r1", Owner("child", 1, "1"), 30, 10, alive).fencing_token
+            for i in range(40):
+                store.append("r1", child_token, [rec(str(i))])
+            code = 0
+        finally:
+            os._exit(code)
+    for i in range(40):
+        store.append("p", token, [rec(str(i))])
+        assert store.get_run("p") is not None
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(store.load_history("r1", 0)) == 40 and len(store.load_history("p", 0)) == 40

@@ -31,6 +31,7 @@ only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import threading
 import time
@@ -124,15 +125,10 @@ class PostgresStore:
         self._channel = "durably_" + hashlib.sha256(self.schema.encode()).hexdigest()[:32]
         self._listen_conn: Conn | None = None
         self._listen_lock = threading.Lock()
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            url,
-            min_size=pool_min,
-            max_size=pool_max,
-            kwargs=conn_kwargs,
-            timeout=connect_timeout_s,
-            name="durably",
-            open=False,
-        )
+        self._pool_min, self._pool_max = pool_min, pool_max
+        self._inherited: list[object] = []
+        self._pid = os.getpid()
+        self._pool: ConnectionPool[Conn] = self._new_pool()
         try:
             self._pool.open(wait=pool_min > 0, timeout=connect_timeout_s)
         except PoolTimeout as exc:
@@ -205,6 +201,30 @@ class PostgresStore:
                 conn.execute(_Q["set_meta"], {"key": "app", "value": APP_NAME})
         self.schema_version = max(current, len(steps))
 
+    def _new_pool(self) -> ConnectionPool[Conn]:
+        return ConnectionPool(
+            self.url,
+            min_size=self._pool_min,
+            max_size=self._pool_max,
+            kwargs=self._conn_kwargs,
+            timeout=self.connect_timeout_s,
+            name="durably",
+            open=False,
+        )
+
+    def _check_fork(self) -> None:
+        """A forked child gets a pool, listener and lock of its own. The inherited ones
+        are kept referenced and never used or closed: closing a connection sends the
+        server a Terminate, which would end the parent's session."""
+        if self._pid == os.getpid():
+            return
+        self._inherited += [self._pool, self._listen_conn]
+        self._pid = os.getpid()
+        self._listen_conn = None
+        self._listen_lock = threading.Lock()  # the parent's may have been held at fork
+        self._pool = self._new_pool()
+        self._pool.open(wait=False)
+
     def _call(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
 
@@ -212,6 +232,7 @@ class PostgresStore:
         sees half of a previous attempt; ``retried`` tells it that the first attempt's
         outcome is unknown.
         """
+        self._check_fork()
         for attempt in range(_ATTEMPTS):
             try:
                 with self._pool.connection() as conn:
@@ -406,6 +427,7 @@ class PostgresStore:
         A wake-up is a hint, never a promise: the caller claims and may find nothing. When
         the listening connection fails, this waits out the time and reconnects next call.
         """
+        self._check_fork()
         deadline = time.monotonic() + timeout_s
         if not self._listen_lock.acquire(timeout=max(0.0, timeout_s)):
             return  # another thread is listening; it has waited the time for us

@@ -85,10 +85,24 @@ class SQLiteStore:
         self._lock = threading.RLock()
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
+        self._synchronous = synchronous.upper()
+        self._inherited: list[sqlite3.Connection] = []
+        self._conn = self._connect()
         try:
-            self._conn = sqlite3.connect(
+            self._migrate()
+        except BaseException as exc:
+            self._conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise self._translate(exc) from exc
+            raise
+
+    # -- connection set-up ---------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
                 self.path,
-                timeout=busy_timeout_s,
+                timeout=self.busy_timeout_s,
                 isolation_level=None,
                 check_same_thread=False,
             )
@@ -97,14 +111,23 @@ class SQLiteStore:
                 f"cannot open the SQLite database {self.path}: {exc}; check that the folder"
                 " exists and is writable"
             ) from exc
+        self._pid = os.getpid()
+        self._conn = conn
         try:
-            self._configure(synchronous.upper())
-            self._migrate()
+            self._configure(self._synchronous)
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
+            conn.close()
             raise self._translate(exc) from exc
+        return conn
 
-    # -- connection set-up ---------------------------------------------------------------
+    def _live(self) -> sqlite3.Connection:
+        """This process's connection. A connection must never cross a fork (SQLite's
+        rule): a forked child opens its own, and leaves the inherited one alone (not even
+        closed) so nothing it does can disturb the parent's."""
+        if self._pid != os.getpid():
+            self._inherited.append(self._conn)
+            self._connect()
+        return self._conn
 
     def _configure(self, synchronous: str) -> None:
         c = self._conn
@@ -171,7 +194,7 @@ class SQLiteStore:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction holding the database lock from its start."""
         with self._lock:
-            c = self._conn
+            c = self._live()
             try:
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
@@ -191,7 +214,7 @@ class SQLiteStore:
     def _read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
-                return self._conn.execute(sql, params).fetchall()
+                return self._live().execute(sql, params).fetchall()
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
 
@@ -397,7 +420,7 @@ class SQLiteStore:
             # around it would only add two round trips through the library.
             with self._lock:
                 try:
-                    self._append(self._conn, run_id, token, records)
+                    self._append(self._live(), run_id, token, records)
                 except sqlite3.DatabaseError as exc:
                     raise self._translate(exc) from exc
             return
