@@ -435,9 +435,15 @@ class Engine:
             final = _final_outcome(w, run)
             if final is not None:
                 return final
-            run = self.store.claim(
-                run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
-            )
+            try:
+                run = self.store.claim(
+                    run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
+                )
+            except RunFinished:
+                # Another process finished it since we looked: return its outcome.
+                final = _final_outcome(w, self.get_run(run.run_id))
+                assert final is not None
+                return final
         core = RunCore(
             run.run_id,
             self.store.load_history(run.run_id, run.generation),

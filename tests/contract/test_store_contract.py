@@ -323,3 +323,20 @@ def test_a_forked_child_opens_its_own_connection(store: Store) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert len(store.load_history("r1", 0)) == 40 and len(store.load_history("p", 0)) == 40
+
+
+def test_claim_never_reopens_a_finished_or_parked_for_a_person_run(store: Store) -> None:
+    from durably.errors import RunFinished, RunInDoubt
+
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.finish("r1", token, COMPLETED, [], outcome='"done"')
+    with pytest.raises(RunFinished, match="already completed"):
+        store.claim("r1", OTHER, 30, 10, alive)
+    run = store.get_run("r1")
+    assert run is not None and (run.status, run.fencing_token) == (COMPLETED, token)
+    store.create_run(new_run("r2"))
+    token2 = store.claim("r2", ME, 30, 10, alive).fencing_token
+    store.release("r2", token2, "in_doubt", park_reason="step 3")
+    with pytest.raises(RunInDoubt, match="step 3"):
+        store.claim("r2", ME, 30, 10, alive)

@@ -178,3 +178,19 @@ def test_a_second_driver_in_the_same_process_is_refused(engine: durably.Engine) 
     release.set()
     t.join(10)
     assert results == ["done"]
+
+
+def test_a_run_finished_elsewhere_since_we_looked_returns_its_outcome(
+    engine: durably.Engine,
+) -> None:
+    calls: list[int] = []
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        calls.append(1)
+        return "first"
+
+    stale = engine._prepare(w, (), {}, "r")  # what a second caller read before the end
+    assert engine.run(w, run_id="r") == "first"
+    assert engine._drive_sync(w, stale) == "first"  # not run again, not reopened
+    assert calls == [1] and engine.get_run("r").status == "completed"

@@ -8,12 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..errors import RunLeased, RunQuarantined, StoreError
-from ..history import RunRecord
+from ..errors import RunFinished, RunInDoubt, RunLeased, RunQuarantined, StoreError
+from ..history import IN_DOUBT, QUARANTINED, RunRecord
 
 
 def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
-    """Raise ``RunLeased`` unless the run's lease is free, expired, or its owner dead."""
+    """Raise unless ``run`` may be claimed now: ``RunFinished`` for a finished run (a
+    claim must never reopen it), ``RunInDoubt`` / ``RunQuarantined`` for a run waiting
+    for a person, ``RunLeased`` while a live owner holds an unexpired lease."""
+    if run.terminal:
+        raise RunFinished(
+            f"run {run.run_id!r} is already {run.status}; its recorded outcome stands"
+        )
+    if run.status == IN_DOUBT:
+        raise RunInDoubt(f"run {run.run_id!r} is in doubt: {run.park_reason}")
+    if run.status == QUARANTINED:
+        raise RunQuarantined(
+            f"run {run.run_id!r} is quarantined after {run.starts} starts without progress;"
+            " fix the cause, then `durably retry` it"
+        )
     # The same process does not get a pass: another thread of it may be driving the run.
     # A driver that ends for any reason releases its lease, so this costs nothing normally.
     if run.owner is None:
