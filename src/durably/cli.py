@@ -90,7 +90,7 @@ def runs() -> None:
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of a table.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
 def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first."""
     engine = open_engine(db)
@@ -101,8 +101,7 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
     finally:
         engine.close()
     if as_json:
-        for run in rows:
-            click.echo(json.dumps(run_json(run), sort_keys=True))
+        click.echo(json.dumps([run_json(run) for run in rows], sort_keys=True))
         return
     from rich.console import Console
     from rich.table import Table

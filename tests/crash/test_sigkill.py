@@ -151,4 +151,4 @@ def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> No
         text=True,
         check=True,
     )
-    assert json.loads(listed.stdout)["run_id"] == RUN_ID
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [RUN_ID]
