@@ -50,7 +50,8 @@ from .history import (
     StepRecord,
     position_key,
 )
-from .store.base import NewRun, Owner, Store, open_store
+from .store.base import NewRun, Owner, Store
+from .store.open import open_store
 
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0

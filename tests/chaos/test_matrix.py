@@ -93,7 +93,7 @@ def test_plot_without_matplotlib_says_how_to_install(
 
 
 def test_detail_lists_every_kill_point(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from durably.chaos.cli import _print_matrix
+    from durably.cli.proof import _print_matrix
 
     report = matrix.run_matrix(("journal_keys",), workdir=tmp_path, jobs=2)
     assert [

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from durably.clock import FakeClock
-from durably.store.base import Store, open_store
+from durably.store.base import Store
+from durably.store.open import open_store
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

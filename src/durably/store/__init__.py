@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .base import NewRun, Owner, Store, open_store
+from .base import NewRun, Owner, Store
+from .open import open_store
 
 __all__ = ["NewRun", "Owner", "Store", "open_store"]

@@ -24,7 +24,7 @@ both); only the mechanics differ:
   ``options=-csearch_path%3Dmyschema`` in the URL to choose one). Migrations run under a
   per-schema advisory lock, so many workers starting at once migrate exactly once.
 
-psycopg is imported here only; :func:`durably.store.base.open_store` imports this module
+psycopg is imported here only; :func:`durably.store.open.open_store` imports this module
 only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 """
 

@@ -8,16 +8,16 @@ and see the result.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 
 import click
 
-from ..cli import db_option
 from ..clock import SystemClock
 from ..errors import DurablyError, StoreError
-from .base import Store, open_store
-from .sqlfiles import migrations
+from ..store.base import Store
+from ..store.open import open_store
+from ..store.sqlfiles import migrations
+from .common import db_option, redact
 
 
 @click.command()
@@ -65,8 +65,3 @@ def _schema_version(store: Store) -> int:
     except sqlite3.Error as exc:
         raise StoreError(f"cannot read the schema version of {path}: {exc}") from exc
     return int(row[0])
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for printing."""
-    return re.sub(r"^([a-z]+://[^:/@]*):[^@/]*@", r"\1:***@", url)

@@ -1,6 +1,6 @@
 """The ``durably chaos``, ``durably simulate`` and ``durably bench`` commands.
 
-They are registered lazily by :mod:`durably.cli`, so their imports (rich, the experiment
+They load on first use (:mod:`durably.cli`), so their imports (rich, the experiment
 modules) cost nothing until one of them runs.
 """
 
@@ -17,8 +17,8 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
-from ..cli import db_option
-from . import simulate as sim
+from ..chaos import simulate as sim
+from .common import db_option
 
 _JOBS = click.IntRange(1, 64)
 _WIDTH_PIPED = 140  # rich wraps at 80 columns when not on a terminal; tables need more
@@ -121,7 +121,7 @@ def chaos(
             as_json,
         )
         return
-    from . import matrix
+    from ..chaos import matrix
 
     if plot is not None:
         try:
@@ -152,7 +152,7 @@ def chaos(
 
 
 def _print_matrix(report: Any, detail: bool, plot: Path | None) -> None:
-    from . import matrix
+    from ..chaos import matrix
 
     console = _console()
     table = Table(title="SIGKILL at every step boundary: 30 kill points per policy")
@@ -196,7 +196,7 @@ def _chaos_workflow(
     detail: bool,
     as_json: bool,
 ) -> None:
-    from . import workflow_chaos as wc
+    from ..chaos import workflow_chaos as wc
 
     try:
         parsed = json.loads(args_json)
@@ -466,7 +466,7 @@ def bench() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def bench_commit(samples: int, folder: Path | None, as_json: bool) -> None:
     """Median and p99 latency of one durable journal commit on this disk."""
-    from . import commitbench as cb
+    from ..chaos import commitbench as cb
 
     figures = cb.run_bench(samples, folder)
     if as_json:

@@ -1,0 +1,52 @@
+"""The ``durably`` command: one module per command group.
+
+Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) and
+``--json`` where it prints data. Command modules are imported only when their command
+runs, so ``durably --help`` and ``import durably`` stay fast.
+
+Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
+(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``), :mod:`.worker`,
+:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# name -> "module:attribute" of every command; loaded on first use.
+COMMANDS: dict[str, str] = {
+    "runs": "durably.cli.runs:runs",
+    "retry": "durably.cli.recovery:retry_cmd",
+    "skip": "durably.cli.recovery:skip_cmd",
+    "worker": "durably.cli.worker:worker_cmd",
+    "migrate": "durably.cli.migrate:migrate",
+    "chaos": "durably.cli.proof:chaos",
+    "simulate": "durably.cli.proof:simulate",
+    "bench": "durably.cli.proof:bench",
+}
+
+
+class _LazyGroup(click.Group):
+    """A click group whose commands load from their modules on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attr = target.split(":")
+        cmd: click.Command = getattr(importlib.import_module(module), attr)
+        return cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="durably")
+def main() -> None:
+    """durably: agent runs that survive crashes without redoing their real-world work."""
+
+
+__all__ = ["main"]

@@ -1,0 +1,114 @@
+"""What every command shares: the ``--db`` option, opening an engine, and the JSON and
+text forms of runs and steps."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ..engine import DEFAULT_URL
+from ..errors import DurablyError
+from ..history import RunRecord, StepRecord, idempotency_key
+
+
+def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--db URL`` option shared by every command."""
+    return click.option(
+        "--db",
+        "db",
+        envvar="DURABLY_URL",
+        default=DEFAULT_URL,
+        show_default=True,
+        help="Journal database URL (sqlite:///path or postgresql://...); env DURABLY_URL.",
+    )(fn)
+
+
+def open_engine(db: str) -> Any:
+    """An Engine on ``db`` for inspection, with errors turned into clean CLI messages."""
+    from ..engine import Engine
+
+    if db.startswith("sqlite:///") and db != "sqlite:///:memory:":
+        from pathlib import Path
+
+        path = Path(db[len("sqlite:///") :])
+        if not path.exists():
+            raise click.ClickException(
+                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL"
+            )
+    try:
+        return Engine(db)
+    except DurablyError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def run_json(run: RunRecord) -> dict[str, Any]:
+    """A run as plain JSON data for ``--json``."""
+    return {
+        "run_id": run.run_id,
+        "workflow": run.workflow,
+        "version": run.version,
+        "prompt_version": run.prompt_version,
+        "queue": run.queue,
+        "status": run.status,
+        "starts": run.starts,
+        "fencing_token": run.fencing_token,
+        "owner": run.owner,
+        "input": json.loads(run.input),
+        "outcome": None if run.outcome is None else json.loads(run.outcome),
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+        "reason": run.park_reason,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+        "finished_at": run.finished_at,
+    }
+
+
+def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
+    """A history record as plain JSON data for ``--json``."""
+    return {
+        "seq": s.position,
+        "kind": s.kind,
+        "name": s.name,
+        "status": s.status,
+        "digest": s.digest,
+        "key": idempotency_key(run.run_id, s.position),
+        "attempts": s.attempts,
+        "duration_s": None if s.finished_at is None else round(s.finished_at - s.started_at, 6),
+        "output": None if s.output is None else json.loads(s.output),
+        "error_type": s.error_type,
+        "error_message": s.error_message,
+        "usage_tokens": s.usage_tokens,
+        "usage_cost_usd": s.usage_cost_usd,
+    }
+
+
+def status_text(run: RunRecord) -> str:
+    return (
+        run.status
+        if run.park_reason is None or run.status != "parked"
+        else (f"parked({run.park_reason})")
+    )
+
+
+def ts(t: float | None) -> str:
+    if t is None:
+        return ""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(s: StepRecord) -> str:
+    if s.finished_at is None:
+        return "in flight"
+    ms = (s.finished_at - s.started_at) * 1000
+    return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for printing."""
+    return re.sub(r"^([a-z]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
