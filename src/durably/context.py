@@ -14,9 +14,10 @@ from __future__ import annotations
 import contextvars
 import datetime as dt
 import inspect
+import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from .clock import Clock, SystemClock
 from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
@@ -51,14 +52,18 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             op = gen.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        if isinstance(op, Call):
-            reply = _call_sync(op)
-        elif isinstance(op, Write):
-            ex.write(op)
-            reply = None
-        else:
-            ex.clock.sleep(op.seconds)
-            reply = None
+        try:
+            if isinstance(op, Call):
+                reply = _call_sync(op)
+            elif isinstance(op, Write):
+                ex.write(op)
+                reply = None
+            else:
+                ex.clock.sleep(op.seconds)
+                reply = None
+        except BaseException:
+            gen.close()  # the core's cleanup (its scope is no longer busy) runs now
+            raise
 
 
 async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
@@ -69,14 +74,18 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             op = gen.send(reply)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        if isinstance(op, Call):
-            reply = await _call_async(op)
-        elif isinstance(op, Write):
-            ex.write(op)  # one short fenced commit; a thread hop would cost more than it saves
-            reply = None
-        else:
-            await _wait_async(ex.clock, op)
-            reply = None
+        try:
+            if isinstance(op, Call):
+                reply = await _call_async(op)
+            elif isinstance(op, Write):
+                ex.write(op)  # one short fenced commit; a thread hop costs more than it saves
+                reply = None
+            else:
+                await _wait_async(ex.clock, op)
+                reply = None
+        except BaseException:  # cancelled (a failed gather, a timeout), a store error
+            gen.close()  # the core's cleanup (its scope is no longer busy) runs now
+            raise
 
 
 def _call_sync(op: Call) -> Outcome:
@@ -134,24 +143,129 @@ async def _call_async(op: Call) -> Outcome:
     import asyncio
 
     box = Usage()
-    token = USAGE.set(box)
+    token = USAGE.set(box)  # set before the thread's context is copied: it reaches the box
     try:
-        value = op.fn(*op.args, **op.kwargs)
-        if inspect.isawaitable(value):
-            if op.timeout_s is not None:
-                try:
-                    value = await asyncio.wait_for(value, op.timeout_s)
-                except TimeoutError:
-                    raise StepTimeout(
-                        f"{getattr(op.fn, '__name__', op.fn)!r} ran past timeout_s={op.timeout_s}"
-                    ) from None
-            else:
-                value = await value
+        if op.timeout_s is None:
+            value = await _invoke(op)
+        else:
+            try:
+                value = await asyncio.wait_for(_invoke(op), op.timeout_s)
+            except TimeoutError:
+                raise StepTimeout(
+                    f"{getattr(op.fn, '__name__', op.fn)!r} ran past timeout_s={op.timeout_s};"
+                    " the attempt failed"
+                ) from None
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
     finally:
         USAGE.reset(token)
+
+
+async def _invoke(op: Call) -> Any:
+    """One attempt: an async function on the loop, a sync one in a step thread (so it
+    neither blocks the loop nor escapes ``timeout_s``)."""
+    value = op.fn(*op.args, **op.kwargs) if op.is_async else await _in_thread(op)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+SYNC_STEP_THREADS_MAX: Final = 32
+"""Threads per process that run the sync step functions of async workflows. More sync
+steps in flight than this wait for a free thread; an attempt that ran past its
+``timeout_s`` keeps its thread until it returns (Python cannot stop a thread)."""
+
+
+async def _in_thread(op: Call) -> Any:
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+    ctx = contextvars.copy_context()
+
+    def job() -> None:
+        if fut.cancelled():  # timed out or cancelled while waiting for a thread: never start
+            return
+        try:
+            value = ctx.run(op.fn, *op.args, **op.kwargs)
+        except BaseException as exc:
+            _deliver(loop, fut, None, exc)
+        else:
+            _deliver(loop, fut, value, None)
+
+    _step_threads().submit(job)
+    return await fut
+
+
+def _deliver(loop: Any, fut: Any, value: Any, exc: BaseException | None) -> None:
+    try:
+        loop.call_soon_threadsafe(_settle, fut, value, exc)
+    except RuntimeError:
+        pass  # the loop is closed: nobody waits for this attempt any more
+
+
+def _settle(fut: Any, value: Any, exc: BaseException | None) -> None:
+    if fut.done():  # timed out or cancelled meanwhile: the result is ignored
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)
+
+
+class _StepThreads:
+    """A bounded pool of daemon threads (``concurrent.futures`` joins its threads at exit,
+    and an attempt stuck past its timeout must not keep the process from exiting)."""
+
+    def __init__(self, threads_max: int) -> None:
+        import queue
+
+        self.threads_max = threads_max
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on an idle thread, a new one below the limit, or the next free one."""
+        self._jobs.put(job)
+        if self._idle.acquire(blocking=False):
+            return
+        with self._lock:
+            if self._threads < self.threads_max:
+                self._threads += 1
+                name = f"durably-step-{self._threads}"
+                threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            job()
+            del job  # drop the finished attempt's references before waiting again
+            self._idle.release()
+
+
+_POOL: list[_StepThreads] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _step_threads() -> _StepThreads:
+    if not _POOL:
+        with _POOL_LOCK:
+            if not _POOL:
+                _POOL.append(_StepThreads(SYNC_STEP_THREADS_MAX))
+    return _POOL[0]
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child has none of the parent's threads: it starts its own pool.
+    global _POOL_LOCK
+    _POOL.clear()
+    _POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 async def _wait_async(clock: Clock, op: Wait) -> None:
@@ -205,7 +319,13 @@ class Context:
 
 class AsyncContext:
     """The handle an ``async def`` workflow uses: the same methods as :class:`Context`,
-    awaitable, plus :meth:`gather` for parallel steps."""
+    awaitable, plus :meth:`gather` for parallel steps.
+
+    Each method returns an awaitable that records when awaited, once. Used as a value
+    without ``await`` (``ctx.now().hour``), it blocks the run with a message naming the
+    missing ``await``; dropped without being awaited, it blocks the run at the next
+    recording call or when the workflow returns.
+    """
 
     __slots__ = ("_core", "_ex")
 
@@ -218,62 +338,225 @@ class AsyncContext:
         """This run's id."""
         return self._core.run_id
 
-    async def step(
+    def step(
         self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any
-    ) -> T:
-        """Run ``fn`` as a recorded step (see :meth:`Context.step`); ``fn`` may be async."""
-        result: T = await drive_async(self._ex, self._core.step(name, fn, args, kwargs))
-        return result
+    ) -> Coroutine[Any, Any, T]:
+        """Run ``fn`` as a recorded step (see :meth:`Context.step`); ``fn`` may be async.
 
-    async def now(self) -> dt.datetime:
-        """The current time (UTC), recorded."""
-        return self._core.now()
+        A sync ``fn`` runs in a thread of a bounded pool (``SYNC_STEP_THREADS_MAX``), so
+        it neither blocks the event loop nor escapes its ``timeout_s``.
+        """
+        return _StepCall(self._core, self._ex, name, fn, args, kwargs)
 
-    async def random(self) -> float:
-        """A random float in [0, 1), recorded."""
-        return self._core.random()
+    def now(self) -> Coroutine[Any, Any, dt.datetime]:
+        """The current time (UTC), recorded: ``await ctx.now()``."""
+        return _ValueCall(self._core, "now", self._core.now)
 
-    async def uuid(self) -> uuid.UUID:
-        """A random UUID, recorded."""
-        return self._core.uuid()
+    def random(self) -> Coroutine[Any, Any, float]:
+        """A random float in [0, 1), recorded: ``await ctx.random()``."""
+        return _ValueCall(self._core, "random", self._core.random)
 
-    async def gather(
-        self, *branches: Coroutine[Any, Any, Any], return_exceptions: bool = False
-    ) -> list[Any]:
-        """Run coroutines concurrently with positions that do not depend on timing.
+    def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
+        """A random UUID, recorded: ``await ctx.uuid()``."""
+        return _ValueCall(self._core, "uuid", self._core.uuid)
 
-        The gather takes one position ``p``; branch ``i`` numbers its own steps
+    async def gather(self, *branches: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
+        """Run branches concurrently with positions that do not depend on timing.
+
+        The gather is a recorded command: it takes one position ``p`` and records there its
+        arity and branch labels (a ``ctx.step``'s name, else the coroutine's qualname),
+        checked on replay before any branch runs. Branch ``i`` numbers its own steps
         ``p.i.0, p.i.1, ...``, so steps finishing in any order replay exactly. Pass
-        coroutines that have not started (``ctx.step(...)`` without ``await``, or calls of
-        ``async def`` helpers). On the first failure the other branches are cancelled
-        (unless ``return_exceptions``) and the failure is raised.
+        awaitables that have not started (``ctx.step(...)`` without ``await``, or calls of
+        ``async def`` helpers). On the first failure the other branches are cancelled and
+        the failure is raised; with ``return_exceptions=True`` failures are returned in
+        place (a stop of the run itself, such as a lost lease, is still raised).
         """
         import asyncio  # imported here so that `import durably` stays fast
 
-        self._core.guard()
-        for b in branches:
-            if not inspect.iscoroutine(b):
-                raise ConfigError(
-                    f"ctx.gather takes coroutines that have not started, e.g."
-                    f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {b!r}"
-                )
-        pos = self._core.take()
-        tasks = [
-            asyncio.ensure_future(self._branch(f"{pos}.{i}.", b)) for i, b in enumerate(branches)
-        ]
-        if return_exceptions:
-            return list(await asyncio.gather(*tasks, return_exceptions=True))
         try:
-            return list(await asyncio.gather(*tasks))
+            labels = [_label(b) for b in branches]
+            scope, pos = self._core.gather_begin(labels)
         except BaseException:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _dispose(branches)  # the error is the story, not their "never awaited"
             raise
+        failed = True
+        try:
+            tasks = [
+                asyncio.ensure_future(self._branch(f"{pos}.{i}.", b))
+                for i, b in enumerate(branches)
+            ]
+            try:
+                results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
+            except BaseException:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+            for r in results:
+                if isinstance(r, BaseException) and not isinstance(r, Exception):
+                    raise r  # the run must stop (lease lost, parked, a process exit)
+            failed = False
+            return list(results)
+        finally:
+            self._core.gather_end(scope, pos, failed)
+            _dispose(branches)
 
-    async def _branch(self, prefix: str, coro: Coroutine[Any, Any, T]) -> T:
+    async def _branch(self, prefix: str, aw: Awaitable[T]) -> T:
         # Runs inside its own task, whose context is a copy: the scope set here is seen
         # only by this branch's steps.
         SCOPE.set(Scope(self._core, prefix))
-        result: T = await coro
+        result: T = await aw
         return result
+
+
+class _Recording(Coroutine[Any, Any, T]):
+    """What :class:`AsyncContext`'s recording methods return: a coroutine (so
+    ``asyncio.create_task`` and ``asyncio.wait_for`` take it) that records when it first
+    runs, and that refuses to be used as a value (see :class:`AsyncContext`)."""
+
+    __slots__ = ("_core", "_inner", "_used")
+
+    label: str
+    """What a gather records for a branch that is this call."""
+
+    def __init__(self, core: RunCore) -> None:
+        self._core = core
+        self._inner: Coroutine[Any, Any, T] | None = None
+        self._used = False
+
+    def _call(self) -> str:
+        raise NotImplementedError
+
+    def _run(self) -> Coroutine[Any, Any, T]:
+        raise NotImplementedError
+
+    def _start(self) -> Coroutine[Any, Any, T]:
+        if self._inner is None:
+            if self._used:
+                raise RuntimeError(f"{self._call()} was already awaited or closed")
+            self._used = True
+            self._inner = self._run()
+        return self._inner
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._start().__await__()
+
+    def send(self, value: Any, /) -> Any:
+        """Coroutine protocol (a task drives the call with it)."""
+        return self._start().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
+        """Coroutine protocol."""
+        return self._start().throw(typ, val, tb)
+
+    def close(self) -> None:
+        """Coroutine protocol: a call closed before it ran records nothing."""
+        self._used = True
+        if self._inner is not None:
+            self._inner.close()
+
+    def __del__(self) -> None:
+        if not self._used and self._core.dropped is None:
+            call = self._call()
+            self._core.dropped = (
+                f"{call} was never awaited: in an async workflow it returns an awaitable that"
+                f" records nothing until awaited; write `await {call}` (or pass it to"
+                " ctx.gather). The run is blocked; fix the code, then resume it."
+            )
+
+    def __repr__(self) -> str:
+        return f"<durably awaitable {self._call()}>"
+
+    def _misused(self, *_: Any) -> NoReturn:
+        self.close()
+        call = self._call()
+        raise self._core.poison(
+            ConfigError(
+                f"{call} was used as a value without await: in an async workflow it returns"
+                f" an awaitable; write `value = await {call}`. The run is blocked; fix the"
+                " code, then resume it."
+            )
+        )
+
+    def __getattr__(self, name: str) -> NoReturn:
+        if name.startswith(("_", "cr_", "gi_")):  # introspection (asyncio, inspect): no value use
+            raise AttributeError(name)
+        self._misused()
+
+    __getitem__ = __iter__ = __len__ = __contains__ = __bool__ = _misused
+    __str__ = __format__ = __int__ = __float__ = __index__ = __round__ = _misused
+    __lt__ = __le__ = __gt__ = __ge__ = _misused
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misused
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __abs__ = _misused
+
+
+class _StepCall(_Recording[T]):
+    __slots__ = ("_args", "_ex", "_fn", "_kwargs", "label")
+
+    def __init__(
+        self,
+        core: RunCore,
+        ex: Executor,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        super().__init__(core)
+        self._ex = ex
+        self.label = name
+        self._fn = fn
+        self._args = args
+        self._kwargs = kwargs
+
+    def _call(self) -> str:
+        return f"ctx.step({self.label!r}, ...)"
+
+    def _run(self) -> Coroutine[Any, Any, T]:
+        core = self._core
+        core.check_dropped()
+        return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
+
+
+class _ValueCall(_Recording[T]):
+    __slots__ = ("_produce", "label")
+
+    def __init__(self, core: RunCore, kind: str, produce: Callable[[], T]) -> None:
+        super().__init__(core)
+        self.label = f"durably.{kind}"
+        self._produce = produce
+
+    def _call(self) -> str:
+        return f"ctx.{self.label[8:]}()"
+
+    def _run(self) -> Coroutine[Any, Any, T]:
+        self._core.check_dropped()
+        return _at_once(self._produce())
+
+
+async def _at_once(value: T) -> T:
+    return value
+
+
+def _label(branch: object) -> str:
+    """What a gather records for a branch; refuses what cannot be a fresh branch."""
+    if isinstance(branch, _Recording):
+        if not branch._used:
+            return branch.label
+    elif inspect.iscoroutine(branch) and inspect.getcoroutinestate(branch) == "CORO_CREATED":
+        return branch.__qualname__
+    raise ConfigError(
+        "ctx.gather takes coroutines that have not started, e.g."
+        f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {branch!r}"
+    )
+
+
+def _dispose(branches: tuple[Awaitable[Any], ...]) -> None:
+    """Close the branches a gather never started (cancelled or refused)."""
+    for b in branches:
+        if isinstance(b, _Recording):
+            if b._inner is None:
+                b.close()
+        elif inspect.iscoroutine(b) and inspect.getcoroutinestate(b) == "CORO_CREATED":
+            b.close()

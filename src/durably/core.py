@@ -26,7 +26,18 @@ from .errors import (
     SerializationError,
     StepFailed,
 )
-from .history import FAILED, INTENT, NOW, OK, RANDOM, STEP, UUID, StepRecord, idempotency_key
+from .history import (
+    FAILED,
+    GATHER,
+    INTENT,
+    NOW,
+    OK,
+    RANDOM,
+    STEP,
+    UUID,
+    StepRecord,
+    idempotency_key,
+)
 from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
@@ -99,17 +110,26 @@ def fault_step() -> StepInfo | None:
 
 class Scope:
     """Hands out positions: ``0, 1, 2`` at the top, ``4.1.0, 4.1.1`` in gather branch 1
-    of the gather at position 4."""
+    of the gather at position 4.
 
-    __slots__ = ("core", "next", "prefix")
+    A scope serves one thread of program order. ``busy`` names the live step or gather
+    of this scope still in flight: a position asked for meanwhile comes from code running
+    concurrently on the same scope (``asyncio.gather``/``create_task`` around
+    ``ctx.step``), whose positions would depend on timing, so :meth:`take` refuses it.
+    """
+
+    __slots__ = ("busy", "core", "next", "prefix")
 
     def __init__(self, core: RunCore, prefix: str) -> None:
         self.core = core
         self.prefix = prefix
         self.next = 0
+        self.busy: str | None = None
 
     def take(self) -> str:
         """The next position of this scope."""
+        if self.busy is not None:
+            raise self.core.poison(ConfigError(_concurrent_use(self, self.busy)))
         pos = f"{self.prefix}{self.next}"
         self.next += 1
         return pos
@@ -147,15 +167,27 @@ class RunCore:
         self.lease_lost = False
         self.token = 0
         self.in_doubt: str | None = None
+        # Prefixes (``"4."``) of gathers that ended in failure in this attempt: their
+        # branches may stop earlier on replay than live, so what they recorded and this
+        # attempt did not ask for again is not a sign of changed code.
+        self.failed_gathers: list[str] = []
+        # The first recording call an async workflow created and dropped without awaiting
+        # it; it blocks the run at the next recording call or when the workflow returns.
+        self.dropped: str | None = None
+        self._legacy_gathers: frozenset[str] | None = None
 
     # -- positions and matching ----------------------------------------------------------
 
-    def take(self) -> str:
-        """Consume the next position of the current scope."""
+    def scope(self) -> Scope:
+        """The scope of the code running now: a gather branch's, or the run's root."""
         scope = SCOPE.get()
         if scope is None or scope.core is not self:
-            scope = self.root
-        return scope.take()
+            return self.root
+        return scope
+
+    def take(self) -> str:
+        """Consume the next position of the current scope."""
+        return self.scope().take()
 
     def poison(self, exc: DurablyError) -> DurablyError:
         """Remember a determinism or encoding error: the run ends ``blocked`` even if the
@@ -190,9 +222,19 @@ class RunCore:
             )
         return rec
 
+    def check_dropped(self) -> None:
+        """Raise (and poison) if the workflow dropped a recording call without awaiting it."""
+        if self.dropped is not None:
+            raise self.poison(ConfigError(self.dropped))
+
     def unconsumed_check(self) -> None:
-        """After the workflow returned: every recorded position must have been asked for."""
+        """After the workflow returned: nothing it created was left unawaited, and every
+        recorded position was asked for (except under a gather that ended in failure)."""
+        self.check_dropped()
         left = sorted(set(self.history) - self.consumed, key=_pos_key)
+        if left and self.failed_gathers:
+            exempt = tuple(self.failed_gathers)
+            left = [pos for pos in left if not pos.startswith(exempt)]
         if left:
             rec = self.history[left[0]]
             raise self.poison(
@@ -261,6 +303,58 @@ class RunCore:
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
 
+    # -- gathers -------------------------------------------------------------------------
+
+    def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
+        """Take a gather's position, check or record its ``gather`` record, and mark the
+        scope busy; the driver then runs branch ``i`` in a child scope ``"{pos}.{i}."``.
+
+        The record's digest covers ``[arity, labels]``, so a deploy that shifts or changes
+        the gather is caught here, before any branch runs. The record rides with the next
+        durable write (any branch's first write, an effect's intent included), so it is in
+        the journal before any branch's effect. A journal written before gathers were
+        recorded has its branches' records under ``pos`` and none at ``pos``: accepted
+        without the check.
+        """
+        self.guard()
+        self.check_dropped()
+        scope = self.scope()
+        pos = scope.take()
+        shape = [len(labels), labels]
+        digest = codec.digest(GATHER_NAME, shape, {})
+        rec = self.history.get(pos)
+        if rec is not None:
+            self.consumed.add(pos)
+            if rec.kind != GATHER or rec.digest != digest:
+                raise self.poison(NonDeterminism(_gather_mismatch(pos, rec, shape)))
+        elif pos not in self._legacy():
+            text = codec.dumps(shape, f"gather {pos}")
+            now = self.clock.time()
+            self.pending.append(
+                StepRecord(
+                    pos, GATHER, GATHER_NAME, digest, OK, text, started_at=now, finished_at=now
+                )
+            )
+        scope.busy = f"gather {pos}"
+        return scope, pos
+
+    def gather_end(self, scope: Scope, pos: str, failed: bool) -> None:
+        """The gather at ``pos`` is over; ``failed`` when it ended by raising."""
+        scope.busy = None
+        if failed:
+            self.failed_gathers.append(f"{pos}.")
+
+    def _legacy(self) -> frozenset[str]:
+        """Positions of gathers whose branches are recorded but which have no record of
+        their own (journals from before gathers were recorded)."""
+        if self._legacy_gathers is None:
+            parents: set[str] = set()
+            for p in self.history:
+                parts = p.split(".")
+                parents.update(".".join(parts[:i]) for i in range(1, len(parts), 2))
+            self._legacy_gathers = frozenset(parents - set(self.history))
+        return self._legacy_gathers
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
@@ -278,7 +372,8 @@ class RunCore:
         if not callable(fn):
             raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
         sig = signature_of(fn)
-        pos = self.take()
+        scope = self.scope()
+        pos = scope.take()
         try:
             digest = codec.digest(name, args, kwargs)
         except SerializationError as exc:
@@ -288,6 +383,26 @@ class RunCore:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+        # Live from here on, and the driver may run other code meanwhile: the scope is
+        # busy until this step is recorded (a replayed step never yields, so it never is).
+        scope.busy = f"step {pos} {name!r}"
+        try:
+            return (yield from self._live(pos, name, digest, fn, args, kwargs, sig, rec))
+        finally:
+            scope.busy = None
+
+    def _live(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sig: StepSignature,
+        rec: StepRecord | None,
+    ) -> Generator[Op, Any, Any]:
+        """Execute a step that has no result recorded (``rec`` is its intent, if any)."""
         key = idempotency_key(self.run_id, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
@@ -461,8 +576,43 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
         ) from exc
 
 
+def _concurrent_use(scope: Scope, busy: str) -> str:
+    return (
+        f"position {scope.prefix}{scope.next} was asked for while {busy} of the same scope"
+        " is still running: the context is used concurrently outside ctx.gather"
+        " (asyncio.gather, asyncio.create_task or threads around ctx.step), so positions"
+        " and idempotency keys would depend on timing and a replay could not match. For"
+        " parallel steps use ctx.gather: `await ctx.gather(ctx.step(...), ctx.step(...))`"
+        " gives each branch its own positions. The run is blocked; fix the code, then"
+        " resume it."
+    )
+
+
+def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
+    asked = _gather_text(shape)
+    if rec.kind == GATHER:
+        had = _gather_text(codec.loads(rec.output or "null"))
+    else:
+        had = f"{rec.name!r}({rec.digest[:12]})"
+    return (
+        f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
+        " this run's history, and no branch of the gather ran: revert the change, or let old"
+        " runs finish on workers that serve their version first. The run is blocked; nothing"
+        " recorded was lost, and it resumes once the code matches."
+    )
+
+
+def _gather_text(shape: Any) -> str:
+    try:
+        arity, labels = shape
+        return f"a gather of {arity} branches {list(labels)!r}"
+    except (TypeError, ValueError):
+        return f"a gather {shape!r}"
+
+
 def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
 
 
+GATHER_NAME = "durably.gather"
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

@@ -18,7 +18,10 @@ NOW: Final = "now"
 RANDOM: Final = "random"
 UUID: Final = "uuid"
 PATCHED: Final = "patched"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, "sleep", "signal", "approval"})
+# A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
+# digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
+GATHER: Final = "gather"
+KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, "sleep", "signal", "approval"})
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed.

@@ -17,13 +17,18 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 from typing import Any
 
 import durably
 
+WORLD_LOCK = threading.Lock()
+
 
 def world(path: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    # Sync step functions of async workflows run in durably's step threads: the world's
+    # connection is shared by them (calls are serialized by WORLD_LOCK).
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS executions (step TEXT, key TEXT)")
     conn.execute(
@@ -45,16 +50,18 @@ def main() -> None:
     w = world(args.world)
 
     def executed(step: str, key: str | None) -> None:
-        w.execute("INSERT INTO executions VALUES (?, ?)", (step, key))
+        with WORLD_LOCK:
+            w.execute("INSERT INTO executions VALUES (?, ?)", (step, key))
 
     def effect(kind: str, key: str) -> str:
         # The receiving side honours the key: a repeated key returns the first result.
-        w.execute(
-            "INSERT INTO effects (key, kind, requests) VALUES (?, ?, 1)"
-            " ON CONFLICT (key) DO UPDATE SET requests = requests + 1",
-            (key, kind),
-        )
-        (row_id,) = w.execute("SELECT id FROM effects WHERE key = ?", (key,)).fetchone()
+        with WORLD_LOCK:
+            w.execute(
+                "INSERT INTO effects (key, kind, requests) VALUES (?, ?, 1)"
+                " ON CONFLICT (key) DO UPDATE SET requests = requests + 1",
+                (key, kind),
+            )
+            (row_id,) = w.execute("SELECT id FROM effects WHERE key = ?", (key,)).fetchone()
         return f"{kind}#{row_id}"
 
     def model(prompt: str, *, idempotency_key: str) -> dict[str, Any]:

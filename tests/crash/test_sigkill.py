@@ -101,29 +101,47 @@ def test_sigkill_inside_a_gather(
 ) -> None:
     killed = run_agent(tmp_path, "--async", "--kill", f"{position}:{window}")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    # The branches' sync steps run concurrently in step threads: a sibling that was in
+    # flight, not yet recorded, when the process died may run again (with the same key).
+    in_flight = set(ASYNC_STEPS) - recorded_positions(tmp_path) - {position}
     resumed = run_agent(tmp_path, "--async")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout) == clean_results["async"]
-    _assert_exactly_once(tmp_path, ASYNC_STEPS, position, window, effects=2)
+    _assert_exactly_once(tmp_path, ASYNC_STEPS, position, window, effects=2, in_flight=in_flight)
+
+
+def recorded_positions(tmp: Path) -> set[str]:
+    """Positions with a result in the journal."""
+    with sqlite3.connect(tmp / "journal.db") as j:
+        return {r[0] for r in j.execute("SELECT position FROM steps WHERE status != 'intent'")}
 
 
 def _assert_exactly_once(
-    tmp: Path, steps: dict[str, str | None], position: str, window: str, effects: int
+    tmp: Path,
+    steps: dict[str, str | None],
+    position: str,
+    window: str,
+    effects: int,
+    in_flight: set[str] | None = None,
 ) -> None:
     execs, requests, rows = world_counts(tmp)
     assert rows == effects  # every effect landed exactly once
     names = {pos: (name or summarize_name(execs)) for pos, name in steps.items()}
     for pos, name in names.items():
-        # Only the step killed between its effect and its record may run again.
-        expected = 2 if (pos == position and window == "effect") else 1
-        assert execs[name] == expected, (pos, name, execs)
-        if name in EFFECTS:
-            assert requests[EFFECTS[name]] == expected  # the re-run carried the same key
-    with sqlite3.connect(tmp / "world.db") as w:
-        keys = [
-            r[0] for r in w.execute("SELECT key FROM executions WHERE step=?", (names[position],))
-        ]
-    assert len(set(keys)) == 1 and keys[0] == f"{RUN_ID}:{position}"
+        # Only the step killed between its effect and its record may run again (and in a
+        # gather, a sibling that was in flight without a record); no recorded step does.
+        expected = {2} if (pos == position and window == "effect") else {1}
+        if in_flight and pos in in_flight:
+            # Killed anywhere in its call: perhaps before its request reached the world.
+            expected = {1, 2}
+            if name in EFFECTS:
+                assert 1 <= requests[EFFECTS[name]] <= execs[name]
+        elif name in EFFECTS:
+            assert requests[EFFECTS[name]] == execs[name]
+        assert execs[name] in expected, (pos, name, execs)
+        with sqlite3.connect(tmp / "world.db") as w:
+            keys = {r[0] for r in w.execute("SELECT key FROM executions WHERE step=?", (name,))}
+        assert keys == {f"{RUN_ID}:{pos}"}, (pos, keys)  # every run of a step: one key
 
 
 def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> None:
