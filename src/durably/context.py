@@ -447,8 +447,14 @@ class _Recording(Coroutine[Any, Any, T]):
         return self._start().send(value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
-        """Coroutine protocol."""
-        return self._start().throw(typ, val, tb)
+        """Coroutine protocol. Thrown into before it ran (a task cancelled before its
+        first step), the call records nothing: the exception comes straight out."""
+        if self._inner is None:
+            self._used = True
+            self._inner = _unstarted()
+        if val is None and tb is None:
+            return self._inner.throw(typ)
+        return self._inner.throw(typ, val, tb)
 
     def close(self) -> None:
         """Coroutine protocol: a call closed before it ran records nothing."""
@@ -537,6 +543,10 @@ class _ValueCall(_Recording[T]):
 
 async def _at_once(value: T) -> T:
     return value
+
+
+async def _unstarted() -> Any:
+    return None
 
 
 def _label(branch: object) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -239,10 +240,11 @@ def test_usage_reported_by_a_sync_step_in_a_thread_is_recorded(engine: durably.E
 
 
 def test_sync_step_threads_are_bounded(engine: durably.Engine) -> None:
-    limit = getattr(durably.context, "SYNC_STEP_THREADS_MAX", 32)
+    limit = getattr(durably.context, "SYNC_STEP_THREADS_MAX", 32)  # getattr: absent before
     lock = threading.Lock()
     running = {"now": 0, "max": 0}
     go = threading.Event()
+    deadline = time.monotonic() + 30  # one patience for all: a serial run fails in 30 s
 
     def work(i: int) -> int:
         with lock:
@@ -250,7 +252,7 @@ def test_sync_step_threads_are_bounded(engine: durably.Engine) -> None:
             running["max"] = max(running["max"], running["now"])
             if running["now"] == limit:
                 go.set()  # the pool is full: let everyone finish
-        go.wait(30)
+        go.wait(max(0.0, deadline - time.monotonic()))
         with lock:
             running["now"] -= 1
         return i
@@ -383,3 +385,16 @@ def test_an_error_in_arguments_is_the_workflows_not_a_dropped_step(engine: durab
     with pytest.raises(durably.WorkflowFailed, match="KeyError"):
         engine.run(w, {}, run_id="r")
     assert engine.get_run("r").status == "failed"
+
+
+def test_a_call_cancelled_before_it_ran_records_nothing(engine: durably.Engine) -> None:
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> list[Any]:
+        task = asyncio.create_task(ctx.now())
+        task.cancel()  # before the task's first step
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return [await ctx.step("a", lambda: "a")]
+
+    assert engine.run(w, run_id="r") == ["a"]
+    assert [(s.position, s.name) for s in engine.history("r")] == [("0", "a")]
