@@ -509,19 +509,30 @@ class _StepCall(_Recording[T]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
-        super().__init__(core)
+        # Every replayed step of an async workflow passes here: no super() call.
+        self._core = core
+        self._inner = None
+        self._used = False
         self._ex = ex
         self.label = name
         self._fn = fn
         self._args = args
         self._kwargs = kwargs
 
+    def __await__(self) -> Generator[Any, None, T]:
+        # The plain `await ctx.step(...)`, without _start's bookkeeping for tasks.
+        if self._used:
+            raise RuntimeError(f"{self._call()} was already awaited or closed")
+        self._used = True
+        return self._run().__await__()
+
     def _call(self) -> str:
         return f"ctx.step({self.label!r}, ...)"
 
     def _run(self) -> Coroutine[Any, Any, T]:
         core = self._core
-        core.check_dropped()
+        if core.dropped is not None:
+            raise core.poison(ConfigError(core.dropped))
         return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
 
 
