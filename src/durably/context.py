@@ -182,10 +182,10 @@ class Context:
 
         The step's identity is its position, ``name`` and the digest of its inputs; a
         mismatch on replay raises ``NonDeterminism``. A function with an
-        ``idempotency_key`` parameter receives ``"<run_id>:<position>"``, the same on every
-        retry and after every crash; one with a ``fencing_token`` parameter receives the
-        run's current fencing token. A final failure raises ``StepFailed``, live and on
-        replay alike.
+        ``idempotency_key`` parameter receives ``"<run_id>:<incarnation>:<position>"``, the
+        same on every retry and after every crash; one with a ``fencing_token`` parameter
+        receives the run's current fencing token. A final failure raises ``StepFailed``,
+        live and on replay alike.
         """
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
@@ -274,6 +274,11 @@ class AsyncContext:
     async def _branch(self, prefix: str, coro: Coroutine[Any, Any, T]) -> T:
         # Runs inside its own task, whose context is a copy: the scope set here is seen
         # only by this branch's steps.
-        SCOPE.set(Scope(self._core, prefix))
+        try:
+            scope = Scope(self._core, prefix)
+        except BaseException:
+            coro.close()  # never started: close it, or Python warns it was never awaited
+            raise
+        SCOPE.set(scope)
         result: T = await coro
         return result

@@ -26,7 +26,19 @@ from .errors import (
     SerializationError,
     StepFailed,
 )
-from .history import FAILED, INTENT, NOW, OK, RANDOM, STEP, UUID, StepRecord, idempotency_key
+from .history import (
+    FAILED,
+    GATHER_DEPTH_MAX,
+    INTENT,
+    NOW,
+    OK,
+    RANDOM,
+    SCOPE_POSITIONS_MAX,
+    STEP,
+    UUID,
+    StepRecord,
+    idempotency_key,
+)
 from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
@@ -104,15 +116,36 @@ class Scope:
     __slots__ = ("core", "next", "prefix")
 
     def __init__(self, core: RunCore, prefix: str) -> None:
+        # Bounded nesting and bounded numbers keep every key within KEY_CHARS_MAX.
+        numbers = prefix.split(".")[:-1]
+        if len(numbers) > 2 * GATHER_DEPTH_MAX:
+            raise core.poison(
+                ConfigError(
+                    f"ctx.gather nested {len(numbers) // 2} deep (at {prefix[:-1]}): at most"
+                    f" {GATHER_DEPTH_MAX} levels keep idempotency keys within the receiving"
+                    " side's 255 characters; flatten the inner gathers"
+                )
+            )
+        if any(int(n) >= SCOPE_POSITIONS_MAX for n in numbers):
+            raise core.poison(_too_many(prefix[:-1]))
         self.core = core
         self.prefix = prefix
         self.next = 0
 
     def take(self) -> str:
         """The next position of this scope."""
+        if self.next >= SCOPE_POSITIONS_MAX:
+            raise self.core.poison(_too_many(f"{self.prefix}{self.next}"))
         pos = f"{self.prefix}{self.next}"
         self.next += 1
         return pos
+
+
+def _too_many(position: str) -> ConfigError:
+    return ConfigError(
+        f"position {position}: more than {SCOPE_POSITIONS_MAX:,} recording calls (or gather"
+        " branches) in one scope; split the work into several runs, or use fewer branches"
+    )
 
 
 SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
@@ -146,6 +179,8 @@ class RunCore:
         self.poisoned: DurablyError | None = None
         self.lease_lost = False
         self.token = 0
+        # The run's incarnation, part of every key (None for runs from before keys had one).
+        self.incarnation: str | None = None
         self.in_doubt: str | None = None
 
     # -- positions and matching ----------------------------------------------------------
@@ -209,7 +244,7 @@ class RunCore:
         the facts of the step it was called for."""
         if self.fault_hook is not None:
             info = StepInfo(
-                idempotency_key(self.run_id, pos),
+                idempotency_key(self.run_id, self.incarnation, pos),
                 sig.takes_key,
                 sig.options.effect,
                 sig.options.reconcile is not None,
@@ -288,7 +323,7 @@ class RunCore:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
-        key = idempotency_key(self.run_id, pos)
+        key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
             call_kwargs["idempotency_key"] = key

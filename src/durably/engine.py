@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import codec
+from . import codec, reopen
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor
 from .core import FaultHook, RunCore, type_name
@@ -44,6 +44,7 @@ from .history import (
     COMPLETED,
     FAILED_RUN,
     IN_DOUBT,
+    KEY_CHARS_MAX,
     QUARANTINED,
     RUN_ID_CHARS_MAX,
     RunRecord,
@@ -306,16 +307,70 @@ class Engine:
         return [att.run.run_id for att in active]
 
     def retry(self, run_id: str) -> RunRecord:
-        """A person's decision to try a stuck run again; returns the queued run.
+        """A person's decision to try a stuck or failed run again; returns the queued run.
 
-        For an ``in_doubt`` run the steps in doubt run again when the run is next driven
-        (with the same idempotency keys: check the receiving system first). A
-        ``quarantined`` run gets a fresh count of starts; a ``blocked`` run is simply
-        queued (fix its code first). The run continues the next time it is driven:
-        ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a worker.
+        A ``failed`` run re-opens at its failed position: every recorded step replays (a
+        model call paid for is not paid again), the step whose failure ended the run runs
+        again with the same idempotency key, and the failure outcome is cleared; a run
+        whose workflow raised without a failed step re-runs from its replay. For an
+        ``in_doubt`` run the step in doubt runs again (with the same key: check the
+        receiving system first). A ``quarantined`` run gets a fresh count of starts and a
+        ``blocked`` one is queued (fix its code first); both keep their effect intents, so
+        an effect that may have happened still parks ``in_doubt`` rather than run twice.
+        The run keeps its incarnation, so every key stays. It continues the next time it
+        is driven: ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a
+        worker.
         """
-        self.get_run(run_id)
-        return self.store.requeue(run_id, (IN_DOUBT, QUARANTINED, BLOCKED), drop_intents=True)
+        run = self.get_run(run_id)
+        if run.status == FAILED_RUN:
+            failed = reopen.failed_frontier(self.history(run_id))
+            return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
+        if run.status == IN_DOUBT:
+            # Only the step the person decided on: other intents still meet their own
+            # key, reconcile or doubt check when the run reaches them.
+            doubt = reopen.doubt_position(run.park_reason)
+            return self.store.requeue(
+                run_id,
+                (IN_DOUBT,),
+                drop_intents=doubt is None,
+                drop_positions=() if doubt is None else (doubt,),
+            )
+        return self.store.requeue(run_id, (QUARANTINED, BLOCKED, IN_DOUBT, FAILED_RUN))
+
+    def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
+        """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes
+        live from there (Temporal's reset, DBOS's fork); returns its :class:`Handle`.
+
+        The new run has the same workflow, version and input, a new incarnation (so new
+        idempotency keys) and a copy of the original's recorded results (outputs and
+        failures, recorded times, random numbers and uuids, everything under a gather) at
+        the positions below ``at``; intents are never copied. **Every effect from ``at``
+        on happens again, under new keys**: a receiving side cannot tell it from the
+        original's and will perform it. The run is queued for workers;
+        ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
+        Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
+        history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
+        exists. The original run is not changed.
+        """
+        run = self.get_run(run_id)
+        history = self.history(run_id)
+        records = reopen.fork_records(history, reopen.fork_at(at, history))
+        new_id = self._new_run_id(new_run_id)
+        forked = self.store.fork_run(
+            NewRun(
+                new_id,
+                run.workflow,
+                run.version,
+                run.prompt_version,
+                run.queue,
+                run.input,
+                run.input_digest,
+                run.codec_version,
+            ),
+            records,
+        )
+        w = self._workflows.get(run.workflow) or _unregistered(forked)
+        return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
         """Record ``output`` as the result of the ``in_doubt`` step (at ``position``, needed
@@ -388,15 +443,7 @@ class Engine:
         run_id: str | None,
         queue: str = "default",
     ) -> RunRecord:
-        if run_id is None:
-            import uuid  # imported on first use: it pulls in platform (slow)
-
-            run_id = uuid.uuid4().hex
-        if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
-            raise ConfigError(
-                f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"
-                f" characters, got {run_id!r}"
-            )
+        run_id = self._new_run_id(run_id)
         text = codec.dumps({"args": list(args), "kwargs": kwargs}, "workflow input")
         digest = hashlib.sha256(text.encode()).hexdigest()
         run, created = self.store.create_run(
@@ -425,6 +472,23 @@ class Engine:
                 )
         return run
 
+    def _new_run_id(self, run_id: str | None) -> str:
+        """``run_id`` checked (a fresh UUID when None): a non-empty str of at most
+        RUN_ID_CHARS_MAX characters, so that every key of the run fits KEY_CHARS_MAX."""
+        if run_id is None:
+            import uuid  # imported on first use: it pulls in platform (slow)
+
+            return uuid.uuid4().hex
+        if isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_CHARS_MAX:
+            return run_id
+        if isinstance(run_id, str) and run_id and self.store.get_run(run_id) is not None:
+            return run_id  # created before the limit was lowered: it may still be driven
+        raise ConfigError(
+            f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX} characters (its"
+            f" idempotency keys must fit the receiving side's {KEY_CHARS_MAX}), got"
+            f" {run_id!r:.300}"
+        )
+
     def _owner_now(self) -> Owner:
         pid = os.getpid()
         if self._owner is None or self._owner[0] != pid:  # a forked child is a new owner
@@ -452,6 +516,7 @@ class Engine:
             self.fault_hook,
         )
         core.token = run.fencing_token
+        core.incarnation = run.incarnation
         hb = self._keeper.add(core)
         att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
         try:
@@ -578,6 +643,16 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     if run.status == IN_DOUBT:
         raise RunInDoubt(f"run {run.run_id!r} is in doubt: {run.park_reason}")
     return None
+
+
+def _unregistered(run: RunRecord) -> Workflow:
+    """A stand-in for a workflow this engine does not know (a fork made by ``durably
+    fork``): its handle can wait for the run, and decodes the result without types."""
+
+    def not_here(*_: Any, **__: Any) -> Any:
+        raise WorkflowNotRegistered(f"workflow {run.workflow!r} is not registered here")
+
+    return Workflow(run.workflow, run.version, run.prompt_version, not_here, False)
 
 
 def _failure_type(exc: BaseException) -> str:

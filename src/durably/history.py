@@ -8,6 +8,7 @@ the boundary instead of deep inside a replay.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -55,8 +56,24 @@ RUN_STATUSES: Final = frozenset(
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 
 NAME_BYTES_MAX: Final = 200
-RUN_ID_CHARS_MAX: Final = 200
+
+# Keys. An idempotency key is ``{run_id}:{incarnation}:{position}`` and never longer than
+# KEY_CHARS_MAX, the receiving side's limit (durably.idempotency, Stripe, the IETF draft).
+# The limits below are chosen so that this holds for every run: a run id of at most
+# RUN_ID_CHARS_MAX characters, and a position of at most 1 + 2 * GATHER_DEPTH_MAX numbers,
+# each below SCOPE_POSITIONS_MAX, joined by dots (a test checks the arithmetic).
+KEY_CHARS_MAX: Final = 255
+INCARNATION_CHARS: Final = 12
+RUN_ID_CHARS_MAX: Final = 128
+GATHER_DEPTH_MAX: Final = 7
+SCOPE_POSITIONS_MAX: Final = 1_000_000
+POSITION_CHARS_MAX: Final = (1 + 2 * GATHER_DEPTH_MAX) * len(str(SCOPE_POSITIONS_MAX - 1)) + (
+    2 * GATHER_DEPTH_MAX
+)
+assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHARS_MAX
+
 _POSITION = re.compile(r"^\d+(\.\d+\.\d+)*$")
+_INCARNATION = re.compile(rf"^[0-9a-f]{{{INCARNATION_CHARS}}}$")
 
 
 class CorruptRecord(ValueError):
@@ -131,9 +148,12 @@ class RunRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     finished_at: float | None = None
+    incarnation: str | None = None
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
+        if self.incarnation is not None and not _INCARNATION.match(self.incarnation):
+            raise CorruptRecord(f"run {self.run_id!r}: bad incarnation {self.incarnation!r}")
         if self.status not in RUN_STATUSES:
             raise CorruptRecord(f"run {self.run_id!r}: unknown status {self.status!r}")
         if self.status == COMPLETED and self.outcome is None:
@@ -147,12 +167,40 @@ class RunRecord:
         """True once the run can never execute again."""
         return self.status in TERMINAL
 
+    def key(self, position: str) -> str:
+        """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.incarnation, position)
+
 
 def position_key(position: str) -> tuple[int, ...]:
     """Sort key putting positions in program order (``4`` < ``4.0.0`` < ``4.1.0`` < ``5``)."""
     return tuple(int(p) for p in position.split("."))
 
 
-def idempotency_key(run_id: str, position: str) -> str:
-    """The stable idempotency key of a position: ``"<run_id>:<position>"``."""
-    return f"{run_id}:{position}"
+def top_level(position: str) -> int:
+    """The top-level position a position belongs to (``4`` for ``4.1.0``)."""
+    return int(position.split(".", 1)[0])
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation id: 12 lowercase hex characters (48 random bits)."""
+    # os.urandom, not secrets: the same kernel source, without importing secrets (and
+    # hmac, base64) on the path of every run's creation.
+    return os.urandom(INCARNATION_CHARS // 2).hex()
+
+
+def idempotency_key(run_id: str, incarnation: str | None, position: str) -> str:
+    """The idempotency key of ``position`` in a run: ``"<run_id>:<incarnation>:<position>"``.
+
+    This is the one place keys are built. The incarnation is drawn when the run row is
+    created and kept for the life of the row (retries, requeues, lease takeovers), so a
+    key is the same on every attempt and after every crash, while a run id reused in
+    another journal, or re-created after its row was deleted, or a fork, gets other keys
+    (a receiver never mistakes it for the old run). Runs created before incarnations
+    existed have none and keep the ``"<run_id>:<position>"`` keys their effects were
+    first sent with, so an effect in doubt from before an upgrade is retried under its
+    original key.
+    """
+    if incarnation is None:
+        return f"{run_id}:{position}"
+    return f"{run_id}:{incarnation}:{position}"

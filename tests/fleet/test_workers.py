@@ -80,7 +80,8 @@ def test_a_stalled_worker_is_fenced_out(
     stalled.send_signal(signal.SIGSTOP)  # a long GC pause, a partition...
     time.sleep(2.0)  # past its lease
     rescuer = spawn_worker(lease_s=1.5, concurrency=1)
-    assert handle.result(timeout_s=60) == {"receipt": "done:fenced:1", "after": 8}
+    key = engine.get_run("fenced").key("1")
+    assert handle.result(timeout_s=60) == {"receipt": f"done:{key}", "after": 8}
     stalled.send_signal(signal.SIGCONT)
     # The stalled worker wakes inside its charge: the world refuses its stale token, its
     # append is refused (StaleLease), and it runs no further step of the run.
@@ -90,8 +91,8 @@ def test_a_stalled_worker_is_fenced_out(
         "the world to refuse the stale writer",
     )
     time.sleep(0.5)
-    [(key, old, new)] = world_rows(world_path, "SELECT key, token, newest FROM refusals")
-    assert key == "fenced:1" and old < new
+    [(refused_key, old, new)] = world_rows(world_path, "SELECT key, token, newest FROM refusals")
+    assert refused_key == key and old < new
     assert world_rows(world_path, "SELECT requests FROM effects") == [(1,)]
     by_pid = dict(
         world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")

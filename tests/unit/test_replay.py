@@ -219,7 +219,7 @@ def test_final_failure_is_recorded_and_replays_identically(engine: durably.Engin
         return "unreachable"
 
     assert engine.run(wf, run_id="r") == "handled ValueError"
-    assert attempts == ["r:0", "r:0", "r:0"]  # 1 + 2 retries, one key
+    assert attempts == [engine.get_run("r").key("0")] * 3  # 1 + 2 retries, one key
     [rec] = engine.history("r")
     assert (rec.status, rec.attempts, rec.error_type) == ("failed", 3, "ValueError")
     # Replay on a fresh run of the same code: the same path, without calling flaky.
@@ -344,7 +344,7 @@ def test_the_promo_clock_bug_cannot_happen(engine: durably.Engine) -> None:
     clock.advance(3600)  # the promo ended while the run was down
     crash["on"] = False
     assert engine.run(checkout, run_id="order-1") == "ch_1"
-    assert charges == [("order-1:1", 80)]
+    assert charges == [(engine.get_run("order-1").key("1"), 80)]
 
 
 @dataclass
@@ -404,7 +404,9 @@ def test_repeated_step_names_are_told_apart_by_position(engine: durably.Engine) 
     def wf(ctx: durably.Context) -> list[str]:
         return [ctx.step("same", tool) for _ in range(3)]
 
-    assert engine.run(wf, run_id="run-9") == ["run-9:0", "run-9:1", "run-9:2"]
+    keys_run = engine.run(wf, run_id="run-9")
+    incarnation = engine.get_run("run-9").incarnation
+    assert keys_run == [f"run-9:{incarnation}:{i}" for i in range(3)]
 
 
 def test_fencing_token_reaches_the_step(engine: durably.Engine) -> None:

@@ -5,7 +5,7 @@ Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) a
 runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
-(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``), :mod:`.worker`,
+(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.worker`,
 :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
 """
 
@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "runs": "durably.cli.runs:runs",
     "retry": "durably.cli.recovery:retry_cmd",
     "skip": "durably.cli.recovery:skip_cmd",
+    "fork": "durably.cli.recovery:fork_cmd",
     "worker": "durably.cli.worker:worker_cmd",
     "migrate": "durably.cli.migrate:migrate",
     "chaos": "durably.cli.proof:chaos",

@@ -13,7 +13,7 @@ import click
 
 from ..engine import DEFAULT_URL
 from ..errors import DurablyError
-from ..history import RunRecord, StepRecord, idempotency_key
+from ..history import RunRecord, StepRecord
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,6 +57,7 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "status": run.status,
         "starts": run.starts,
         "fencing_token": run.fencing_token,
+        "incarnation": run.incarnation,
         "owner": run.owner,
         "input": json.loads(run.input),
         "outcome": None if run.outcome is None else json.loads(run.outcome),
@@ -77,7 +78,7 @@ def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
         "name": s.name,
         "status": s.status,
         "digest": s.digest,
-        "key": idempotency_key(run.run_id, s.position),
+        "key": run.key(s.position),
         "attempts": s.attempts,
         "duration_s": None if s.finished_at is None else round(s.finished_at - s.started_at, 6),
         "output": None if s.output is None else json.loads(s.output),

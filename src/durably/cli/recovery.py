@@ -1,4 +1,5 @@
-"""``durably retry`` and ``durably skip``: a person's decisions on stuck runs."""
+"""``durably retry``, ``durably skip`` and ``durably fork``: a person's decisions on stuck
+and failed runs."""
 
 from __future__ import annotations
 
@@ -18,11 +19,14 @@ from .common import db_option, open_engine, run_json
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
-    """Try a stuck run again (in_doubt, quarantined or blocked).
+    """Try a failed or stuck run again (failed, in_doubt, quarantined or blocked).
 
-    Steps in doubt run again with the same idempotency keys, so check the receiving system
-    first. The run continues the next time it is driven (engine.run with the same run_id,
-    engine.resume, or a worker).
+    A failed run re-opens at its failed step: recorded steps replay (model calls already
+    paid for are not paid again) and the failed step runs again with the same key. A step
+    in doubt runs again with the same idempotency key, so check the receiving system
+    first. A quarantined or blocked run keeps its effects in doubt: they still park
+    in_doubt rather than run twice. The run continues the next time it is driven
+    (engine.run with the same run_id, engine.resume, or a worker).
     """
     _requeue(db, as_json, lambda engine: engine.retry(run_id))
 
@@ -64,3 +68,43 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
             f"run {run.run_id} is queued again; it continues the next time it is"
             " driven (engine.run with the same run_id, engine.resume, or a worker)"
         )
+
+
+@click.command("fork")
+@click.argument("run_id")
+@click.option(
+    "--at",
+    "at",
+    required=True,
+    type=click.IntRange(min=0),
+    help="The top-level position from which the new run goes live (runs show lists them).",
+)
+@click.option("--run-id", "new_run_id", help="The new run's id (default: a fresh UUID).")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
+def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: bool) -> None:
+    """Start a new run replaying RUN_ID up to position --at, live from there on.
+
+    The new run has the same workflow and input and a copy of RUN_ID's recorded results
+    below --at, so those steps are not run (or paid for) again. It has a new incarnation,
+    so new idempotency keys: EVERY EFFECT FROM --at ON HAPPENS AGAIN, and a receiving
+    side cannot tell it from the original's. The new run is queued for workers (or
+    engine.resume(NEW_RUN_ID)); RUN_ID is not changed.
+    """
+    engine = open_engine(db)
+    try:
+        handle = engine.fork(run_id, at=at, new_run_id=new_run_id)
+        run = engine.get_run(handle.run_id)
+    except DurablyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": at}, sort_keys=True))
+        return
+    copied = f"positions 0..{at - 1} replay from {run_id}'s journal; " if at else ""
+    click.echo(
+        f"run {run.run_id} forked from {run_id} at position {at}: {copied}from {at} on it"
+        " runs live, and its effects from there happen again, under new idempotency keys."
+        f" It is queued: a worker runs it, or engine.resume({run.run_id!r})."
+    )

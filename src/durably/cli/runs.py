@@ -7,7 +7,7 @@ import json
 import click
 
 from ..errors import DurablyError
-from ..history import RUN_STATUSES, idempotency_key
+from ..history import RUN_STATUSES
 from .common import db_option, duration, open_engine, run_json, status_text, step_json, ts
 
 
@@ -81,6 +81,7 @@ def runs_show(run_id: str, db: str, as_json: bool) -> None:
     console.print(
         f"[bold]{run.run_id}[/]  workflow={run.workflow} version={run.version or '-'}"
         f"  status={status_text(run)}  starts={run.starts} token={run.fencing_token}"
+        f"  incarnation={run.incarnation or '-'}"
     )
     if run.error_type:
         console.print(f"error: {run.error_type}: {run.error_message}")
@@ -95,7 +96,7 @@ def runs_show(run_id: str, db: str, as_json: bool) -> None:
             s.name,
             s.status,
             duration(s),
-            idempotency_key(run.run_id, s.position) if s.kind == "step" else "",
+            run.key(s.position) if s.kind == "step" else "",
             str(s.attempts),
             "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
         )

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..history import RunRecord, StepRecord
+from ..history import RunRecord, StepRecord, new_incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +90,11 @@ def _process_start(pid: int) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
-    """What is known about a run when it is first created."""
+    """What is known about a run when it is first created.
+
+    ``incarnation`` is drawn here, once per row to be created: it tells this run's keys
+    apart from those of any other run that ever had (or will have) the same run id.
+    """
 
     run_id: str
     workflow: str
@@ -100,6 +104,7 @@ class NewRun:
     input: str
     input_digest: str
     codec_version: int
+    incarnation: str = field(default_factory=new_incarnation)
 
 
 class Store(Protocol):
@@ -108,7 +113,14 @@ class Store(Protocol):
     url: str
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run unless it exists; return the row and whether it was created."""
+        """Insert the run unless it exists; return the row and whether it was created.
+
+        An existing row keeps its own incarnation (``new.incarnation`` is then unused)."""
+        ...
+
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` whose history (generation 0) is ``records``, in
+        one transaction; raises ``RunConflict`` when ``new.run_id`` exists."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -199,11 +211,14 @@ class Store(Protocol):
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """An operator's retry/skip of a stuck run: optionally drop unresolved intents or
-        resolve one with an output, reset the no-progress count, raise the fencing token and
-        queue the run, all in one transaction."""
+        """An operator's retry/skip of a stuck or failed run: optionally drop every
+        unresolved intent (``drop_intents``), or the intents and failures at
+        ``drop_positions`` (never a result), or resolve one intent with an output; clear a
+        failure outcome, reset the no-progress count, raise the fencing token and queue the
+        run, all in one transaction. The incarnation (so every key) stays."""
         ...
 
     def close(self) -> None:

@@ -58,15 +58,17 @@ from .base import NewRun, Owner
 from .rules import (
     check_claimable,
     check_requeueable,
+    fork_conflict,
     no_doubt_error,
     overwrite_error,
     quarantined_error,
+    record_params,
+    run_from_row,
 )
 from .sqlfiles import load_queries, migrations
 
 APP_NAME = "durably"
 _Q = load_queries("postgres")
-_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 _RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
@@ -287,6 +289,31 @@ class PostgresStore:
 
         return self._call(op)
 
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` with ``records`` as its history, in one
+        transaction; raises ``RunConflict`` when the run id exists."""
+        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        params["channel"] = self._channel
+        rows = [record_params(new.run_id, r) for r in records]
+
+        def op(conn: Conn, retried: bool) -> RunRecord:
+            with conn.transaction():
+                created = conn.execute(_Q["insert_run"], params).rowcount == 1
+                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+                assert row is not None, "a run row vanished inside its own transaction"
+                run = _run(row)
+                # On a retry the first attempt may have committed: the row is ours when
+                # it carries this fork's own incarnation (drawn once, for this call).
+                if not created and not (retried and run.incarnation == new.incarnation):
+                    raise fork_conflict(new.run_id)
+                if created:
+                    for p in rows:
+                        conn.execute(_Q["insert_record"], p)
+            return run
+
+        return self._call(op)
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         row = self._call(lambda c, _: c.execute(_Q["get_run"], {"run_id": run_id}).fetchone())
@@ -466,15 +493,18 @@ class PostgresStore:
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+        """Queue a stuck or failed run again (an operator's retry or skip), in one
+        transaction.
 
-        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
-        the same keys); ``resolve=(position, output_json)`` records the intent at
-        ``position`` as done with that output instead. Raises ``RunNotFound``, or
-        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
-        position holds no intent.
+        ``drop_intents`` deletes every unresolved effect intent, ``drop_positions`` the
+        intents and failures at those positions, so those steps run afresh (with the same
+        keys); ``resolve=(position, output_json)`` records the intent at ``position`` as
+        done with that output instead. A failure outcome is cleared. Raises
+        ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or the position holds no intent.
         """
         now = self.clock.time()
 
@@ -497,6 +527,8 @@ class PostgresStore:
                         raise no_doubt_error(run_id, resolve[0])
                 if drop_intents:
                     conn.execute(_Q["drop_intents"], {**key, "position": None})
+                for position in drop_positions:
+                    conn.execute(_Q["drop_record"], {**key, "position": position})
                 queued = conn.execute(
                     _Q["requeue_run"],
                     {
@@ -642,10 +674,7 @@ class PostgresStore:
 
 def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of ``append_record`` for one record, checked on the way in."""
-    rec.check()
-    params: dict[str, Any] = {f: getattr(rec, f) for f in _STEP_FIELDS}
-    params["input_digest"] = params.pop("digest")
-    params["run_id"] = run_id
+    params = record_params(run_id, rec)
     params["token"] = token
     return params
 
@@ -690,10 +719,7 @@ def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
 
 
 def _run(row: Sequence[Any]) -> RunRecord:
-    try:
-        return RunRecord(*row).check()
-    except CorruptRecord as exc:
-        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+    return run_from_row(row)
 
 
 def _describe(url: str) -> str:

@@ -36,16 +36,18 @@ from .base import NewRun, Owner
 from .rules import (
     check_claimable,
     check_requeueable,
+    fork_conflict,
     no_doubt_error,
     overwrite_error,
     quarantined_error,
+    record_params,
+    run_from_row,
 )
 from .sqlfiles import latest_version, load_queries, migrations
 
 APP_NAME = "durably"
 CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
 _Q = load_queries("sqlite")
-_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 
 
 def sqlite_path(url: str) -> str:
@@ -245,6 +247,19 @@ class SQLiteStore:
             row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
         return _run(row), created
 
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` with ``records`` as its history, in one
+        transaction; raises ``RunConflict`` when the run id exists."""
+        params = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        with self._tx() as c:
+            if c.execute(_Q["insert_run"], params).rowcount != 1:
+                raise fork_conflict(new.run_id)
+            for rec in records:
+                c.execute(_Q["insert_record"], record_params(new.run_id, rec))
+            row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+        return _run(row)
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         rows = self._read(_Q["get_run"], {"run_id": run_id})
@@ -431,10 +446,7 @@ class SQLiteStore:
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
     ) -> None:
         for rec in records:
-            rec.check()
-            params = {f: getattr(rec, f) for f in _STEP_FIELDS}
-            params["input_digest"] = params.pop("digest")
-            params["run_id"] = run_id
+            params = record_params(run_id, rec)
             params["token"] = token
             if c.execute(_Q["append_record"], params).rowcount != 1:
                 self._refused(c, run_id, token, rec)
@@ -483,15 +495,18 @@ class SQLiteStore:
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+        """Queue a stuck or failed run again (an operator's retry or skip), in one
+        transaction.
 
-        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
-        the same keys); ``resolve=(position, output_json)`` records the intent at
-        ``position`` as done with that output instead. Raises ``RunNotFound``, or
-        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
-        position holds no intent.
+        ``drop_intents`` deletes every unresolved effect intent, ``drop_positions`` the
+        intents and failures at those positions, so those steps run afresh (with the same
+        keys); ``resolve=(position, output_json)`` records the intent at ``position`` as
+        done with that output instead. A failure outcome is cleared. Raises
+        ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or the position holds no intent.
         """
         now = self.clock.time()
         with self._tx() as c:
@@ -509,6 +524,8 @@ class SQLiteStore:
                     raise no_doubt_error(run_id, resolve[0])
             if drop_intents:
                 c.execute(_Q["drop_intents"], {**key, "position": None})
+            for position in drop_positions:
+                c.execute(_Q["drop_record"], {**key, "position": position})
             c.execute(
                 _Q["requeue_run"],
                 {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
@@ -545,7 +562,4 @@ def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
-    try:
-        return RunRecord(*row).check()
-    except CorruptRecord as exc:
-        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+    return run_from_row(row)

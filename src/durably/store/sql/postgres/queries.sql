@@ -29,9 +29,9 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- returns a row only when the run was created.
 WITH created AS (
 INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
-                  codec_version, status, created_at, updated_at)
+                  codec_version, incarnation, status, created_at, updated_at)
 VALUES (%(run_id)s, %(workflow)s, %(version)s, %(prompt_version)s, %(queue)s, %(input)s,
-        %(input_digest)s, %(codec_version)s, 'queued', %(now)s, %(now)s)
+        %(input_digest)s, %(codec_version)s, %(incarnation)s, 'queued', %(now)s, %(now)s)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING 1
 )
@@ -41,7 +41,7 @@ SELECT pg_notify(%(channel)s, '') FROM created;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_run_for_claim
@@ -50,7 +50,7 @@ FROM runs WHERE run_id = %(run_id)s;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
+       created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs WHERE run_id = %(run_id)s
 FOR UPDATE;
 
@@ -64,7 +64,7 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent'
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
@@ -82,7 +82,7 @@ WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at;
+          created_at, updated_at, finished_at, incarnation;
 
 -- name: quarantine_run
 UPDATE runs
@@ -161,6 +161,23 @@ DELETE FROM steps
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND status = 'intent'
   AND (%(position)s::text IS NULL OR position = %(position)s::text);
 
+-- name: drop_record
+-- A person's retry: the intent or failure at one position goes, so that step runs again
+-- (under the same key). A result is never dropped.
+DELETE FROM steps
+WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s
+  AND status IN ('intent', 'failed');
+
+-- name: insert_record
+-- A copied record of a fork's new history (not fenced: the run was created in the same
+-- transaction and nobody can hold it yet).
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+VALUES (%(run_id)s, 0, %(position)s, %(kind)s, %(name)s, %(input_digest)s, %(status)s,
+        %(output)s, %(error_type)s, %(error_message)s, %(attempts)s, %(started_at)s,
+        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s);
+
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = %(output)s, finished_at = %(now)s
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s
@@ -169,15 +186,17 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- name: requeue_run
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
+-- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
     updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at;
+          created_at, updated_at, finished_at, incarnation;
 
 -- name: lock_queue
 -- Serialises claims on one concurrency-limited queue, so two workers cannot both see a
@@ -199,7 +218,7 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
+       created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs
 WHERE queue = ANY(%(queues)s::text[])
   AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
@@ -226,7 +245,7 @@ LIMIT %(limit)s;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
+       created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs
 WHERE run_id = %(run_id)s AND status = 'running' AND owner = %(owner)s
   AND fencing_token = %(token)s

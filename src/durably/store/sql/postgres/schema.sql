@@ -37,7 +37,10 @@ CREATE TABLE runs (
     cancel_reason           TEXT,
     created_at              DOUBLE PRECISION NOT NULL,
     updated_at              DOUBLE PRECISION NOT NULL,
-    finished_at             DOUBLE PRECISION
+    finished_at             DOUBLE PRECISION,
+    -- Part of every idempotency key, drawn when the row is created (12 hex chars);
+    -- NULL for runs created before migration 0002, whose keys have no incarnation.
+    incarnation             TEXT
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);

@@ -2,23 +2,23 @@
 
 -- name: insert_run
 INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
-                  codec_version, status, created_at, updated_at)
+                  codec_version, incarnation, status, created_at, updated_at)
 VALUES (:run_id, :workflow, :version, :prompt_version, :queue, :input, :input_digest,
-        :codec_version, 'queued', :now, :now)
+        :codec_version, :incarnation, 'queued', :now, :now)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: get_run
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
 ORDER BY created_at DESC, run_id
@@ -88,6 +88,23 @@ DELETE FROM steps
 WHERE run_id = :run_id AND generation = :generation AND status = 'intent'
   AND (:position IS NULL OR position = :position);
 
+-- name: drop_record
+-- A person's retry: the intent or failure at one position goes, so that step runs again
+-- (under the same key). A result is never dropped.
+DELETE FROM steps
+WHERE run_id = :run_id AND generation = :generation AND position = :position
+  AND status IN ('intent', 'failed');
+
+-- name: insert_record
+-- A copied record of a fork's new history (not fenced: the run was created in the same
+-- transaction and nobody can hold it yet).
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+VALUES (:run_id, 0, :position, :kind, :name, :input_digest, :status, :output,
+        :error_type, :error_message, :attempts, :started_at, :finished_at,
+        :usage_tokens, :usage_cost_usd);
+
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = :output, finished_at = :now
 WHERE run_id = :run_id AND generation = :generation AND position = :position
@@ -96,9 +113,11 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 -- name: requeue_run
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
+-- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
     updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
@@ -111,7 +130,7 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE queue IN (SELECT value FROM json_each(:queues))
   AND workflow IN (SELECT value FROM json_each(:workflows))

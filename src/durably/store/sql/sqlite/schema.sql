@@ -33,7 +33,10 @@ CREATE TABLE runs (
     cancel_reason           TEXT,
     created_at              REAL NOT NULL,
     updated_at              REAL NOT NULL,
-    finished_at             REAL
+    finished_at             REAL,
+    -- Part of every idempotency key, drawn when the row is created (12 hex chars);
+    -- NULL for runs created before migration 0002, whose keys have no incarnation.
+    incarnation             TEXT
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);

@@ -1,0 +1,95 @@
+"""Re-opening runs: what a retry drops and what a fork copies (pure: no I/O).
+
+A person's retry of a *failed* run removes only the failures that ended it, so the failed
+step runs again under its old key while every recorded result replays. A *fork* copies
+the recorded results of another run below a top-level position into a new run (a new
+incarnation, so new keys), which goes live from that position on. The engine does the
+I/O (:meth:`durably.Engine.retry`, :meth:`durably.Engine.fork`); the decisions are here,
+where they can be read and tested on their own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .errors import ConfigError
+from .history import FAILED, INTENT, StepRecord, position_key, top_level
+
+# Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
+_DOUBT_REASON = re.compile(r"^step (\d+(?:\.\d+\.\d+)*) ")
+
+
+def failed_frontier(history: Sequence[StepRecord]) -> list[str]:
+    """The positions of the failures that ended a failed run.
+
+    A step failure that propagated out of the workflow is the last record of its scope (its
+    branch, or the top level) under the last top-level position of the history: nothing
+    ran after it there. Earlier failures that the workflow caught and went on from are
+    kept, so the run replays the same path up to the failed step. A run that failed
+    without a failed step at its frontier (the workflow itself raised) has none: its retry
+    replays everything and runs the workflow's code after the last record again.
+    """
+    if not history:
+        return []
+    last_top = max(top_level(r.position) for r in history)
+    last_in_scope: dict[str, StepRecord] = {}
+    for rec in history:
+        if top_level(rec.position) != last_top:
+            continue
+        scope = rec.position.rpartition(".")[0]
+        seen = last_in_scope.get(scope)
+        if seen is None or position_key(rec.position) > position_key(seen.position):
+            last_in_scope[scope] = rec
+    return sorted(
+        (r.position for r in last_in_scope.values() if r.status == FAILED), key=position_key
+    )
+
+
+def doubt_position(reason: str | None) -> str | None:
+    """The position an ``in_doubt`` run's reason names, or None when it names none."""
+    m = _DOUBT_REASON.match(reason or "")
+    return m.group(1) if m else None
+
+
+def fork_at(at: object, history: Sequence[StepRecord]) -> int:
+    """Check a fork's ``at`` against the original's history and return it as an int.
+
+    ``at`` is a top-level position from 0 up to one past the last recorded one. Forking
+    past an effect in doubt (an intent without a result) is refused: what it did is
+    unknown, so there is no result to copy.
+    """
+    if isinstance(at, str) and at.isdigit():
+        at = int(at)
+    if isinstance(at, str) and re.fullmatch(r"\d+(\.\d+\.\d+)+", at):
+        raise ConfigError(
+            f"at={at}: fork at a top-level position; {at} is inside the gather at"
+            f" {top_level(at)}, so fork at {top_level(at)} to redo that whole gather"
+        )
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+        raise ConfigError(f"at={at!r}: fork at a top-level position, an int >= 0")
+    end = 1 + max((top_level(r.position) for r in history), default=-1)
+    if at > end:
+        raise ConfigError(
+            f"at={at}: the run records positions 0..{end - 1} only; fork at {end} or earlier"
+            " (`durably runs show` lists them)"
+        )
+    doubts = sorted({top_level(r.position) for r in history if r.status == INTENT})
+    if doubts and doubts[0] < at:
+        raise ConfigError(
+            f"at={at}: position {doubts[0]} holds an effect in doubt (it may or may not have"
+            f" happened, so there is no result to copy); fork at {doubts[0]} or earlier, or"
+            " settle it first with `durably retry` or `durably skip`"
+        )
+    return at
+
+
+def fork_records(history: Sequence[StepRecord], at: int) -> list[StepRecord]:
+    """The records a fork at ``at`` copies: every recorded result (a step's output or its
+    failure, a recorded time, random number, uuid or marker) at a top-level position below
+    ``at``, with everything under it (the branches of a gather). Intents are never copied.
+    """
+    return sorted(
+        (r for r in history if r.status != INTENT and top_level(r.position) < at),
+        key=lambda r: position_key(r.position),
+    )
