@@ -18,24 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from .scripts import run_script
+
 AGENT = Path(__file__).with_name("wire_agent.py")
 RUN_ID = "payout-7"
 
 
 def agent(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            str(AGENT),
-            f"sqlite:///{tmp / 'journal.db'}",
-            str(tmp / "world.db"),
-            RUN_ID,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_script(AGENT, tmp, RUN_ID, *extra)
 
 
 def durably_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from .scripts import run_script
+
 AGENT = Path(__file__).with_name("agent.py")
 RUN_ID = "alert-42"
 # position -> the name of the step function's execution counter
@@ -42,19 +44,7 @@ WINDOWS = ("before", "effect", "recorded")
 
 
 def run_agent(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            str(AGENT),
-            f"sqlite:///{tmp / 'journal.db'}",
-            str(tmp / "world.db"),
-            RUN_ID,
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_script(AGENT, tmp, RUN_ID, *extra)
 
 
 def world_counts(tmp: Path) -> tuple[Counter[str], dict[str, int], int]:

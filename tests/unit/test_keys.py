@@ -212,3 +212,30 @@ def test_step_info_tells_a_fault_hook_the_real_key(tmp_path: Path) -> None:
     engine.run(w, run_id="r")
     assert set(seen) == set(got) == {engine.get_run("r").key("0")}
     engine.close()
+
+
+def test_runs_show_prints_the_keys_the_steps_received(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    db = f"sqlite:///{tmp_path / 'j.db'}"
+    engine = durably.Engine(db)
+    got: list[str] = []
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> None:
+        ctx.random()
+        ctx.step("a", lambda *, idempotency_key: got.append(idempotency_key))
+
+    engine.run(w, run_id="r")
+    incarnation = engine.get_run("r").incarnation
+    engine.close()
+    runner = CliRunner()
+    shown = json.loads(runner.invoke(cli, ["runs", "show", "r", "--json", "--db", db]).output)
+    assert shown["run"]["incarnation"] == incarnation
+    assert [s["key"] for s in shown["steps"]] == [f"r:{incarnation}:0", got[0]]
+    text = runner.invoke(cli, ["runs", "show", "r", "--db", db], env={"COLUMNS": "250"}).output
+    assert got[0] in text and f"incarnation={incarnation}" in text

@@ -498,15 +498,10 @@ class SQLiteStore:
         drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Queue a stuck or failed run again (an operator's retry or skip), in one
-        transaction.
+        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
 
-        ``drop_intents`` deletes every unresolved effect intent, ``drop_positions`` the
-        intents and failures at those positions, so those steps run afresh (with the same
-        keys); ``resolve=(position, output_json)`` records the intent at ``position`` as
-        done with that output instead. A failure outcome is cleared. Raises
-        ``RunNotFound``, or ``StoreError`` when the run's status is not one of
-        ``from_statuses`` or the position holds no intent.
+        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or ``resolve`` names a position without an intent.
         """
         now = self.clock.time()
         with self._tx() as c:
