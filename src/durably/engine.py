@@ -51,6 +51,7 @@ from .history import (
     StepRecord,
     position_key,
 )
+from .redact import redact
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
 
@@ -205,7 +206,9 @@ class Engine:
         """Drive an existing run with the input it was started with."""
         run = self.store.get_run(run_id)
         if run is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
+            raise RunNotFound(
+                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+            )
         w = self._resolve(run.workflow)
         if w.is_async:
             import asyncio
@@ -217,7 +220,9 @@ class Engine:
         """The run's record; raises ``RunNotFound``."""
         run = self.store.get_run(run_id)
         if run is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
+            raise RunNotFound(
+                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+            )
         return run
 
     def history(self, run_id: str) -> list[StepRecord]:

@@ -132,6 +132,15 @@ class Worker:
             return None
 
     def _start(self, pool: ThreadPoolExecutor, run: RunRecord) -> None:
+        # starts > 1: an earlier start ended without finishing (a crash, a lost lease, a
+        # drain), so this claim takes the run over and resumes it from its journal.
+        log.info(
+            "durably worker: claimed run %s (%s, start %d%s)",
+            run.run_id,
+            run.workflow,
+            run.starts,
+            ", taking over an earlier start" if run.starts > 1 else "",
+        )
         with self._lock:
             self.stats.claimed += 1
             self._per_queue[run.queue] += 1
@@ -147,6 +156,7 @@ class Worker:
     def _drive(self, run: RunRecord) -> None:
         try:
             self.engine.execute_claimed(run)
+            log.info("durably worker: run %s completed", run.run_id)
             self._count("completed")
         except StaleLease:
             log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)

@@ -64,7 +64,7 @@ def load_workflow(spec: str) -> Workflow:
             " myapp.agents:incident or examples/sample.py:refund"
         )
     try:
-        module = _import(module_name)
+        module = import_target(module_name)
     except ImportError as exc:
         raise WorkflowLoadError(
             f"--workflow {spec!r}: cannot import {module_name!r}: {exc}"
@@ -78,7 +78,9 @@ def load_workflow(spec: str) -> Workflow:
     return obj
 
 
-def _import(name: str) -> Any:
+def import_target(name: str) -> Any:
+    """Import a module by name, or a Python file by path (``path/to/file.py``); the working
+    directory is importable, as under ``python -m``."""
     if name.endswith(".py") or os.sep in name:
         path = Path(name).resolve()
         mod_name = f"durably_chaos_target_{path.stem}"

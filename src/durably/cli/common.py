@@ -14,6 +14,7 @@ import click
 from ..engine import DEFAULT_URL
 from ..errors import DurablyError
 from ..history import RunRecord, StepRecord
+from ..redact import redact
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -28,7 +29,27 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def open_engine(db: str) -> Any:
+class CommandError(click.ClickException):
+    """A command's failure: a message on stderr, or with ``--json`` an ``{"error": ...}``
+    object on stdout (so a script piping to ``jq`` gets JSON either way); exit status 1.
+
+    The message is passed through :func:`durably.redact.redact`: errors may quote the
+    database URL.
+    """
+
+    def __init__(self, message: str, as_json: bool = False) -> None:
+        super().__init__(redact(message))
+        self.as_json = as_json
+
+    def show(self, file: Any = None) -> None:
+        """Print the error in the form the command's caller asked for."""
+        if self.as_json:
+            click.echo(json.dumps({"error": self.message}, sort_keys=True))
+        else:
+            super().show(file)
+
+
+def open_engine(db: str, as_json: bool = False) -> Any:
     """An Engine on ``db`` for inspection, with errors turned into clean CLI messages."""
     from ..engine import Engine
 
@@ -37,13 +58,13 @@ def open_engine(db: str) -> Any:
 
         path = Path(db[len("sqlite:///") :])
         if not path.exists():
-            raise click.ClickException(
-                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL"
+            raise CommandError(
+                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL", as_json
             )
     try:
         return Engine(db)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:
@@ -110,6 +131,16 @@ def duration(s: StepRecord) -> str:
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for printing."""
-    return re.sub(r"^([a-z]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
+# C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; CR rewrites the
+# line), and the bidirectional overrides that reorder what a reader sees.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def term(value: object) -> str:
+    """``value`` as text safe to print through rich: markup escaped (a ``[/link]`` in a
+    step's error is text, not a tag) and control characters shown as ``\\xNN`` escapes,
+    so nothing from the journal (often model or tool output) can drive the terminal."""
+    from rich.markup import escape
+
+    text = _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(value))
+    return escape(text)

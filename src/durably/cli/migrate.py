@@ -14,10 +14,11 @@ import click
 
 from ..clock import SystemClock
 from ..errors import DurablyError, StoreError
+from ..redact import redact
 from ..store.base import Store
 from ..store.open import open_store
 from ..store.sqlfiles import migrations
-from .common import db_option, redact
+from .common import CommandError, db_option
 
 
 @click.command()
@@ -33,7 +34,7 @@ def migrate(db: str, as_json: bool) -> None:
         finally:
             store.close()
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     latest = len(migrations(dialect))
     shown = redact(db)
     if as_json:

@@ -11,7 +11,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
-from .common import db_option, open_engine, run_json
+from .common import CommandError, db_option, open_engine, run_json
 
 
 @click.command("retry")
@@ -54,11 +54,11 @@ def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: b
 
 
 def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None:
-    engine = open_engine(db)
+    engine = open_engine(db, as_json)
     try:
         run = action(engine)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
+import logging
 import sys
+from typing import Any
 
 import click
+
+from ..redact import redact
+from .common import CommandError
 
 
 @click.command("worker")
@@ -57,35 +61,26 @@ def worker_cmd(
 ) -> None:
     """Claim and drive runs of the workflows registered on MODULE:ENGINE.
 
+    MODULE is a module name (myapp.agents:engine) or a Python file
+    (path/to/agents.py:engine). Claims, takeovers, parks and failures are logged per run
+    at INFO on stderr.
+
     Runs are claimed under a lease with a fencing token; SIGTERM stops claiming, lets
     current runs finish for up to --drain-s, then releases the rest for other workers.
     """
-    import logging
     import os
 
-    from ..engine import Engine
     from ..worker import Worker
 
     if db:
         os.environ["DURABLY_URL"] = db
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(
-            "write MODULE:ENGINE, e.g. myapp.agents:engine", param_hint="MODULE:ENGINE"
-        )
-    sys.path.insert(0, os.getcwd())
-    try:
-        engine = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise click.ClickException(f"cannot load {target}: {exc}") from exc
-    if not isinstance(engine, Engine):
-        raise click.ClickException(f"{target} is a {type(engine).__name__}, not a durably.Engine")
+    engine = _load_engine(target)
     if db and engine.url != db:
-        raise click.ClickException(
+        raise CommandError(
             f"{target} is bound to {engine.url} but --db/DURABLY_URL says {db}; build the"
             " engine with durably.Engine() (no URL) to take it from DURABLY_URL"
         )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    _log_to_stderr()
     w = Worker(
         engine,
         concurrency=concurrency,
@@ -96,7 +91,7 @@ def worker_cmd(
     w.install_signal_handlers()
     click.echo(
         f"durably worker pid {os.getpid()} serving {', '.join(queues)} on"
-        f" {engine.url} with {concurrency} slot(s)",
+        f" {redact(engine.url)} with {concurrency} slot(s)",
         err=True,
     )
     stats = w.run()
@@ -109,3 +104,40 @@ def worker_cmd(
     sys.stderr.flush()
     # Threads still inside a step after the drain deadline were given back; do not wait.
     os._exit(0)
+
+
+def _load_engine(target: str) -> Any:
+    """The Engine at ``module:attr`` or ``path/to/file.py:attr``."""
+    from ..chaos.workflow_chaos import import_target
+    from ..engine import Engine
+    from ..errors import DurablyError
+
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(
+            "write MODULE:ENGINE, e.g. myapp.agents:engine or path/to/agents.py:engine",
+            param_hint="MODULE:ENGINE",
+        )
+    try:
+        engine = getattr(import_target(module_name), attr)
+    except (ImportError, AttributeError, OSError, DurablyError) as exc:
+        raise CommandError(f"cannot load {target}: {exc}") from exc
+    if not isinstance(engine, Engine):
+        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine")
+    return engine
+
+
+def _log_to_stderr() -> None:
+    """Show durably's INFO records (claims, takeovers, parks, failures) on stderr.
+
+    The handler goes on the ``durably`` logger only: the root logger, and with it the
+    logging set up by the application module just imported, is left alone.
+    """
+    log = logging.getLogger("durably")
+    if not any(getattr(h, "durably_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler.durably_cli = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+    if log.level == logging.NOTSET or log.level > logging.INFO:
+        log.setLevel(logging.INFO)

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from durably.errors import ConfigError, StoreBusy
+from durably.redact import redact
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
@@ -257,7 +258,7 @@ def open_database(
     if not isinstance(url, str) or not url:
         raise ConfigError(
             f"database URL must be a non-empty string such as 'sqlite:///idempotency.db' or"
-            f" 'postgresql://user@host/db', got {url!r}"
+            f" 'postgresql://user@host/db', got {redact(url)!r}"
         )
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
@@ -265,13 +266,15 @@ def open_database(
         path = path.split("?", 1)[0]
         if not path or path == ":memory:":
             raise ConfigError(
-                f"{url!r} does not name a database file; use 'sqlite:///relative/path.db' or"
-                " 'sqlite:////absolute/path.db' (in-memory databases cannot be shared between"
+                f"{redact(url)!r} does not name a database file; use"
+                " 'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db' (in-memory"
+                " databases cannot be shared between"
                 " threads and processes, which is the point of an idempotency store)"
             )
         return SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
     if scheme in ("postgresql", "postgres"):
         return PostgresDatabase(url, pool_size=pool_size)
     raise ConfigError(
-        f"unsupported database URL {url!r}; use 'sqlite:///path.db' or 'postgresql://user@host/db'"
+        f"unsupported database URL {redact(url)!r}; use 'sqlite:///path.db' or"
+        " 'postgresql://user@host/db'"
     )

@@ -25,6 +25,7 @@ from typing import Any
 from durably.errors import ConfigError, IdempotencyKeyReused
 from durably.idempotency._db import Database, Row, Tx, load_queries, open_database
 from durably.idempotency.store import canonical_json, check_key
+from durably.redact import redact
 
 _SQL = "outbox.sql"
 BATCH_SIZE_MAX = 1000
@@ -262,7 +263,8 @@ class Outbox:
 
     def _failed(self, message: OutboxMessage, token: str, exc: Exception) -> RelayReport:
         dead = message.attempts >= self.max_attempts
-        error = f"{type(exc).__qualname__}: {exc}"[:LAST_ERROR_CHARS_MAX]
+        # str(exc) of a driver or HTTP error may quote a URL with its credentials.
+        error = redact(f"{type(exc).__qualname__}: {exc}")[:LAST_ERROR_CHARS_MAX]
         self._mark(
             "mark_failed",
             {

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import ConfigError
+from ..redact import redact
 from .base import Store
 
 StoreFactory = Callable[[str, Clock, dict[str, object]], Store]
@@ -33,14 +34,14 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
             from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:
             raise ConfigError(
-                f"cannot open {url!r}: the PostgreSQL store needs psycopg 3; install it"
+                f"cannot open {redact(url)!r}: the PostgreSQL store needs psycopg 3; install it"
                 " with pip install 'durably[postgres]'"
             ) from exc
         _check_options(PostgresStore, options)
         store: Store = PostgresStore(url, clock, **options)
         return store
     raise ConfigError(
-        f"unknown database URL {url!r}: use sqlite:///path/to/file.db (a relative path)"
+        f"unknown database URL {redact(url)!r}: use sqlite:///path/to/file.db (a relative path)"
         " or sqlite:////absolute/path.db, or postgresql://user@host/db"
     )
 

@@ -54,6 +54,7 @@ from ..errors import (
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
+from ..redact import redact
 from .base import NewRun, Owner
 from .rules import (
     check_claimable,
@@ -150,8 +151,8 @@ class PostgresStore:
             conn: Conn = psycopg.connect(self.url, **conn_kwargs)
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot connect to {self.where}: {_first_line(exc)}. Check that the server"
-                " is running and reachable, and that the URL (--db / DURABLY_URL) names the"
+                f"cannot connect to {self.where}: {_first_line(exc, self.url)}. Check that the"
+                " server is running and reachable, and that the URL (--db / DURABLY_URL) names the"
                 " right host, port, user, password and database"
             ) from exc
         try:
@@ -723,14 +724,15 @@ def _describe(url: str) -> str:
         info = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
-            f"bad PostgreSQL URL: {_first_line(exc)}; write postgresql://user@host:port/dbname"
+            f"bad PostgreSQL URL: {_first_line(exc, url)}; write postgresql://user@host:port/dbname"
         ) from exc
     host = info.get("host") or "localhost"
     port = info.get("port") or "5432"
     return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first line of a driver message (libpq adds multi-line detail)."""
-    text = str(exc).strip()
+def _first_line(exc: BaseException, url: str | None = None) -> str:
+    """The first line of a driver message (libpq adds multi-line detail), with credentials
+    masked: libpq may echo the part of ``url`` it could not parse, password included."""
+    text = redact(str(exc).strip(), url=url)
     return re.split(r"\r?\n", text, maxsplit=1)[0] if text else type(exc).__name__

@@ -1,0 +1,62 @@
+"""Credentials out of everything durably prints or stores about a database URL.
+
+One helper for every place a URL (or an error that may quote one) is shown: CLI lines
+and tables, engine and store errors, and the outbox's stored ``last_error``. It replaces
+
+- the password of a URL's user info: ``postgresql://app:s3cret@db/x`` ->
+  ``postgresql://app:***@db/x``;
+- the value of a ``password=`` parameter (also ``sslpassword``, ``passwd``, ``pwd``), in a
+  URL query (``?password=s3cret&...``) or a libpq key/value string
+  (``host=db password='s 3cret'``).
+
+Given ``url=``, it also removes that URL's secrets wherever they appear on their own, as
+when libpq quotes only the bad token of a URL it cannot parse. It is pure and cheap.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from urllib.parse import unquote
+
+MASK: Final = "***"
+
+# scheme://user:PASSWORD@ : the password runs to the last "@" before a blank, so an
+# unescaped "@" or "/" inside it is still covered (over-masking beats a leak).
+_USERINFO = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*):(?P<secret>[^\s'\"]*)@"
+)
+# password=VALUE as a query parameter or a libpq keyword; VALUE may be quoted.
+_PARAM = re.compile(
+    r"(?i)(?P<head>\b(?:ssl)?(?:password|passwd|pwd)\s*=\s*)"
+    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&#;,'\"]*)"
+)
+# A secret this short is not searched for on its own: masking every "ab" in a message
+# would garble it. Secrets inside a URL or a password= parameter are masked at any length.
+_LOOSE_SECRET_CHARS_MIN: Final = 4
+
+
+def redact(text: str, *, url: str | None = None) -> str:
+    """``text`` with every credential replaced by ``***``.
+
+    With ``url``, the secrets of that URL are also masked where they appear alone.
+    """
+    loose = secrets_of(url) if url else []
+    out = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    out = _PARAM.sub(lambda m: f"{m['head']}{MASK}", out)
+    for secret in sorted(loose, key=len, reverse=True):
+        if len(secret) >= _LOOSE_SECRET_CHARS_MIN:
+            out = out.replace(secret, MASK)
+    return out
+
+
+def secrets_of(url: str) -> list[str]:
+    """The credentials in ``url``, as written and percent-decoded."""
+    found = [m["secret"] for m in _USERINFO.finditer(url)]
+    found += [m["secret"].strip("'\"") for m in _PARAM.finditer(url)]
+    out: set[str] = set()
+    for secret in found:
+        if secret:
+            out.add(secret)
+            out.add(unquote(secret))
+    return sorted(out)

@@ -1,0 +1,169 @@
+"""What the CLI prints from the journal: escaped, JSON on failure with --json, logging.
+
+Step errors are often model or tool output (issue 9 §3 "Terminal output"): rich markup in
+them must not crash ``runs show`` and escape sequences must not reach the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import durably
+from durably.cli import main
+
+HOSTILE = "[/link] [bold]x\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\ \x1b[2J\r\x9b1m\u202eevil"
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def hostile_db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url) as engine:
+
+        @engine.workflow(name="wf[/]\x1b[31m")
+        def wf(ctx: durably.Context) -> str:
+            ctx.step("ok [/link]\x1b[1m", lambda: HOSTILE)
+            ctx.step("boom[/]", _raise)
+            return "unreachable"
+
+        with pytest.raises(durably.WorkflowFailed):
+            engine.run(wf, run_id="run[/]\x1b[5m")
+    return url
+
+
+def _raise() -> None:
+    raise RuntimeError(HOSTILE)
+
+
+def _assert_inert(text: str) -> None:
+    for ch in ("\x1b", "\r", "\x9b", "\u202e"):
+        assert ch not in text, repr(text)
+
+
+def test_runs_show_and_list_escape_markup_and_control_characters(hostile_db: str) -> None:
+    shown = invoke("runs", "show", "run[/]\x1b[5m", "--db", hostile_db)
+    assert shown.exit_code == 0, shown.output
+    _assert_inert(shown.stdout)
+    assert "[/link]" in shown.stdout and "\\x1b" in shown.stdout
+    assert "RuntimeError" in shown.stdout
+    listed = invoke("runs", "list", "--db", hostile_db)
+    assert listed.exit_code == 0, listed.output
+    _assert_inert(listed.stdout)
+    assert "wf[/]" in listed.stdout
+
+
+def test_runs_show_prints_cost_next_to_tokens(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url) as engine:
+
+        def model() -> str:
+            durably.usage(tokens=1234, cost_usd=0.0123)
+            return "ok"
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            return str(ctx.step("model", model))
+
+        engine.run(w, run_id="r")
+    shown = invoke("runs", "show", "r", "--db", url)
+    assert "cost" in shown.stdout and "$0.0123" in shown.stdout and "1,234" in shown.stdout
+
+
+@pytest.mark.parametrize("command", [["runs", "show", "missing"], ["runs", "list"]])
+def test_json_commands_print_json_errors(tmp_path: Path, command: list[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    durably.Engine(url).close()
+    bad = f"sqlite:///{tmp_path / 'absent.db'}"
+    targets = [bad] if command[1] == "list" else [url, bad]
+    for db in targets:
+        result = invoke(*command, "--db", db, "--json")
+        assert result.exit_code == 1
+        data = json.loads(result.stdout)
+        assert set(data) == {"error"} and data["error"], data
+    (tmp_path / "junk.db").write_bytes(b"not a database at all" * 100)
+    result = invoke(*command, "--db", f"sqlite:///{tmp_path / 'junk.db'}", "--json")
+    assert result.exit_code == 1
+    assert "error" in json.loads(result.stdout)
+
+
+def _module(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "app" / "agents_file.py"
+    path.parent.mkdir()
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            import logging
+            import durably
+            logging.getLogger().addHandler(logging.NullHandler())
+            engine = durably.Engine({url!r})
+
+            @engine.workflow(name="hello")
+            def hello(ctx, who):
+                return ctx.step("greet", lambda: "hi " + who)
+            """
+        )
+    )
+    return path
+
+
+def test_worker_takes_a_file_path_and_logs_each_run_at_info(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    module = _module(tmp_path, url)
+    with durably.Engine(url) as engine:
+
+        @engine.workflow(name="hello")
+        def hello(ctx: durably.Context, who: str) -> str:
+            raise AssertionError("not run here")
+
+        handle = engine.start(hello, "ana", run_id="r1")
+    env = {k: v for k, v in os.environ.items() if k != "DURABLY_URL"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "durably.cli", "worker", f"{module}:engine"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert worker.stderr is not None
+    lines = []
+    for line in worker.stderr:
+        lines.append(line)
+        if "r1 completed" in line:
+            break
+    worker.terminate()
+    worker.communicate(timeout=120)
+    text = "".join(lines)
+    assert "claimed run r1 (hello, start 1)" in text, text
+    assert "durably.worker" in text
+    with durably.Engine(url) as engine:
+        assert engine.get_run(handle.run_id).status == "completed"
+
+
+def test_worker_cli_leaves_the_root_logger_alone(tmp_path: Path) -> None:
+    from durably.cli.worker import _log_to_stderr
+
+    root = logging.getLogger()
+    before = (list(root.handlers), root.level)
+    _log_to_stderr()
+    _log_to_stderr()  # idempotent: one handler
+    assert (list(root.handlers), root.level) == before
+    log = logging.getLogger("durably")
+    assert sum(getattr(h, "durably_cli", False) for h in log.handlers) == 1
+    assert log.getEffectiveLevel() == logging.INFO
+    for h in [h for h in log.handlers if getattr(h, "durably_cli", False)]:
+        log.removeHandler(h)
+    log.setLevel(logging.NOTSET)
