@@ -27,6 +27,7 @@ from .errors import (
     StepFailed,
 )
 from .history import (
+    ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER_DEPTH_MAX,
     INTENT,
@@ -35,9 +36,12 @@ from .history import (
     RANDOM,
     SCOPE_POSITIONS_MAX,
     STEP,
+    STEP_OUTPUT_BYTES_MAX,
     UUID,
     StepRecord,
+    check_name,
     idempotency_key,
+    storable_text,
 )
 from .steps import StepSignature, Usage, signature_of
 
@@ -269,14 +273,20 @@ class RunCore:
         name = f"durably.{kind}"
         digest = _KIND_DIGESTS[kind]
         rec = self.recorded(pos, kind, name, digest)
-        if rec is not None and rec.output is not None:
-            return codec.loads(rec.output)
-        text = codec.dumps(produce(), name)
+        try:
+            if rec is not None and rec.output is not None:
+                return codec.loads(rec.output)
+            text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
+            value = codec.loads(text)
+        except SerializationError as exc:
+            raise self.poison(
+                SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
+            ) from None
         now = self.clock.time()
         self.pending.append(
             StepRecord(pos, kind, name, digest, OK, text, started_at=now, finished_at=now)
         )
-        return codec.loads(text)
+        return value
 
     def now(self) -> dt.datetime:
         """The recorded current time, UTC."""
@@ -312,6 +322,10 @@ class RunCore:
             )
         if not callable(fn):
             raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+        try:
+            check_name(name, "ctx.step: the step name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
         sig = signature_of(fn)
         pos = self.take()
         try:
@@ -330,18 +344,24 @@ class RunCore:
         if sig.takes_token:
             call_kwargs["fencing_token"] = self.token
         started = self.clock.time()
+        # Executions started before a crash (counted by the intent): they are attempts too.
+        crashed = 0 if rec is None else rec.attempts
         if rec is not None:  # an intent without a result: the effect is in doubt
             reconciled = yield from self._doubt(pos, name, digest, key, sig, started, rec)
             if reconciled is not NOT_DONE:
                 return reconciled
         self.fault(pos, name, "before", sig)
         pending = self.take_pending()
-        if sig.options.effect and rec is None:
-            pending.append(StepRecord(pos, STEP, name, digest, INTENT, started_at=started))
+        if sig.options.effect:
+            # A re-execution rewrites the intent with one more execution started.
+            intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
+            pending.append(intent.replace(started_at=started))
         if pending:
             yield Write(pending)
         return (
-            yield from self._attempts(pos, name, digest, key, fn, args, call_kwargs, sig, started)
+            yield from self._attempts(
+                pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed
+            )
         )
 
     def _doubt(
@@ -368,7 +388,7 @@ class RunCore:
             if out.value is not NOT_DONE:
                 return (
                     yield from self._record_ok(
-                        pos, name, digest, out.value, sig, 1, started, out.usage
+                        pos, name, digest, out.value, sig, intent.attempts, started, out.usage
                     )
                 )
             return NOT_DONE
@@ -405,17 +425,20 @@ class RunCore:
         kwargs: dict[str, Any],
         sig: StepSignature,
         started: float,
+        crashed: int = 0,
     ) -> Generator[Op, Any, Any]:
         opts = sig.options
         attempt = 0
+        spent = Usage()  # failed attempts' spend is real spend: it adds up
         while True:
             attempt += 1
             self.guard()
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
+            _add_usage(spent, out.usage)
             if out.error is None:
                 return (
                     yield from self._record_ok(
-                        pos, name, digest, out.value, sig, attempt, started, out.usage
+                        pos, name, digest, out.value, sig, crashed + attempt, started, spent
                     )
                 )
             exc = out.error
@@ -431,11 +454,11 @@ class RunCore:
                 FAILED,
                 None,
                 type_name(exc),
-                str(exc)[:10_000],
-                attempt,
+                storable_text(_describe(exc), ERROR_MESSAGE_CHARS_MAX),
+                crashed + attempt,
                 started,
                 now,
-                *_usage_cols(out.usage),
+                *_usage_cols(spent),
             )
             self.fault(pos, name, "effect", sig)
             yield Write([*self.take_pending(), rec])
@@ -454,9 +477,14 @@ class RunCore:
         usage: Usage,
     ) -> Generator[Op, Any, Any]:
         try:
-            text = codec.dumps(value, f"step {pos} {name!r} output")
+            text = codec.dumps(value, f"step {pos} {name!r} output", STEP_OUTPUT_BYTES_MAX)
         except SerializationError as exc:
-            raise self.poison(exc) from None
+            raise self.poison(
+                SerializationError(
+                    f"{exc}. The run is blocked: change the step to return storable data,"
+                    " then resume it"
+                )
+            ) from None
         self.fault(pos, name, "effect", sig)
         rec = StepRecord(
             pos,
@@ -477,6 +505,21 @@ class RunCore:
         return _decode(self, text, sig, pos, name)
 
 
+def _add_usage(total: Usage, more: Usage) -> None:
+    if more.reported:
+        total.tokens += more.tokens
+        total.cost_usd += more.cost_usd
+        total.reported = True
+
+
+def _describe(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said when the exception cannot even say that."""
+    try:
+        return str(exc)
+    except Exception as inner:  # a broken __str__ must not lose the failure itself
+        return f"<str() of the error raised {type(inner).__name__}>"
+
+
 def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
     if not usage.reported:
         return None, None
@@ -486,12 +529,12 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         return codec.loads(text or "null", sig.return_hint)
-    except (TypeError, ValueError, KeyError) as exc:
+    except SerializationError as exc:
         raise core.poison(
             SerializationError(
-                f"step {pos} {name!r}: the recorded output does not fit the return annotation"
-                f" {sig.return_hint!r} ({exc}); the run is blocked until the annotation matches"
-                " what was recorded"
+                f"step {pos} {name!r}: the recorded output cannot be decoded as the return"
+                f" annotation {sig.return_hint!r} ({exc}); the run is blocked until the"
+                " annotation matches what was recorded (or the row is repaired)"
             )
         ) from exc
 

@@ -34,6 +34,7 @@ from .errors import (
     RunInDoubt,
     RunNotFound,
     RunQuarantined,
+    SerializationError,
     StaleLease,
     WorkflowFailed,
     WorkflowNotRegistered,
@@ -42,14 +43,20 @@ from .history import (
     BLOCKED,
     CANCELLED,
     COMPLETED,
+    ERROR_MESSAGE_CHARS_MAX,
     FAILED_RUN,
     IN_DOUBT,
     KEY_CHARS_MAX,
+    PARK_REASON_CHARS_MAX,
     QUARANTINED,
     RUN_ID_CHARS_MAX,
+    RUN_INPUT_BYTES_MAX,
+    RUN_RESULT_BYTES_MAX,
     RunRecord,
     StepRecord,
+    check_name,
     position_key,
+    storable_text,
 )
 from .redact import redact
 from .store.base import NewRun, Owner, Store
@@ -145,6 +152,7 @@ class Engine:
             if not callable(fn):
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
+            check_name(wf_name, "the workflow name")
             existing = self._workflows.get(wf_name)
             if existing is not None and existing.fn is not fn:
                 raise ConfigError(f"a workflow named {wf_name!r} is already registered")
@@ -449,7 +457,9 @@ class Engine:
         queue: str = "default",
     ) -> RunRecord:
         run_id = self._new_run_id(run_id)
-        text = codec.dumps({"args": list(args), "kwargs": kwargs}, "workflow input")
+        text = codec.dumps(
+            {"args": list(args), "kwargs": kwargs}, "workflow input", RUN_INPUT_BYTES_MAX
+        )
         digest = hashlib.sha256(text.encode()).hexdigest()
         run, created = self.store.create_run(
             NewRun(
@@ -514,35 +524,52 @@ class Engine:
                 final = _final_outcome(w, self.get_run(run.run_id))
                 assert final is not None
                 return final
-        core = RunCore(
-            run.run_id,
-            self.store.load_history(run.run_id, run.generation),
-            self.clock,
-            self.fault_hook,
-        )
-        core.token = run.fencing_token
-        core.incarnation = run.incarnation
-        hb = self._keeper.add(core)
-        att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
+        hb: _Heartbeat | None = None
         try:
-            data = codec.loads(run.input)
-            att.args, att.kwargs = _typed_input(w, data["args"], data["kwargs"])
-        except (KeyError, TypeError, ValueError) as exc:
-            hb.stop()
-            self.store.release(run.run_id, core.token)
-            raise ConfigError(
-                f"run {run.run_id!r}: its recorded input does not fit {w.name!r}: {exc}"
-            ) from exc
+            core = RunCore(
+                run.run_id,
+                self.store.load_history(run.run_id, run.generation),
+                self.clock,
+                self.fault_hook,
+            )
+            core.token = run.fencing_token
+            core.incarnation = run.incarnation
+            hb = self._keeper.add(core)
+            att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
+            att.args, att.kwargs = _decode_input(w, run)
+        except BaseException as exc:
+            # A start that fails holds a lease it will never use: stop renewing it and give
+            # the run back (blocked when its input cannot be decoded: a retry would too).
+            if hb is not None:
+                hb.stop()
+            self._release_unstarted(run, exc)
+            raise
         with self._active_lock:
             self._active[run.run_id] = att
         return att
+
+    def _release_unstarted(self, run: RunRecord, exc: BaseException) -> None:
+        try:
+            if isinstance(exc, SerializationError):
+                reason = storable_text(str(exc), PARK_REASON_CHARS_MAX)
+                self.store.release(run.run_id, run.fencing_token, BLOCKED, park_reason=reason)
+            else:
+                self.store.release(run.run_id, run.fencing_token)
+        except DurablyError:
+            pass  # the lease expires instead; the error that stopped the start matters more
 
     def _conclude(self, att: _Attempt, result: Any) -> Any:
         core, run_id = att.core, att.run.run_id
         try:
             core.guard()
             core.unconsumed_check()
-            out = codec.dumps(result, f"workflow {att.workflow.name!r} result")
+            try:
+                out = codec.dumps(
+                    result, f"workflow {att.workflow.name!r} result", RUN_RESULT_BYTES_MAX
+                )
+            except SerializationError as exc:
+                # Blocked, not failed: return storable data and resume; recorded steps replay.
+                raise core.poison(exc) from None
             self.store.finish(run_id, core.token, COMPLETED, core.take_pending(), outcome=out)
         except BaseException as exc:
             self._conclude_error(att, exc)
@@ -558,12 +585,14 @@ class Engine:
             if isinstance(exc, LeaseLost):
                 raise StaleLease(run_id, token) from None
             if core.poisoned is not None:
-                self.store.release(run_id, token, BLOCKED, park_reason=str(core.poisoned)[:2000])
+                reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
+                self.store.release(run_id, token, BLOCKED, park_reason=reason)
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
             if isinstance(exc, Parked) and exc.reason == IN_DOUBT:
-                self.store.release(run_id, token, IN_DOUBT, park_reason=core.in_doubt)
+                reason = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
+                self.store.release(run_id, token, IN_DOUBT, park_reason=reason)
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
             if isinstance(exc, Exception):
                 self.store.finish(
@@ -669,7 +698,26 @@ def _failure_type(exc: BaseException) -> str:
 def _failure_message(exc: BaseException) -> str:
     from .errors import StepFailed
 
-    return (exc.message if isinstance(exc, StepFailed) else str(exc))[:10_000]
+    text = exc.message if isinstance(exc, StepFailed) else str(exc)
+    return storable_text(text, ERROR_MESSAGE_CHARS_MAX)
+
+
+def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
+    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    try:
+        data = codec.loads(run.input)
+        args, kwargs = data["args"], data["kwargs"]
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise TypeError("args must be a list and kwargs an object")
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError("keyword argument names must be strings")
+        return _typed_input(w, args, kwargs)
+    except (SerializationError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
+            " The run is blocked: make the workflow's parameters match it (or repair the"
+            f" row), then `durably retry {run.run_id}`"
+        ) from exc
 
 
 def _typed_input(

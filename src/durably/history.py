@@ -55,7 +55,11 @@ RUN_STATUSES: Final = frozenset(
 )
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 
+# Limits (STYLE habit 8). A record is one row read whole on every replay, so the journal
+# holds results, not bulk data: keep documents, images and transcripts outside it (a file
+# or blob store) and record their reference.
 NAME_BYTES_MAX: Final = 200
+"""Longest step or workflow name, in UTF-8 bytes."""
 
 # Keys. An idempotency key is ``{run_id}:{incarnation}:{position}`` and never longer than
 # KEY_CHARS_MAX, the receiving side's limit (durably.idempotency, Stripe, the IETF draft).
@@ -72,6 +76,16 @@ POSITION_CHARS_MAX: Final = (1 + 2 * GATHER_DEPTH_MAX) * len(str(SCOPE_POSITIONS
 )
 assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHARS_MAX
 
+STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest step output (and recorded now/random/uuid value), as canonical JSON."""
+RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest run input (the workflow's arguments), as canonical JSON."""
+RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest workflow result, as canonical JSON."""
+ERROR_MESSAGE_CHARS_MAX: Final = 10_000
+"""Longest recorded error message; longer ones are cut."""
+PARK_REASON_CHARS_MAX: Final = 2_000
+"""Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
 _POSITION = re.compile(r"^\d+(\.\d+\.\d+)*$")
 _INCARNATION = re.compile(rf"^[0-9a-f]{{{INCARNATION_CHARS}}}$")
 
@@ -170,6 +184,28 @@ class RunRecord:
     def key(self, position: str) -> str:
         """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
         return idempotency_key(self.run_id, self.incarnation, position)
+
+
+def storable_text(text: str, chars_max: int) -> str:
+    """``text`` cut to ``chars_max`` characters and made valid UTF-8: a lone surrogate
+    (model output cut mid-character) becomes its ``\\udcxx`` escape instead of making the
+    journal write fail."""
+    cut = text[:chars_max]
+    if cut.isascii():
+        return cut
+    return cut.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def check_name(name: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX`."""
+    size = len(name.encode("utf-8", "backslashreplace"))
+    if size > NAME_BYTES_MAX:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {name[:40]!r}... is {size:,} bytes long, more than NAME_BYTES_MAX"
+            f" ({NAME_BYTES_MAX}); use a short fixed name and pass the details as arguments"
+        )
 
 
 def position_key(position: str) -> tuple[int, ...]:
