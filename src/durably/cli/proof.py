@@ -54,7 +54,8 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     "--workflow",
     "workflow_spec",
     metavar="MODULE:FUNCTION",
-    help="Crash-test this registered workflow instead of the built-in agent.",
+    help="Crash-test this registered workflow instead of the built-in agent. It performs"
+    " the workflow's real effects and model calls, once per kill point.",
 )
 @click.option(
     "--args",
@@ -207,6 +208,12 @@ def _chaos_workflow(
     args, kwargs = (parsed, {}) if isinstance(parsed, list) else ([], parsed)
     try:
         wf = wc.load_workflow(spec)
+        click.echo(
+            f"durably chaos: this runs {wf.name!r} for real, once clean and again for every"
+            " kill point: its real effects and model calls happen each time (emails, charges,"
+            " tokens). Point it at test doubles or a sandbox.",
+            err=True,
+        )
         report = wc.run_workflow_chaos(
             wf, args, kwargs, url=url, allow_repeat=allow_repeat, jobs=jobs
         )
