@@ -11,7 +11,7 @@ from __future__ import annotations
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
-from .engine import Engine, Workflow
+from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalMismatch,
     BudgetExceeded,
@@ -55,6 +55,7 @@ __all__ = [
     "DurablyError",
     "Engine",
     "FakeClock",
+    "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",

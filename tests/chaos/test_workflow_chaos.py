@@ -94,7 +94,9 @@ RECORDED = f"{Path(__file__).parent / 'recorded_workflow.py'}:stamped"
 
 
 def test_same_result_ignores_recorded_now_random_uuid(in_tmp: Path) -> None:
-    result = CliRunner().invoke(main, ["chaos", "--workflow", RECORDED, "--allow-repeat", "note", "--json"])
+    result = CliRunner().invoke(
+        main, ["chaos", "--workflow", RECORDED, "--allow-repeat", "note", "--json"]
+    )
     assert result.exit_code == 0, result.output
     assert "real effects and model calls" in result.stderr
     data = json.loads(result.stdout)

@@ -167,3 +167,33 @@ def test_worker_cli_leaves_the_root_logger_alone(tmp_path: Path) -> None:
     for h in [h for h in log.handlers if getattr(h, "durably_cli", False)]:
         log.removeHandler(h)
     log.setLevel(logging.NOTSET)
+
+
+def test_handle_is_public(tmp_path: Path) -> None:
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}") as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> int:
+            return 1
+
+        handle = engine.start(w, run_id="r")
+    assert "Handle" in durably.__all__ and isinstance(handle, durably.Handle)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_doc_links_stay_inside_the_repository(doc: Path) -> None:
+    import re
+
+    root = doc.parents[1] if doc.parent.name == "docs" else doc.parent
+    text = doc.read_text()
+    assert "../shared" not in text
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        resolved = (doc.parent / target).resolve()
+        assert resolved.is_relative_to(root), f"{doc.name} links outside the repo: {target}"
+        assert resolved.exists(), f"{doc.name} links to a missing file: {target}"

@@ -77,9 +77,13 @@ def test_redact_leaves_urls_without_credentials_alone() -> None:
         assert redact(text) == text
 
 
-@pytest.fixture
-def secret_url(pg_url: str) -> str:
-    return with_password(pg_url)
+@pytest.fixture(params=["userinfo", "query"])
+def secret_url(pg_url: str, request: pytest.FixtureRequest) -> str:
+    """The test schema's URL with SECRET as its password, in the user info or as a
+    ``password=`` query parameter (the form ``migrate``'s old redaction missed)."""
+    if request.param == "userinfo":
+        return with_password(pg_url)
+    return f"{pg_url}&password={SECRET}"
 
 
 def test_every_command_on_a_url_with_a_password(secret_url: str, tmp_path: Path) -> None:
@@ -171,6 +175,7 @@ def test_worker_startup_line_and_url_mismatch_mask_the_password(
     env.pop("DURABLY_URL", None)
     # Bound to another URL than --db says: the mismatch error names both, masked.
     other = secret_url.replace(SECRET, SECRET + "x")
+    assert other != secret_url
     proc = subprocess.run(
         [sys.executable, "-m", "durably.cli", "worker", f"{module}:engine", "--db", other],
         capture_output=True,
