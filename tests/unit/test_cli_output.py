@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,8 @@ from click.testing import CliRunner
 
 import durably
 from durably.cli import main
+
+from .cli_support import start_worker
 
 HOSTILE = "[/link] [bold]x\x1b]8;;http://evil\x1b\\click\x1b]8;;\x1b\\ \x1b[2J\r\x9b1m\u202eevil"
 
@@ -130,14 +130,7 @@ def test_worker_takes_a_file_path_and_logs_each_run_at_info(tmp_path: Path) -> N
 
         handle = engine.start(hello, "ana", run_id="r1")
     env = {k: v for k, v in os.environ.items() if k != "DURABLY_URL"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "durably.cli", "worker", f"{module}:engine"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-    )
+    worker = start_worker(f"{module}:engine", env, tmp_path)
     assert worker.stderr is not None
     lines = []
     for line in worker.stderr:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,8 @@ from click.testing import CliRunner
 import durably
 from durably.cli import main
 from durably.redact import redact
+
+from .cli_support import start_worker
 
 SECRET = "Hunter2Secret"
 
@@ -176,24 +176,13 @@ def test_worker_startup_line_and_url_mismatch_mask_the_password(
     # Bound to another URL than --db says: the mismatch error names both, masked.
     other = secret_url.replace(SECRET, SECRET + "x")
     assert other != secret_url
-    proc = subprocess.run(
-        [sys.executable, "-m", "durably.cli", "worker", f"{module}:engine", "--db", other],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    assert proc.returncode != 0
-    assert "is bound to" in proc.stderr
-    assert SECRET not in proc.stdout + proc.stderr, proc.stderr
+    mismatch = start_worker(f"{module}:engine", env, None, "--db", other)
+    out, err = mismatch.communicate(timeout=120)
+    assert mismatch.returncode != 0
+    assert "is bound to" in err
+    assert SECRET not in out + err, err
     # A worker that starts: its startup line names the database, masked. SIGTERM stops it.
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "durably.cli", "worker", f"{module}:engine"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    worker = start_worker(f"{module}:engine", env)
     assert worker.stderr is not None
     line = worker.stderr.readline()
     worker.terminate()
