@@ -212,3 +212,15 @@ def test_outbox_last_error_masks_urls_with_credentials(tmp_path: Path) -> None:
     assert entry.last_error is not None and "ConnectionError" in entry.last_error
     assert SECRET not in entry.last_error and "***" in entry.last_error
     assert SECRET not in json.dumps(entry.last_error)
+
+
+def test_outbox_refuses_a_bad_url_without_echoing_its_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from durably.idempotency.outbox import Outbox
+
+    url = f"postgresql://postgres:p%zz{SECRET}@127.0.0.1:5432/test"
+    with pytest.raises(durably.ConfigError) as err:
+        Outbox(url)
+    assert SECRET not in str(err.value) and "***" in str(err.value)
+    assert SECRET not in caplog.text

@@ -224,6 +224,19 @@ class PostgresDatabase(Database):
             ) from exc
         if pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1, got {pool_size}")
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            # Parsed here, not first in the pool's thread: that one logs libpq's message,
+            # which quotes the bad part of the URL (a password included), and keeps trying.
+            conninfo_to_dict(url)
+        except ProgrammingError as exc:
+            raise ConfigError(
+                f"bad PostgreSQL URL {redact(url)!r}: {redact(str(exc).strip(), url=url)};"
+                " write postgresql://user:password@host:port/dbname (percent-encode special"
+                " characters of the password)"
+            ) from None
         self.url = url
         self._pool = ConnectionPool(
             url,
