@@ -52,6 +52,7 @@ from .history import (
     RUN_ID_CHARS_MAX,
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
+    STEP_OUTPUT_BYTES_MAX,
     RunRecord,
     StepRecord,
     check_name,
@@ -401,7 +402,7 @@ class Engine:
                     " name one with position="
                 )
             position = doubts[0]
-        text = codec.dumps(output, f"the output given for step {position}")
+        text = codec.dumps(output, f"the output given for step {position}", STEP_OUTPUT_BYTES_MAX)
         return self.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
 
     def close(self) -> None:

@@ -190,3 +190,29 @@ def test_doc_links_stay_inside_the_repository(doc: Path) -> None:
         resolved = (doc.parent / target).resolve()
         assert resolved.is_relative_to(root), f"{doc.name} links outside the repo: {target}"
         assert resolved.exists(), f"{doc.name} links to a missing file: {target}"
+
+
+def test_runs_show_survives_rows_that_do_not_parse(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "j.db"
+    with durably.Engine(f"sqlite:///{path}") as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> int:
+            return int(ctx.step("a", lambda: 1)) + int(ctx.step("b", lambda: 2))
+
+        engine.run(w, run_id="r")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE steps SET output = ? WHERE position = '0'", ("[" * 100_000,))
+        conn.execute("UPDATE steps SET output = ? WHERE position = '1'", ("9" * 5000,))
+        conn.execute("UPDATE runs SET outcome = 'not json' WHERE run_id = 'r'")
+    conn.close()
+    result = invoke("runs", "show", "r", "--db", f"sqlite:///{path}", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [s["output"]["unreadable"][:3] for s in data["steps"]] == ["[[[", "999"]
+    assert data["run"]["outcome"] == {"unreadable": "not json"}
+    table = invoke("runs", "show", "r", "--db", f"sqlite:///{path}")
+    assert table.exit_code == 0 and "outcome: not json" in table.stdout

@@ -16,6 +16,9 @@ from ..errors import DurablyError
 from ..history import RunRecord, StepRecord
 from ..redact import redact
 
+UNREADABLE_CHARS_MAX = 2_000
+"""How much of a stored value that does not parse ``--json`` shows."""
+
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The ``--db URL`` option shared by every command."""
@@ -80,8 +83,8 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "fencing_token": run.fencing_token,
         "incarnation": run.incarnation,
         "owner": run.owner,
-        "input": json.loads(run.input),
-        "outcome": None if run.outcome is None else json.loads(run.outcome),
+        "input": stored_json(run.input),
+        "outcome": stored_json(run.outcome),
         "error_type": run.error_type,
         "error_message": run.error_message,
         "reason": run.park_reason,
@@ -102,12 +105,24 @@ def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
         "key": run.key(s.position),
         "attempts": s.attempts,
         "duration_s": None if s.finished_at is None else round(s.finished_at - s.started_at, 6),
-        "output": None if s.output is None else json.loads(s.output),
+        "output": stored_json(s.output),
         "error_type": s.error_type,
         "error_message": s.error_message,
         "usage_tokens": s.usage_tokens,
         "usage_cost_usd": s.usage_cost_usd,
     }
+
+
+def stored_json(text: str | None) -> Any:
+    """A stored JSON column as data; a row that does not parse (hand-edited, too deep,
+    an int past the digit limit) is shown as its text, so one bad row cannot break
+    ``--json`` output for the rest."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {"unreadable": text[:UNREADABLE_CHARS_MAX]}
 
 
 def status_text(run: RunRecord) -> str:
