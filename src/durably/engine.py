@@ -570,7 +570,12 @@ class Engine:
                 )
             except SerializationError as exc:
                 # Blocked, not failed: return storable data and resume; recorded steps replay.
-                raise core.poison(exc) from None
+                raise core.poison(
+                    SerializationError(
+                        f"{exc}. The run is blocked: change the workflow to return storable"
+                        f" data, then `durably retry {run_id}` (recorded steps replay)"
+                    )
+                ) from None
             self.store.finish(run_id, core.token, COMPLETED, core.take_pending(), outcome=out)
         except BaseException as exc:
             self._conclude_error(att, exc)

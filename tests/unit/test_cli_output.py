@@ -216,3 +216,42 @@ def test_runs_show_survives_rows_that_do_not_parse(tmp_path: Path) -> None:
     assert data["run"]["outcome"] == {"unreadable": "not json"}
     table = invoke("runs", "show", "r", "--db", f"sqlite:///{path}")
     assert table.exit_code == 0 and "outcome: not json" in table.stdout
+
+
+def test_a_worker_logs_each_claim_completion_failure_and_block_at_info(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from durably.worker import Worker
+
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}") as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context, what: str) -> Any:
+            ctx.step("s", lambda: what)
+            if what == "fail":
+                raise RuntimeError("model said \x1b[2J no")
+            return object() if what == "block" else what
+
+        for what in ("ok", "fail", "block"):
+            engine.start(w, what, run_id=what)
+        with caplog.at_level(logging.INFO, logger="durably"):
+            stats = Worker(engine, concurrency=1, poll_interval_s=0.01).run(max_runs=3)
+    assert stats.claimed == 3
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("durably"))
+    for run_id in ("ok", "fail", "block"):
+        assert f"claimed run {run_id} (w, start 1)" in text
+    assert "run ok completed" in text
+    assert "run fail failed" in text and "run block stopped" in text
+    assert "blocked" in text
+    assert not logging.getLogger().handlers or all(
+        getattr(h, "durably_cli", False) is False for h in logging.getLogger().handlers
+    )
+
+
+def test_the_worker_log_handler_shows_control_characters_as_escapes() -> None:
+    from durably.cli.worker import _InertFormatter
+
+    record = logging.LogRecord(
+        "durably.worker", logging.INFO, __file__, 1, "x%s", ("\x1b[2J",), None
+    )
+    assert _InertFormatter("%(message)s").format(record) == "x\\x1b[2J"

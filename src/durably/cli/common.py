@@ -36,12 +36,12 @@ class CommandError(click.ClickException):
     """A command's failure: a message on stderr, or with ``--json`` an ``{"error": ...}``
     object on stdout (so a script piping to ``jq`` gets JSON either way); exit status 1.
 
-    The message is passed through :func:`durably.redact.redact`: errors may quote the
-    database URL.
+    The message is passed through :func:`durably.redact.redact` (errors may quote the
+    database URL) and :func:`inert` (they may quote journal text).
     """
 
     def __init__(self, message: str, as_json: bool = False) -> None:
-        super().__init__(redact(message))
+        super().__init__(inert(redact(message), keep="\n"))
         self.as_json = as_json
 
     def show(self, file: Any = None) -> None:
@@ -151,11 +151,16 @@ def duration(s: StepRecord) -> str:
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+def inert(text: str, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) shown as ``\\xNN``-style
+    escapes, so text that came from a journal or an exception cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
+
+
 def term(value: object) -> str:
     """``value`` as text safe to print through rich: markup escaped (a ``[/link]`` in a
     step's error is text, not a tag) and control characters shown as ``\\xNN`` escapes,
     so nothing from the journal (often model or tool output) can drive the terminal."""
     from rich.markup import escape
 
-    text = _CONTROL.sub(lambda m: ascii(m.group())[1:-1], str(value))
-    return escape(text)
+    return escape(inert(str(value)))

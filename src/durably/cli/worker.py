@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..redact import redact
-from .common import CommandError
+from .common import CommandError, inert
 
 
 @click.command("worker")
@@ -136,8 +136,16 @@ def _log_to_stderr() -> None:
     log = logging.getLogger("durably")
     if not any(getattr(h, "durably_cli", False) for h in log.handlers):
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        handler.setFormatter(_InertFormatter("%(asctime)s %(name)s %(message)s"))
         handler.durably_cli = True  # type: ignore[attr-defined]
         log.addHandler(handler)
     if log.level == logging.NOTSET or log.level > logging.INFO:
         log.setLevel(logging.INFO)
+
+
+class _InertFormatter(logging.Formatter):
+    """Log lines quote run errors (often model output): control characters other than
+    newlines and tabs are shown as escapes, never sent to the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return inert(super().format(record), keep="\n\t")
