@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -224,3 +226,31 @@ def test_outbox_refuses_a_bad_url_without_echoing_its_password(
         Outbox(url)
     assert SECRET not in str(err.value) and "***" in str(err.value)
     assert SECRET not in caplog.text
+
+
+def test_chaos_and_subprocess_commands_mask_the_password(
+    secret_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorded = Path(__file__).resolve().parents[1] / "chaos" / "recorded_workflow.py"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DURABLY_URL", raising=False)
+    chaos = CliRunner().invoke(
+        main,
+        [
+            *("chaos", "--workflow", f"{recorded}:stamped", "--allow-repeat", "note"),
+            *("--db", secret_url),
+        ],
+    )
+    assert chaos.exit_code == 0, chaos.output
+    assert_clean(chaos)
+    env = {**os.environ, "DURABLY_URL": secret_url}
+    for args in (["migrate"], ["runs", "list"], ["runs", "show", "missing", "--json"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "durably.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert SECRET not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+        assert (proc.returncode == 0) == (args[-1] != "--json"), (args, proc.stderr)
