@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import durably
 
-engine = durably.Engine(os.environ.get("DURABLY_URL", "sqlite:///durably.db"))
+# Only registers the workflow: `durably chaos` drives it on engines of its own.
+engine = durably.Engine("sqlite:///:memory:")
 
 
 def _note(text: str) -> str:
