@@ -11,7 +11,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
-from .common import CommandError, db_option, open_engine, run_json
+from .common import CommandError, db_option, inert, open_engine, run_json
 
 
 @click.command("retry")
@@ -65,7 +65,7 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
         click.echo(json.dumps(run_json(run), sort_keys=True))
     else:
         click.echo(
-            f"run {run.run_id} is queued again; it continues the next time it is"
+            f"run {inert(run.run_id)} is queued again; it continues the next time it is"
             " driven (engine.run with the same run_id, engine.resume, or a worker)"
         )
 
