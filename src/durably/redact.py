@@ -15,22 +15,30 @@ when libpq quotes only the bad token of a URL it cannot parse. It is pure and ch
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
-from urllib.parse import unquote
 
 MASK: Final = "***"
 
-# scheme://user:PASSWORD@ : the password runs to the last "@" before a blank, so an
-# unescaped "@" or "/" inside it is still covered (over-masking beats a leak).
-_USERINFO = re.compile(
-    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*):(?P<secret>[^\s'\"]*)@"
-)
-# password=VALUE as a query parameter or a libpq keyword; VALUE may be quoted.
-_PARAM = re.compile(
-    r"(?i)(?P<head>\b(?:ssl)?(?:password|passwd|pwd)\s*=\s*)"
-    r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&#;,'\"]*)"
-)
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Compiled on first use (an error path), not when ``durably`` is imported."""
+    # scheme://user:PASSWORD@ : the password runs to the last "@" before a blank or a
+    # quote, so an unescaped "@" or "/" inside it is still covered (over-masking beats a
+    # leak).
+    userinfo = re.compile(
+        r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*):(?P<secret>[^\s'\"]*)@"
+    )
+    # password=VALUE as a query parameter or a libpq keyword; VALUE may be quoted.
+    param = re.compile(
+        r"(?i)(?P<head>\b(?:ssl)?(?:password|passwd|pwd)\s*=\s*)"
+        r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&#;,'\"]*)"
+    )
+    return userinfo, param
+
+
 # A secret this short is not searched for on its own: masking every "ab" in a message
 # would garble it. Secrets inside a URL or a password= parameter are masked at any length.
 _LOOSE_SECRET_CHARS_MIN: Final = 4
@@ -42,8 +50,9 @@ def redact(text: str, *, url: str | None = None) -> str:
     With ``url``, the secrets of that URL are also masked where they appear alone.
     """
     loose = secrets_of(url) if url else []
-    out = _USERINFO.sub(lambda m: f"{m['head']}:{MASK}@", text)
-    out = _PARAM.sub(lambda m: f"{m['head']}{MASK}", out)
+    userinfo, param = _patterns()
+    out = userinfo.sub(lambda m: f"{m['head']}:{MASK}@", text)
+    out = param.sub(lambda m: f"{m['head']}{MASK}", out)
     for secret in sorted(loose, key=len, reverse=True):
         if len(secret) >= _LOOSE_SECRET_CHARS_MIN:
             out = out.replace(secret, MASK)
@@ -52,8 +61,11 @@ def redact(text: str, *, url: str | None = None) -> str:
 
 def secrets_of(url: str) -> list[str]:
     """The credentials in ``url``, as written and percent-decoded."""
-    found = [m["secret"] for m in _USERINFO.finditer(url)]
-    found += [m["secret"].strip("'\"") for m in _PARAM.finditer(url)]
+    from urllib.parse import unquote  # only on error paths: keeps `import durably` fast
+
+    userinfo, param = _patterns()
+    found = [m["secret"] for m in userinfo.finditer(url)]
+    found += [m["secret"].strip("'\"") for m in param.finditer(url)]
     out: set[str] = set()
     for secret in found:
         if secret:

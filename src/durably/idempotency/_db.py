@@ -234,8 +234,8 @@ class PostgresDatabase(Database):
         except ProgrammingError as exc:
             raise ConfigError(
                 f"bad PostgreSQL URL {redact(url)!r}: {redact(str(exc).strip(), url=url)};"
-                " write postgresql://user:password@host:port/dbname (percent-encode special"
-                " characters of the password)"
+                " write postgresql://user@host:port/dbname, with the password percent-encoded"
+                " after the user name"
             ) from None
         self.url = url
         self._pool = ConnectionPool(
