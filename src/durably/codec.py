@@ -234,6 +234,10 @@ def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any])
     except SerializationError:
         _name_bad_argument(name, args, kwargs)  # the slow path says which argument
         raise
+    except RecursionError as exc:  # nesting deeper than Python's recursion limit
+        raise SerializationError(
+            f"step {name!r}: an argument is nested too deeply to encode ({exc}); pass flatter data"
+        ) from None
     try:
         text = f"{CODEC_VERSION}:{canonical(data)}"
         return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -343,3 +343,29 @@ def test_spend_of_attempts_of_a_failed_step_is_recorded(engine: durably.Engine) 
         engine.run(w, run_id="r")
     [rec] = engine.history("r")
     assert rec.attempts == 2 and rec.usage_tokens == 20
+
+
+@pytest.mark.parametrize(
+    "arg", ["deep", "huge int", "surrogate"], ids=["deep", "huge int", "surrogate"]
+)
+def test_step_arguments_that_cannot_be_encoded_block_the_run(
+    engine: durably.Engine, arg: str
+) -> None:
+    value: Any = {"huge int": 10**5000, "surrogate": "cut \ud83d"}.get(arg)
+    if arg == "deep":
+        value = []
+        for _ in range(100_000):
+            value = [value]
+    ran: list[int] = []
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        try:
+            ctx.step("use", lambda v: ran.append(1), value)
+        except Exception:
+            pass
+        return "swallowed"
+
+    with pytest.raises(durably.SerializationError, match="use"):
+        engine.run(w, run_id="r")
+    assert status(engine, "r") == "blocked" and ran == []
