@@ -115,6 +115,8 @@ def test_every_command_on_a_url_with_a_password(secret_url: str, tmp_path: Path)
         ["retry", "nope", "--db", secret_url],
         ["skip", "nope", "--output", "1", "--db", secret_url],
         ["retry", "r1", "--db", secret_url, "--json"],
+        ["fork", "nope", "--at", "0", "--db", secret_url],
+        ["fork", "nope", "--at", "0", "--db", secret_url, "--json"],
     ):
         result = invoke(*args)
         assert result.exit_code != 0, args

@@ -91,20 +91,21 @@ def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: boo
     side cannot tell it from the original's. The new run is queued for workers (or
     engine.resume(NEW_RUN_ID)); RUN_ID is not changed.
     """
-    engine = open_engine(db)
+    engine = open_engine(db, as_json)
     try:
         handle = engine.fork(run_id, at=at, new_run_id=new_run_id)
         run = engine.get_run(handle.run_id)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
         click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": at}, sort_keys=True))
         return
-    copied = f"positions 0..{at - 1} replay from {run_id}'s journal; " if at else ""
+    new, old = inert(run.run_id), inert(run_id)
+    copied = f"positions 0..{at - 1} replay from {old}'s journal; " if at else ""
     click.echo(
-        f"run {run.run_id} forked from {run_id} at position {at}: {copied}from {at} on it"
+        f"run {new} forked from {old} at position {at}: {copied}from {at} on it"
         " runs live, and its effects from there happen again, under new idempotency keys."
-        f" It is queued: a worker runs it, or engine.resume({run.run_id!r})."
+        f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
     )
