@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from .errors import (
     RunConflict,
     RunFinished,
     RunInDoubt,
+    RunLeased,
     RunNotFound,
     RunQuarantined,
     SerializationError,
@@ -59,6 +61,7 @@ from .history import (
     position_key,
     storable_text,
 )
+from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
@@ -66,6 +69,9 @@ from .store.open import open_store
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
+LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
+
+_log = logging.getLogger("durably")
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,9 @@ class Engine:
     (renewed every ``heartbeat_s``, default a third of it); ``max_starts`` is how many
     starts without progress a run gets before it is quarantined. ``fault_hook`` is the
     fault-injection hook used by ``durably chaos`` (off by default, free when off).
+    ``wait_for_lease`` (default True): when ``run`` finds its run leased by an owner on
+    another host that looks dead, it logs why and waits for the lease to expire; False
+    raises ``RunLeased`` at once instead. A live owner on this host always raises at once.
     Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
     """
 
@@ -117,6 +126,7 @@ class Engine:
         heartbeat_s: float | None = None,
         max_starts: int = MAX_STARTS_DEFAULT,
         fault_hook: FaultHook | None = None,
+        wait_for_lease: bool = True,
         **store_options: Any,
     ) -> None:
         if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
@@ -129,6 +139,7 @@ class Engine:
         self.heartbeat_s = heartbeat_s or lease_s / 3
         self.max_starts = max_starts
         self.fault_hook = fault_hook
+        self.wait_for_lease = wait_for_lease
         self.store: Store = open_store(self.url, self.clock, **store_options)
         self._workflows: dict[str, Workflow] = {}
         self._owner: tuple[int, Owner] | None = None
@@ -289,7 +300,7 @@ class Engine:
             self._owner_now(),
             self.lease_s,
             self.max_starts,
-            _owner_dead,
+            owner_dead,
             served,
             open_queues,
             limits,
@@ -405,6 +416,25 @@ class Engine:
         text = codec.dumps(output, f"the output given for step {position}", STEP_OUTPUT_BYTES_MAX)
         return self.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
 
+    def recover(self) -> dict[str, Any]:
+        """Resume every run whose owner was a process of this host that is gone (call it
+        at startup, like DBOS's recovery): runs of this engine's workflows left
+        ``running`` by a crash here, and, once their leases expire (this waits), by an
+        earlier boot of this machine. Returns each resumed run id mapped to its result, or
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
+        A run another process takes first is left to it.
+        """
+        results: dict[str, Any] = {}
+        for run in orphans_of_this_host(self.store, self._workflows):
+            _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
+            try:
+                results[run.run_id] = self.resume(run.run_id)
+            except RunLeased:
+                continue  # a worker took it meanwhile: it is being driven
+            except DurablyError as exc:
+                results[run.run_id] = exc
+        return results
+
     def close(self) -> None:
         """Stop lease keeping and close the store's connections."""
         self._keeper.close()
@@ -506,10 +536,32 @@ class Engine:
         )
 
     def _owner_now(self) -> Owner:
+        """This process as an owner, shown alive to the database (PostgreSQL's owner lock)
+        before it claims anything."""
         pid = os.getpid()
         if self._owner is None or self._owner[0] != pid:  # a forked child is a new owner
             self._owner = (pid, Owner.current())
+        self.store.hold_owner(self._owner[1])
         return self._owner[1]
+
+    def _claim(self, run_id: str) -> RunRecord:
+        """Claim the run; when a dead-looking owner on another host holds its lease, wait
+        for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
+        waited: LeaseWait | None = None
+        while True:
+            try:
+                return self.store.claim(
+                    run_id, self._owner_now(), self.lease_s, self.max_starts, owner_dead
+                )
+            except RunLeased:
+                held = self.store.get_run(run_id)
+                if held is None or not self.wait_for_lease:
+                    raise
+                waited = lease_wait(self.store, held, waited)
+                if waited is None:
+                    raise
+                _log.warning("%s", waited.message())
+                self.clock.sleep(max(0.0, waited.until - self.clock.time()) + LEASE_WAIT_SLACK_S)
 
     def _begin(self, w: Workflow, run: RunRecord, claimed: bool = False) -> _Attempt | _Final:
         if not claimed:
@@ -517,9 +569,7 @@ class Engine:
             if final is not None:
                 return final
             try:
-                run = self.store.claim(
-                    run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
-                )
+                run = self._claim(run.run_id)
             except RunFinished:
                 # Another process finished it since we looked: return its outcome.
                 final = _final_outcome(w, self.get_run(run.run_id))
@@ -741,11 +791,6 @@ def _typed_input(
     return typed, {k: codec.coerce(v, w.param_hints.get(k)) for k, v in kwargs.items()}
 
 
-def _owner_dead(owner: str) -> bool:
-    parsed = Owner.parse(owner)
-    return parsed is not None and parsed.provably_dead()
-
-
 class _LeaseKeeper:
     """One background thread per engine (per process) renewing the leases of every run the
     engine is driving; a thread per run would cost more than a short run itself.
@@ -773,6 +818,26 @@ class _LeaseKeeper:
                 t.start()
         return _Heartbeat(self, core)
 
+    def _owner_lock_lost(self, cores: list[RunCore]) -> bool:
+        """When the connection holding this process's owner lock (PostgreSQL) died, others
+        may see the lock free and judge this process dead-looking: every run it drives
+        counts as having lost its lease (latched in the core, so it stops at its next
+        step). Runs claimed later take the lock again on a new connection."""
+        try:
+            lost = self._store.owner_lock_lost()
+        except DurablyError:
+            return False
+        if lost:
+            _log.warning(
+                "durably: lost the connection holding this process's owner lock; stopping"
+                " %d run(s) as if their leases were lost (they resume elsewhere or on retry)",
+                len(cores),
+            )
+            for core in cores:
+                core.lease_lost = True
+                self.remove(core)
+        return lost
+
     def remove(self, core: RunCore) -> None:
         """Stop renewing ``core``'s lease (idempotent)."""
         with self._lock:
@@ -786,6 +851,8 @@ class _LeaseKeeper:
         while not self._stop.wait(self._every_s):
             with self._lock:
                 cores = list(self._cores.values())
+            if self._owner_lock_lost(cores):
+                continue
             for core in cores:
                 try:
                     if not self._store.renew(core.run_id, core.token, self._lease_s):

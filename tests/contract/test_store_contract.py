@@ -8,7 +8,7 @@ import pytest
 
 from durably.clock import FakeClock
 from durably.errors import LeaseLost, RunLeased, RunNotFound, RunQuarantined, StoreError
-from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, StepRecord
+from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, RunRecord, StepRecord
 from durably.store.base import NewRun, Owner, Store
 
 ME = Owner("host-a", 100, "1")
@@ -340,3 +340,72 @@ def test_claim_never_reopens_a_finished_or_parked_for_a_person_run(store: Store)
     store.release("r2", token2, "in_doubt", park_reason="step 3")
     with pytest.raises(RunInDoubt, match="step 3"):
         store.claim("r2", ME, 30, 10, alive)
+
+
+# -- claim queries filter in SQL (issue 8 §5) ---------------------------------------------
+
+HIDING = 70  # more than the 64-run window the old claim read before filtering in Python
+HERE = Owner("node", 300, "3", "m1:b1:4026531836")
+
+
+def test_claim_next_finds_a_runnable_run_behind_many_of_another_version(
+    store: Store, clock: FakeClock
+) -> None:
+    # A rolling deploy: older runs of version 2 wait for new workers; this worker serves
+    # version 1, whose one run is younger than all of them.
+    for i in range(HIDING):
+        store.create_run(versioned(f"v2-{i:03}", version="2"))
+    clock.advance(1)
+    store.create_run(versioned("v1-young", version="1"))
+    got = store.claim_next(ME, 30, 10, alive, {"wf": "1"}, ["default"])
+    assert got is not None and got.run_id == "v1-young"
+
+
+def test_claim_next_finds_a_runnable_run_behind_many_live_runs_of_this_host(
+    store: Store, clock: FakeClock
+) -> None:
+    judged: list[str] = []
+
+    def live(owner: str) -> bool:
+        judged.append(owner)
+        return False
+
+    for i in range(HIDING):
+        store.create_run(versioned(f"busy-{i:03}"))
+        store.claim(f"busy-{i:03}", Owner("node", 1000 + i, "1", HERE.host_id), 30, 10, live)
+    clock.advance(1)
+    store.create_run(versioned("young"))
+    got = store.claim_next(HERE, 30, 10, live, {"wf": None}, ["default"])
+    assert got is not None and got.run_id == "young"
+    # Only this host's owners are judged, each once, and none was taken for dead.
+    assert len(judged) == len(set(judged)) == HIDING
+
+
+def test_claim_next_takes_over_only_this_hosts_dead_owners(store: Store) -> None:
+    store.create_run(versioned("other-host"))
+    store.create_run(versioned("this-host"))
+    twin = Owner("node", 7, "1", "m2:b2:4026531836")  # same label and pid ns, other machine
+    store.claim("other-host", twin, 30, 10, alive)
+    store.claim("this-host", Owner("node", 7, "1", HERE.host_id), 30, 10, alive)
+    pid_7_gone = lambda o: o.startswith("node|7|")  # noqa: E731
+    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["default"])
+    assert got is not None and got.run_id == "this-host" and got.owner == str(HERE)
+    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["default"]) is None
+
+
+def test_unversioned_runs_route_the_same_on_every_store(store: Store, clock: FakeClock) -> None:
+    # A run without a version is served by a worker serving any version of its workflow,
+    # never by one pinned to a version; a versioned run by both kinds that match.
+    store.create_run(versioned("none", version=None))
+    clock.advance(1)
+    store.create_run(versioned("one", version="1"))
+    assert [r.run_id for r in _drain(store, {"wf": "2"})] == []
+    assert [r.run_id for r in _drain(store, {"wf": "1"})] == ["one"]
+    assert [r.run_id for r in _drain(store, {"wf": None})] == ["none"]
+
+
+def _drain(store: Store, served: dict[str, str | None]) -> list[RunRecord]:
+    taken = []
+    while (run := store.claim_next(ME, 30, 10, alive, served, ["default"])) is not None:
+        taken.append(run)
+    return taken

@@ -5,8 +5,8 @@ Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) a
 runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
-(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.worker`,
-:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
+(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.recover`,
+:mod:`.worker`, :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "retry": "durably.cli.recovery:retry_cmd",
     "skip": "durably.cli.recovery:skip_cmd",
     "fork": "durably.cli.recovery:fork_cmd",
+    "recover": "durably.cli.recover:recover_cmd",
     "worker": "durably.cli.worker:worker_cmd",
     "migrate": "durably.cli.migrate:migrate",
     "chaos": "durably.cli.proof:chaos",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ import click
 from ..engine import DEFAULT_URL
 from ..errors import DurablyError
 from ..history import RunRecord, StepRecord
+from ..ownership import describe_owner, orphaned
 from ..redact import redact
 
 UNREADABLE_CHARS_MAX = 2_000
@@ -70,6 +72,50 @@ def open_engine(db: str, as_json: bool = False) -> Any:
         raise CommandError(str(exc), as_json) from exc
 
 
+def module_db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--db URL`` option of commands that import ``MODULE:ENGINE`` (no default: the
+    module's own ``Engine()`` decides, unless this is given)."""
+    return click.option(
+        "--db",
+        "db",
+        envvar="DURABLY_URL",
+        default=None,
+        help="Journal URL; set as DURABLY_URL before MODULE is imported, so an"
+        " Engine() without a URL uses it. Env DURABLY_URL.",
+    )(fn)
+
+
+def load_engine(target: str, db: str | None) -> Any:
+    """The ``durably.Engine`` at ``module:attr`` or ``path/to/file.py:attr``, imported with
+    ``DURABLY_URL`` set to ``db`` first (so an ``Engine()`` without a URL uses it); an
+    engine bound to another URL than ``db`` is refused."""
+    import os
+
+    from ..chaos.workflow_chaos import import_target
+    from ..engine import Engine
+
+    if db:
+        os.environ["DURABLY_URL"] = db
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(
+            "write MODULE:ENGINE, e.g. myapp.agents:engine or path/to/agents.py:engine",
+            param_hint="MODULE:ENGINE",
+        )
+    try:
+        engine = getattr(import_target(module_name), attr)
+    except (ImportError, AttributeError, OSError, DurablyError) as exc:
+        raise CommandError(f"cannot load {target}: {exc}") from exc
+    if not isinstance(engine, Engine):
+        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine")
+    if db and engine.url != db:
+        raise CommandError(
+            f"{target} is bound to {engine.url} but --db/DURABLY_URL says {db}; build the"
+            " engine with durably.Engine() (no URL) to take it from DURABLY_URL"
+        )
+    return engine
+
+
 def run_json(run: RunRecord) -> dict[str, Any]:
     """A run as plain JSON data for ``--json``."""
     return {
@@ -83,6 +129,10 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "fencing_token": run.fencing_token,
         "incarnation": run.incarnation,
         "owner": run.owner,
+        "owner_host": describe_owner(run.owner)[0] or None,
+        "owner_pid": describe_owner(run.owner)[1],
+        "lease_expires_at": run.lease_expires_at,
+        "orphaned": orphaned(run, time.time()),
         "input": stored_json(run.input),
         "outcome": stored_json(run.outcome),
         "error_type": run.error_type,
@@ -126,11 +176,29 @@ def stored_json(text: str | None) -> Any:
 
 
 def status_text(run: RunRecord) -> str:
+    """The run's status for a table: the park reason of a parked run, and "orphaned"
+    for a running run nobody drives (owner provably dead, lease expired, or no owner)."""
+    if orphaned(run, time.time()):
+        return f"{run.status} (orphaned)"
     return (
         run.status
         if run.park_reason is None or run.status != "parked"
         else (f"parked({run.park_reason})")
     )
+
+
+def owner_text(run: RunRecord) -> str:
+    """``host:pid`` of the run's owner ("" without one; "?" for a string that is not an
+    owner)."""
+    host, pid = describe_owner(run.owner)
+    return host if pid is None else f"{host}:{pid}"
+
+
+def lease_text(run: RunRecord) -> str:
+    """When the run's lease expires, or "expired"."""
+    if run.lease_expires_at is None:
+        return ""
+    return "expired" if run.lease_expires_at <= time.time() else ts(run.lease_expires_at)
 
 
 def ts(t: float | None) -> str:

@@ -19,7 +19,9 @@ from .common import (
     CommandError,
     db_option,
     duration,
+    lease_text,
     open_engine,
+    owner_text,
     run_json,
     status_text,
     step_json,
@@ -60,7 +62,8 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
 
     where = term(redact(db))
     table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
-    for col in ("run_id", "workflow", "version", "status", "starts", "created", "updated"):
+    cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
+    for col in (*cols, "created", "updated"):
         table.add_column(col)
     for run in rows:
         table.add_row(
@@ -68,6 +71,8 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
             term(run.workflow),
             term(run.version or ""),
             term(status_text(run)),
+            term(owner_text(run)),  # from the journal: never markup or control characters
+            lease_text(run),
             str(run.starts),
             ts(run.created_at),
             ts(run.updated_at),
@@ -115,6 +120,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
         f"  starts={run.starts} token={run.fencing_token}"
         f"  incarnation={term(run.incarnation or '-')}"
     )
+    if run.owner is not None:
+        console.print(f"owner: {term(owner_text(run))}  lease until: {lease_text(run)}")
     if run.error_type:
         console.print(f"error: {term(run.error_type)}: {term(run.error_message)}")
     if run.park_reason:

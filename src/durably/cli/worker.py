@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 import click
 
 from ..redact import redact
-from .common import CommandError, inert
+from .common import inert, load_engine, module_db_option
 
 
 @click.command("worker")
@@ -43,14 +42,7 @@ from .common import CommandError, inert
     type=click.FloatRange(0),
     help="On SIGTERM, how long current runs may finish before they are released.",
 )
-@click.option(
-    "--db",
-    "db",
-    envvar="DURABLY_URL",
-    default=None,
-    help="Journal URL; set as DURABLY_URL before MODULE is imported, so an"
-    " Engine() without a URL uses it. Env DURABLY_URL.",
-)
+@module_db_option
 def worker_cmd(
     target: str,
     concurrency: int,
@@ -72,14 +64,7 @@ def worker_cmd(
 
     from ..worker import Worker
 
-    if db:
-        os.environ["DURABLY_URL"] = db
-    engine = _load_engine(target)
-    if db and engine.url != db:
-        raise CommandError(
-            f"{target} is bound to {engine.url} but --db/DURABLY_URL says {db}; build the"
-            " engine with durably.Engine() (no URL) to take it from DURABLY_URL"
-        )
+    engine = load_engine(target, db)
     _log_to_stderr()
     w = Worker(
         engine,
@@ -104,27 +89,6 @@ def worker_cmd(
     sys.stderr.flush()
     # Threads still inside a step after the drain deadline were given back; do not wait.
     os._exit(0)
-
-
-def _load_engine(target: str) -> Any:
-    """The Engine at ``module:attr`` or ``path/to/file.py:attr``."""
-    from ..chaos.workflow_chaos import import_target
-    from ..engine import Engine
-    from ..errors import DurablyError
-
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(
-            "write MODULE:ENGINE, e.g. myapp.agents:engine or path/to/agents.py:engine",
-            param_hint="MODULE:ENGINE",
-        )
-    try:
-        engine = getattr(import_target(module_name), attr)
-    except (ImportError, AttributeError, OSError, DurablyError) as exc:
-        raise CommandError(f"cannot load {target}: {exc}") from exc
-    if not isinstance(engine, Engine):
-        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine")
-    return engine
 
 
 def _log_to_stderr() -> None:

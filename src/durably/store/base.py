@@ -8,84 +8,14 @@ has raised the token, so two processes can never both drive one run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..history import RunRecord, StepRecord, new_incarnation
+from .owner import Owner
 
-
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """Who drives a run: host, pid and the pid's start time (so a reused pid is no owner)."""
-
-    host: str
-    pid: int
-    started: str
-
-    def __str__(self) -> str:
-        return f"{self.host}|{self.pid}|{self.started}"
-
-    @classmethod
-    def parse(cls, text: str) -> Owner | None:
-        """Read an owner string written by ``str(owner)``; None if it is not one."""
-        parts = text.split("|")
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        return cls(parts[0], int(parts[1]), parts[2])
-
-    @classmethod
-    def current(cls) -> Owner:
-        """The owner identity of this process."""
-        pid = os.getpid()
-        return cls(_hostname(), pid, _process_start(pid) or "?")
-
-    def provably_dead(self) -> bool:
-        """True only when this owner is on this host and its process is gone.
-
-        A process on another host can never be proven dead from here: its lease must
-        expire instead.
-        """
-        if self.host != _hostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # exists, owned by someone else
-        started = _process_start(self.pid)
-        # A pid reused by a newer process means the owner itself is gone.
-        return started is not None and self.started != "?" and started != self.started
-
-
-def _hostname() -> str:
-    """This machine as a lease owner sees it: ``DURABLY_HOST`` if set, else the node name,
-    qualified by the pid namespace so that two containers sharing a hostname (but not
-    their pids) never take each other's pids for their own."""
-    override = os.environ.get("DURABLY_HOST")
-    if override:
-        return override
-    # os.uname avoids importing socket (import time counts toward resume time).
-    host = os.uname().nodename
-    try:
-        ns = os.readlink("/proc/self/ns/pid")  # e.g. "pid:[4026531836]"
-    except OSError:
-        return host
-    return f"{host}/{ns[5:-1]}" if ns.startswith("pid:[") else host
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces; fields after its ')' are fixed.
-    rest = data[data.rfind(b")") + 2 :].split()
-    return rest[19].decode() if len(rest) > 19 else None
+__all__ = ["NewRun", "Owner", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +149,29 @@ class Store(Protocol):
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
         failure outcome, reset the no-progress count, raise the fencing token and queue the
         run, all in one transaction. The incarnation (so every key) stays."""
+        ...
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Show the database that ``owner`` (this process) is alive, for as long as the
+        process lives: PostgreSQL holds a session advisory lock on a connection of its
+        own; SQLite has no such thing (a no-op). Idempotent."""
+        ...
+
+    def owner_lock_lost(self) -> bool:
+        """True when the connection holding this process's owner lock died since
+        ``hold_owner`` (the lock is free, so others may judge this process dead-looking:
+        it must treat that as losing its leases). Always False on SQLite."""
+        ...
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """The owners among ``owners`` that nothing shows alive: PostgreSQL, those whose
+        advisory lock is free; SQLite, all of them (it has no lock to show). Never proof
+        of death: a dropped connection frees a lock too."""
+        ...
+
+    def db_time(self) -> float | None:
+        """The database server's clock (seconds since the epoch), or None when the
+        database has no clock of its own (SQLite runs on this host)."""
         ...
 
     def close(self) -> None:

@@ -59,6 +59,7 @@ from .base import NewRun, Owner
 from .rules import (
     check_claimable,
     check_requeueable,
+    dead_owners,
     fork_conflict,
     no_doubt_error,
     overwrite_error,
@@ -74,7 +75,8 @@ _RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
 _ATTEMPTS = 2
-CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
+CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
+OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 
 T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
@@ -130,6 +132,9 @@ class PostgresStore:
         self._listen_lock = threading.Lock()
         self._pool_min, self._pool_max = pool_min, pool_max
         self._inherited: list[object] = []
+        self._owner_conn: Conn | None = None  # holds this process's owner lock
+        self._owner_held = ""
+        self._owner_lock = threading.Lock()
         self._pid = os.getpid()
         self._pool: ConnectionPool[Conn] = self._new_pool()
         try:
@@ -221,9 +226,11 @@ class PostgresStore:
         server a Terminate, which would end the parent's session."""
         if self._pid == os.getpid():
             return
-        self._inherited += [self._pool, self._listen_conn]
+        self._inherited += [self._pool, self._listen_conn, self._owner_conn]
         self._pid = os.getpid()
         self._listen_conn = None
+        self._owner_conn, self._owner_held = None, ""  # the child is another owner
+        self._owner_lock = threading.Lock()
         self._listen_lock = threading.Lock()  # the parent's may have been held at fork
         self._pool = self._new_pool()
         self._pool.open(wait=False)
@@ -379,8 +386,8 @@ class PostgresStore:
         parked with a due wake-up. ``served`` maps workflow names to the version this
         worker serves (None: any). ``queue_limits`` caps running runs per queue across all
         workers. Many workers claim at once without waiting on each other (``FOR UPDATE
-        SKIP LOCKED``); a run whose owner on this host died is taken over once no ordinary
-        runnable run is waiting (at the latest when its lease expires).
+        SKIP LOCKED``). Every filter is in the query; the owners of this host found dead
+        in Python go in as a list.
         """
         now = self.clock.time()
         if not served or not queues:
@@ -397,16 +404,21 @@ class PostgresStore:
                 filters["queues"] = self._open_queues(conn, queues, queue_limits or {}, now)
                 if not filters["queues"]:
                     return None
+                candidates = conn.execute(
+                    _Q["same_host_owners"],
+                    {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
+                ).fetchall()
+                filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
+                # Each pass either claims or quarantines the run it locked (which then
+                # leaves the runnable set), so the bound only guards against a bug.
                 for _scan in range(CLAIM_SCAN_MAX):
                     row = conn.execute(_Q["next_runnable"], filters).fetchone()
                     if row is None:
-                        break
+                        return None
                     taken = _take(conn, row, owner, lease_s, max_starts, now)
                     if taken is not None:
-                        return taken  # else it was quarantined: look at the next one
-                return self._take_over_dead(
-                    conn, filters, owner, lease_s, max_starts, now, owner_dead
-                )
+                        return taken
+                return None
 
         return self._call(op)
 
@@ -422,32 +434,6 @@ class PostgresStore:
             rows = conn.execute(_Q["running_per_queue"], {"now": now, "queues": limited})
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
-
-    def _take_over_dead(
-        self,
-        conn: Conn,
-        filters: dict[str, Any],
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord | None:
-        """Take a run whose owner on this host is provably dead, locking only that run."""
-        found = conn.execute(
-            _Q["same_host_running"], {**filters, "host": owner.host + "|%", "limit": CLAIM_SCAN_MAX}
-        ).fetchall()
-        for run_id, run_owner, token in found:
-            if not owner_dead(run_owner):
-                continue
-            row = conn.execute(
-                _Q["lock_if_unchanged"], {"run_id": run_id, "owner": run_owner, "token": token}
-            ).fetchone()
-            if row is not None:
-                taken = _take(conn, row, owner, lease_s, max_starts, now)
-                if taken is not None:
-                    return taken
-        return None
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
@@ -661,10 +647,76 @@ class PostgresStore:
 
         self._call(op)
 
+    # -- liveness and time -----------------------------------------------------------
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Hold ``owner``'s session advisory lock on a connection of its own (named
+        ``durably-owner`` in pg_stat_activity) for as long as this process lives."""
+        self._check_fork()
+        text = str(owner)
+        with self._owner_lock:
+            conn = self._owner_conn
+            if conn is not None and not conn.closed and self._owner_held == text:
+                return
+            self._drop_owner_conn()
+            kwargs = dict(self._conn_kwargs)
+            if kwargs.get("application_name") == "durably":
+                kwargs["application_name"] = "durably-owner"
+            try:
+                conn = psycopg.connect(self.url, **kwargs)
+                conn.execute(_Q["hold_owner_lock"], {"owner": text})
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+            self._owner_conn, self._owner_held = conn, text
+
+    def owner_lock_lost(self) -> bool:
+        """True when the owner lock's connection died since :meth:`hold_owner`; the next
+        ``hold_owner`` takes the lock again on a new connection."""
+        self._check_fork()
+        with self._owner_lock:
+            conn = self._owner_conn
+            if conn is None:
+                return False
+            try:
+                conn.execute(_Q["ping"])
+                return False
+            except psycopg.Error:
+                self._drop_owner_conn()
+                return True
+
+    def _drop_owner_conn(self) -> None:
+        conn, self._owner_conn, self._owner_held = self._owner_conn, None, ""
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # already dead: that is why it is dropped
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """The owners whose advisory lock nobody holds (see :meth:`hold_owner`)."""
+        wanted = sorted(set(owners))
+
+        def op(conn: Conn, _: bool) -> set[str]:
+            free = set()
+            for owner in wanted:
+                with conn.transaction():  # each probe's lock ends with its transaction
+                    if _scalar(conn, "owner_lock_free", {"owner": owner}):
+                        free.add(owner)
+            return free
+
+        return self._call(op) if wanted else set()
+
+    def db_time(self) -> float | None:
+        """The server's clock (``clock_timestamp()``), in seconds since the epoch."""
+        return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
+
     def close(self) -> None:
         """Close the pool, the listening connection, and every connection they opened."""
         with self._listen_lock:
             self._close_listener()
+        if self._pid == os.getpid():  # never the parent's lock session, from a child
+            with self._owner_lock:
+                self._drop_owner_conn()
         self._pool.close()
 
 

@@ -55,6 +55,12 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
     )
 
 
+def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:
+    """The owners among ``candidates`` (this host's, with live leases) that are provably
+    dead: the one judgement a claim query cannot make itself, made here and passed in."""
+    return sorted({o for o in candidates if owner_dead(o)})
+
+
 def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
     """The error of a run that was just quarantined."""
     return RunQuarantined(

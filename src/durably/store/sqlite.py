@@ -37,6 +37,7 @@ from .base import NewRun, Owner
 from .rules import (
     check_claimable,
     check_requeueable,
+    dead_owners,
     fork_conflict,
     no_doubt_error,
     overwrite_error,
@@ -47,7 +48,8 @@ from .rules import (
 from .sqlfiles import latest_version, load_queries, migrations
 
 APP_NAME = "durably"
-CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
+CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
+OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 _Q = load_queries("sqlite")
 
 
@@ -319,26 +321,23 @@ class SQLiteStore:
             ]
             if not open_queues or not served:
                 return None
-            rows = c.execute(
-                _Q["runnable_runs"],
-                {
-                    "queues": json.dumps(open_queues),
-                    "workflows": json.dumps(sorted(served)),
-                    "now": now,
-                    "host": owner.host + "|%",
-                    "limit": CLAIM_SCAN_MAX,
-                },
+            candidates = c.execute(
+                _Q["same_host_owners"],
+                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
             ).fetchall()
-            for row in rows:
-                run = _run(row)
-                want = served.get(run.workflow)
-                if want is not None and run.version != want:
-                    continue  # versions route only when set
-                if run.status == "running" and run.owner is not None:
-                    expired = run.lease_expires_at is not None and run.lease_expires_at <= now
-                    if not expired and not owner_dead(run.owner):
-                        continue
-                taken = self._take(c, run, owner, lease_s, max_starts, now)
+            params = {
+                "queues": json.dumps(open_queues),
+                "served": json.dumps(served),
+                "now": now,
+                "dead": json.dumps(dead_owners([r[0] for r in candidates], owner_dead)),
+            }
+            # Each pass either claims or quarantines the run it found (which then leaves
+            # the runnable set), so the bound only guards against a bug looping forever.
+            for _scan in range(CLAIM_SCAN_MAX):
+                row = c.execute(_Q["next_runnable"], params).fetchone()
+                if row is None:
+                    return None
+                taken = self._take(c, _run(row), owner, lease_s, max_starts, now)
                 if taken is not None:
                     return taken
         return None
@@ -528,6 +527,23 @@ class SQLiteStore:
             )
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
+
+    # -- liveness and time: SQLite shares this host's processes and clock ---------------
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Nothing to hold: SQLite judges owners by their pids (same host only)."""
+
+    def owner_lock_lost(self) -> bool:
+        """Never: there is no owner lock on SQLite."""
+        return False
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """All of them: SQLite has no lock that could show an owner alive."""
+        return set(owners)
+
+    def db_time(self) -> float | None:
+        """None: the database file has no clock but this host's."""
+        return None
 
     def close(self) -> None:
         """Close the connection."""

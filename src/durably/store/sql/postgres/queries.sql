@@ -211,47 +211,58 @@ WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > %(now)s
 GROUP BY queue;
 
 -- name: next_runnable
--- The oldest run that is runnable without asking whether an owner is alive: queued,
--- running with no owner or an expired lease, or parked and due. Versions route only when
--- set (a NULL version served means any). SKIP LOCKED lets many workers claim at once,
--- each taking a different row, and LIMIT 1 locks only the row this worker takes.
+-- The oldest run this worker may take, filtered entirely here: its queue is open, its
+-- workflow served (a NULL version served means any: versions route only when set), and
+-- it is queued, running with no owner, an expired lease or an owner in %(dead)s (this
+-- host's owners found dead in Python), or parked and due. The status term matches the
+-- partial index runs_claimable, so finished runs are never read. SKIP LOCKED lets many
+-- workers claim at once, each taking a different row, and LIMIT 1 locks only the row
+-- this worker takes.
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
        created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs
-WHERE queue = ANY(%(queues)s::text[])
+WHERE status IN ('queued', 'running', 'parked')
+  AND queue = ANY(%(queues)s::text[])
   AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
               WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
   AND (status = 'queued'
-       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s))
+       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s
+                                   OR owner = ANY(%(dead)s::text[])))
        OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= %(now)s))
 ORDER BY created_at, run_id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
--- name: same_host_running
--- Runs with a live lease held by a process on this host: candidates for a dead-owner
--- takeover, checked in Python. Not locked: only the one taken is (lock_if_unchanged).
-SELECT run_id, owner, fencing_token FROM runs
-WHERE queue = ANY(%(queues)s::text[])
-  AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
-              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
-  AND status = 'running' AND owner LIKE %(host)s AND lease_expires_at > %(now)s
-ORDER BY created_at, run_id
+-- name: same_host_owners
+-- The owners holding live leases on this host (%(pattern)s from Owner.host_pattern): the
+-- only ones whose liveness Python can judge (their pids are local). The IN term lets
+-- the planner use runs_claimable, which holds no finished run.
+SELECT DISTINCT owner FROM runs
+WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
+  AND lease_expires_at > %(now)s AND owner LIKE %(pattern)s
 LIMIT %(limit)s;
-
--- name: lock_if_unchanged
-SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
-       status, generation, fencing_token, owner, lease_expires_at, starts,
-       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation, records_at_last_start
-FROM runs
-WHERE run_id = %(run_id)s AND status = 'running' AND owner = %(owner)s
-  AND fencing_token = %(token)s
-FOR UPDATE SKIP LOCKED;
 
 -- name: notify_work
 -- Wakes workers blocked in wait_for_work; delivered at commit, so never before the change
 -- it announces is visible.
 SELECT pg_notify(%(channel)s, '');
+
+-- name: hold_owner_lock
+-- Held for the life of the owner lock's session: while it is held, the owner's process
+-- is alive (and connected). Keyed on the schema and the owner string; a hash collision
+-- only makes a dead owner look alive (its lease then expires), never the reverse.
+SELECT pg_advisory_lock(hashtext('durably.owner.' || current_schema()), hashtext(%(owner)s));
+
+-- name: owner_lock_free
+-- True when nobody holds the owner's lock; the transaction-level lock taken to find out
+-- is released when the (autocommit) statement ends.
+SELECT pg_try_advisory_xact_lock(hashtext('durably.owner.' || current_schema()),
+                                 hashtext(%(owner)s));
+
+-- name: ping
+SELECT 1;
+
+-- name: db_time
+SELECT extract(epoch FROM clock_timestamp())::double precision;

@@ -126,17 +126,35 @@ SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > :now
 GROUP BY queue;
 
--- name: runnable_runs
+-- name: next_runnable
+-- The oldest run this worker may take, filtered entirely here (never a fixed window read
+-- and filtered in Python, where older unclaimable runs could hide every runnable one):
+-- its queue is open, its workflow served (:served maps names to a version, or null for
+-- any: versions route only when set), and it is queued, running with no owner, an
+-- expired lease or an owner in :dead (this host's owners found dead in Python), or parked
+-- and due. The status term matches the partial index runs_claimable, so finished runs
+-- are never read.
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
        created_at, updated_at, finished_at, incarnation
 FROM runs
-WHERE queue IN (SELECT value FROM json_each(:queues))
-  AND workflow IN (SELECT value FROM json_each(:workflows))
+WHERE status IN ('queued', 'running', 'parked')
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND EXISTS (SELECT 1 FROM json_each(:served) AS s
+              WHERE s.key = runs.workflow AND (s.value IS NULL OR s.value = runs.version))
   AND (status = 'queued'
        OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= :now
-                                   OR owner LIKE :host))
+                                   OR owner IN (SELECT value FROM json_each(:dead))))
        OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= :now))
 ORDER BY created_at, run_id
+LIMIT 1;
+
+-- name: same_host_owners
+-- The owners holding live leases on this host (:pattern from Owner.host_pattern): the
+-- only ones whose liveness Python can judge (their pids are local). The IN term lets
+-- the planner use runs_claimable, which holds no finished run.
+SELECT DISTINCT owner FROM runs
+WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
+  AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;

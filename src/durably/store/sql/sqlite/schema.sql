@@ -41,6 +41,10 @@ CREATE TABLE runs (
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
 CREATE INDEX runs_by_created ON runs (created_at);
+-- The claim index: only runs a claim can take, oldest first (claims never read finished
+-- runs).
+CREATE INDEX runs_claimable ON runs (created_at, run_id)
+    WHERE status IN ('queued', 'running', 'parked');
 
 -- One row per position of a run generation: an effect intent, then its result.
 CREATE TABLE steps (

@@ -1,0 +1,129 @@
+"""PostgreSQL owner locks (DESIGN "Ownership", issue 8 §3), and the clock check (issue 9
+§3 "Clocks").
+
+Every engine process holds a session advisory lock for its owner. A free lock does not
+prove death (a dropped connection frees it), so an owner whose lock connection is killed
+(``pg_terminate_backend``) treats that as losing the lease of every run it drives: the
+run stops at its next step and the caller gets ``StaleLease``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import durably
+from durably.clock import FakeClock
+from durably.ownership import CLOCK_SKEW_WARN_S, check_clock
+from durably.store.postgres import PostgresStore
+from durably.worker import Worker
+
+pytestmark = pytest.mark.postgres
+WAIT_S = 60.0  # generous: the machine is shared
+
+
+def _wait(cond: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
+    engine = durably.Engine(pg_url, lease_s=3.0)
+    in_b, release_b = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def step_b() -> str:
+        in_b.set()
+        release_b.wait(WAIT_S)
+        return "b"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("a", lambda: ran.append("a") or "a")
+        ctx.step("b", step_b)
+        ctx.step("c", lambda: ran.append("c") or "c")
+        return "done"
+
+    outcome: list[BaseException | str] = []
+
+    def drive() -> None:
+        try:
+            outcome.append(engine.run(wf, run_id="r"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=drive)
+    t.start()
+    try:
+        assert in_b.wait(WAIT_S)
+        store = engine.store
+        assert isinstance(store, PostgresStore) and store._owner_conn is not None
+        me = str(engine._owner_now())
+        assert store.owners_without_lock([me]) == set()  # held: alive
+        backend = store._owner_conn.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        assert store.owners_without_lock([me]) == {me}  # free now: dead-looking
+        core = engine._active["r"].core
+        _wait(lambda: core.lease_lost, "the lease keeper to notice the lost lock")
+    finally:
+        release_b.set()
+        t.join(WAIT_S)
+    assert ran == ["a"]  # step c never ran
+    assert len(outcome) == 1 and isinstance(outcome[0], durably.StaleLease), outcome
+
+    # The process takes its lock again on a new connection for its next claim.
+    @engine.workflow(name="again")
+    def again(ctx: durably.Context) -> int:
+        return int(ctx.step("one", lambda: 1))
+
+    assert engine.run(again, run_id="r2") == 1
+    assert engine.store.owners_without_lock([str(engine._owner_now())]) == set()
+    engine.close()
+
+
+def test_worker_warns_when_its_clock_is_off_the_databases(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ahead = FakeClock(time.time() + 10 * CLOCK_SKEW_WARN_S)
+    with durably.Engine(pg_url, clock=ahead) as engine:
+        with caplog.at_level(logging.WARNING, logger="durably"):
+            Worker(engine, poll_interval_s=0.01).run(max_runs=0)
+        said = [r.getMessage() for r in caplog.records if "clock" in r.getMessage()]
+        assert said and "off the database's" in said[0], said
+        skew = check_clock(engine.store, ahead)
+        assert skew is not None and skew > 5 * CLOCK_SKEW_WARN_S
+    # A clock that agrees is not warned about.
+    caplog.clear()
+    with durably.Engine(pg_url) as engine, caplog.at_level(logging.WARNING, logger="durably"):
+        skew = check_clock(engine.store, engine.clock)
+        assert skew is not None and abs(skew) < CLOCK_SKEW_WARN_S
+    assert not [r for r in caplog.records if "clock" in r.getMessage()]
+
+
+def test_worker_checks_the_clock_again_periodically(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ahead = FakeClock(time.time() + 10 * CLOCK_SKEW_WARN_S)
+    with durably.Engine(pg_url, clock=ahead) as engine:
+        worker = Worker(engine, poll_interval_s=0.01, clock_check_s=0.05)
+        with caplog.at_level(logging.WARNING, logger="durably"):
+            t = threading.Thread(target=worker.run)
+            t.start()
+            try:
+                _wait(
+                    lambda: (
+                        sum("off the database's" in r.getMessage() for r in caplog.records) >= 3
+                    ),
+                    "three clock warnings",
+                )
+            finally:
+                worker.stop()
+                t.join(WAIT_S)
