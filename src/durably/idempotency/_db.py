@@ -8,6 +8,7 @@ psycopg is imported only when a PostgreSQL URL is opened, so ``import durably`` 
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -19,6 +20,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
+from durably._fork import ForkGate, reset_after_fork
 from durably.errors import ConfigError, StoreBusy
 from durably.redact import redact
 
@@ -146,6 +148,20 @@ class SQLiteDatabase(Database):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Connections a forked child inherited: never used (SQLite forbids carrying one
+        # across a fork) and never closed (that could checkpoint away the parent's WAL).
+        self._inherited: list[sqlite3.Connection] = []
+        # os.fork() waits for transactions in progress: SQLite's file locks live in
+        # process-wide state, so a child forked inside one could never write.
+        self._fork_gate = ForkGate()
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Each thread of the child opens connections of its own on first use."""
+        self._inherited += self._all
+        self._all = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -169,21 +185,22 @@ class SQLiteDatabase(Database):
     @contextmanager
     def transaction(self, filename: str) -> Iterator[Tx]:
         """Open a ``BEGIN IMMEDIATE`` transaction; commit on success, roll back on error."""
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._busy(exc) from exc
-        try:
-            yield Tx(conn, load_queries("sqlite", filename), "sqlite")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            conn.execute("ROLLBACK")
-            raise self._busy(exc) from exc
+        with self._fork_gate.inside():
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._busy(exc) from exc
+            try:
+                yield Tx(conn, load_queries("sqlite", filename), "sqlite")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                raise self._busy(exc) from exc
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
         if "locked" in str(exc) or "busy" in str(exc):
@@ -216,7 +233,7 @@ class PostgresDatabase(Database):
 
     def __init__(self, url: str, *, pool_size: int) -> None:
         try:
-            from psycopg_pool import ConnectionPool
+            import psycopg_pool  # noqa: F401  (checked here for a clear error)
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
                 "a postgresql:// URL needs psycopg 3 and psycopg_pool; install them with"
@@ -238,18 +255,44 @@ class PostgresDatabase(Database):
                 " after the user name"
             ) from None
         self.url = url
-        self._pool = ConnectionPool(
-            url,
+        self._pool_size = pool_size
+        self._pool = self._new_pool()
+        self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
+        # Pools a forked child inherited: never used or closed there (closing sends the
+        # server a Terminate for each connection, ending the parent's sessions).
+        self._inherited: list[object] = []
+        reset_after_fork(self)
+
+    def _new_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        return ConnectionPool(
+            self.url,
             min_size=1,
-            max_size=pool_size,
+            max_size=self._pool_size,
             kwargs={"autocommit": True},
             open=True,
         )
 
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock; :meth:`_live_pool` swaps the pool on first use in the child."""
+        self._fork_lock = threading.Lock()
+
+    def _live_pool(self) -> Any:
+        """This process's pool: a forked child opens its own on first use."""
+        if self._pid != os.getpid():
+            with self._fork_lock:
+                if self._pid != os.getpid():
+                    self._inherited.append(self._pool)
+                    self._pool = self._new_pool()
+                    self._pid = os.getpid()
+        return self._pool
+
     @contextmanager
     def transaction(self, filename: str) -> Iterator[Tx]:
         """Open a READ COMMITTED transaction; commit on success, roll back on error."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._live_pool().connection() as conn, conn.transaction():
             yield Tx(conn, load_queries("postgres", filename), "postgres")
 
     def create_schema(self, filename: str) -> None:
@@ -260,8 +303,9 @@ class PostgresDatabase(Database):
                 tx.conn.execute(statement)
 
     def close(self) -> None:
-        """Close the pool and its connections."""
-        self._pool.close()
+        """Close this process's pool and its connections (never a parent's)."""
+        if self._pid == os.getpid():
+            self._pool.close()
 
 
 def open_database(

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from durably._fork import reset_after_fork
 from durably.errors import (
     ConfigError,
     DurablyError,
@@ -200,6 +201,16 @@ class _Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """The parent's claims are not the child's to renew (renewing them from here would
+        keep a dead parent's keys blocked), and its thread does not exist in the child:
+        start afresh, with new locks."""
+        self._claims = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
 
     def add(self, claim: Claim) -> None:
         with self._lock:

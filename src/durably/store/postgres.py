@@ -43,6 +43,7 @@ from psycopg import Connection, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -131,6 +132,8 @@ class PostgresStore:
         self._pool_min, self._pool_max = pool_min, pool_max
         self._inherited: list[object] = []
         self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
+        reset_after_fork(self)
         self._pool: ConnectionPool[Conn] = self._new_pool()
         try:
             self._pool.open(wait=pool_min > 0, timeout=connect_timeout_s)
@@ -215,18 +218,26 @@ class PostgresStore:
             open=False,
         )
 
+    def _after_fork_in_child(self) -> None:
+        """Fresh locks in a forked child: a parent thread may have held them at the fork.
+        The pool and listener are swapped by :meth:`_check_fork` on first use."""
+        self._listen_lock = threading.Lock()
+        self._fork_lock = threading.Lock()
+
     def _check_fork(self) -> None:
-        """A forked child gets a pool, listener and lock of its own. The inherited ones
-        are kept referenced and never used or closed: closing a connection sends the
-        server a Terminate, which would end the parent's session."""
+        """A forked child gets a pool and listener of its own. The inherited ones are kept
+        referenced and never used or closed: closing a connection sends the server a
+        Terminate, which would end the parent's session."""
         if self._pid == os.getpid():
             return
-        self._inherited += [self._pool, self._listen_conn]
-        self._pid = os.getpid()
-        self._listen_conn = None
-        self._listen_lock = threading.Lock()  # the parent's may have been held at fork
-        self._pool = self._new_pool()
-        self._pool.open(wait=False)
+        with self._fork_lock:
+            if self._pid == os.getpid():
+                return  # another thread of the child swapped them meanwhile
+            self._inherited += [self._pool, self._listen_conn]
+            self._listen_conn = None
+            self._pool = self._new_pool()
+            self._pool.open(wait=False)
+            self._pid = os.getpid()
 
     def _call(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
@@ -662,7 +673,12 @@ class PostgresStore:
         self._call(op)
 
     def close(self) -> None:
-        """Close the pool, the listening connection, and every connection they opened."""
+        """Close the pool, the listening connection, and every connection they opened.
+
+        In a forked child that never used the store this closes nothing: everything it
+        holds is the parent's, and closing it would end the parent's sessions."""
+        if self._pid != os.getpid():
+            return
         with self._listen_lock:
             self._close_listener()
         self._pool.close()
