@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.forking import run_in_child
 
 from durably.errors import IdempotencyKeyInFlight
 from durably.idempotency import IdempotencyRecord, IdempotencyStore, Outbox
-from tests.forking import run_in_child
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 

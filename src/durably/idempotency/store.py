@@ -18,6 +18,7 @@ one keeps it however long its work takes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -399,21 +400,35 @@ class IdempotencyStore:
         """Store the outcome of a claimed request and return it as a record.
 
         Raises IdempotencyLeaseLost when another request took the key over meanwhile (the
-        outcome is then not stored), and SerializationError, after releasing the key, when
-        the result is not JSON or larger than ``result_bytes_max``.
+        outcome is then not stored). When the outcome is not JSON or larger than
+        ``result_bytes_max``, the work has still happened, so the key must not run it
+        again: an ``OutcomeNotStored`` error is stored in its place (retries get it as
+        :class:`RequestFailed`) and SerializationError is raised. When storing fails for
+        another reason (the database), the key is released before the error is raised,
+        rather than held until its lease runs out.
         """
         try:
             values = self._outcome_values(result, error)
-        except SerializationError:
-            self.release(claim)
+        except SerializationError as exc:
+            self._complete_or_release(claim, self._not_stored_values(exc), None)
             raise
+        return self._complete_or_release(claim, values, error)
+
+    def _complete_or_release(
+        self, claim: Claim, values: dict[str, Any], error: BaseException | None
+    ) -> IdempotencyRecord:
         try:
             with self._db.transaction(_SQL) as tx:
-                record = self._complete_in(tx, claim, values, error)
+                return self._complete_in(tx, claim, values, error)
+        except IdempotencyLeaseLost:
+            raise  # the key is someone else's now: nothing of ours to release
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.release(claim)  # if this fails too, the lease frees the key
+            raise
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.remove(claim)
-        return record
 
     def release(self, claim: Claim) -> None:
         """Give up a claimed key without an outcome, so the next request with it runs."""
@@ -510,11 +525,12 @@ class IdempotencyStore:
             tx.execute("restart_expired", params)
             return Claim(scope, key, fingerprint, token, attempts=1)
         if row["fingerprint"] != fingerprint:
+            # No fingerprint in the message: it is a digest of the first request, and a
+            # prefix of it would help guess a small request offline.
             raise IdempotencyKeyReused(
-                f"idempotency key {key!r} was first used for a different request (fingerprint"
-                f" {row['fingerprint'][:12]}..., this request {fingerprint[:12]}...), so it"
-                " was refused; send the original request unchanged to get its outcome, or use"
-                " a new key for a new request"
+                f"idempotency key {key!r} was first used for a different request, so it was"
+                " refused; send the original request unchanged to get its outcome, or use a"
+                " new key for a new request"
             )
         if row["state"] == "done":
             return _record(row, replayed=True)
@@ -545,6 +561,15 @@ class IdempotencyStore:
                 " raise the limit"
             )
         return {"ok": error is None, "result": encoded, "error": error_json}
+
+    def _not_stored_values(self, exc: SerializationError) -> dict[str, Any]:
+        message = (
+            f"the request ran, but its outcome could not be stored ({exc}); it is not run"
+            " again with this key: look its result up another way, or send a new request"
+            " with a new key"
+        )
+        stored = {"type_name": "OutcomeNotStored", "message": message, "data": None}
+        return {"ok": False, "result": None, "error": canonical_json(stored)}
 
     def _complete_in(
         self, tx: Tx, claim: Claim, values: dict[str, Any], error: BaseException | None
