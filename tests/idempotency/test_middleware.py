@@ -12,7 +12,7 @@ import httpx
 import pytest
 from idem_helpers import FakeClock
 
-from durably.idempotency import Claim, IdempotencyMiddleware, IdempotencyStore
+from durably.idempotency import Claim, IdempotencyMiddleware, IdempotencyStore, migrate
 
 Message = dict[str, Any]
 
@@ -50,7 +50,9 @@ class App:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: FakeClock) -> Iterator[IdempotencyStore]:
-    s = IdempotencyStore(f"sqlite:///{tmp_path / 'idem.db'}", clock=clock, ttl_s=100)
+    url = f"sqlite:///{tmp_path / 'idem.db'}"
+    migrate(url)
+    s = IdempotencyStore(url, clock=clock, ttl_s=100)
     yield s
     s.close()
 

@@ -19,6 +19,7 @@ from durably.idempotency import (
     OutboxMessage,
     RelayReport,
     fingerprint_of,
+    migrate,
 )
 
 
@@ -154,7 +155,9 @@ def test_relay_killed_on_every_attempt_still_runs_out_of_attempts(
 def test_redelivery_is_applied_once_by_a_receiver_that_honours_keys(
     db_url: str, outbox: Outbox, clock: FakeClock, tmp_path: Path
 ):
-    receiver = IdempotencyStore(f"sqlite:///{tmp_path / 'receiver.db'}", clock=clock)
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    migrate(receiver_url)
+    receiver = IdempotencyStore(receiver_url, clock=clock)
     applied: list[Any] = []
     with user_transaction(db_url) as conn:
         outbox.add(conn, "billing", {"charge": 10}, key="order-1")

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from durably.idempotency import IdempotencyStore
+from durably.idempotency import IdempotencyStore, migrate
 from ticketing_service import create_app
 
 
@@ -48,6 +48,7 @@ def main() -> None:
             Path(args.pause_file).write_text(ticket["title"])
             await asyncio.sleep(args.pause_s)
 
+    migrate(args.idem_url)  # a deploy runs `durably migrate --idempotency` instead
     store = IdempotencyStore(args.idem_url, clock=clock, lease_s=args.lease_s, ttl_s=args.ttl_s)
     app = create_app(args.db, store, before_insert=before_insert)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -21,8 +21,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from durably._fork import ForkGate, reset_after_fork
-from durably.errors import ConfigError, StoreBusy
+from durably.errors import ConfigError, SchemaNotMigrated, SchemaTooNew, StoreBusy
 from durably.redact import redact
+from durably.store.sqlfiles import Migration, migrations
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
@@ -31,8 +32,41 @@ _NAME_MARKER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _STATEMENT_END = re.compile(r";\s*(?:\n|$)")
 
 # An arbitrary constant: PostgreSQL advisory locks are keyed by a bigint, and this one only
-# serialises concurrent schema creation (CREATE TABLE IF NOT EXISTS races on pg_type).
+# serialises concurrent migrations (CREATE TABLE IF NOT EXISTS races on pg_type).
 _SCHEMA_LOCK_ID = 0x6475726162_1D
+_SQL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
+_META = "durably_idempotency_meta"
+
+
+def receiving_migrations(dialect: str) -> list[Migration]:
+    """The receiving side's own migration sequence (``sql/<dialect>/migrations``)."""
+    return migrations(dialect, _SQL_ROOT)
+
+
+def _too_old(where: str, version: int, latest: int) -> SchemaNotMigrated:
+    state = "are missing" if version == 0 else f"are at schema version {version}"
+    return SchemaNotMigrated(
+        f"the idempotency and outbox tables in {where} {state}; this durably needs version"
+        f" {latest}. Run `durably migrate --idempotency --db URL` once (as a role allowed to"
+        " create tables), or call durably.idempotency.migrate(url), then start again"
+    )
+
+
+def _check_version(where: str, version: int) -> None:
+    latest = len(receiving_migrations_cached())
+    if version > latest:
+        raise SchemaTooNew(
+            f"the idempotency and outbox tables in {where} are at schema version {version},"
+            f" newer than this durably knows ({latest}); upgrade durably"
+        )
+    if version < latest:
+        raise _too_old(where, version, latest)
+
+
+@cache
+def receiving_migrations_cached() -> tuple[Migration, ...]:
+    """Both dialects number their migrations alike; the SQLite files give the count."""
+    return tuple(receiving_migrations("sqlite"))
 
 
 @cache
@@ -117,8 +151,15 @@ class Database(ABC):
         """Open a write transaction whose named queries come from ``filename``."""
 
     @abstractmethod
-    def create_schema(self, filename: str) -> None:
-        """Create the tables of ``filename``'s ``schema`` block if they do not exist."""
+    def migrate(self) -> int:
+        """Apply the receiving side's pending migrations; return the schema version."""
+
+    @abstractmethod
+    def check_schema(self) -> None:
+        """Raise SchemaNotMigrated (or SchemaTooNew) unless the tables are current.
+
+        Reads only, so a role limited to rows can open the store and the outbox.
+        """
 
     @abstractmethod
     def close(self) -> None:
@@ -211,11 +252,24 @@ class SQLiteDatabase(Database):
             )
         return exc
 
-    def create_schema(self, filename: str) -> None:
-        """Create the tables in one transaction (safe when several processes start at once)."""
-        with self.transaction(filename) as tx:
-            for statement in split_statements(load_queries("sqlite", filename)["schema"]):
-                tx.conn.execute(statement)
+    def migrate(self) -> int:
+        """Migrate in one ``BEGIN IMMEDIATE`` transaction (safe for concurrent starts)."""
+        with self.transaction("idempotency.sql") as tx:
+            exists = tx.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_META,)
+            ).fetchone()
+            current = _version_of(tx.conn) if exists else 0
+            return _apply(tx.conn, "sqlite", current, self.path)
+
+    def check_schema(self) -> None:
+        """Read the schema version on a connection of this thread; no write lock."""
+        try:
+            version = _version_of(self._connection())
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise self._busy(exc) from exc
+            version = 0
+        _check_version(self.path, version)
 
     def close(self) -> None:
         """Close the connections of every thread that used this database."""
@@ -254,7 +308,10 @@ class PostgresDatabase(Database):
                 " write postgresql://user@host:port/dbname, with the password percent-encoded"
                 " after the user name"
             ) from None
+        from durably.store.postgres import _describe
+
         self.url = url
+        self.where = _describe(url)  # for messages: never the password
         self._pool_size = pool_size
         self._pool = self._new_pool()
         self._pid = os.getpid()
@@ -295,17 +352,50 @@ class PostgresDatabase(Database):
         with self._live_pool().connection() as conn, conn.transaction():
             yield Tx(conn, load_queries("postgres", filename), "postgres")
 
-    def create_schema(self, filename: str) -> None:
-        """Create the tables under an advisory lock, so concurrent first starts do not race."""
-        with self.transaction(filename) as tx:
+    def migrate(self) -> int:
+        """Migrate under an advisory lock, so concurrent migrations do not race."""
+        with self.transaction("idempotency.sql") as tx:
             tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
-            for statement in split_statements(load_queries("postgres", filename)["schema"]):
-                tx.conn.execute(statement)
+            exists = tx.conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()[0]
+            current = _version_of(tx.conn) if exists is not None else 0
+            return _apply(tx.conn, "postgres", current, self.where)
+
+    def check_schema(self) -> None:
+        """Read the schema version (no lock, no DDL)."""
+        with self.transaction("idempotency.sql") as tx:
+            exists = tx.conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()[0]
+            version = _version_of(tx.conn) if exists is not None else 0
+        _check_version(self.where, version)
 
     def close(self) -> None:
         """Close this process's pool and its connections (never a parent's)."""
         if self._pid == os.getpid():
             self._pool.close()
+
+
+def _version_of(conn: Any) -> int:
+    """The schema version stored in the meta table (which must exist)."""
+    row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _apply(conn: Any, dialect: str, current: int, where: str) -> int:
+    """Run the migrations after ``current`` on ``conn``'s open transaction."""
+    steps = receiving_migrations(dialect)
+    if current > len(steps):
+        _check_version(where, current)  # raises SchemaTooNew
+    for mig in steps[current:]:
+        for statement in split_statements(_strip_comments(mig.sql)):
+            conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {_META} (key, value) VALUES ('schema_version', '{mig.version}')"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+    return max(current, len(steps))
+
+
+def _strip_comments(script: str) -> str:
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
 
 
 def open_database(

@@ -117,7 +117,11 @@ class Outbox:
         self.claim_lease_s = claim_lease_s
         self._clock = clock
         self._db: Database = open_database(url, busy_timeout_s=busy_timeout_s, pool_size=pool_size)
-        self._db.create_schema(_SQL)
+        try:
+            self._db.check_schema()  # tables come from `durably migrate --idempotency`
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- recording ------------------------------------------------------------------------
 

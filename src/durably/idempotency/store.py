@@ -293,7 +293,13 @@ class IdempotencyStore:
         self._db: Database = open_database(
             url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, pool_size=pool_size
         )
-        self._db.create_schema(_SQL)
+        try:
+            # Only a check: creating tables is `durably migrate --idempotency`'s job, so a
+            # role limited to rows can run the store.
+            self._db.check_schema()
+        except BaseException:
+            self._db.close()
+            raise
         self._heartbeat = _Heartbeat(self, self.lease_s / 3) if heartbeat else None
 
     # -- the one-call API -------------------------------------------------------------

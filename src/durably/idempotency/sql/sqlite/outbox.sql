@@ -1,25 +1,6 @@
 -- Named queries for the transactional outbox on SQLite.
 -- Times are epoch seconds from the outbox's injected clock.
 
--- name: schema
-CREATE TABLE IF NOT EXISTS durably_outbox (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    key             TEXT    NOT NULL UNIQUE,
-    destination     TEXT    NOT NULL,
-    payload         TEXT    NOT NULL,
-    payload_digest  TEXT    NOT NULL,
-    status          TEXT    NOT NULL CHECK (status IN ('pending', 'delivered', 'dead')),
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    created_at      REAL    NOT NULL,
-    next_attempt_at REAL    NOT NULL,
-    claimed_until   REAL,
-    claim_token     TEXT,
-    last_error      TEXT,
-    delivered_at    REAL
-);
-CREATE INDEX IF NOT EXISTS durably_outbox_due
-    ON durably_outbox (status, next_attempt_at);
-
 -- name: insert
 INSERT INTO durably_outbox
     (key, destination, payload, payload_digest, status, attempts, created_at, next_attempt_at)
