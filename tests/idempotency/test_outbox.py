@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -242,3 +243,77 @@ def test_relay_loop_runs_until_stopped(db_url: str, clock: FakeClock):
         loop.join(10)
         box.close()
     assert not loop.is_alive()
+
+
+def _unheld(url: str, now: float) -> int:
+    """Pending messages whose claim has run out (or that nobody claimed) at ``now``."""
+    sql = "SELECT count(*) FROM durably_outbox WHERE status = 'pending' AND NOT claimed_until > {}"
+    with user_transaction(url) as conn:
+        mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+        return int(conn.execute(sql.format(mark), (now,)).fetchone()[0])
+
+
+def _add_messages(box: Outbox, n: int) -> list[str]:
+    with box.transaction() as conn:
+        return [box.add(conn, "billing", {"n": i}, key=f"m{i}") for i in range(n)]
+
+
+def test_two_relays_never_deliver_one_message_twice(db_url: str, clock: FakeClock):
+    """A slow relay keeps its batch: its claims are renewed while it delivers, so a second
+    relay running meanwhile finds nothing to take."""
+    first = Outbox(db_url, clock=clock, claim_lease_s=0.6)  # renewed every 0.2 s, real time
+    second = Outbox(db_url, clock=clock, claim_lease_s=0.6)
+    keys = _add_messages(first, 4)
+    delivered: list[str] = []
+    reports: list[RelayReport] = []
+
+    def slow(message: OutboxMessage) -> None:
+        delivered.append(message.key)
+        if message.key == keys[0]:
+            clock.advance(5.0)  # far past the batch's first claim
+            deadline = time.monotonic() + 20
+            while _unheld(db_url, clock.now) and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the keeper renewed the claims for the new time
+            other = threading.Thread(target=lambda: reports.append(second.relay(delivered_by)))
+            other.start()
+            other.join(60)
+
+    def delivered_by(message: OutboxMessage) -> None:
+        delivered.append(message.key)
+
+    report = first.relay(slow)
+    assert sorted(delivered) == sorted(keys), "a message was delivered twice"
+    assert report.delivered == 4 and reports == [RelayReport()]
+    first.close()
+    second.close()
+
+
+def test_a_relay_that_lost_its_claims_neither_delivers_nor_counts_them(
+    db_url: str, clock: FakeClock
+):
+    """A relay that stalled past its claims finds them taken over: it skips the rest, and
+    the message it was delivering is not marked (or counted) delivered by it."""
+    first = Outbox(db_url, clock=clock, claim_lease_s=600)  # its keeper never beats here
+    second = Outbox(db_url, clock=clock, claim_lease_s=600)
+    keys = _add_messages(first, 3)
+    delivered: list[str] = []
+    reports: list[RelayReport] = []
+
+    def stalls(message: OutboxMessage) -> None:
+        delivered.append(message.key)
+        if message.key == keys[0]:
+            clock.advance(700)  # the whole batch's claims run out
+            other = threading.Thread(
+                target=lambda: reports.append(second.relay(lambda m: delivered.append(m.key)))
+            )
+            other.start()
+            other.join(60)
+
+    report = first.relay(stalls)
+    assert reports == [RelayReport(claimed=3, delivered=3)]
+    assert report == RelayReport(claimed=3, lost=3)
+    # Only the message in flight at the stall went out twice (at least once, same key).
+    assert sorted(delivered) == sorted([keys[0], *keys])
+    assert [m.status for m in first.messages()] == ["delivered"] * 3
+    first.close()
+    second.close()

@@ -38,6 +38,19 @@ WHERE id IN (
 )
 RETURNING id, key, destination, payload, attempts, created_at;
 
+-- name: hold_claim
+-- Right before a delivery: extend this relay's claim on one message, or find that another
+-- relay has taken it over (its claim ran out), in which case this relay must not deliver.
+UPDATE durably_outbox
+SET claimed_until = %(claimed_until)s
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'pending';
+
+-- name: renew_claims
+-- The relay's keeper: extend the claims of every message of the batch not yet reported.
+UPDATE durably_outbox
+SET claimed_until = %(claimed_until)s
+WHERE claim_token = %(token)s AND status = 'pending';
+
 -- name: mark_delivered
 UPDATE durably_outbox
 SET status = 'delivered', delivered_at = %(now)s, claimed_until = NULL, claim_token = NULL,

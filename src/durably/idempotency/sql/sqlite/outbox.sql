@@ -35,6 +35,19 @@ WHERE id IN (
 )
 RETURNING id, key, destination, payload, attempts, created_at;
 
+-- name: hold_claim
+-- Right before a delivery: extend this relay's claim on one message, or find that another
+-- relay has taken it over (its claim ran out), in which case this relay must not deliver.
+UPDATE durably_outbox
+SET claimed_until = :claimed_until
+WHERE id = :id AND claim_token = :token AND status = 'pending';
+
+-- name: renew_claims
+-- The relay's keeper: extend the claims of every message of the batch not yet reported.
+UPDATE durably_outbox
+SET claimed_until = :claimed_until
+WHERE claim_token = :token AND status = 'pending';
+
 -- name: mark_delivered
 UPDATE durably_outbox
 SET status = 'delivered', delivered_at = :now, claimed_until = NULL, claim_token = NULL,
