@@ -118,6 +118,11 @@ def test_a_request_cancelled_while_claiming_its_key_does_not_block_it(service: S
     finally:
         blocker.execute("ROLLBACK")  # the abandoned claim commits now
         blocker.close()
+    # Let the abandoned claim commit before the retry (else the retry could claim first).
+    # Released at once, it may come and go before we look: then wait a few seconds.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not _claimed(service.idem_db, key):
+        time.sleep(0.05)
     # The retry runs (perhaps after a moment while the abandoned claim is released); it
     # does not get 409 for as long as the server lives.
     deadline = time.monotonic() + 30
@@ -129,3 +134,9 @@ def test_a_request_cancelled_while_claiming_its_key_does_not_block_it(service: S
         time.sleep(0.2)
     assert retry.status_code == 201 and "idempotent-replayed" not in retry.headers
     assert service.effect_lines().count("alice:cancelled") == 1
+
+
+def _claimed(db: Path, key: str) -> bool:
+    with sqlite3.connect(db) as conn:
+        sql = "SELECT 1 FROM durably_idempotency_keys WHERE key = ?"
+        return conn.execute(sql, (key,)).fetchone() is not None
