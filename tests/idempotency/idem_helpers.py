@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -64,3 +66,16 @@ def wait_for_server(
             except httpx.TransportError:
                 pass
         time.sleep(0.05)
+
+
+def serve(app: Any, port_file: str) -> None:
+    """Run ``app`` under uvicorn on a free port of 127.0.0.1, written to ``port_file``."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    tmp = Path(port_file + ".tmp")
+    tmp.write_text(str(sock.getsockname()[1]))
+    os.replace(tmp, port_file)  # the test never reads half a number
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from idem_helpers import serve
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, AuthenticationBackend, SimpleUser
 from starlette.middleware import Middleware
@@ -120,13 +118,7 @@ def main() -> None:
     migrate(args.idem_url)
     store = IdempotencyStore(args.idem_url, lease_s=args.lease_s, busy_timeout_s=60)
     app = create_app(Path(args.effects), store, Path(args.cancelled))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    tmp = Path(args.port_file + ".tmp")
-    tmp.write_text(str(sock.getsockname()[1]))
-    os.replace(tmp, args.port_file)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    serve(app, args.port_file)
 
 
 if __name__ == "__main__":

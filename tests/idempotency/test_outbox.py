@@ -253,39 +253,53 @@ def _unheld(url: str, now: float) -> int:
         return int(conn.execute(sql.format(mark), (now,)).fetchone()[0])
 
 
-def _add_messages(box: Outbox, n: int) -> list[str]:
-    with box.transaction() as conn:
-        return [box.add(conn, "billing", {"n": i}, key=f"m{i}") for i in range(n)]
+class TwoRelays:
+    """Two relays on one outbox table, and the keys of what they delivered, in order."""
+
+    def __init__(self, url: str, clock: FakeClock, claim_lease_s: float, messages: int) -> None:
+        self.first = Outbox(url, clock=clock, claim_lease_s=claim_lease_s)
+        self.second = Outbox(url, clock=clock, claim_lease_s=claim_lease_s)
+        with self.first.transaction() as conn:
+            self.keys = [
+                self.first.add(conn, "billing", {"n": i}, key=f"m{i}") for i in range(messages)
+            ]
+        self.delivered: list[str] = []
+        self.second_reports: list[RelayReport] = []
+
+    def record(self, message: OutboxMessage) -> None:
+        self.delivered.append(message.key)
+
+    def run_second_relay(self) -> None:
+        """One pass of the second relay, in a thread of its own, to its end."""
+        other = threading.Thread(
+            target=lambda: self.second_reports.append(self.second.relay(self.record))
+        )
+        other.start()
+        other.join(60)
+
+    def close(self) -> None:
+        self.first.close()
+        self.second.close()
 
 
 def test_two_relays_never_deliver_one_message_twice(db_url: str, clock: FakeClock):
     """A slow relay keeps its batch: its claims are renewed while it delivers, so a second
     relay running meanwhile finds nothing to take."""
-    first = Outbox(db_url, clock=clock, claim_lease_s=0.6)  # renewed every 0.2 s, real time
-    second = Outbox(db_url, clock=clock, claim_lease_s=0.6)
-    keys = _add_messages(first, 4)
-    delivered: list[str] = []
-    reports: list[RelayReport] = []
+    relays = TwoRelays(db_url, clock, claim_lease_s=0.6, messages=4)  # renewed every 0.2 s
 
     def slow(message: OutboxMessage) -> None:
-        delivered.append(message.key)
-        if message.key == keys[0]:
+        relays.record(message)
+        if message.key == relays.keys[0]:
             clock.advance(5.0)  # far past the batch's first claim
             deadline = time.monotonic() + 20
             while _unheld(db_url, clock.now) and time.monotonic() < deadline:
                 time.sleep(0.05)  # until the keeper renewed the claims for the new time
-            other = threading.Thread(target=lambda: reports.append(second.relay(delivered_by)))
-            other.start()
-            other.join(60)
+            relays.run_second_relay()
 
-    def delivered_by(message: OutboxMessage) -> None:
-        delivered.append(message.key)
-
-    report = first.relay(slow)
-    assert sorted(delivered) == sorted(keys), "a message was delivered twice"
-    assert report.delivered == 4 and reports == [RelayReport()]
-    first.close()
-    second.close()
+    report = relays.first.relay(slow)
+    assert sorted(relays.delivered) == sorted(relays.keys), "a message was delivered twice"
+    assert report.delivered == 4 and relays.second_reports == [RelayReport()]
+    relays.close()
 
 
 def test_a_relay_that_lost_its_claims_neither_delivers_nor_counts_them(
@@ -293,27 +307,18 @@ def test_a_relay_that_lost_its_claims_neither_delivers_nor_counts_them(
 ):
     """A relay that stalled past its claims finds them taken over: it skips the rest, and
     the message it was delivering is not marked (or counted) delivered by it."""
-    first = Outbox(db_url, clock=clock, claim_lease_s=600)  # its keeper never beats here
-    second = Outbox(db_url, clock=clock, claim_lease_s=600)
-    keys = _add_messages(first, 3)
-    delivered: list[str] = []
-    reports: list[RelayReport] = []
+    relays = TwoRelays(db_url, clock, claim_lease_s=600, messages=3)  # no keeper beat here
 
     def stalls(message: OutboxMessage) -> None:
-        delivered.append(message.key)
-        if message.key == keys[0]:
+        relays.record(message)
+        if message.key == relays.keys[0]:
             clock.advance(700)  # the whole batch's claims run out
-            other = threading.Thread(
-                target=lambda: reports.append(second.relay(lambda m: delivered.append(m.key)))
-            )
-            other.start()
-            other.join(60)
+            relays.run_second_relay()
 
-    report = first.relay(stalls)
-    assert reports == [RelayReport(claimed=3, delivered=3)]
+    report = relays.first.relay(stalls)
+    assert relays.second_reports == [RelayReport(claimed=3, delivered=3)]
     assert report == RelayReport(claimed=3, lost=3)
     # Only the message in flight at the stall went out twice (at least once, same key).
-    assert sorted(delivered) == sorted([keys[0], *keys])
-    assert [m.status for m in first.messages()] == ["delivered"] * 3
-    first.close()
-    second.close()
+    assert sorted(relays.delivered) == sorted([relays.keys[0], *relays.keys])
+    assert [m.status for m in relays.first.messages()] == ["delivered"] * 3
+    relays.close()
