@@ -23,6 +23,7 @@ import math
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -345,18 +346,27 @@ def _field_in_init(cls: type, name: str) -> bool:
     return any(f.name == name and f.init for f in dataclasses.fields(cls))
 
 
-_HINTS_CACHE: dict[Any, dict[str, Any]] = {}
+# Weak keys: step functions may be fresh closures on every call, and a long-lived worker
+# must not keep each one alive through this cache.
+_HINTS_CACHE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _type_hints(obj: Any) -> dict[str, Any]:
-    cached = _HINTS_CACHE.get(obj)
+    try:
+        cached = _HINTS_CACHE.get(obj)
+    except TypeError:  # not weakly referenceable: resolve every time
+        return _resolve_hints(obj)
     if cached is None:
-        try:
-            cached = typing.get_type_hints(obj, include_extras=True)
-        except Exception:  # unresolvable annotations: fall back to plain data
-            cached = {}
+        cached = _resolve_hints(obj)
         _HINTS_CACHE[obj] = cached
     return cached
+
+
+def _resolve_hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception:  # unresolvable annotations: fall back to plain data
+        return {}
 
 
 def return_hint(fn: Callable[..., Any]) -> Any:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codec, reopen
+from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor
 from .core import FaultHook, RunCore, type_name
@@ -147,6 +148,13 @@ class Engine:
         self._active: dict[str, _Attempt] = {}
         self._active_lock = threading.Lock()
         self._keeper = _LeaseKeeper(self.store, self.lease_s, self.heartbeat_s)
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """The runs the parent is driving are not this process's: forget them (so nothing
+        here releases their leases), with a lock no parent thread can still hold."""
+        self._active = {}
+        self._active_lock = threading.Lock()
 
     # -- registry ------------------------------------------------------------------------
 
@@ -806,6 +814,19 @@ class _LeaseKeeper:
         self._cores: dict[int, RunCore] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._pid = 0
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's runs (renewing their leases from here would keep a dead
+        parent's runs looking alive) and its thread; the child starts its own on first
+        use. Locks and the event are new: a parent thread may have held theirs."""
+        stopped = self._stop.is_set()
+        self._cores = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if stopped:
+            self._stop.set()
         self._pid = 0
 
     def add(self, core: RunCore) -> _Heartbeat:

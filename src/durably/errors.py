@@ -33,6 +33,10 @@ class SchemaTooNew(StoreError):
     """The database was written by a newer durably than this one."""
 
 
+class SchemaNotMigrated(StoreError):
+    """The tables are missing or older than this durably needs: run ``durably migrate``."""
+
+
 class SerializationError(DurablyError):
     """A value crossing the journal cannot be encoded to, or decoded from, JSON."""
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from idem_helpers import HERE, count_rows, subprocess_env
+from idem_helpers import HERE, count_rows, subprocess_env, wait_for_server
 
 START_TIMEOUT_S = 30.0
 
@@ -77,19 +77,8 @@ def start_server(workdir: Path, idem_url: str, *, pause_s: float, lease_s: float
         ],
         env=subprocess_env(),
     )
-    server = Server(proc, "", paths["db"], paths["clock"], paths["pause"])
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        assert proc.poll() is None, "the server exited during start-up"
-        assert time.monotonic() < deadline, "the server did not start"
-        if port_file.exists():
-            server.base_url = f"http://127.0.0.1:{port_file.read_text()}"
-            try:
-                if httpx.get(f"{server.base_url}/healthz").status_code == 200:
-                    return server
-            except httpx.TransportError:
-                pass
-        time.sleep(0.05)
+    base_url = wait_for_server(proc, port_file, timeout_s=START_TIMEOUT_S)
+    return Server(proc, base_url, paths["db"], paths["clock"], paths["pause"])
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,17 @@ from durably.history import (
     SCOPE_POSITIONS_MAX,
     idempotency_key,
 )
-from durably.idempotency import IdempotencyStore
+from durably.idempotency import IdempotencyStore, migrate
 
 
 class Crash(BaseException):
     """Stands in for a process death inside one process (real deaths: tests/crash)."""
+
+
+def migrated(url: str) -> str:
+    """``url`` with the receiving side's tables created (as `durably migrate` does)."""
+    migrate(url)
+    return url
 
 
 def alert_workflow(engine: durably.Engine, mailbox: IdempotencyStore, sent: list[str]) -> Any:
@@ -50,7 +56,7 @@ def alert_workflow(engine: durably.Engine, mailbox: IdempotencyStore, sent: list
 
 def test_the_same_run_id_in_two_journals_sends_two_emails(tmp_path: Path) -> None:
     """The receiver of both journals must see two requests, not one stored response."""
-    mailbox = IdempotencyStore(f"sqlite:///{tmp_path / 'mailbox.db'}")
+    mailbox = IdempotencyStore(migrated(f"sqlite:///{tmp_path / 'mailbox.db'}"))
     sent: list[str] = []
     staging = durably.Engine(f"sqlite:///{tmp_path / 'staging.db'}")
     prod = durably.Engine(f"sqlite:///{tmp_path / 'prod.db'}")
@@ -66,7 +72,7 @@ def test_the_same_run_id_in_two_journals_sends_two_emails(tmp_path: Path) -> Non
 
 
 def test_a_wiped_journal_re_creates_a_run_id_with_new_keys(tmp_path: Path) -> None:
-    mailbox = IdempotencyStore(f"sqlite:///{tmp_path / 'mailbox.db'}")
+    mailbox = IdempotencyStore(migrated(f"sqlite:///{tmp_path / 'mailbox.db'}"))
     sent: list[str] = []
     journal = tmp_path / "dev.db"
     keys = []

@@ -198,9 +198,11 @@ def test_worker_startup_line_and_url_mismatch_mask_the_password(
 def test_outbox_last_error_masks_urls_with_credentials(tmp_path: Path) -> None:
     import sqlite3
 
+    from durably.idempotency import migrate
     from durably.idempotency.outbox import Outbox
 
     url = f"sqlite:///{tmp_path / 'app.db'}"
+    migrate(url)
     outbox = Outbox(url, clock=lambda: 1000.0)
     conn = sqlite3.connect(tmp_path / "app.db")
     with conn:

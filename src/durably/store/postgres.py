@@ -43,6 +43,7 @@ from psycopg import Connection, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -136,6 +137,8 @@ class PostgresStore:
         self._owner_held = ""
         self._owner_lock = threading.Lock()
         self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
+        reset_after_fork(self)
         self._pool: ConnectionPool[Conn] = self._new_pool()
         try:
             self._pool.open(wait=pool_min > 0, timeout=connect_timeout_s)
@@ -220,20 +223,28 @@ class PostgresStore:
             open=False,
         )
 
+    def _after_fork_in_child(self) -> None:
+        """Fresh locks in a forked child: a parent thread may have held them at the fork.
+        The pool and listener are swapped by :meth:`_check_fork` on first use."""
+        self._listen_lock = threading.Lock()
+        self._owner_lock = threading.Lock()
+        self._fork_lock = threading.Lock()
+
     def _check_fork(self) -> None:
-        """A forked child gets a pool, listener and lock of its own. The inherited ones
-        are kept referenced and never used or closed: closing a connection sends the
-        server a Terminate, which would end the parent's session."""
+        """A forked child gets a pool and listener of its own. The inherited ones are kept
+        referenced and never used or closed: closing a connection sends the server a
+        Terminate, which would end the parent's session."""
         if self._pid == os.getpid():
             return
-        self._inherited += [self._pool, self._listen_conn, self._owner_conn]
-        self._pid = os.getpid()
-        self._listen_conn = None
-        self._owner_conn, self._owner_held = None, ""  # the child is another owner
-        self._owner_lock = threading.Lock()
-        self._listen_lock = threading.Lock()  # the parent's may have been held at fork
-        self._pool = self._new_pool()
-        self._pool.open(wait=False)
+        with self._fork_lock:
+            if self._pid == os.getpid():
+                return  # another thread of the child swapped them meanwhile
+            self._inherited += [self._pool, self._listen_conn, self._owner_conn]
+            self._listen_conn = None
+            self._owner_conn, self._owner_held = None, ""  # the child is another owner
+            self._pool = self._new_pool()
+            self._pool.open(wait=False)
+            self._pid = os.getpid()
 
     def _call(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
@@ -711,12 +722,16 @@ class PostgresStore:
         return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
 
     def close(self) -> None:
-        """Close the pool, the listening connection, and every connection they opened."""
+        """Close the pool, the listening connection, and every connection they opened.
+
+        In a forked child that never used the store this closes nothing: everything it
+        holds is the parent's, and closing it would end the parent's sessions."""
+        if self._pid != os.getpid():
+            return
         with self._listen_lock:
             self._close_listener()
-        if self._pid == os.getpid():  # never the parent's lock session, from a child
-            with self._owner_lock:
-                self._drop_owner_conn()
+        with self._owner_lock:
+            self._drop_owner_conn()
         self._pool.close()
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -93,6 +94,7 @@ class SQLiteStore:
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
         self._conn = self._connect()
+        reset_after_fork(self)
         try:
             self._migrate()
         except BaseException as exc:
@@ -133,6 +135,20 @@ class SQLiteStore:
             self._inherited.append(self._conn)
             self._connect()
         return self._conn
+
+    def _before_fork(self) -> None:
+        """Make ``os.fork()`` wait for the store call in progress. SQLite keeps its file
+        locks in process-wide state that the child inherits as it is: a child forked inside
+        a write transaction could never write (and the lock itself would stay held)."""
+        self._lock.acquire()
+
+    def _after_fork_in_parent(self) -> None:
+        self._lock.release()
+
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock (the old one is the forking thread's, in a process where nothing
+        else runs). The connection is swapped by :meth:`_live` on first use."""
+        self._lock = threading.RLock()
 
     def _configure(self, synchronous: str) -> None:
         c = self._conn
@@ -546,9 +562,11 @@ class SQLiteStore:
         return None
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close this process's connection; never one inherited across a fork (closing it
+        could checkpoint and delete the WAL the parent is still using)."""
         with self._lock:
-            self._conn.close()
+            if self._pid == os.getpid():
+                self._conn.close()
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:
