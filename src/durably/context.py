@@ -11,17 +11,19 @@ resume time (import to first live step) is a target.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .clock import Clock, SystemClock
 from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
-from .errors import ConfigError, StepTimeout
+from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
+from .store import retry
 from .store.base import Store
 
 if TYPE_CHECKING:
@@ -31,16 +33,77 @@ T = TypeVar("T")
 
 
 class Executor:
-    """Carries out a core's operations against a store and a clock."""
+    """Carries out a core's operations against a store and a clock.
 
-    def __init__(self, core: RunCore, store: Store, clock: Clock) -> None:
+    ``store_retry_s`` bounds (in waits summed) the retrying of a transient store error.
+    """
+
+    def __init__(
+        self,
+        core: RunCore,
+        store: Store,
+        clock: Clock,
+        store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
+        lease_s: float | None = None,
+    ) -> None:
         self.core = core
         self.store = store
         self.clock = clock
+        self.store_retry_s = store_retry_s
+        self.lease_s = lease_s
 
-    def write(self, op: Write) -> None:
-        """Append records, fenced by the core's token."""
-        self.store.append(self.core.run_id, self.core.token, op.records)
+    def refresh_lease(self) -> None:
+        """After a wait on the clock (a retry's backoff), renew the lease now if its
+        deadline is near or past: on an injected clock the heartbeat thread (which runs on
+        real time) cannot keep up with a long backoff. The renewal is fenced, so it
+        succeeds only if no one claimed the run meanwhile; refused, the lease-lost stop is
+        latched. On the real clock the heartbeat has renewed already and this does no
+        I/O."""
+        core = self.core
+        if self.lease_s is None or core.lease_deadline is None or core.stopped is not None:
+            return
+        asked_at = self.clock.time()
+        if asked_at < core.lease_deadline - self.lease_s / 2:
+            return
+        try:
+            renewed = self.store.renew(core.run_id, core.token, self.lease_s)
+        except StoreError:
+            return  # the deadline check before the next attempt decides
+        if renewed:
+            core.lease_deadline = asked_at + self.lease_s
+        else:
+            core.lease_lost = True
+
+    def write(self, op: Write) -> Generator[float, None, None]:
+        """Append records, fenced by the core's token; yields the pauses to wait between
+        attempts after a transient store error.
+
+        A store error never reaches the workflow as an ordinary exception: a refused
+        append (another owner) or a store that still fails after the retries latches a stop
+        in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
+        recording call stops too, whatever the workflow catches.
+        """
+        core = self.core
+        with recording(core):
+            yield from retry.attempts(
+                lambda: self.store.append(core.run_id, core.token, op.records), self.store_retry_s
+            )
+
+
+@contextlib.contextmanager
+def recording(core: RunCore) -> Iterator[None]:
+    """Around a store call that records for ``core``: a refused write (``LeaseLost``) or a
+    ``StoreError`` is latched in the core as its stop signal and raised as that signal
+    (a BaseException), never as an ordinary exception the workflow could catch."""
+    try:
+        yield
+    except LeaseLost as exc:
+        core.latch(exc)
+        raise
+    except StoreError as exc:
+        stop = StoreFailed(exc)
+        core.latch(stop)
+        raise stop from exc
 
 
 def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
@@ -54,10 +117,12 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         if isinstance(op, Call):
             reply = _call_sync(op)
         elif isinstance(op, Write):
-            ex.write(op)
+            for pause in ex.write(op):
+                ex.clock.sleep(pause)
             reply = None
         else:
             ex.clock.sleep(op.seconds)
+            ex.refresh_lease()
             reply = None
 
 
@@ -72,10 +137,13 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         if isinstance(op, Call):
             reply = await _call_async(op)
         elif isinstance(op, Write):
-            ex.write(op)  # one short fenced commit; a thread hop would cost more than it saves
+            # One short fenced commit; a thread hop would cost more than it saves.
+            for pause in ex.write(op):
+                await _wait_async(ex.clock, Wait(pause))
             reply = None
         else:
             await _wait_async(ex.clock, op)
+            ex.refresh_lease()
             reply = None
 
 

@@ -25,6 +25,7 @@ from .errors import (
     Parked,
     SerializationError,
     StepFailed,
+    Unwind,
 )
 from .history import (
     ERROR_MESSAGE_CHARS_MAX,
@@ -181,7 +182,8 @@ class RunCore:
         self.root = Scope(self, "")
         self.fault_hook = fault_hook
         self.poisoned: DurablyError | None = None
-        self.lease_lost = False
+        self.stopped: Unwind | None = None
+        self.lease_deadline: float | None = None
         self.token = 0
         # The run's incarnation, part of every key (None for runs from before keys had one).
         self.incarnation: str | None = None
@@ -203,12 +205,43 @@ class RunCore:
             self.poisoned = exc
         return exc
 
+    def latch(self, signal: Unwind) -> Unwind:
+        """Latch a stop signal (lease lost, parked, in doubt, store failure, cancelled):
+        every later recording call raises it again, so nothing the workflow catches (a
+        bare ``except:``, ``gather(..., return_exceptions=True)``) can go on with live
+        work. The first signal latched wins; it is returned for ``raise``."""
+        if self.stopped is None:
+            self.stopped = signal
+        return self.stopped
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the run's lease is known lost (a refused renewal or append, a passed
+        deadline, or the engine giving the run back)."""
+        return isinstance(self.stopped, LeaseLost)
+
+    @lease_lost.setter
+    def lease_lost(self, lost: bool) -> None:
+        if lost:
+            self.latch(LeaseLost(self.run_id, self.token))
+
     def guard(self) -> None:
-        """Refuse to go on after poisoning or after the lease was lost."""
+        """Refuse to go on after poisoning, after a stop signal, or past the lease deadline.
+
+        The deadline check is local (no I/O): a process stopped past its lease (SIGSTOP, a
+        long pause) may have been replaced by another owner, so it never starts another
+        step on its own say-so.
+        """
         if self.poisoned is not None:
             raise self.poisoned
-        if self.lease_lost:
-            raise LeaseLost(self.run_id, self.token)
+        if self.stopped is None and self.lease_deadline is not None:
+            now = self.clock.time()
+            if now >= self.lease_deadline:
+                late = f"was past its lease deadline by {now - self.lease_deadline:.1f} s"
+                self.latch(LeaseLost(self.run_id, self.token, late))
+        if self.stopped is not None:
+            # A fresh traceback each time: the same signal may be raised many times.
+            raise self.stopped.with_traceback(None)
 
     def recorded(self, pos: str, kind: str, name: str, digest: str) -> StepRecord | None:
         """The record at ``pos`` after checking it matches what the code asks for."""
@@ -384,7 +417,7 @@ class RunCore:
                     f"step {pos} {name!r}: reconcile({key!r}) raised"
                     f" {type_name(out.error)}: {out.error}"
                 )
-                raise Parked("in_doubt", None)
+                raise self.latch(Parked("in_doubt", None))
             if out.value is not NOT_DONE:
                 return (
                     yield from self._record_ok(
@@ -402,7 +435,7 @@ class RunCore:
                 f" system, then `durably retry {self.run_id}` or `durably skip"
                 f" {self.run_id} --output JSON`."
             )
-            raise Parked("in_doubt", None)
+            raise self.latch(Parked("in_doubt", None))
         if sig.takes_key or opts.on_doubt == "retry":
             return NOT_DONE
         self.in_doubt = (
@@ -412,7 +445,7 @@ class RunCore:
             f" {self.run_id}` to run it again or `durably skip {self.run_id} --output JSON`"
             " to record what it returned."
         )
-        raise Parked("in_doubt", None)
+        raise self.latch(Parked("in_doubt", None))
 
     def _attempts(
         self,

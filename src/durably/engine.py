@@ -17,12 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import codec, reopen
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, Executor
+from .context import AsyncContext, Context, Executor, recording
 from .core import FaultHook, RunCore, type_name
 from .errors import (
     Cancelled,
@@ -39,6 +39,7 @@ from .errors import (
     RunQuarantined,
     SerializationError,
     StaleLease,
+    StoreFailed,
     WorkflowFailed,
     WorkflowNotRegistered,
 )
@@ -64,8 +65,15 @@ from .history import (
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact
+from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
+
+T = TypeVar("T")
+
+# Runs this process stopped driving but could not release (the store failed): its own
+# claim may take them over at once instead of waiting lease_s for its own lease.
+_UNRELEASED: set[tuple[str, str]] = set()
 
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
@@ -110,7 +118,10 @@ class Engine:
     ``url`` is ``sqlite:///path`` (default ``sqlite:///durably.db``, or ``DURABLY_URL``)
     or ``postgresql://...``. ``lease_s`` is how long a claim lasts without a heartbeat
     (renewed every ``heartbeat_s``, default a third of it); ``max_starts`` is how many
-    starts without progress a run gets before it is quarantined. ``fault_hook`` is the
+    starts without progress a run gets before it is quarantined. ``store_retry_s`` bounds
+    (in waits summed) how long a recording call retries a transient store error (busy,
+    dropped connection, disk full) before the run stops, resumable, and the ``StoreError``
+    reaches the caller. ``fault_hook`` is the
     fault-injection hook used by ``durably chaos`` (off by default, free when off).
     ``wait_for_lease`` (default True): when ``run`` finds its run leased by an owner on
     another host that looks dead, it logs why and waits for the lease to expire; False
@@ -128,12 +139,16 @@ class Engine:
         max_starts: int = MAX_STARTS_DEFAULT,
         fault_hook: FaultHook | None = None,
         wait_for_lease: bool = True,
+        store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
         **store_options: Any,
     ) -> None:
         if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
             raise ConfigError("lease_s must be > 0 and 0 < heartbeat_s < lease_s")
         if max_starts < 1:
             raise ConfigError("max_starts must be >= 1")
+        if not store_retry_s >= 0:
+            raise ConfigError(f"store_retry_s={store_retry_s!r}: must be >= 0 (seconds)")
+        self.store_retry_s = store_retry_s
         self.url = url or os.environ.get("DURABLY_URL") or DEFAULT_URL
         self.clock: Clock = clock or SystemClock()
         self.lease_s = lease_s
@@ -147,7 +162,7 @@ class Engine:
         self._queue_limits: dict[str, QueueLimits] = {}
         self._active: dict[str, _Attempt] = {}
         self._active_lock = threading.Lock()
-        self._keeper = _LeaseKeeper(self.store, self.lease_s, self.heartbeat_s)
+        self._keeper = _LeaseKeeper(self.store, self.clock, self.lease_s, self.heartbeat_s)
         reset_after_fork(self)
 
     def _after_fork_in_child(self) -> None:
@@ -333,10 +348,7 @@ class Engine:
         for att in active:
             att.core.lease_lost = True
             att.heartbeat.stop()
-            try:
-                self.store.release(att.run.run_id, att.core.token)
-            except DurablyError:
-                pass  # the lease will expire instead
+            self._give_back(att.run.run_id, att.core.token)
         return [att.run.run_id for att in active]
 
     def retry(self, run_id: str) -> RunRecord:
@@ -555,12 +567,22 @@ class Engine:
     def _claim(self, run_id: str) -> RunRecord:
         """Claim the run; when a dead-looking owner on another host holds its lease, wait
         for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
+        me, where = str(self._owner_now()), (self.url, run_id)
+
+        def gone(owner: str) -> bool:
+            # A lease this process could not give back (its store failed) has no live owner.
+            return (owner == me and where in _UNRELEASED) or owner_dead(owner)
+
         waited: LeaseWait | None = None
         while True:
             try:
-                return self.store.claim(
-                    run_id, self._owner_now(), self.lease_s, self.max_starts, owner_dead
+                run = self._store_call(
+                    lambda: self.store.claim(
+                        run_id, self._owner_now(), self.lease_s, self.max_starts, gone
+                    )
                 )
+                _UNRELEASED.discard(where)
+                return run
             except RunLeased:
                 held = self.store.get_run(run_id)
                 if held is None or not self.wait_for_lease:
@@ -585,16 +607,16 @@ class Engine:
                 return final
         hb: _Heartbeat | None = None
         try:
-            core = RunCore(
-                run.run_id,
-                self.store.load_history(run.run_id, run.generation),
-                self.clock,
-                self.fault_hook,
-            )
+            history = self._store_call(lambda: self.store.load_history(run.run_id, run.generation))
+            core = RunCore(run.run_id, history, self.clock, self.fault_hook)
             core.token = run.fencing_token
             core.incarnation = run.incarnation
+            # The driver's own view of its lease, on the engine's clock: every live step
+            # checks it first (no I/O), so a process stopped past its lease runs no step.
+            core.lease_deadline = run.lease_expires_at
             hb = self._keeper.add(core)
-            att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
+            ex = Executor(core, self.store, self.clock, self.store_retry_s, self.lease_s)
+            att = _Attempt(w, run, core, ex, hb, [], {})
             att.args, att.kwargs = _decode_input(w, run)
         except BaseException as exc:
             # A start that fails holds a lease it will never use: stop renewing it and give
@@ -615,7 +637,9 @@ class Engine:
             else:
                 self.store.release(run.run_id, run.fencing_token)
         except DurablyError:
-            pass  # the lease expires instead; the error that stopped the start matters more
+            # The lease expires instead (this process's own retry may take it over at
+            # once); the error that stopped the start matters more.
+            _UNRELEASED.add((self.url, run.run_id))
 
     def _conclude(self, att: _Attempt, result: Any) -> Any:
         core, run_id = att.core, att.run.run_id
@@ -634,7 +658,11 @@ class Engine:
                         f" data, then `durably retry {run_id}` (recorded steps replay)"
                     )
                 ) from None
-            self.store.finish(run_id, core.token, COMPLETED, core.take_pending(), outcome=out)
+            records = core.take_pending()
+            self._record(
+                core,
+                lambda: self.store.finish(run_id, core.token, COMPLETED, records, outcome=out),
+            )
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
@@ -642,37 +670,75 @@ class Engine:
         return codec.loads(out, att.workflow.return_hint)
 
     def _conclude_error(self, att: _Attempt, exc: BaseException) -> None:
-        """Record why the attempt ended, then let the caller re-raise (or translate)."""
+        """Record why the attempt ended, then let the caller re-raise (or translate).
+
+        A latched stop outranks whatever the workflow made of it (a bare ``except:`` that
+        raised something else, or returned). A store failure, here or while recording the
+        outcome, never makes the run terminal: the lease is given back (so a retry from
+        this process is not refused) and the ``StoreError`` reaches the caller.
+        """
         core, run_id, token = att.core, att.run.run_id, att.core.token
         self._forget(att)
+        signal = core.stopped if core.stopped is not None else exc
         try:
-            if isinstance(exc, LeaseLost):
-                raise StaleLease(run_id, token) from None
+            if isinstance(signal, (LeaseLost, StoreFailed)):
+                raise signal
             if core.poisoned is not None:
                 reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
-                self.store.release(run_id, token, BLOCKED, park_reason=reason)
+                self._record(core, lambda: self.store.release(run_id, token, BLOCKED, reason))
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
-            if isinstance(exc, Parked) and exc.reason == IN_DOUBT:
-                reason = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
-                self.store.release(run_id, token, IN_DOUBT, park_reason=reason)
+            if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
+                why = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
+                self._record(core, lambda: self.store.release(run_id, token, IN_DOUBT, why))
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
-            if isinstance(exc, Exception):
-                self.store.finish(
-                    run_id,
-                    token,
-                    FAILED_RUN,
-                    core.take_pending(),
-                    error_type=_failure_type(exc),
-                    error_message=_failure_message(exc),
+            if isinstance(signal, Exception):
+                records = core.take_pending()
+                self._record(
+                    core,
+                    lambda: self.store.finish(
+                        run_id,
+                        token,
+                        FAILED_RUN,
+                        records,
+                        error_type=_failure_type(signal),
+                        error_message=_failure_message(signal),
+                    ),
                 )
-                raise WorkflowFailed(run_id, _failure_type(exc), _failure_message(exc)) from exc
+                raise WorkflowFailed(
+                    run_id, _failure_type(signal), _failure_message(signal)
+                ) from signal
             # KeyboardInterrupt, SystemExit, an injected crash: give the run back untouched
             # so a restart (or another worker) resumes at once.
+            self._give_back(run_id, token)
+        except LeaseLost as lost:
+            # Our lease may only have run out locally: releasing it (a stale token changes
+            # nothing) lets the next owner start at once.
+            self._give_back(run_id, token)
+            raise StaleLease(run_id, token, lost.reason) from None
+        except StoreFailed as failed:
+            self._give_back(run_id, token)
+            raise failed.error from (exc if exc is not failed else None)
+
+    def _store_call(self, op: Callable[[], T]) -> T:
+        """``op()``, retrying a transient store error for up to ``store_retry_s``."""
+        return retry.call(op, self.clock, self.store_retry_s)
+
+    def _record(self, core: RunCore, op: Callable[[], None]) -> None:
+        """Record an outcome through ``op`` (retried); a refusal or a store failure is
+        latched in the core and raised as its stop signal."""
+        with recording(core):
+            self._store_call(op)
+
+    def _give_back(self, run_id: str, token: int) -> None:
+        """Release the lease if the store lets us, in one attempt; else it expires."""
+        try:
             self.store.release(run_id, token)
-        except LeaseLost:
-            raise StaleLease(run_id, token) from None
+            _UNRELEASED.discard((self.url, run_id))
+        except DurablyError as exc:
+            _UNRELEASED.add((self.url, run_id))
+            _log.warning("durably: cannot release run %s (%s); its lease will expire", run_id, exc)
 
 
 @dataclass(frozen=True)
@@ -804,11 +870,14 @@ class _LeaseKeeper:
     engine is driving; a thread per run would cost more than a short run itself.
 
     When a renewal is refused (another claim raised the token), the run's core is told,
-    and its next step raises instead of running any further effect.
+    and its next step raises instead of running any further effect. Each successful
+    renewal moves the core's local lease deadline (on the engine's clock, taken before
+    the call, so the local deadline is never later than the stored one).
     """
 
-    def __init__(self, store: Store, lease_s: float, every_s: float) -> None:
+    def __init__(self, store: Store, clock: Clock, lease_s: float, every_s: float) -> None:
         self._store = store
+        self._clock = clock
         self._lease_s = lease_s
         self._every_s = every_s
         self._cores: dict[int, RunCore] = {}
@@ -875,12 +944,16 @@ class _LeaseKeeper:
             if self._owner_lock_lost(cores):
                 continue
             for core in cores:
+                asked_at = self._clock.time()
                 try:
-                    if not self._store.renew(core.run_id, core.token, self._lease_s):
-                        core.lease_lost = True
-                        self.remove(core)
+                    renewed = self._store.renew(core.run_id, core.token, self._lease_s)
                 except DurablyError:
                     continue  # a busy database: try again at the next beat
+                if renewed:
+                    core.lease_deadline = asked_at + self._lease_s
+                else:
+                    core.lease_lost = True
+                    self.remove(core)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from .engine import Engine
-from .errors import ConfigError, DurablyError, StaleLease, WorkflowFailed
+from .errors import ConfigError, DurablyError, StaleLease, StoreError, WorkflowFailed
 from .history import RunRecord
 from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
@@ -183,7 +183,12 @@ class Worker:
         except WorkflowFailed as exc:
             log.info("durably worker: run %s failed: %s", run.run_id, exc)
             self._count("failed")
-        except DurablyError as exc:  # blocked, in doubt, quarantined, store trouble
+        except StoreError as exc:
+            # The journal failed while recording (after retries): the run stopped where it
+            # was and stays resumable; one line, not a traceback.
+            log.warning("durably worker: run %s paused, journal error: %s", run.run_id, exc)
+            self._count("store_error")
+        except DurablyError as exc:  # blocked, in doubt, quarantined
             log.warning("durably worker: run %s stopped: %s", run.run_id, exc)
             self._count(type(exc).__name__)
         except Exception:

@@ -146,3 +146,54 @@ def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> No
         check=True,
     )
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [RUN_ID]
+
+
+FLAKY_RATE = 0.3  # of appends, finishes and releases failing (busy, dropped, disk full)
+
+
+@pytest.mark.parametrize(
+    ("mode", "kill"),
+    [
+        ("sync", "1:effect"),
+        ("sync", "3:recorded"),
+        ("sync", "5:before"),
+        ("sync", "6:effect"),
+        ("async", "1.1.0:effect"),
+        ("async", "2:recorded"),
+    ],
+)
+def test_sigkill_with_a_store_failing_at_random(
+    tmp_path: Path, clean_results: dict[str, Any], mode: str, kill: str
+) -> None:
+    """The store fails transiently at random appends, finishes and releases (before or
+    after writing) in every process, one of which is SIGKILLed: no run ends ``failed``
+    for a store error, and every effect lands exactly once."""
+    extra = ("--async",) if mode == "async" else ()
+    steps, effects = (ASYNC_STEPS, 2) if mode == "async" else (SYNC_STEPS, 3)
+    seed = sum(map(ord, kill))
+    killed = run_agent(tmp_path, *extra, "--kill", kill, "--flaky", f"{seed}:{FLAKY_RATE}")
+    stopped = 0
+    for attempt in range(1, 6):
+        assert run_status(tmp_path) != "failed", (killed.stderr, killed.stdout)
+        done = run_agent(tmp_path, *extra, "--flaky", f"{seed + attempt}:{FLAKY_RATE}")
+        if done.returncode == 0:
+            break
+        # A store failure past the retry budget stops the run, resumable; never failed.
+        assert done.returncode == 4 and "store_error" in done.stdout, done.stderr
+        stopped += 1
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == clean_results[mode]
+    assert run_status(tmp_path) == "completed"
+    injected = (tmp_path / "injected.log").read_text().splitlines()
+    assert injected, "the store was to fail at random and never did"
+    position, window = kill.split(":")
+    if killed.returncode == -signal.SIGKILL and not stopped:
+        _assert_exactly_once(tmp_path, steps, position, window, effects=effects)
+    else:  # a step in flight when a process stopped may have run again, under its key
+        assert world_counts(tmp_path)[2] == effects
+
+
+def run_status(tmp: Path) -> str | None:
+    with sqlite3.connect(tmp / "journal.db") as j:
+        row = j.execute("SELECT status FROM runs WHERE run_id = ?", (RUN_ID,)).fetchone()
+    return None if row is None else str(row[0])

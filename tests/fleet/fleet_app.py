@@ -95,6 +95,18 @@ def after(n: int, *, idempotency_key: str, fencing_token: int) -> int:
     return n + 1
 
 
+def touch(name: str, *, idempotency_key: str, fencing_token: int) -> str:
+    executed(name, idempotency_key, fencing_token)
+    return name
+
+
+def wait_for_file(path: str, timeout_s: float = 60) -> None:
+    """Workflow code (not a step) that waits for the test to create ``path``."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def make_engine(url: str | None = None) -> durably.Engine:
     lease_s = float(os.environ.get("FLEET_LEASE_S", "30"))
     engine = durably.Engine(url, lease_s=lease_s, heartbeat_s=lease_s / 4)
@@ -112,6 +124,24 @@ def make_engine(url: str | None = None) -> durably.Engine:
         receipt = ctx.step("slow_charge", slow_charge, ctx.run_id, sleep_s)
         done = ctx.step("after", after, n)
         return {"receipt": receipt, "after": done}
+
+    @engine.workflow(name="stubborn")
+    def stubborn(ctx: durably.Context, gate: str) -> str:
+        ctx.step("first", touch, "first")
+        wait_for_file(gate)  # the test takes the run over meanwhile
+        for name in ("e1", "e2", "e3"):
+            try:
+                ctx.step(name, touch, name)
+            except:  # noqa: E722  (a workflow that swallows everything)
+                pass
+        return "went on"
+
+    @engine.workflow(name="pause")
+    def pause(ctx: durably.Context, pause_s: float) -> str:
+        ctx.step("first", touch, "first")
+        time.sleep(pause_s)  # workflow code between two steps: the test stops us here
+        ctx.step("next", touch, "next")
+        return "done"
 
     return engine
 

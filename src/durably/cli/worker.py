@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from typing import Any
 
 import click
 
 from ..redact import redact
-from .common import inert, load_engine, module_db_option
+from .common import CommandError, inert, load_engine, module_db_option
+
+CONNECT_RETRY_FIRST_S = 0.5
+CONNECT_RETRY_MAX_S = 30.0
 
 
 @click.command("worker")
@@ -64,8 +69,8 @@ def worker_cmd(
 
     from ..worker import Worker
 
-    engine = load_engine(target, db)
-    _log_to_stderr()
+    _log_to_stderr()  # before loading: a journal not reachable yet is logged
+    engine = _load_engine(target, db)
     w = Worker(
         engine,
         concurrency=concurrency,
@@ -89,6 +94,29 @@ def worker_cmd(
     sys.stderr.flush()
     # Threads still inside a step after the drain deadline were given back; do not wait.
     os._exit(0)
+
+
+def _load_engine(target: str, db: str | None) -> Any:
+    """:func:`load_engine`, retrying while the journal cannot be reached yet (a refused
+    or dropped connection, a busy or full database) with capped backoff, logged, until it
+    answers or the worker is stopped: a worker started before its database must not exit
+    with a traceback. Any other problem is one clear error."""
+    from ..errors import StoreError
+
+    log = logging.getLogger("durably.worker")
+    delay = CONNECT_RETRY_FIRST_S
+    while True:
+        try:
+            return load_engine(target, db)
+        except CommandError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, StoreError) and cause.transient):
+                raise
+            log.warning(
+                "durably worker: cannot open the journal (%s); retrying in %.1f s", cause, delay
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, CONNECT_RETRY_MAX_S)
 
 
 def _log_to_stderr() -> None:

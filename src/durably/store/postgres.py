@@ -52,7 +52,9 @@ from ..errors import (
     RunNotFound,
     SchemaTooNew,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
+    StoreUnavailable,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
@@ -158,7 +160,10 @@ class PostgresStore:
         try:
             conn: Conn = psycopg.connect(self.url, **conn_kwargs)
         except psycopg.Error as exc:
-            raise StoreError(
+            # Refused or unreachable may pass (a server restarting): callers may retry. A
+            # server that answered and said no (unknown role or database) will say no again.
+            cls = StoreError if _refused_for_good(exc) else StoreUnavailable
+            raise cls(
                 f"cannot connect to {self.where}: {_first_line(exc, self.url)}. Check that the"
                 " server is running and reachable, and that the URL (--db / DURABLY_URL) names the"
                 " right host, port, user, password and database"
@@ -279,10 +284,19 @@ class PostgresStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _translate(self, exc: psycopg.Error) -> StoreError:
-        if isinstance(exc, psycopg.OperationalError):
-            return StoreError(
-                f"lost the connection to {self.where} ({_first_line(exc)}) and the retry"
-                " failed too; check the server. Everything committed before is safe"
+        """The driver's error as a durably error, transient or permanent (see
+        :func:`classify`)."""
+        kind = classify(exc)
+        if kind is StoreDiskFull:
+            return StoreDiskFull(
+                f"{self.where}: the server's disk is full ({_first_line(exc)}); nothing"
+                " recorded was lost. Free space on the database server, then resume the run"
+            )
+        if kind is StoreUnavailable:
+            return StoreUnavailable(
+                f"lost the connection to {self.where}, or the server aborted the"
+                f" transaction ({_first_line(exc)}), and the retry failed too; check the"
+                " server. Everything committed before is safe"
             )
         return StoreError(f"{self.where}: {_first_line(exc)}")
 
@@ -607,13 +621,14 @@ class PostgresStore:
     def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> None:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
-        On a retry, a stored record equal to ``rec`` is this call's own first attempt,
-        which committed before its connection died: that is success, not a conflict.
+        A stored record equal to ``rec`` is this very write, retried (here, or by the
+        engine after a transient error) when an earlier attempt committed before its
+        connection died: that is success, not a conflict.
         """
         current = _scalar(conn, "check_token", {"run_id": run_id})
         if current is None or current != token:
             raise LeaseLost(run_id, token)
-        if retried:
+        if retried or rec.status != "intent":
             row = conn.execute(
                 _Q["load_record"], {"run_id": run_id, "position": rec.position}
             ).fetchone()
@@ -774,6 +789,33 @@ def _take(
     ).fetchone()
     assert claimed is not None, "a claim lost a row it held FOR UPDATE"
     return _run(claimed)
+
+
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+"""serialization failure, deadlock, admin/crash shutdown, cannot connect now, too many
+connections: the same call may succeed when tried again."""
+
+
+def classify(exc: psycopg.Error) -> type[StoreError]:
+    """``StoreDiskFull`` (SQLSTATE 53100), ``StoreUnavailable`` for errors that may pass
+    (a dropped or refused connection, a serialization failure, a deadlock, a shutdown), else
+    ``StoreError`` (permanent: a schema or data problem)."""
+    state = getattr(exc, "sqlstate", None)
+    if state == "53100":
+        return StoreDiskFull
+    if state in _TRANSIENT_SQLSTATES or (
+        isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith("08"))
+    ):
+        return StoreUnavailable
+    return StoreError
+
+
+def _refused_for_good(exc: psycopg.Error) -> bool:
+    """True when the server itself refused the connection for a reason that stays (a bad
+    role, password or database name), not because it is starting, stopping or full."""
+    text = str(exc)
+    passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
+    return "FATAL:" in text and not any(p in text for p in passing)
 
 
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:

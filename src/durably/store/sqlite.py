@@ -30,6 +30,7 @@ from ..errors import (
     RunNotFound,
     SchemaTooNew,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
@@ -51,6 +52,11 @@ from .sqlfiles import latest_version, load_queries, migrations
 APP_NAME = "durably"
 CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
 OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
+OPEN_RETRY_S = 30.0  # how long opening retries a busy journal (another process migrating)
+# SQLite's primary result codes (the low byte of an extended code).
+_BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 10, 11, 13, 14, 26
+# Free bytes below which an I/O error on the journal's disk is taken for a full disk.
+_DISK_NEARLY_FULL_BYTES = 1 << 20
 _Q = load_queries("sqlite")
 
 
@@ -93,6 +99,23 @@ class SQLiteStore:
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
+        self._open()
+
+    def _open(self) -> None:
+        """Connect and migrate, retrying while another process holds the journal locked
+        (many processes opening a fresh journal at once wait for the one migrating)."""
+        delay, deadline = 0.02, time.monotonic() + OPEN_RETRY_S
+        while True:
+            try:
+                self._open_once()
+                return
+            except StoreBusy:
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _open_once(self) -> None:
         self._conn = self._connect()
         reset_after_fork(self)
         try:
@@ -114,6 +137,8 @@ class SQLiteStore:
                 check_same_thread=False,
             )
         except sqlite3.OperationalError as exc:
+            if self._disk_full():
+                raise self._translate(exc) from exc
             raise StoreError(
                 f"cannot open the SQLite database {self.path}: {exc}; check that the folder"
                 " exists and is writable"
@@ -240,20 +265,43 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
 
     def _translate(self, exc: sqlite3.DatabaseError) -> StoreError:
+        """The driver's error as a durably error: transient (busy, locked, disk full, an
+        I/O error) or permanent (corruption, not a database, a schema problem)."""
         text = str(exc)
-        if "locked" in text or "busy" in text:
+        raw = getattr(exc, "sqlite_errorcode", None)
+        code = raw & 0xFF if isinstance(raw, int) else None
+        if code in (_BUSY, _LOCKED) or (code is None and ("locked" in text or "busy" in text)):
             return StoreBusy(
                 f"{self.path} stayed locked by another process for more than"
                 f" {self.busy_timeout_s:g} s; nothing recorded was lost. Retry, or raise"
                 " busy_timeout_s (Engine(url, busy_timeout_s=...))"
             )
-        if "not a database" in text or "malformed" in text or "corrupt" in text:
+        if code == _FULL or (code in (_IOERR, _CANTOPEN) and self._disk_full()):
+            return StoreDiskFull(
+                f"{self.path}: the disk is full ({text}), so nothing more can be recorded;"
+                " nothing recorded was lost. Free space on its disk (or raise the database's"
+                " size limit), then resume the run"
+            )
+        if code in (_CORRUPT, _NOTADB) or "malformed" in text or "not a database" in text:
             return NotADurablyDatabase(
                 f"{self.path} is not a SQLite database or is corrupt ({text}); restore it"
                 " from a backup or point --db / DURABLY_URL at another file. durably did"
                 " not change it."
             )
-        return StoreError(f"{self.path}: {text}")
+        err = StoreError(f"{self.path}: {text}")
+        err.transient = code == _IOERR  # a flaky disk or file system may recover
+        return err
+
+    def _disk_full(self) -> bool:
+        """True when the journal's file system has (almost) no space left: SQLite reports
+        some writes on a full disk as a plain I/O error."""
+        if self.path == ":memory:":
+            return False
+        try:
+            st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < _DISK_NEARLY_FULL_BYTES
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -468,9 +516,18 @@ class SQLiteStore:
                 self._refused(c, run_id, token, rec)
 
     def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> None:
+        """Explain a refused upsert: a stale token, or a result already at the position.
+
+        A stored record equal to ``rec`` is this very write, retried after an error whose
+        commit outcome was unknown: that is success, not a conflict.
+        """
         row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
         if row is None or row[0] != token:
             raise LeaseLost(run_id, token)
+        stored = c.execute(_Q["load_record"], {"run_id": run_id, "position": rec.position})
+        found = stored.fetchone()
+        if found is not None and StepRecord(*found) == rec:
+            return
         raise overwrite_error(run_id, rec.position)
 
     def finish(

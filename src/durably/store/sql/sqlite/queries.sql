@@ -73,6 +73,14 @@ SET status = excluded.status, output = excluded.output, error_type = excluded.er
     usage_cost_usd = excluded.usage_cost_usd
 WHERE steps.status = 'intent';
 
+-- name: load_record
+-- One position of the run's current generation (to explain a refused append).
+SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
+       s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
+       s.usage_cost_usd
+FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
+WHERE s.run_id = :run_id AND s.position = :position;
+
 -- name: check_token
 SELECT fencing_token FROM runs WHERE run_id = :run_id;
 
