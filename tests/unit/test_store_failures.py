@@ -281,3 +281,49 @@ def test_a_retry_backoff_longer_than_the_lease_keeps_the_lease_on_a_fake_clock(
 
     assert engine.run(patient, run_id="r") == "ok"
     assert attempts[-1] - attempts[0] > engine.lease_s  # waited past the lease, kept it
+
+
+def test_gather_with_return_exceptions_cannot_continue_after_a_takeover(
+    engine: durably.Engine, tmp_path: Path
+) -> None:
+    tools = Tools()
+
+    def take_over(*, idempotency_key: str) -> str:
+        with sqlite3.connect(tmp_path / "j.db") as db:
+            db.execute("UPDATE runs SET fencing_token = fencing_token + 1")
+        return "taken"
+
+    @engine.workflow(name="par_stubborn")
+    async def par_stubborn(ctx: durably.AsyncContext) -> str:
+        results = await ctx.gather(ctx.step("take_over", take_over), return_exceptions=True)
+        assert results  # the refusal came back as a value...
+        try:
+            await ctx.step("after", tools.keyed("after"))  # ...but nothing live goes on
+        except:  # noqa: E722
+            pass
+        return "went on"
+
+    with pytest.raises(durably.StaleLease):
+        engine.run(par_stubborn, run_id="r")
+    assert tools.count == Counter()
+
+
+def test_sqlite_errors_are_classified(tmp_path: Path) -> None:
+    from durably.store.sqlite import SQLiteStore
+
+    path = tmp_path / "j.db"
+    store = SQLiteStore(f"sqlite:///{path}", durably.FakeClock(), busy_timeout_s=0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(durably.StoreBusy) as busy:
+            store.release("nobody", 1)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    store.close()
+    assert busy.value.transient
+    path.write_bytes(b"this is not a database" * 500)
+    with pytest.raises(durably.NotADurablyDatabase) as corrupt:
+        SQLiteStore(f"sqlite:///{path}", durably.FakeClock())
+    assert not corrupt.value.transient
