@@ -60,6 +60,17 @@ class Tools:
         return fn
 
 
+def taker(journal: Path) -> Callable[..., str]:
+    """A step function during which another owner claims the run: its token goes up."""
+
+    def take_over(*, idempotency_key: str) -> str:
+        with sqlite3.connect(journal) as db:
+            db.execute("UPDATE runs SET fencing_token = fencing_token + 1")
+        return "taken"
+
+    return take_over
+
+
 def make_three_steps(engine: durably.Engine, tools: Tools, caught: list[str]) -> Any:
     @engine.workflow(name="three")
     def three(ctx: durably.Context) -> list[str]:
@@ -162,13 +173,7 @@ def test_when_recording_a_failure_fails_the_lease_is_still_released(
 def test_a_refused_append_is_latched_a_bare_except_runs_nothing_more(
     engine: durably.Engine, tmp_path: Path
 ) -> None:
-    tools = Tools()
-
-    def take_over(*, idempotency_key: str) -> str:
-        # Another owner claims the run meanwhile: its fencing token goes up.
-        with sqlite3.connect(tmp_path / "j.db") as db:
-            db.execute("UPDATE runs SET fencing_token = fencing_token + 1")
-        return "taken"
+    tools, take_over = Tools(), taker(tmp_path / "j.db")
 
     @engine.workflow(name="stubborn")
     def stubborn(ctx: durably.Context) -> str:
@@ -286,12 +291,7 @@ def test_a_retry_backoff_longer_than_the_lease_keeps_the_lease_on_a_fake_clock(
 def test_gather_with_return_exceptions_cannot_continue_after_a_takeover(
     engine: durably.Engine, tmp_path: Path
 ) -> None:
-    tools = Tools()
-
-    def take_over(*, idempotency_key: str) -> str:
-        with sqlite3.connect(tmp_path / "j.db") as db:
-            db.execute("UPDATE runs SET fencing_token = fencing_token + 1")
-        return "taken"
+    tools, take_over = Tools(), taker(tmp_path / "j.db")
 
     @engine.workflow(name="par_stubborn")
     async def par_stubborn(ctx: durably.AsyncContext) -> str:
