@@ -66,9 +66,10 @@ def test_after_a_takeover_a_bare_except_runs_no_more_steps(
     taken = engine.store.claim("s", Owner("rescuer", 1, "1"), 30, 10, lambda _: True)
     gate.touch()
     wait_until(lambda: log_says(tmp_path, "lost run s"), 60, "the worker to give up")
-    # e1 was in flight when its write was refused; the refusal is latched, so the
-    # workflow's bare except cannot carry on with e2 and e3.
-    assert executions(world_path, worker.pid) == ["first", "e1"]
+    # e1 was in flight when its write was refused (unless the heartbeat learned of the
+    # takeover first); the refusal is latched, so the workflow's bare except cannot carry
+    # on with e2 and e3.
+    assert executions(world_path, worker.pid) in (["first", "e1"], ["first"])
     assert engine.get_run("s").fencing_token == taken.fencing_token
 
 
