@@ -356,7 +356,9 @@ class Engine:
         """
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
-            failed = reopen.failed_frontier(self.history(run_id))
+            history = self.history(run_id)
+            failed = reopen.failed_frontier(history)
+            reopen.check_reopenable(run, history, failed)
             return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
         if run.status == IN_DOUBT:
             # Only the step the person decided on: other intents still meet their own
@@ -528,15 +530,26 @@ class Engine:
 
     def _new_run_id(self, run_id: str | None) -> str:
         """``run_id`` checked (a fresh UUID when None): a non-empty str of at most
-        RUN_ID_CHARS_MAX characters, so that every key of the run fits KEY_CHARS_MAX."""
+        RUN_ID_CHARS_MAX characters without control characters, so that every key of the
+        run fits KEY_CHARS_MAX and is one a receiving side accepts."""
         if run_id is None:
             import uuid  # imported on first use: it pulls in platform (slow)
 
             return uuid.uuid4().hex
-        if isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_CHARS_MAX:
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
+        if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
             return run_id
-        if isinstance(run_id, str) and run_id and self.store.get_run(run_id) is not None:
-            return run_id  # created before the limit was lowered: it may still be driven
+        # NUL first: PostgreSQL cannot even look such an id up.
+        if "\x00" not in run_id and self.store.get_run(run_id) is not None:
+            return run_id  # created before these limits: it may still be driven
+        if not run_id.isprintable():
+            raise ConfigError(
+                f"run_id {run_id!r:.300} contains control or other unprintable characters;"
+                " every idempotency key of the run starts with it and a receiving side"
+                " (an Idempotency-Key header) refuses them: use letters, digits and"
+                " punctuation such as '-', '_', ':' or '/'"
+            )
         raise ConfigError(
             f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX} characters (its"
             f" idempotency keys must fit the receiving side's {KEY_CHARS_MAX}), got"

@@ -173,6 +173,97 @@ def test_retry_of_a_failed_gather_re_runs_only_the_failed_branch(
     assert calls == Counter({"first": 1, "good": 1, "bad": 2})
 
 
+def failure_handlers(down: dict[str, bool], calls: Counter[str]) -> dict[str, Any]:
+    """Workflows whose failure handling records more positions after the failed step."""
+
+    def flaky() -> str:
+        calls["flaky"] += 1
+        if down["on"]:
+            raise ConnectionError("search API down")
+        return "facts"
+
+    def note() -> str:
+        calls["note"] += 1
+        return "noted"
+
+    def cleanup_step(ctx: durably.Context) -> str:
+        try:
+            return ctx.step("flaky", flaky)
+        finally:
+            ctx.step("note", note)  # a cleanup step after the failure
+
+    def time_then_raise(ctx: durably.Context) -> str:
+        try:
+            return ctx.step("flaky", flaky)
+        except durably.StepFailed:
+            ctx.now()  # when it gave up, recorded with the failure outcome
+            raise
+
+    async def in_a_branch(ctx: durably.AsyncContext) -> list[str]:
+        async def branch() -> str:
+            try:
+                return await ctx.step("flaky", flaky)
+            finally:
+                await ctx.step("note", note)
+
+        return await ctx.gather(branch(), ctx.step("other", lambda: "other"))
+
+    return {"cleanup": cleanup_step, "now": time_then_raise, "branch": in_a_branch}
+
+
+@pytest.mark.parametrize(("kind", "at"), [("cleanup", 0), ("now", 0), ("branch", 0)])
+def test_retry_refuses_a_failure_the_workflow_recorded_past(
+    engine: durably.Engine, kind: str, at: int
+) -> None:
+    """Records after the failed step (a finally block, a time taken in an except block):
+    a retry could only replay the same failure, so it says so and names the fork that
+    runs the step again, instead of queueing a run that fails again without trying."""
+    calls: Counter[str] = Counter()
+    down = {"on": True}
+    w = engine.workflow(name=kind)(failure_handlers(down, calls)[kind])
+    with pytest.raises(durably.WorkflowFailed, match="search API down"):
+        engine.run(w, run_id="r")
+    before = engine.get_run("r")
+    with pytest.raises(durably.ConfigError, match=rf"`durably fork r --at {at}`"):
+        engine.retry("r")
+    assert engine.get_run("r") == before  # nothing was changed
+    out = CliRunner().invoke(cli, ["retry", "r", "--db", engine.store.url])
+    assert out.exit_code == 1 and "durably fork r --at" in out.output
+    down["on"] = False
+    handle = engine.fork("r", at=at, new_run_id="r-2")
+    assert engine.resume(handle.run_id) in ("facts", ["facts", "other"])
+    assert calls["flaky"] == 2
+
+
+def test_retry_after_a_caught_failure_and_a_workflow_error_replays(
+    engine: durably.Engine,
+) -> None:
+    """The refusal above is only for a step's failure: a workflow that caught a failure,
+    recorded more and then raised its own error re-runs from its replay as before."""
+    calls: Counter[str] = Counter()
+    broken = {"bug": True}
+
+    def flaky() -> str:
+        calls["flaky"] += 1
+        raise ConnectionError("down")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        try:
+            ctx.step("flaky", flaky)
+        except durably.StepFailed:
+            got = ctx.step("fallback", lambda: "fallback")
+        if broken["bug"]:
+            raise KeyError("a bug, fixed since")
+        return got
+
+    with pytest.raises(durably.WorkflowFailed, match="KeyError"):
+        engine.run(w, run_id="r")
+    broken["bug"] = False
+    engine.retry("r")
+    assert engine.resume("r") == "fallback" and calls["flaky"] == 1
+
+
 def test_retry_refuses_a_completed_run(engine: durably.Engine) -> None:
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> str:

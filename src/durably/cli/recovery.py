@@ -22,7 +22,9 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     """Try a failed or stuck run again (failed, in_doubt, quarantined or blocked).
 
     A failed run re-opens at its failed step: recorded steps replay (model calls already
-    paid for are not paid again) and the failed step runs again with the same key. A step
+    paid for are not paid again) and the failed step runs again with the same key (when
+    the workflow recorded more after that failure, in a finally or except block, the
+    retry is refused and names the `durably fork` that runs the step again). A step
     in doubt runs again with the same idempotency key, so check the receiving system
     first. A quarantined or blocked run keeps its effects in doubt: they still park
     in_doubt rather than run twice. The run continues the next time it is driven
