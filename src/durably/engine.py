@@ -66,6 +66,7 @@ from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
+from .store.rules import check_requeueable
 
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
@@ -370,7 +371,10 @@ class Engine:
                 drop_intents=doubt is None,
                 drop_positions=() if doubt is None else (doubt,),
             )
-        return self.store.requeue(run_id, (QUARANTINED, BLOCKED, IN_DOUBT, FAILED_RUN))
+        # Only the statuses this branch decided for: a run that failed or went in doubt
+        # since it was read above needs that branch's drops, so it is refused here.
+        check_requeueable(run, (FAILED_RUN, IN_DOUBT, QUARANTINED, BLOCKED))
+        return self.store.requeue(run_id, (QUARANTINED, BLOCKED))
 
     def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
         """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes

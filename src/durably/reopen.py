@@ -85,13 +85,10 @@ def doubt_position(reason: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def fork_at(at: object, history: Sequence[StepRecord]) -> int:
-    """Check a fork's ``at`` against the original's history and return it as an int.
-
-    ``at`` is a top-level position from 0 up to one past the last recorded one. Forking
-    past an effect in doubt (an intent without a result) is refused: what it did is
-    unknown, so there is no result to copy.
-    """
+def top_level_at(at: object) -> int:
+    """A fork's ``at`` (an int, or its digits as typed on a command line) as an int;
+    ``ConfigError`` for anything else, naming the gather to fork at for a position
+    inside one."""
     if isinstance(at, str) and at.isascii() and at.isdigit():
         at = int(at)
     if isinstance(at, str) and re.fullmatch(r"\d+(\.\d+\.\d+)+", at):
@@ -101,6 +98,17 @@ def fork_at(at: object, history: Sequence[StepRecord]) -> int:
         )
     if isinstance(at, bool) or not isinstance(at, int) or at < 0:
         raise ConfigError(f"at={at!r}: fork at a top-level position, an int >= 0")
+    return at
+
+
+def fork_at(at: object, history: Sequence[StepRecord]) -> int:
+    """Check a fork's ``at`` against the original's history and return it as an int.
+
+    ``at`` is a top-level position from 0 up to one past the last recorded one. Forking
+    past an effect in doubt (an intent without a result) is refused: what it did is
+    unknown, so there is no result to copy.
+    """
+    at = top_level_at(at)
     end = 1 + max((top_level(r.position) for r in history), default=-1)
     if at > end:
         raise ConfigError(

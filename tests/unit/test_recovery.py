@@ -264,6 +264,57 @@ def test_retry_after_a_caught_failure_and_a_workflow_error_replays(
     assert engine.resume("r") == "fallback" and calls["flaky"] == 1
 
 
+def test_a_retry_racing_another_persons_retry_changes_nothing(db: str) -> None:
+    """Person A reads a blocked run; before A's requeue lands, person B retries it and it
+    is driven until it fails. A's retry of a *blocked* run must not requeue the now
+    *failed* one without its retry's drops (it would replay the failure and fail again at
+    once, without trying the step): it is refused and the run stays failed for A to look
+    at again."""
+    calls: Counter[str] = Counter()
+    state = {"bug": True, "down": True}
+
+    def plan() -> Any:
+        calls["plan"] += 1
+        return object() if state["bug"] else "plan"  # unencodable: the run blocks
+
+    def lookup(plan: str) -> str:
+        calls["lookup"] += 1
+        if state["down"]:
+            raise ConnectionError("search API down")
+        return f"facts for {plan}"
+
+    a, b = durably.Engine(db), durably.Engine(db)
+    for e in (a, b):
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            return ctx.step("lookup", lookup, ctx.step("plan", plan))
+
+    with pytest.raises(durably.SerializationError):
+        a.run("w", run_id="r")
+    assert a.get_run("r").status == "blocked"
+    state["bug"] = False
+    requeue = a.store.requeue
+
+    def b_goes_first(*args: Any, **kwargs: Any) -> Any:
+        b.retry("r")  # B's retry of the blocked run, driven until the lookup fails
+        with pytest.raises(durably.WorkflowFailed, match="search API down"):
+            b.resume("r")
+        return requeue(*args, **kwargs)
+
+    a.store.requeue = b_goes_first  # type: ignore[method-assign]
+    with pytest.raises(durably.DurablyError, match="is failed, not"):
+        a.retry("r")
+    a.store.requeue = requeue  # type: ignore[method-assign]
+    assert a.get_run("r").status == "failed"
+    # A looks again: the failed run re-opens at its failed step, which runs again.
+    state["down"] = False
+    a.retry("r")
+    assert a.resume("r") == "facts for plan" and calls["lookup"] == 2
+    a.close()
+    b.close()
+
+
 def test_retry_refuses_a_completed_run(engine: durably.Engine) -> None:
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> str:
@@ -444,6 +495,12 @@ def test_cli_fork(engine: durably.Engine, db: str) -> None:
     assert bad.exit_code != 0 and "fork at 3 or earlier" in bad.output
     taken = runner.invoke(cli, ["fork", "orig", "--at", "1", "--run-id", "f1", "--db", db])
     assert taken.exit_code != 0 and "already exists" in taken.output
+    # A position inside a gather, as runs show prints it, gets the gather to fork at.
+    inner = runner.invoke(cli, ["fork", "orig", "--at", "1.0.2", "--db", db])
+    assert inner.exit_code == 1 and "fork at 1 to redo that whole gather" in inner.output
+    for typo in ("-1", "x", " 2"):
+        out = runner.invoke(cli, ["fork", "orig", "--at", typo, "--db", db])
+        assert out.exit_code == 1 and "fork at a top-level position" in out.output
     assert engine.resume("f1") == "posted facts for plan for disk full"
     assert agent.calls["model"] == 1
 

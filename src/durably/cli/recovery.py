@@ -11,6 +11,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
+from ..reopen import top_level_at
 from .common import CommandError, db_option, inert, open_engine, run_json
 
 
@@ -78,13 +79,13 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
     "--at",
     "at",
     required=True,
-    type=click.IntRange(min=0),
-    help="The top-level position from which the new run goes live (runs show lists them).",
+    help="The top-level position from which the new run goes live (runs show lists them);"
+    " a position inside a gather (4.1.0) is refused with the gather's position to use.",
 )
 @click.option("--run-id", "new_run_id", help="The new run's id (default: a fresh UUID).")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
-def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: bool) -> None:
+def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: bool) -> None:
     """Start a new run replaying RUN_ID up to position --at, live from there on.
 
     The new run has the same workflow and input and a copy of RUN_ID's recorded results
@@ -95,19 +96,20 @@ def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: boo
     """
     engine = open_engine(db, as_json)
     try:
-        handle = engine.fork(run_id, at=at, new_run_id=new_run_id)
+        n = top_level_at(at)  # as typed: a gather's position (4.1.0) gets its own advice
+        handle = engine.fork(run_id, at=n, new_run_id=new_run_id)
         run = engine.get_run(handle.run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": at}, sort_keys=True))
+        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": n}, sort_keys=True))
         return
     new, old = inert(run.run_id), inert(run_id)
-    copied = f"positions 0..{at - 1} replay from {old}'s journal; " if at else ""
+    copied = f"positions 0..{n - 1} replay from {old}'s journal; " if n else ""
     click.echo(
-        f"run {new} forked from {old} at position {at}: {copied}from {at} on it"
+        f"run {new} forked from {old} at position {n}: {copied}from {n} on it"
         " runs live, and its effects from there happen again, under new idempotency keys."
         f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
     )
