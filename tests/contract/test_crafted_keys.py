@@ -115,3 +115,17 @@ def test_a_bad_position_is_refused_on_the_way_in(position: str) -> None:
     with pytest.raises(ValueError, match="bad position"):
         rec.check()
     assert StepRecord("4.1.0", "step", "s", "0" * 64, "ok", output="1").check()
+
+
+def test_a_run_created_before_the_rule_may_still_be_driven(store_url: str) -> None:
+    """A run whose id predates the rule (a tab in it) is not locked out: it resumes."""
+    engine = durably.Engine(store_url)
+    sent: list[str] = []
+    w = keyed_workflow(engine, sent)
+    try:
+        engine.start(w, run_id="old-id")
+        execute(store_url, "UPDATE runs SET run_id = ? WHERE run_id = 'old-id'", "old\tid")
+        assert engine.run(w, run_id="old\tid") == "sent"
+        assert sent == [engine.get_run("old\tid").key("1")]
+    finally:
+        engine.close()
