@@ -412,14 +412,19 @@ class Engine:
         return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
-        """Record ``output`` as the result of the ``in_doubt`` step (at ``position``, needed
-        only when several are in doubt) without running it again; returns the queued run."""
+        """Record ``output`` as the result of the ``in_doubt`` step without running it
+        again; returns the queued run. ``position`` defaults to the step the run is in
+        doubt about (the one ``runs show`` names); other intents kept by a retry are not
+        in doubt yet (each still meets its own key, reconcile or doubt check)."""
         run = self.get_run(run_id)
         if run.status != IN_DOUBT:
             raise RunFinished(
                 f"run {run_id!r} is {run.status}, not in_doubt: there is no step to skip"
             )
         doubts = [r.position for r in self.history(run_id) if r.status == "intent"]
+        named = reopen.doubt_position(run.park_reason)
+        if position is None and named in doubts:
+            position = named
         if position is None:
             if len(doubts) != 1:
                 raise ConfigError(

@@ -525,14 +525,12 @@ def test_a_fork_is_run_by_a_worker(db: str) -> None:
     engine.close()
 
 
-def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.Engine) -> None:
-    """The person decided about the step the run named; another effect in flight at the
-    crash (a sibling gather branch leaves one) still gets its own reconcile."""
+def two_intents(engine: durably.Engine, calls: Counter[str]) -> Any:
+    """A run in doubt about step 0 with a second intent at 1 (a crash with both effects in
+    flight leaves that journal); step 1 has a reconcile."""
     from durably import codec
     from durably.history import INTENT, STEP, StepRecord
     from durably.store.base import Owner
-
-    calls: Counter[str] = Counter()
 
     @durably.step(effect=True)
     def send_a() -> str:
@@ -552,7 +550,6 @@ def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.E
     def w(ctx: durably.Context) -> list[str]:
         return [ctx.step("a", send_a), ctx.step("b", send_b)]
 
-    # The journal as a crash with both effects in flight leaves it: two intents.
     engine.start(w, run_id="r")
     token = engine.store.claim("r", Owner("gone", 1, "1"), 30, 10, lambda _: True).fencing_token
     engine.store.append(
@@ -566,6 +563,25 @@ def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.E
     engine.store.release("r", token)
     with pytest.raises(durably.RunInDoubt, match="step 0 'a'"):
         engine.run(w, run_id="r")
+    return w
+
+
+def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.Engine) -> None:
+    """The person decided about the step the run named; another effect in flight at the
+    crash (a sibling gather branch leaves one) still gets its own reconcile."""
+    calls: Counter[str] = Counter()
+    w = two_intents(engine, calls)
     engine.retry("r")  # the person checked: a did not happen
     assert engine.run(w, run_id="r") == ["a", "b (found at the receiver)"]
     assert calls == Counter({"a": 1, "lookup_b": 1})  # b was asked about, not re-sent
+
+
+def test_skip_records_the_step_the_run_is_in_doubt_about(engine: durably.Engine, db: str) -> None:
+    """With a second intent kept, `durably skip RUN --output X` (no --position) records
+    the step the run names, like retry, instead of refusing with '2 steps in doubt'."""
+    calls: Counter[str] = Counter()
+    w = two_intents(engine, calls)
+    out = CliRunner().invoke(cli, ["skip", "r", "--output", '"a (it was sent)"', "--db", db])
+    assert out.exit_code == 0, out.output
+    assert engine.run(w, run_id="r") == ["a (it was sent)", "b (found at the receiver)"]
+    assert calls == Counter({"lookup_b": 1})  # neither effect ran again

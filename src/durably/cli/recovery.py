@@ -42,7 +42,10 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     required=True,
     help='The step\'s result as JSON, e.g. \'{"ticket": "T-7"}\'.',
 )
-@click.option("--position", help="Which step, when several are in doubt.")
+@click.option(
+    "--position",
+    help="Which step (default: the one the run is in doubt about, as runs show names it).",
+)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: bool) -> None:
