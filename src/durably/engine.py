@@ -68,6 +68,7 @@ from .redact import redact
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
+from .store.rules import check_requeueable
 
 T = TypeVar("T")
 
@@ -368,7 +369,9 @@ class Engine:
         """
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
-            failed = reopen.failed_frontier(self.history(run_id))
+            history = self.history(run_id)
+            failed = reopen.failed_frontier(history)
+            reopen.check_reopenable(run, history, failed)
             return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
         if run.status == IN_DOUBT:
             # Only the step the person decided on: other intents still meet their own
@@ -380,7 +383,10 @@ class Engine:
                 drop_intents=doubt is None,
                 drop_positions=() if doubt is None else (doubt,),
             )
-        return self.store.requeue(run_id, (QUARANTINED, BLOCKED, IN_DOUBT, FAILED_RUN))
+        # Only the statuses this branch decided for: a run that failed or went in doubt
+        # since it was read above needs that branch's drops, so it is refused here.
+        check_requeueable(run, (FAILED_RUN, IN_DOUBT, QUARANTINED, BLOCKED))
+        return self.store.requeue(run_id, (QUARANTINED, BLOCKED))
 
     def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
         """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes
@@ -418,14 +424,19 @@ class Engine:
         return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
-        """Record ``output`` as the result of the ``in_doubt`` step (at ``position``, needed
-        only when several are in doubt) without running it again; returns the queued run."""
+        """Record ``output`` as the result of the ``in_doubt`` step without running it
+        again; returns the queued run. ``position`` defaults to the step the run is in
+        doubt about (the one ``runs show`` names); other intents kept by a retry are not
+        in doubt yet (each still meets its own key, reconcile or doubt check)."""
         run = self.get_run(run_id)
         if run.status != IN_DOUBT:
             raise RunFinished(
                 f"run {run_id!r} is {run.status}, not in_doubt: there is no step to skip"
             )
         doubts = [r.position for r in self.history(run_id) if r.status == "intent"]
+        named = reopen.doubt_position(run.park_reason)
+        if position is None and named in doubts:
+            position = named
         if position is None:
             if len(doubts) != 1:
                 raise ConfigError(
@@ -540,15 +551,26 @@ class Engine:
 
     def _new_run_id(self, run_id: str | None) -> str:
         """``run_id`` checked (a fresh UUID when None): a non-empty str of at most
-        RUN_ID_CHARS_MAX characters, so that every key of the run fits KEY_CHARS_MAX."""
+        RUN_ID_CHARS_MAX characters without control characters, so that every key of the
+        run fits KEY_CHARS_MAX and is one a receiving side accepts."""
         if run_id is None:
             import uuid  # imported on first use: it pulls in platform (slow)
 
             return uuid.uuid4().hex
-        if isinstance(run_id, str) and 0 < len(run_id) <= RUN_ID_CHARS_MAX:
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
+        if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
             return run_id
-        if isinstance(run_id, str) and run_id and self.store.get_run(run_id) is not None:
-            return run_id  # created before the limit was lowered: it may still be driven
+        # NUL first: PostgreSQL cannot even look such an id up.
+        if "\x00" not in run_id and self.store.get_run(run_id) is not None:
+            return run_id  # created before these limits: it may still be driven
+        if not run_id.isprintable():
+            raise ConfigError(
+                f"run_id {run_id!r:.300} contains control or other unprintable characters;"
+                " every idempotency key of the run starts with it and a receiving side"
+                " (an Idempotency-Key header) refuses them: use letters, digits and"
+                " punctuation such as '-', '_', ':' or '/'"
+            )
         raise ConfigError(
             f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX} characters (its"
             f" idempotency keys must fit the receiving side's {KEY_CHARS_MAX}), got"

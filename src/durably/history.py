@@ -86,8 +86,12 @@ ERROR_MESSAGE_CHARS_MAX: Final = 10_000
 """Longest recorded error message; longer ones are cut."""
 PARK_REASON_CHARS_MAX: Final = 2_000
 """Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
-_POSITION = re.compile(r"^\d+(\.\d+\.\d+)*$")
-_INCARNATION = re.compile(rf"^[0-9a-f]{{{INCARNATION_CHARS}}}$")
+
+# Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
+# and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"
+# or "٣" would pass and reach a receiving side inside a key.
+_POSITION = re.compile(r"[0-9]+(?:\.[0-9]+\.[0-9]+)*")
+_INCARNATION = re.compile(rf"[0-9a-f]{{{INCARNATION_CHARS}}}")
 
 
 class CorruptRecord(ValueError):
@@ -114,7 +118,8 @@ class StepRecord:
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
-        if not (self.position.isdigit() or _POSITION.match(self.position)):
+        pos = self.position
+        if not ((pos.isascii() and pos.isdigit()) or _POSITION.fullmatch(pos)):
             raise CorruptRecord(f"bad position {self.position!r}")
         if self.kind not in KINDS:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
@@ -166,7 +171,7 @@ class RunRecord:
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
-        if self.incarnation is not None and not _INCARNATION.match(self.incarnation):
+        if self.incarnation is not None and not _INCARNATION.fullmatch(self.incarnation):
             raise CorruptRecord(f"run {self.run_id!r}: bad incarnation {self.incarnation!r}")
         if self.status not in RUN_STATUSES:
             raise CorruptRecord(f"run {self.run_id!r}: unknown status {self.status!r}")
@@ -236,6 +241,11 @@ def idempotency_key(run_id: str, incarnation: str | None, position: str) -> str:
     existed have none and keep the ``"<run_id>:<position>"`` keys their effects were
     first sent with, so an effect in doubt from before an upgrade is retried under its
     original key.
+
+    Keys of different runs never coincide: a position has no ``:`` and an incarnation is
+    exactly 12 hex characters, so a key read from its right end gives back its run id
+    (which may itself hold ``:``), incarnation and position. A legacy key ``a:b:3`` equals
+    a new one only when ``b`` is the other run's randomly drawn incarnation (2**-48).
     """
     if incarnation is None:
         return f"{run_id}:{position}"

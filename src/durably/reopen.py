@@ -14,10 +14,10 @@ import re
 from collections.abc import Sequence
 
 from .errors import ConfigError
-from .history import FAILED, INTENT, StepRecord, position_key, top_level
+from .history import FAILED, INTENT, RunRecord, StepRecord, position_key, top_level
 
 # Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
-_DOUBT_REASON = re.compile(r"^step (\d+(?:\.\d+\.\d+)*) ")
+_DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
 
 
 def failed_frontier(history: Sequence[StepRecord]) -> list[str]:
@@ -46,10 +46,59 @@ def failed_frontier(history: Sequence[StepRecord]) -> list[str]:
     )
 
 
+def check_reopenable(
+    run: RunRecord, history: Sequence[StepRecord], frontier: Sequence[str]
+) -> None:
+    """Refuse a retry of a failed run that could not re-open at the step that failed it.
+
+    When the run's failure is a step's (the same error type and message) but that step is
+    not at the frontier, the workflow recorded more positions while handling the failure
+    (a ``finally`` or ``except ...: ctx.step(...); raise`` block). Its retry would replay
+    the same failure and fail again at once without running anything, and dropping the
+    later records instead would hand their positions, and keys already sent, to other
+    steps. A fork at the failed step's top-level position redoes it under new keys.
+    """
+    ending = {
+        r.position
+        for r in history
+        if r.status == FAILED
+        and (r.error_type, r.error_message) == (run.error_type, run.error_message)
+    }
+    if not ending or ending.intersection(frontier):
+        return
+    pos = min(ending, key=position_key)
+    later = [r.position for r in history if position_key(r.position) > position_key(pos)]
+    raise ConfigError(
+        f"run {run.run_id!r} failed at step {pos}, but the workflow went on recording"
+        f" after that failure (position {', '.join(later[:5])}{', ...' if len(later) > 5 else ''}:"
+        " a finally or except block), so a retry cannot re-open it at step"
+        f" {pos}: it would replay the same failure. Fork it instead: `durably fork"
+        f" {run.run_id} --at {top_level(pos)}` (engine.fork(run_id, at={top_level(pos)}))"
+        " runs from there under new keys; effects from there on happen again, so check"
+        " the receiving systems first. Nothing was changed."
+    )
+
+
 def doubt_position(reason: str | None) -> str | None:
     """The position an ``in_doubt`` run's reason names, or None when it names none."""
     m = _DOUBT_REASON.match(reason or "")
     return m.group(1) if m else None
+
+
+def top_level_at(at: object) -> int:
+    """A fork's ``at`` (an int, or its digits as typed on a command line) as an int;
+    ``ConfigError`` for anything else, naming the gather to fork at for a position
+    inside one."""
+    if isinstance(at, str) and at.isascii() and at.isdigit():
+        at = int(at)
+    if isinstance(at, str) and re.fullmatch(r"\d+(\.\d+\.\d+)+", at):
+        raise ConfigError(
+            f"at={at}: fork at a top-level position; {at} is inside the gather at"
+            f" {top_level(at)}, so fork at {top_level(at)} to redo that whole gather"
+        )
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+        raise ConfigError(f"at={at!r}: fork at a top-level position, an int >= 0")
+    return at
 
 
 def fork_at(at: object, history: Sequence[StepRecord]) -> int:
@@ -59,15 +108,7 @@ def fork_at(at: object, history: Sequence[StepRecord]) -> int:
     past an effect in doubt (an intent without a result) is refused: what it did is
     unknown, so there is no result to copy.
     """
-    if isinstance(at, str) and at.isdigit():
-        at = int(at)
-    if isinstance(at, str) and re.fullmatch(r"\d+(\.\d+\.\d+)+", at):
-        raise ConfigError(
-            f"at={at}: fork at a top-level position; {at} is inside the gather at"
-            f" {top_level(at)}, so fork at {top_level(at)} to redo that whole gather"
-        )
-    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
-        raise ConfigError(f"at={at!r}: fork at a top-level position, an int >= 0")
+    at = top_level_at(at)
     end = 1 + max((top_level(r.position) for r in history), default=-1)
     if at > end:
         raise ConfigError(

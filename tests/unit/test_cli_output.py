@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,18 @@ def hostile_db(tmp_path: Path) -> str:
             return "unreachable"
 
         with pytest.raises(durably.WorkflowFailed):
-            engine.run(wf, run_id="run[/]\x1b[5m")
+            engine.run(wf, run_id="run-hostile")
+    # New run ids with control characters are refused (their keys would be too), so the
+    # hostile id is one an older durably stored, or a hand edit: the CLI must still show
+    # it inert.
+    conn = sqlite3.connect(tmp_path / "j.db")
+    with conn:
+        for table in ("runs", "steps"):
+            conn.execute(
+                f"UPDATE {table} SET run_id = ? WHERE run_id = 'run-hostile'",
+                ("run[/]\x1b[5m",),
+            )
+    conn.close()
     return url
 
 

@@ -173,6 +173,148 @@ def test_retry_of_a_failed_gather_re_runs_only_the_failed_branch(
     assert calls == Counter({"first": 1, "good": 1, "bad": 2})
 
 
+def failure_handlers(down: dict[str, bool], calls: Counter[str]) -> dict[str, Any]:
+    """Workflows whose failure handling records more positions after the failed step."""
+
+    def flaky() -> str:
+        calls["flaky"] += 1
+        if down["on"]:
+            raise ConnectionError("search API down")
+        return "facts"
+
+    def note() -> str:
+        calls["note"] += 1
+        return "noted"
+
+    def cleanup_step(ctx: durably.Context) -> str:
+        try:
+            return ctx.step("flaky", flaky)
+        finally:
+            ctx.step("note", note)  # a cleanup step after the failure
+
+    def time_then_raise(ctx: durably.Context) -> str:
+        try:
+            return ctx.step("flaky", flaky)
+        except durably.StepFailed:
+            ctx.now()  # when it gave up, recorded with the failure outcome
+            raise
+
+    async def in_a_branch(ctx: durably.AsyncContext) -> list[str]:
+        async def branch() -> str:
+            try:
+                return await ctx.step("flaky", flaky)
+            finally:
+                await ctx.step("note", note)
+
+        return await ctx.gather(branch(), ctx.step("other", lambda: "other"))
+
+    return {"cleanup": cleanup_step, "now": time_then_raise, "branch": in_a_branch}
+
+
+@pytest.mark.parametrize(("kind", "at"), [("cleanup", 0), ("now", 0), ("branch", 0)])
+def test_retry_refuses_a_failure_the_workflow_recorded_past(
+    engine: durably.Engine, kind: str, at: int
+) -> None:
+    """Records after the failed step (a finally block, a time taken in an except block):
+    a retry could only replay the same failure, so it says so and names the fork that
+    runs the step again, instead of queueing a run that fails again without trying."""
+    calls: Counter[str] = Counter()
+    down = {"on": True}
+    w = engine.workflow(name=kind)(failure_handlers(down, calls)[kind])
+    with pytest.raises(durably.WorkflowFailed, match="search API down"):
+        engine.run(w, run_id="r")
+    before = engine.get_run("r")
+    with pytest.raises(durably.ConfigError, match=rf"`durably fork r --at {at}`"):
+        engine.retry("r")
+    assert engine.get_run("r") == before  # nothing was changed
+    out = CliRunner().invoke(cli, ["retry", "r", "--db", engine.store.url])
+    assert out.exit_code == 1 and "durably fork r --at" in out.output
+    down["on"] = False
+    handle = engine.fork("r", at=at, new_run_id="r-2")
+    assert engine.resume(handle.run_id) in ("facts", ["facts", "other"])
+    assert calls["flaky"] == 2
+
+
+def test_retry_after_a_caught_failure_and_a_workflow_error_replays(
+    engine: durably.Engine,
+) -> None:
+    """The refusal above is only for a step's failure: a workflow that caught a failure,
+    recorded more and then raised its own error re-runs from its replay as before."""
+    calls: Counter[str] = Counter()
+    broken = {"bug": True}
+
+    def flaky() -> str:
+        calls["flaky"] += 1
+        raise ConnectionError("down")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        try:
+            ctx.step("flaky", flaky)
+        except durably.StepFailed:
+            got = ctx.step("fallback", lambda: "fallback")
+        if broken["bug"]:
+            raise KeyError("a bug, fixed since")
+        return got
+
+    with pytest.raises(durably.WorkflowFailed, match="KeyError"):
+        engine.run(w, run_id="r")
+    broken["bug"] = False
+    engine.retry("r")
+    assert engine.resume("r") == "fallback" and calls["flaky"] == 1
+
+
+def test_a_retry_racing_another_persons_retry_changes_nothing(db: str) -> None:
+    """Person A reads a blocked run; before A's requeue lands, person B retries it and it
+    is driven until it fails. A's retry of a *blocked* run must not requeue the now
+    *failed* one without its retry's drops (it would replay the failure and fail again at
+    once, without trying the step): it is refused and the run stays failed for A to look
+    at again."""
+    calls: Counter[str] = Counter()
+    state = {"bug": True, "down": True}
+
+    def plan() -> Any:
+        calls["plan"] += 1
+        return object() if state["bug"] else "plan"  # unencodable: the run blocks
+
+    def lookup(plan: str) -> str:
+        calls["lookup"] += 1
+        if state["down"]:
+            raise ConnectionError("search API down")
+        return f"facts for {plan}"
+
+    a, b = durably.Engine(db), durably.Engine(db)
+    for e in (a, b):
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            return ctx.step("lookup", lookup, ctx.step("plan", plan))
+
+    with pytest.raises(durably.SerializationError):
+        a.run("w", run_id="r")
+    assert a.get_run("r").status == "blocked"
+    state["bug"] = False
+    requeue = a.store.requeue
+
+    def b_goes_first(*args: Any, **kwargs: Any) -> Any:
+        b.retry("r")  # B's retry of the blocked run, driven until the lookup fails
+        with pytest.raises(durably.WorkflowFailed, match="search API down"):
+            b.resume("r")
+        return requeue(*args, **kwargs)
+
+    a.store.requeue = b_goes_first  # type: ignore[method-assign]
+    with pytest.raises(durably.DurablyError, match="is failed, not"):
+        a.retry("r")
+    a.store.requeue = requeue  # type: ignore[method-assign]
+    assert a.get_run("r").status == "failed"
+    # A looks again: the failed run re-opens at its failed step, which runs again.
+    state["down"] = False
+    a.retry("r")
+    assert a.resume("r") == "facts for plan" and calls["lookup"] == 2
+    a.close()
+    b.close()
+
+
 def test_retry_refuses_a_completed_run(engine: durably.Engine) -> None:
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> str:
@@ -353,6 +495,12 @@ def test_cli_fork(engine: durably.Engine, db: str) -> None:
     assert bad.exit_code != 0 and "fork at 3 or earlier" in bad.output
     taken = runner.invoke(cli, ["fork", "orig", "--at", "1", "--run-id", "f1", "--db", db])
     assert taken.exit_code != 0 and "already exists" in taken.output
+    # A position inside a gather, as runs show prints it, gets the gather to fork at.
+    inner = runner.invoke(cli, ["fork", "orig", "--at", "1.0.2", "--db", db])
+    assert inner.exit_code == 1 and "fork at 1 to redo that whole gather" in inner.output
+    for typo in ("-1", "x", " 2"):
+        out = runner.invoke(cli, ["fork", "orig", "--at", typo, "--db", db])
+        assert out.exit_code == 1 and "fork at a top-level position" in out.output
     assert engine.resume("f1") == "posted facts for plan for disk full"
     assert agent.calls["model"] == 1
 
@@ -377,14 +525,12 @@ def test_a_fork_is_run_by_a_worker(db: str) -> None:
     engine.close()
 
 
-def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.Engine) -> None:
-    """The person decided about the step the run named; another effect in flight at the
-    crash (a sibling gather branch leaves one) still gets its own reconcile."""
+def two_intents(engine: durably.Engine, calls: Counter[str]) -> Any:
+    """A run in doubt about step 0 with a second intent at 1 (a crash with both effects in
+    flight leaves that journal); step 1 has a reconcile."""
     from durably import codec
     from durably.history import INTENT, STEP, StepRecord
     from durably.store.base import Owner
-
-    calls: Counter[str] = Counter()
 
     @durably.step(effect=True)
     def send_a() -> str:
@@ -404,7 +550,6 @@ def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.E
     def w(ctx: durably.Context) -> list[str]:
         return [ctx.step("a", send_a), ctx.step("b", send_b)]
 
-    # The journal as a crash with both effects in flight leaves it: two intents.
     engine.start(w, run_id="r")
     token = engine.store.claim("r", Owner("gone", 1, "1"), 30, 10, lambda _: True).fencing_token
     engine.store.append(
@@ -418,6 +563,25 @@ def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.E
     engine.store.release("r", token)
     with pytest.raises(durably.RunInDoubt, match="step 0 'a'"):
         engine.run(w, run_id="r")
+    return w
+
+
+def test_retry_of_an_in_doubt_run_drops_only_the_step_in_doubt(engine: durably.Engine) -> None:
+    """The person decided about the step the run named; another effect in flight at the
+    crash (a sibling gather branch leaves one) still gets its own reconcile."""
+    calls: Counter[str] = Counter()
+    w = two_intents(engine, calls)
     engine.retry("r")  # the person checked: a did not happen
     assert engine.run(w, run_id="r") == ["a", "b (found at the receiver)"]
     assert calls == Counter({"a": 1, "lookup_b": 1})  # b was asked about, not re-sent
+
+
+def test_skip_records_the_step_the_run_is_in_doubt_about(engine: durably.Engine, db: str) -> None:
+    """With a second intent kept, `durably skip RUN --output X` (no --position) records
+    the step the run names, like retry, instead of refusing with '2 steps in doubt'."""
+    calls: Counter[str] = Counter()
+    w = two_intents(engine, calls)
+    out = CliRunner().invoke(cli, ["skip", "r", "--output", '"a (it was sent)"', "--db", db])
+    assert out.exit_code == 0, out.output
+    assert engine.run(w, run_id="r") == ["a (it was sent)", "b (found at the receiver)"]
+    assert calls == Counter({"lookup_b": 1})  # neither effect ran again

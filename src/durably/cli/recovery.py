@@ -11,6 +11,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
+from ..reopen import top_level_at
 from .common import CommandError, db_option, inert, open_engine, run_json
 
 
@@ -22,7 +23,9 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     """Try a failed or stuck run again (failed, in_doubt, quarantined or blocked).
 
     A failed run re-opens at its failed step: recorded steps replay (model calls already
-    paid for are not paid again) and the failed step runs again with the same key. A step
+    paid for are not paid again) and the failed step runs again with the same key (when
+    the workflow recorded more after that failure, in a finally or except block, the
+    retry is refused and names the `durably fork` that runs the step again). A step
     in doubt runs again with the same idempotency key, so check the receiving system
     first. A quarantined or blocked run keeps its effects in doubt: they still park
     in_doubt rather than run twice. The run continues the next time it is driven
@@ -39,7 +42,10 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     required=True,
     help='The step\'s result as JSON, e.g. \'{"ticket": "T-7"}\'.',
 )
-@click.option("--position", help="Which step, when several are in doubt.")
+@click.option(
+    "--position",
+    help="Which step (default: the one the run is in doubt about, as runs show names it).",
+)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: bool) -> None:
@@ -76,13 +82,13 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
     "--at",
     "at",
     required=True,
-    type=click.IntRange(min=0),
-    help="The top-level position from which the new run goes live (runs show lists them).",
+    help="The top-level position from which the new run goes live (runs show lists them);"
+    " a position inside a gather (4.1.0) is refused with the gather's position to use.",
 )
 @click.option("--run-id", "new_run_id", help="The new run's id (default: a fresh UUID).")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
-def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: bool) -> None:
+def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: bool) -> None:
     """Start a new run replaying RUN_ID up to position --at, live from there on.
 
     The new run has the same workflow and input and a copy of RUN_ID's recorded results
@@ -93,19 +99,20 @@ def fork_cmd(run_id: str, at: int, new_run_id: str | None, db: str, as_json: boo
     """
     engine = open_engine(db, as_json)
     try:
-        handle = engine.fork(run_id, at=at, new_run_id=new_run_id)
+        n = top_level_at(at)  # as typed: a gather's position (4.1.0) gets its own advice
+        handle = engine.fork(run_id, at=n, new_run_id=new_run_id)
         run = engine.get_run(handle.run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": at}, sort_keys=True))
+        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": n}, sort_keys=True))
         return
     new, old = inert(run.run_id), inert(run_id)
-    copied = f"positions 0..{at - 1} replay from {old}'s journal; " if at else ""
+    copied = f"positions 0..{n - 1} replay from {old}'s journal; " if n else ""
     click.echo(
-        f"run {new} forked from {old} at position {at}: {copied}from {at} on it"
+        f"run {new} forked from {old} at position {n}: {copied}from {n} on it"
         " runs live, and its effects from there happen again, under new idempotency keys."
         f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
     )
