@@ -139,7 +139,12 @@ def test_an_owner_holding_its_advisory_lock_is_alive(pg_url: str, clock: FakeClo
             assert clock.time() == start
         finally:
             other.close()
-        # Its lock freed (its connection gone): dead-looking now, so the run waits.
+        # Its lock freed (its connection gone): dead-looking now, so the run waits. The
+        # server frees a closed session's lock a moment after the close returns.
+        deadline = time.monotonic() + 10
+        while eng.store.owners_without_lock([str(twin)]) != {str(twin)}:
+            assert time.monotonic() < deadline, "the closed session's lock was never freed"
+            time.sleep(0.02)
         assert eng.run("double", 21, run_id="r") == 42
 
 
