@@ -36,7 +36,7 @@ class Calls:
         self.keys: list[str] = []
 
     def tool(self, name: str, result: Any = None, crash: bool = False) -> Callable[..., Any]:
-        def fn(*args: Any) -> Any:
+        def fn(*args: Any, **kwargs: Any) -> Any:
             self.count[name] += 1
             if crash:
                 raise Crash(name)
@@ -114,9 +114,11 @@ def _history_then(
     engine: durably.Engine,
     first: Callable[[durably.Context], Any],
     second: Callable[[durably.Context], Any],
+    run_id: str = "r",
 ) -> None:
     """Record a run with ``first`` (crashing at its end), then resume it with ``second``."""
     mode = {"code": first}
+    engine._workflows.pop("wf", None)  # a deploy: the same workflow name, new code
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> Any:
@@ -126,7 +128,7 @@ def _history_then(
         return "done"
 
     with pytest.raises(Crash):
-        engine.run(wf, run_id="r")
+        engine.run(wf, run_id=run_id)
     mode["code"] = second
 
 
@@ -154,6 +156,30 @@ def test_changed_input_is_detected(engine: durably.Engine) -> None:
     )
     with pytest.raises(durably.NonDeterminism, match="inputs differ"):
         engine.run("wf", run_id="r")
+
+
+def test_changed_keyword_input_is_detected_and_key_order_is_not_a_change(
+    engine: durably.Engine,
+) -> None:
+    """A second, independent check of the input digest: keyword arguments and nested
+    values count; the order of a dict's keys does not (canonical JSON)."""
+    t = Calls()
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t.tool("p"), {"a": 1, "b": [1, 2]}, model="m1"),
+        lambda ctx: ctx.step("plan", t.tool("p"), {"b": [1, 2], "a": 1}, model="m1"),
+    )
+    assert engine.run("wf", run_id="r") == "done" and t.count["p"] == 1
+    t2 = Calls()
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t2.tool("p"), {"a": 1}, model="m1"),
+        lambda ctx: ctx.step("plan", t2.tool("p"), {"a": 1}, model="m2"),
+        run_id="r2",
+    )
+    with pytest.raises(durably.NonDeterminism, match="inputs differ"):
+        engine.run("wf", run_id="r2")
+    assert t2.count["p"] == 1 and engine.get_run("r2").status == BLOCKED
 
 
 def test_changed_name_is_detected(engine: durably.Engine) -> None:
