@@ -91,6 +91,24 @@ def test_sigkill_between_effect_and_record_retries_with_the_same_key(
     assert run.status == "completed" and run.starts == 2
 
 
+@pytest.mark.parametrize("journal_url", ["sqlite"], indirect=True)
+def test_a_run_three_leases_long_keeps_its_worker(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    """Real processes, real time: the charge takes three leases; the heartbeat must keep
+    the lease, so the second worker, polling all along, never takes the run over (the
+    in-process test with a fake clock is tests/unit/test_lease.py)."""
+    first = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 2, 4.5, run_id="long-lease")
+    charges = "SELECT pid FROM executions WHERE step='slow_charge'"
+    wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
+    spawn_worker(lease_s=1.5, concurrency=1)
+    assert handle.result(timeout_s=60)["after"] == 3
+    assert world_rows(world_path, charges) == [(first.pid,)]
+    run = engine.get_run("long-lease")
+    assert (run.starts, run.fencing_token) == (1, 1)
+
+
 def test_a_stalled_worker_is_fenced_out(
     engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
 ) -> None:
