@@ -19,7 +19,7 @@ the same program once more without interruptions. It checks observable behaviour
 - a faithful replay never raises ``NonDeterminism`` (any error fails the test).
 
 The default profile is small enough for ``make test``; the ``torture`` test runs more
-examples (``DURABLY_TORTURE_EXAMPLES``, default 500).
+examples (``DURABLY_TORTURE_EXAMPLES``, default 200).
 """
 
 from __future__ import annotations
@@ -466,4 +466,4 @@ def test_replay_equals_live_under_random_interruptions(tmp_path: Path) -> None:
 
 @pytest.mark.torture
 def test_replay_equals_live_torture(tmp_path: Path) -> None:
-    _run_machine(tmp_path, examples=int(os.environ.get("DURABLY_TORTURE_EXAMPLES", "500")))
+    _run_machine(tmp_path, examples=int(os.environ.get("DURABLY_TORTURE_EXAMPLES", "200")))
