@@ -1,7 +1,8 @@
 """The replay core against a model: random workflows, random crash points, replay = live.
 
 A program is a JSON list of operations (it is the workflow's input, so the journal holds
-it): recorded steps that succeed, succeed after retries, or fail for good (caught or not);
+it): recorded steps that succeed, succeed after retries, or fail for good (caught or not),
+some of them effects, async or sync functions (a sync one in an async workflow too);
 ``now``/``random``/``uuid``; and ``ctx.gather`` of branches (nested, with or without
 ``return_exceptions``). One interpreter runs a program three ways: on a sync
 :class:`durably.Context`, on an :class:`durably.AsyncContext`, and on a model that knows
@@ -159,8 +160,8 @@ class Real(Adapter):
         self.is_async = isinstance(ctx, durably.AsyncContext)
 
     async def step(self, pos: str, op: Op, arg: str) -> Any:
-        _, label, fail_first, retries, effect, _catch = op
-        fn = STEP_FNS[(retries, effect, self.is_async)]
+        _, label, fail_first, retries, effect, _catch, sync_fn = op
+        fn = STEP_FNS[(retries, effect, self.is_async and not sync_fn)]
         if isinstance(self.ctx, durably.AsyncContext):
             return await self.ctx.step(label, fn, label, pos, fail_first, arg)
         return self.ctx.step(label, fn, label, pos, fail_first, arg)
@@ -187,7 +188,7 @@ class Model(Adapter):
         self.applied: set[str] = set()
 
     async def step(self, pos: str, op: Op, arg: str) -> Any:
-        _, label, fail_first, _retries, effect, _catch = op
+        _, label, fail_first, _retries, effect, _catch, _sync_fn = op
         if fail_first == ALWAYS:
             raise durably.StepFailed(label, pos, "ValueError", f"{label} is down")
         if effect:
@@ -318,7 +319,9 @@ def step_op(draw: st.DrawFn, must_catch: bool) -> Op:
     mode = draw(st.sampled_from(["ok", "flaky", "fatal"]))
     fail_first = {"ok": 0, "flaky": retries, "fatal": ALWAYS}[mode]
     catch = must_catch or draw(st.booleans())
-    return ["step", "", fail_first, retries, draw(st.booleans()), catch]
+    # The last field: a sync step function even in an async workflow (it must work there
+    # too, inline or in a worker thread).
+    return ["step", "", fail_first, retries, draw(st.booleans()), catch, draw(st.booleans())]
 
 
 def ops_strategy(depth: int, must_catch: bool, gathers: bool) -> st.SearchStrategy[list[Op]]:
@@ -365,7 +368,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.program = program
         self.wf = "model_async" if is_async else "model_sync"
         self.run_id = f"model-{next(RUN_IDS)}"
-        self.world = WORLD.__class__()
+        self.world = World()
         self.attempts = 0
         self.durable: set[str] = set()  # positions whose result is in the journal
         self.pinned: dict[str, Any] = {}  # what a journaled position showed
