@@ -1,10 +1,11 @@
 """A payment agent for the crash tests of keys and inputs, run in a subprocess.
 
-Usage: ``python retry_agent.py JOURNAL_URL WORLD_DB RECEIVER_URL RUN_ID [--kill-on-attempt N]
+Usage: ``python retry_agent.py JOURNAL_URL WORLD_DB RUN_ID [--kill-on-attempt N]
 [--note TEXT]``. The ``charge`` step is retried on ``ConnectionError``: its first attempt
 fails before reaching the receiver (a reset connection). Each attempt is logged in the
 world with its idempotency key and pid. The receiver is durably's own receiving side
-(``IdempotencyStore.execute``), which charges once per key. ``--kill-on-attempt N``
+(``IdempotencyStore.execute``, on ``receiver.db`` next to the world), which charges
+once per key. ``--kill-on-attempt N``
 SIGKILLs this process right after attempt N got the receiver's answer (the charge is
 done, the reply is lost). ``--note`` changes the input of the first step (a deploy that
 changed the code under a running run). Exits 4 on NonDeterminism.
@@ -18,6 +19,7 @@ import os
 import signal
 import sqlite3
 import sys
+from pathlib import Path
 
 import durably
 from durably.idempotency import IdempotencyStore, fingerprint_of
@@ -25,7 +27,7 @@ from durably.idempotency import IdempotencyStore, fingerprint_of
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    for name in ("journal", "world", "receiver", "run_id"):
+    for name in ("journal", "world", "run_id"):
         p.add_argument(name)
     p.add_argument("--kill-on-attempt", type=int)
     p.add_argument("--note", default="")
@@ -33,7 +35,7 @@ def main() -> None:
     w = sqlite3.connect(args.world, isolation_level=None, timeout=10)
     w.execute("CREATE TABLE IF NOT EXISTS attempts (step TEXT, key TEXT, pid INT)")
     w.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT, amount INT)")
-    receiver = IdempotencyStore(args.receiver)
+    receiver = IdempotencyStore(f"sqlite:///{Path(args.world).with_name('receiver.db')}")
 
     def attempt(step: str, key: str) -> int:
         w.execute("INSERT INTO attempts VALUES (?, ?, ?)", (step, key, os.getpid()))

@@ -8,27 +8,15 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
+
+from .scripts import run_script, runs_listed
 
 AGENT = Path(__file__).with_name("retry_agent.py")
 
 
 def run_agent(tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            str(AGENT),
-            f"sqlite:///{tmp / 'journal.db'}",
-            str(tmp / "world.db"),
-            f"sqlite:///{tmp / 'receiver.db'}",
-            "pay-1",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_script(AGENT, tmp, "pay-1", *extra)
 
 
 def world(tmp: Path, sql: str) -> list[tuple[object, ...]]:
@@ -65,22 +53,7 @@ def test_changed_step_input_after_a_crash_is_nondeterminism(tmp_path: Path) -> N
     message = json.loads(changed.stdout)["nondeterminism"]
     assert "step 0: history has 'plan'" in message and "inputs differ" in message
     assert world(tmp_path, "SELECT count(*) FROM attempts") == [(3,)]  # nothing re-ran
-    listed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "durably.cli",
-            "runs",
-            "list",
-            "--json",
-            "--db",
-            f"sqlite:///{tmp_path / 'journal.db'}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert [(r["run_id"], r["status"]) for r in json.loads(listed.stdout)] == [("pay-1", "blocked")]
+    assert [(r["run_id"], r["status"]) for r in runs_listed(tmp_path)] == [("pay-1", "blocked")]
     # The original code resumes it: the charge replays from the receiver, once.
     fixed = run_agent(tmp_path)
     assert fixed.returncode == 0, fixed.stderr
