@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import durably
-from durably.idempotency import IdempotencyStore, fingerprint_of
+from durably.idempotency import IdempotencyStore, fingerprint_of, migrate
 
 
 def main() -> None:
@@ -35,7 +35,9 @@ def main() -> None:
     w = sqlite3.connect(args.world, isolation_level=None, timeout=10)
     w.execute("CREATE TABLE IF NOT EXISTS attempts (step TEXT, key TEXT, pid INT)")
     w.execute("CREATE TABLE IF NOT EXISTS charges (key TEXT, amount INT)")
-    receiver = IdempotencyStore(f"sqlite:///{Path(args.world).with_name('receiver.db')}")
+    receiver_url = f"sqlite:///{Path(args.world).with_name('receiver.db')}"
+    migrate(receiver_url)  # the receiver's tables, as `durably migrate --idempotency` makes
+    receiver = IdempotencyStore(receiver_url)
 
     def attempt(step: str, key: str) -> int:
         w.execute("INSERT INTO attempts VALUES (?, ?, ?)", (step, key, os.getpid()))
