@@ -393,6 +393,30 @@ def test_a_value_used_by_an_interrupted_step_stays_consistent(engine: durably.En
         assert seen[0] == seen[1]
 
 
+def test_an_effects_intent_carries_the_values_before_it(engine: durably.Engine) -> None:
+    """DESIGN: values may ride with the next durable write, and an effect's intent always
+    flushes them first. Killed after the effect ran (intent written, result not), the
+    resume must see the same value, so the effect is retried with the same input and key
+    instead of NonDeterminism (or a second charge of another amount)."""
+    charges: list[tuple[str, float]] = []
+
+    @durably.step(effect=True)
+    def charge(amount: float, *, idempotency_key: str) -> str:
+        charges.append((idempotency_key, amount))
+        return f"ch_{amount}"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        return ctx.step("charge", charge, round(ctx.random() * 100, 2))
+
+    engine.fault_hook = crash_at("1", "effect")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="r")
+    engine.fault_hook = None
+    assert engine.run(wf, run_id="r") == f"ch_{charges[0][1]}"
+    assert len(charges) == 2 and charges[0] == charges[1]
+
+
 def test_the_promo_clock_bug_cannot_happen(engine: durably.Engine) -> None:
     """The video's bug: a live clock on replay flips a branch and charges twice."""
     clock = engine.clock
