@@ -242,6 +242,25 @@ def test_claim_next_routes_versions_only_when_set(store: Store) -> None:
     assert run is not None and run.run_id == "v2"
 
 
+@pytest.mark.parametrize("serves", [None, "1", "2"])
+def test_claim_next_routes_every_version_the_same_on_every_store(
+    store: Store, clock: FakeClock, serves: str | None
+) -> None:
+    """The whole routing table, identical for every backend: a workflow registered without
+    a version serves runs of any version (unversioned runs included); one with a version
+    serves only runs of exactly that version (not unversioned runs). Runs of workflows
+    the worker does not serve are never claimed."""
+    for version in (None, "1", "2"):
+        for workflow in ("wf", "other"):
+            store.create_run(versioned(f"{workflow}-{version}", workflow, version))
+            clock.advance(1)
+    taken = []
+    while (run := store.claim_next(ME, 30, 10, alive, {"wf": serves}, ["default"])) is not None:
+        taken.append(run.run_id)
+    expected = ["wf-None", "wf-1", "wf-2"] if serves is None else [f"wf-{serves}"]
+    assert taken == expected
+
+
 def test_claim_next_reclaims_expired_leases_only(store: Store, clock: FakeClock) -> None:
     store.create_run(versioned("r"))
     assert store.claim_next(ME, 30, 10, alive, {"wf": None}, ["default"]) is not None
@@ -289,12 +308,19 @@ def test_requeue_retry_deletes_the_intent(store: Store) -> None:
     assert store.load_history("r1", 0) == []
 
 
-def test_wait_for_work_returns(store: Store) -> None:
+def test_wait_for_work_waits_when_nothing_happens(store: Store) -> None:
+    """An idle worker sleeps in wait_for_work: with nothing runnable and no wake-up it
+    takes the whole timeout (a busy return would spin the claim loop), and then returns.
+    Only a lower bound is asserted, which load can never break; PostgreSQL's early wake-up
+    on new work is tested in tests/integration."""
     import time
 
-    t0 = time.monotonic()
-    store.wait_for_work(0.05)
-    assert time.monotonic() - t0 < 5
+    for timeout_s in (0.01, 0.3):  # the first call also sets up any listener
+        t0 = time.monotonic()
+        store.wait_for_work(timeout_s)
+        waited = time.monotonic() - t0
+        assert waited >= timeout_s * 0.9, f"wait_for_work({timeout_s}) returned after {waited}"
+        assert waited < 30
 
 
 def test_a_forked_child_opens_its_own_connection(store: Store) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def run_script(
@@ -24,3 +26,25 @@ def run_script(
         text=True,
         timeout=60,
     )
+
+
+def runs_listed(tmp: Path, *args: str) -> list[dict[str, Any]]:
+    """``durably runs list --json *args`` on ``tmp``'s journal, run as a real command."""
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durably.cli",
+            "runs",
+            "list",
+            "--json",
+            *args,
+            "--db",
+            f"sqlite:///{tmp / 'journal.db'}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    runs: list[dict[str, Any]] = json.loads(listed.stdout)
+    return runs

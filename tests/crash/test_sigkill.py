@@ -12,14 +12,13 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .scripts import run_script
+from .scripts import run_script, runs_listed
 
 AGENT = Path(__file__).with_name("agent.py")
 RUN_ID = "alert-42"
@@ -128,24 +127,7 @@ def test_an_unkeyed_effect_killed_in_flight_parks_in_doubt(tmp_path: Path) -> No
     assert "post_status" in json.loads(resumed.stdout)["in_doubt"]
     execs, _, _ = world_counts(tmp_path)
     assert execs["post_status"] == 1  # not retried blindly
-    listed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "durably.cli",
-            "runs",
-            "list",
-            "--status",
-            "in_doubt",
-            "--json",
-            "--db",
-            f"sqlite:///{tmp_path / 'journal.db'}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert [r["run_id"] for r in json.loads(listed.stdout)] == [RUN_ID]
+    assert [r["run_id"] for r in runs_listed(tmp_path, "--status", "in_doubt")] == [RUN_ID]
 
 
 FLAKY_RATE = 0.3  # of appends, finishes and releases failing (busy, dropped, disk full)

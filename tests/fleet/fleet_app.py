@@ -1,7 +1,8 @@
 """The workflows the fleet tests run on real worker processes.
 
 ``durably worker fleet_app:engine`` builds the engine from the environment:
-``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file), ``FLEET_LEASE_S``.
+``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file), ``FLEET_LEASE_S``,
+and ``FLEET_KILL_AT`` (``POS:WINDOW``: SIGKILL the worker when a step reaches it).
 The world deduplicates effects on their idempotency key, counts every execution of every
 step (with the pid that ran it), and refuses a writer whose fencing token is older than
 one it has already seen for the run.
@@ -10,11 +11,13 @@ one it has already seen for the run.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import time
 from typing import Any
 
 import durably
+import durably.engine
 
 
 class StaleToken(Exception):
@@ -107,9 +110,27 @@ def wait_for_file(path: str, timeout_s: float = 60) -> None:
         time.sleep(0.02)
 
 
+def kill_hook(at: str) -> durably.engine.FaultHook:
+    """A fault hook that SIGKILLs this process when a step reaches ``at`` (``POS:WINDOW``,
+    e.g. ``1:effect``: the charge happened, its result is not recorded yet)."""
+    position, window = at.split(":")
+
+    def hook(run_id: str, pos: str, name: str, win: str) -> None:
+        if (pos, win) == (position, window):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
 def make_engine(url: str | None = None) -> durably.Engine:
     lease_s = float(os.environ.get("FLEET_LEASE_S", "30"))
-    engine = durably.Engine(url, lease_s=lease_s, heartbeat_s=lease_s / 4)
+    kill_at = os.environ.get("FLEET_KILL_AT")
+    engine = durably.Engine(
+        url,
+        lease_s=lease_s,
+        heartbeat_s=lease_s / 4,
+        fault_hook=kill_hook(kill_at) if kill_at else None,
+    )
 
     @engine.workflow(name="order")
     def order(ctx: durably.Context, n: int) -> dict[str, Any]:

@@ -68,8 +68,49 @@ def test_sigkill_of_a_worker_its_runs_finish_elsewhere(
     assert all(r.status == "completed" for r in engine.store.list_runs())
 
 
-def test_a_stalled_worker_is_fenced_out(
+def test_sigkill_between_effect_and_record_retries_with_the_same_key(
     engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    """The window that matters most: the charge reached the world, the worker died before
+    recording it. The next worker re-runs the charge with the same key (the world
+    deduplicates it: one effect, two requests), and replays the step before it."""
+    victim = spawn_worker(lease_s=30, concurrency=1, extra_env={"FLEET_KILL_AT": "1:effect"})
+    handle = engine.start("order", 3, run_id="window")
+    assert victim.wait(60) == -signal.SIGKILL
+    assert world_rows(world_path, "SELECT requests FROM effects") == [(1,)]
+    assert engine.get_run("window").status == "running"  # effect done, not recorded
+    rescuer = spawn_worker(lease_s=30, concurrency=1)  # same host, dead owner: at once
+    result = handle.result(timeout_s=60)
+    assert world_rows(world_path, "SELECT requests FROM effects") == [(2,)]
+    execs = world_rows(world_path, "SELECT step, key, pid, token FROM executions ORDER BY rowid")
+    [(_, key1, pid1, token1), (_, key2, pid2, token2), after] = execs
+    assert key1 == key2 and (pid1, pid2) == (victim.pid, rescuer.pid) and token2 > token1
+    assert result == {"receipt": f"done:{key1}", "after": 4}
+    assert after[0] == "after" and after[2] == rescuer.pid
+    run = engine.get_run("window")
+    assert run.status == "completed" and run.starts == 2
+
+
+@pytest.mark.parametrize("journal_url", ["sqlite"], indirect=True)
+def test_a_run_three_leases_long_keeps_its_worker(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    """Real processes, real time: the charge takes three leases; the heartbeat must keep
+    the lease, so the second worker, polling all along, never takes the run over (the
+    in-process test with a fake clock is tests/unit/test_lease.py)."""
+    first = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 2, 4.5, run_id="long-lease")
+    charges = "SELECT pid FROM executions WHERE step='slow_charge'"
+    wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
+    spawn_worker(lease_s=1.5, concurrency=1)
+    assert handle.result(timeout_s=60)["after"] == 3
+    assert world_rows(world_path, charges) == [(first.pid,)]
+    run = engine.get_run("long-lease")
+    assert (run.starts, run.fencing_token) == (1, 1)
+
+
+def test_a_stalled_worker_is_fenced_out(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
 ) -> None:
     stalled = spawn_worker(lease_s=1.5, concurrency=1)
     handle = engine.start("slow", 7, 3.0, run_id="fenced")
@@ -101,6 +142,46 @@ def test_a_stalled_worker_is_fenced_out(
     assert by_pid[stalled.pid] == "slow_charge"  # nothing after the stall
     assert sorted(by_pid[rescuer.pid].split(",")) == ["after", "slow_charge"]
     run = engine.get_run("fenced")
+    assert run.status == "completed" and run.fencing_token == 2
+    # The journal fenced it too: its append was refused with StaleLease (a worker that
+    # merely failed, or hit a conflicting record, would say something else).
+    stalled.send_signal(signal.SIGTERM)
+    assert stalled.wait(30) == 0
+    log = (tmp_path / "worker-0.log").read_text()
+    assert "lost run fenced to another worker" in log, log
+    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+
+
+def test_the_journal_alone_fences_a_stalled_worker(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
+) -> None:
+    """The stalled worker wakes while the new owner is still inside the same step, so the
+    world has not seen the newer token and takes its effect (deduplicated later by key):
+    only the journal can stop it now. Its append is refused (StaleLease) and it runs
+    nothing after; the run completes once, by the new owner."""
+    stalled = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 5, 3.0, run_id="journal-fenced")
+    charges = "SELECT pid FROM executions WHERE step='slow_charge' ORDER BY rowid"
+    wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
+    stalled.send_signal(signal.SIGSTOP)
+    time.sleep(2.0)  # past its lease
+    rescuer = spawn_worker(lease_s=1.5, concurrency=1)
+    wait_until(lambda: len(world_rows(world_path, charges)) == 2, 30, "the rescuer's charge")
+    stalled.send_signal(signal.SIGCONT)  # its sleep is over: it applies, then appends
+    result = handle.result(timeout_s=60)
+    stalled.send_signal(signal.SIGTERM)
+    assert stalled.wait(30) == 0
+    log = (tmp_path / "worker-0.log").read_text()
+    assert "lost run journal-fenced to another worker" in log, log
+    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+    by_pid = dict(
+        world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")
+    )
+    assert by_pid[stalled.pid] == "slow_charge"  # nothing after its stale append
+    assert sorted(by_pid[rescuer.pid].split(",")) == ["after", "slow_charge"]
+    [(key, requests)] = world_rows(world_path, "SELECT key, requests FROM effects")
+    assert requests in (1, 2) and result == {"receipt": f"done:{key}", "after": 6}
+    run = engine.get_run("journal-fenced")
     assert run.status == "completed" and run.fencing_token == 2
 
 

@@ -193,9 +193,14 @@ def test_keys_expire(store: IdempotencyStore, clock: FakeClock):
     app = App()
     request = client_for(IdempotencyMiddleware(app, store=store, single_tenant=True))
     request("POST", "/tickets", "k1", content=b"a")
-    clock.advance(101)
+    # Stored first: a retry just inside the window replays (and another body is refused).
+    clock.advance(99)
+    assert request("POST", "/tickets", "k1", content=b"a").headers["idempotent-replayed"] == "true"
+    problem(request("POST", "/tickets", "k1", content=b"b"), 422, "idempotency_key_reused")
+    clock.advance(2)
     fresh = request("POST", "/tickets", "k1", content=b"b")
     assert fresh.status_code == 201 and "idempotent-replayed" not in fresh.headers
+    assert fresh.json()["n"] == 2 and app.calls == {"/tickets": 2}
 
 
 def test_limits_methods_scopes_and_problem_types(store: IdempotencyStore):
@@ -357,3 +362,57 @@ def test_replays_stay_within_a_tenant_and_anonymous_requests_pass_through(
     replay = request("POST", "/t", "k", content=b"x", headers={"authorization": "Bearer a"})
     assert replay.headers["idempotent-replayed"] == "true" and replay.json() == alice.json()
     assert store.get("k", scope="alice") is not None and store.get("k") is None
+
+
+class ServerDied(Exception):
+    """The connection broke right after the last chunk left (the process died)."""
+
+
+@pytest.mark.parametrize("path", ["/tickets", "/stream"])
+def test_the_response_is_stored_before_its_last_chunk_is_sent(
+    store: IdempotencyStore, path: str
+) -> None:
+    """A raw ASGI harness that looks at the store when the last chunk reaches the server's
+    send: the outcome must be stored by then. Then the server "dies" right there; the
+    client, which saw the whole response, retries and must get the replay, never a second
+    execution."""
+    app = App()
+    middleware = IdempotencyMiddleware(app, store=store, single_tenant=True)
+    stored_at_last_chunk: list[object] = []
+
+    def call(die_after_last_chunk: bool) -> list[Message]:
+        messages: list[Message] = []
+        request = [{"type": "http.request", "body": b"abc", "more_body": False}]
+
+        async def receive() -> Message:
+            return request.pop() if request else {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            messages.append(message)
+            last = message["type"] == "http.response.body" and not message.get("more_body")
+            if last and die_after_last_chunk:
+                stored_at_last_chunk.append(store.get("k1"))
+                raise ServerDied
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": path,
+            "query_string": b"",
+            "headers": [(b"idempotency-key", b"k1")],
+        }
+        try:
+            asyncio.run(middleware(scope, receive, send))
+        except ServerDied:
+            pass
+        return messages
+
+    sent = call(die_after_last_chunk=True)
+    [record] = stored_at_last_chunk
+    assert record is not None, "the last chunk left before the response was stored"
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert json.loads(body) == {"n": 1, "echo": "abc"}
+    retry = call(die_after_last_chunk=False)
+    assert (b"idempotent-replayed", b"true") in retry[0]["headers"]
+    assert b"".join(m.get("body", b"") for m in retry[1:]) == body
+    assert app.calls == {path: 1}

@@ -167,8 +167,14 @@ def test_client_errors_of_the_app_are_stored_too(server: Server):
 
 def test_keys_expire_after_the_window(server: Server):
     key = new_key()
-    assert server.post(key, {"title": "before expiry"}).status_code == 201
+    first = server.post(key, {"title": "before expiry"})
+    assert first.status_code == 201
     try:
+        # Stored first: just inside the window a retry replays and creates nothing.
+        server.clock_file.write_text(str(3600 - 30))
+        inside = server.post(key, {"title": "before expiry"})
+        assert inside.headers["idempotent-replayed"] == "true" and inside.json() == first.json()
+        assert server.tickets_titled("before expiry") == 1
         server.clock_file.write_text(str(3600 + 1))  # the server's clock jumps an hour on
         fresh = server.post(key, {"title": "after expiry"})
         assert fresh.status_code == 201 and "idempotent-replayed" not in fresh.headers
