@@ -64,7 +64,7 @@ from .history import (
     storable_text,
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
-from .redact import redact
+from .redact import redact_url
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
@@ -251,7 +251,7 @@ class Engine:
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
-                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         w = self._resolve(run.workflow)
         if w.is_async:
@@ -265,7 +265,7 @@ class Engine:
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
-                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         return run
 

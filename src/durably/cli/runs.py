@@ -14,7 +14,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RUN_STATUSES, RunRecord, StepRecord
-from ..redact import redact
+from ..redact import redact_url
 from .common import (
     CommandError,
     db_option,
@@ -60,7 +60,7 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
         return
     from rich.table import Table
 
-    where = term(redact(db))
+    where = term(redact_url(db))
     table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
     cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
     for col in (*cols, "created", "updated"):

@@ -34,7 +34,7 @@ from ..errors import (
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
-from ..redact import redact
+from ..redact import redact_url
 from .base import NewRun, Owner
 from .rules import (
     check_claimable,
@@ -64,12 +64,12 @@ def sqlite_path(url: str) -> str:
     """The file path of a ``sqlite:///path`` URL (``:memory:`` allowed)."""
     if not url.startswith("sqlite:///"):
         raise ConfigError(
-            f"bad SQLite URL {redact(url)!r}: write sqlite:///relative/path.db or"
+            f"bad SQLite URL {redact_url(url)!r}: write sqlite:///relative/path.db or"
             " sqlite:////absolute/path.db"
         )
     path = url[len("sqlite:///") :]
     if not path:
-        raise ConfigError(f"bad SQLite URL {redact(url)!r}: it names no file")
+        raise ConfigError(f"bad SQLite URL {redact_url(url)!r}: it names no file")
     return path
 
 
