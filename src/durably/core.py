@@ -159,9 +159,11 @@ SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_sc
 def type_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    # Class names are the program's, but a generated one may hold anything: it is stored.
+    return storable_text(name, ERROR_MESSAGE_CHARS_MAX)
 
 
 class RunCore:
@@ -487,7 +489,7 @@ class RunCore:
                 FAILED,
                 None,
                 type_name(exc),
-                storable_text(_describe(exc), ERROR_MESSAGE_CHARS_MAX),
+                storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
                 crashed + attempt,
                 started,
                 now,
@@ -545,7 +547,7 @@ def _add_usage(total: Usage, more: Usage) -> None:
         total.reported = True
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """``str(exc)``, or what can be said when the exception cannot even say that."""
     try:
         return str(exc)

@@ -23,7 +23,7 @@ from . import codec, reopen
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, recording
-from .core import FaultHook, RunCore, type_name
+from .core import FaultHook, RunCore, describe_error, type_name
 from .errors import (
     Cancelled,
     ConfigError,
@@ -60,6 +60,7 @@ from .history import (
     RunRecord,
     StepRecord,
     check_name,
+    check_text,
     position_key,
     storable_text,
 )
@@ -294,6 +295,7 @@ class Engine:
         w = self._resolve(wf)
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"queue must be a non-empty str, got {queue!r}")
+        check_text(queue, "queue")
         run = self._prepare(w, args, kwargs, run_id, queue)
         return Handle(self, run.run_id, w)
 
@@ -559,6 +561,7 @@ class Engine:
             return uuid.uuid4().hex
         if not isinstance(run_id, str) or not run_id:
             raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
+        check_text(run_id, "run_id")  # a lone surrogate cannot even be looked up
         if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
             return run_id
         # NUL first: PostgreSQL cannot even look such an id up.
@@ -850,7 +853,7 @@ def _failure_type(exc: BaseException) -> str:
 def _failure_message(exc: BaseException) -> str:
     from .errors import StepFailed
 
-    text = exc.message if isinstance(exc, StepFailed) else str(exc)
+    text = exc.message if isinstance(exc, StepFailed) else describe_error(exc)
     return storable_text(text, ERROR_MESSAGE_CHARS_MAX)
 
 

@@ -252,13 +252,34 @@ def storable_text(text: str, chars_max: int) -> str:
     (model output cut mid-character) becomes its ``\\udcxx`` escape instead of making the
     journal write fail."""
     cut = text[:chars_max]
+    if "\x00" in cut:  # PostgreSQL's text refuses NUL (binary tool output in a message)
+        cut = cut.replace("\x00", "\\x00")
     if cut.isascii():
         return cut
     return cut.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def check_text(text: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``text`` (a run id, queue or name) cannot be stored
+    as it is: a NUL (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8)."""
+    bad = "a NUL character" if "\x00" in text else None
+    if bad is None and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            bad = "a lone UTF-16 surrogate"
+    if bad is not None:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {text[:40]!a} holds {bad}, which a journal cannot store; use printable text"
+        )
+
+
 def check_name(name: str, what: str) -> None:
-    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX`."""
+    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX` or
+    cannot be stored (:func:`check_text`)."""
+    check_text(name, what)
     size = len(name.encode("utf-8", "backslashreplace"))
     if size > NAME_BYTES_MAX:
         from .errors import ConfigError

@@ -60,12 +60,15 @@ def _journal(path: Path, crafted: str) -> str:
     return url
 
 
-def _status(path: Path) -> str:
+def _state(path: Path) -> tuple[str, Any, Any]:
+    """The run's status, owner and lease, read past any undecodable text."""
     conn = sqlite3.connect(path)
     conn.text_factory = bytes
-    (status,) = conn.execute("SELECT status FROM runs").fetchone()
+    status, owner, lease = conn.execute(
+        "SELECT status, owner, lease_expires_at FROM runs"
+    ).fetchone()
     conn.close()
-    return str(status.decode())
+    return status.decode(), owner, lease
 
 
 COMMANDS = [
@@ -93,7 +96,7 @@ def test_commands_meet_a_crafted_row_with_a_clear_error(tmp_path: Path, crafted:
         )
         if "--json" in command and result.exit_code == 0:
             json.loads(result.stdout)
-    assert _status(tmp_path / "j.db") == "queued"
+    assert _state(tmp_path / "j.db")[0] == "queued"
 
 
 @pytest.mark.parametrize("crafted", list(CRAFTED))
@@ -105,4 +108,6 @@ def test_resuming_a_crafted_row_raises_a_durably_error_and_never_fails_the_run(
         _workflow(engine)
         with pytest.raises(durably.DurablyError, match=r"corrupt|not int|not float|position"):
             engine.resume("r")
-    assert _status(tmp_path / "j.db") != "failed"
+    status, owner, lease = _state(tmp_path / "j.db")
+    # Not failed, and the lease given back: fix the row and the run resumes at once.
+    assert status in ("queued", "running") and owner is None and lease is None
