@@ -80,6 +80,7 @@ _UNRELEASED: set[tuple[str, str]] = set()
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
+LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 
 _log = logging.getLogger("durably")
@@ -614,6 +615,10 @@ class Engine:
                     raise
                 waited = lease_wait(self.store, held, waited)
                 if waited is None:
+                    raise
+                if not waited.until - self.clock.time() <= max(LEASE_WAIT_MAX_S, self.lease_s):
+                    # No lease durably writes ends that far ahead (or never: inf, NaN):
+                    # a hand-edited row, not an owner to wait for.
                     raise
                 _log.warning("%s", waited.message())
                 self.clock.sleep(max(0.0, waited.until - self.clock.time()) + LEASE_WAIT_SLACK_S)

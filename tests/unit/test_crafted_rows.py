@@ -111,3 +111,23 @@ def test_resuming_a_crafted_row_raises_a_durably_error_and_never_fails_the_run(
     status, owner, lease = _state(tmp_path / "j.db")
     # Not failed, and the lease given back: fix the row and the run resumes at once.
     assert status in ("queued", "running") and owner is None and lease is None
+
+
+@pytest.mark.parametrize("lease", [1e300, float("inf"), 1e18], ids=["1e300", "inf", "1e18"])
+def test_a_lease_no_engine_writes_is_refused_not_waited_for(tmp_path: Path, lease: float) -> None:
+    # Another host's owner (never provably dead from here) with a lease ending in the
+    # far future: engine.run waits for plausible leases only, and never crashes on one.
+    path = tmp_path / "j.db"
+    url = f"sqlite:///{path}"
+    with durably.Engine(url) as engine:
+        w = _workflow(engine)
+        engine.start(w, run_id="r")
+        conn = sqlite3.connect(path)
+        with conn:
+            conn.execute(
+                "UPDATE runs SET status = 'running', owner = ?, lease_expires_at = ?",
+                ("elsewhere|123|456|0a0a:0b0b:0c0c", lease),
+            )
+        conn.close()
+        with pytest.raises(durably.RunLeased):
+            engine.run(w, run_id="r")
