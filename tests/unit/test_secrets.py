@@ -301,3 +301,11 @@ def test_chaos_and_subprocess_commands_mask_the_password(
         )
         assert SECRET not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert (proc.returncode == 0) == (args[-1] != "--json"), (args, proc.stderr)
+
+
+def test_migrate_idempotency_errors_are_masked_and_json(pg_server_url: str) -> None:
+    url = f"postgresql://postgres:p%zz{SECRET}@127.0.0.1:5432/test"
+    result = invoke("migrate", "--idempotency", "--db", url, "--json")
+    assert result.exit_code == 1
+    text = assert_clean(result)
+    assert set(json.loads(result.stdout)) == {"error"}, text
