@@ -267,3 +267,14 @@ def test_the_worker_log_handler_shows_control_characters_as_escapes() -> None:
         "durably.worker", logging.INFO, __file__, 1, "x%s", ("\x1b[2J",), None
     )
     assert _InertFormatter("%(message)s").format(record) == "x\\x1b[2J"
+
+
+@pytest.mark.parametrize(
+    "output", ["9" * 5000, "[" * 100_000 + "]" * 100_000], ids=["int digits", "nesting"]
+)
+def test_skip_output_that_python_cannot_parse_is_a_usage_error(tmp_path: Path, output: str) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    durably.Engine(url).close()
+    result = CliRunner().invoke(main, ["skip", "r", "--output", output, "--db", url])
+    assert result.exit_code == 2, result.exception  # click's usage error, not a crash
+    assert "not JSON" in result.output and "--output" in result.output

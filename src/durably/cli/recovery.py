@@ -52,10 +52,10 @@ def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: b
     """Record what an in-doubt step returned, without running it again."""
     try:
         value = json.loads(output)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, an int past the digit limit, depth
         raise click.BadParameter(
             f"not JSON ({exc}); quote it, e.g. --output '\"T-7\"'", param_hint="--output"
-        ) from exc
+        ) from None
     _requeue(db, as_json, lambda engine: engine.skip(run_id, value, position))
 
 
