@@ -41,6 +41,7 @@ from .history import (
     UUID,
     StepRecord,
     check_name,
+    describe_error,
     idempotency_key,
     storable_text,
 )
@@ -545,14 +546,6 @@ def _add_usage(total: Usage, more: Usage) -> None:
         total.tokens += more.tokens
         total.cost_usd += more.cost_usd
         total.reported = True
-
-
-def describe_error(exc: BaseException) -> str:
-    """``str(exc)``, or what can be said when the exception cannot even say that."""
-    try:
-        return str(exc)
-    except Exception as inner:  # a broken __str__ must not lose the failure itself
-        return f"<str() of the error raised {type(inner).__name__}>"
 
 
 def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:

@@ -23,7 +23,7 @@ from . import codec, reopen
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, recording
-from .core import FaultHook, RunCore, describe_error, type_name
+from .core import FaultHook, RunCore, type_name
 from .errors import (
     Cancelled,
     ConfigError,
@@ -61,6 +61,7 @@ from .history import (
     StepRecord,
     check_name,
     check_text,
+    describe_error,
     position_key,
     storable_text,
 )

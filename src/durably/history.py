@@ -259,6 +259,14 @@ def storable_text(text: str, chars_max: int) -> str:
     return cut.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def describe_error(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said when the exception cannot even say that."""
+    try:
+        return str(exc)
+    except Exception as inner:  # a broken __str__ must not lose the failure itself
+        return f"<str() of the error raised {type(inner).__name__}>"
+
+
 def check_text(text: str, what: str) -> None:
     """Raise :class:`ConfigError` when ``text`` (a run id, queue or name) cannot be stored
     as it is: a NUL (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8)."""
