@@ -64,6 +64,7 @@ from .history import (
     describe_error,
     position_key,
     storable_text,
+    unstorable,
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact_url
@@ -563,11 +564,10 @@ class Engine:
             return uuid.uuid4().hex
         if not isinstance(run_id, str) or not run_id:
             raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
-        check_text(run_id, "run_id")  # a lone surrogate cannot even be looked up
         if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
             return run_id
-        # NUL first: PostgreSQL cannot even look such an id up.
-        if "\x00" not in run_id and self.store.get_run(run_id) is not None:
+        # NUL or a lone surrogate first: no database can even look such an id up.
+        if unstorable(run_id) is None and self.store.get_run(run_id) is not None:
             return run_id  # created before these limits: it may still be driven
         if not run_id.isprintable():
             raise ConfigError(

@@ -267,15 +267,22 @@ def describe_error(exc: BaseException) -> str:
         return f"<str() of the error raised {type(inner).__name__}>"
 
 
-def check_text(text: str, what: str) -> None:
-    """Raise :class:`ConfigError` when ``text`` (a run id, queue or name) cannot be stored
-    as it is: a NUL (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8)."""
-    bad = "a NUL character" if "\x00" in text else None
-    if bad is None and not text.isascii():
+def unstorable(text: str) -> str | None:
+    """What keeps ``text`` (a run id, queue or name) out of a journal as it is: a NUL
+    (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8); None when nothing."""
+    if "\x00" in text:
+        return "a NUL character"
+    if not text.isascii():
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            bad = "a lone UTF-16 surrogate"
+            return "a lone UTF-16 surrogate"
+    return None
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``text`` cannot be stored (:func:`unstorable`)."""
+    bad = unstorable(text)
     if bad is not None:
         from .errors import ConfigError
 

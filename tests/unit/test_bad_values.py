@@ -453,7 +453,7 @@ def test_names_and_ids_a_journal_cannot_store_are_config_errors(
     def w(ctx: durably.Context) -> Any:
         return ctx.step(text, lambda: 1)
 
-    with pytest.raises(durably.ConfigError, match="cannot store"):
+    with pytest.raises(durably.ConfigError, match="unprintable"):
         any_engine.run(w, run_id=text)
     with pytest.raises(durably.ConfigError, match="cannot store"):
         any_engine.start(w, run_id="q", queue=text)
