@@ -41,6 +41,7 @@ from .history import (
     UUID,
     StepRecord,
     check_name,
+    describe_error,
     idempotency_key,
     storable_text,
 )
@@ -159,9 +160,11 @@ SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_sc
 def type_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    # Class names are the program's, but a generated one may hold anything: it is stored.
+    return storable_text(name, ERROR_MESSAGE_CHARS_MAX)
 
 
 class RunCore:
@@ -487,7 +490,7 @@ class RunCore:
                 FAILED,
                 None,
                 type_name(exc),
-                storable_text(_describe(exc), ERROR_MESSAGE_CHARS_MAX),
+                storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
                 crashed + attempt,
                 started,
                 now,
@@ -543,14 +546,6 @@ def _add_usage(total: Usage, more: Usage) -> None:
         total.tokens += more.tokens
         total.cost_usd += more.cost_usd
         total.reported = True
-
-
-def _describe(exc: BaseException) -> str:
-    """``str(exc)``, or what can be said when the exception cannot even say that."""
-    try:
-        return str(exc)
-    except Exception as inner:  # a broken __str__ must not lose the failure itself
-        return f"<str() of the error raised {type(inner).__name__}>"
 
 
 def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:

@@ -60,11 +60,14 @@ from .history import (
     RunRecord,
     StepRecord,
     check_name,
+    check_text,
+    describe_error,
     position_key,
     storable_text,
+    unstorable,
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
-from .redact import redact
+from .redact import redact_url
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
@@ -79,6 +82,7 @@ _UNRELEASED: set[tuple[str, str]] = set()
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
+LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 
 _log = logging.getLogger("durably")
@@ -251,7 +255,7 @@ class Engine:
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
-                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         w = self._resolve(run.workflow)
         if w.is_async:
@@ -265,7 +269,7 @@ class Engine:
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
-                f"no run {run_id!r} in {redact(self.url)}; `durably runs list` shows runs"
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         return run
 
@@ -294,6 +298,7 @@ class Engine:
         w = self._resolve(wf)
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"queue must be a non-empty str, got {queue!r}")
+        check_text(queue, "queue")
         run = self._prepare(w, args, kwargs, run_id, queue)
         return Handle(self, run.run_id, w)
 
@@ -561,8 +566,8 @@ class Engine:
             raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
         if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
             return run_id
-        # NUL first: PostgreSQL cannot even look such an id up.
-        if "\x00" not in run_id and self.store.get_run(run_id) is not None:
+        # NUL or a lone surrogate first: no database can even look such an id up.
+        if unstorable(run_id) is None and self.store.get_run(run_id) is not None:
             return run_id  # created before these limits: it may still be driven
         if not run_id.isprintable():
             raise ConfigError(
@@ -611,6 +616,10 @@ class Engine:
                     raise
                 waited = lease_wait(self.store, held, waited)
                 if waited is None:
+                    raise
+                if not waited.until - self.clock.time() <= max(LEASE_WAIT_MAX_S, self.lease_s):
+                    # No lease durably writes ends that far ahead (or never: inf, NaN):
+                    # a hand-edited row, not an owner to wait for.
                     raise
                 _log.warning("%s", waited.message())
                 self.clock.sleep(max(0.0, waited.until - self.clock.time()) + LEASE_WAIT_SLACK_S)
@@ -850,7 +859,7 @@ def _failure_type(exc: BaseException) -> str:
 def _failure_message(exc: BaseException) -> str:
     from .errors import StepFailed
 
-    text = exc.message if isinstance(exc, StepFailed) else str(exc)
+    text = exc.message if isinstance(exc, StepFailed) else describe_error(exc)
     return storable_text(text, ERROR_MESSAGE_CHARS_MAX)
 
 

@@ -89,8 +89,12 @@ PARK_REASON_CHARS_MAX: Final = 2_000
 
 # Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
 # and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"
-# or "٣" would pass and reach a receiving side inside a key.
-_POSITION = re.compile(r"[0-9]+(?:\.[0-9]+\.[0-9]+)*")
+# or "٣" would pass and reach a receiving side inside a key ("²" passes isdigit, then
+# int() refuses it). Each part is bounded: int() refuses more than 4,300 digits, and a
+# crafted row must fail check() instead of crashing the code that sorts positions.
+_POSITION_PART_DIGITS_MAX: Final = 18
+_POSITION_PART = rf"[0-9]{{1,{_POSITION_PART_DIGITS_MAX}}}"
+_POSITION = re.compile(rf"{_POSITION_PART}(\.{_POSITION_PART}\.{_POSITION_PART})*")
 _INCARNATION = re.compile(rf"[0-9a-f]{{{INCARNATION_CHARS}}}")
 
 
@@ -118,9 +122,9 @@ class StepRecord:
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
-        pos = self.position
-        if not ((pos.isascii() and pos.isdigit()) or _POSITION.fullmatch(pos)):
-            raise CorruptRecord(f"bad position {self.position!r}")
+        if not isinstance(self.position, str) or not _POSITION.fullmatch(self.position):
+            raise CorruptRecord(f"bad position {_shown(self.position)}")
+        _check_types(self, _STEP_TYPES, f"position {self.position}")
         if self.kind not in KINDS:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
         if self.status not in RECORD_STATUSES:
@@ -171,6 +175,7 @@ class RunRecord:
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
+        _check_types(self, _RUN_TYPES, f"run {_shown(self.run_id)}")
         if self.incarnation is not None and not _INCARNATION.fullmatch(self.incarnation):
             raise CorruptRecord(f"run {self.run_id!r}: bad incarnation {self.incarnation!r}")
         if self.status not in RUN_STATUSES:
@@ -191,18 +196,105 @@ class RunRecord:
         return idempotency_key(self.run_id, self.incarnation, position)
 
 
+# The Python types each column may hold once read back. A hand-edited SQLite row can hold
+# any type in any column (text in an INTEGER column stays text), and code that formats or
+# compares the fields would crash on it with a bare TypeError; check() names it instead.
+_S, _I, _F, _N = (str,), (int,), (int, float), (type(None),)
+_STEP_TYPES: Final = {
+    "position": _S,
+    "kind": _S,
+    "name": _S,
+    "digest": _S,
+    "status": _S,
+    "output": _S + _N,
+    "error_type": _S + _N,
+    "error_message": _S + _N,
+    "attempts": _I,
+    "started_at": _F,
+    "finished_at": _F + _N,
+    "usage_tokens": _I + _N,
+    "usage_cost_usd": _F + _N,
+}
+_RUN_TYPES: Final = {
+    **dict.fromkeys(("run_id", "workflow", "queue", "input", "input_digest", "status"), _S),
+    **dict.fromkeys(("codec_version", "generation", "fencing_token", "starts"), _I),
+    "starts_without_progress": _I,
+    **dict.fromkeys(
+        ("version", "prompt_version", "owner", "outcome", "error_type", "error_message"),
+        _S + _N,
+    ),
+    **dict.fromkeys(("park_reason", "incarnation"), _S + _N),
+    **dict.fromkeys(("lease_expires_at", "wake_at", "finished_at"), _F + _N),
+    **dict.fromkeys(("created_at", "updated_at"), _F),
+}
+_SHOWN_CHARS_MAX: Final = 60
+
+
+def _shown(value: object) -> str:
+    """A crafted value in an error message: its repr, cut (it may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS_MAX else f"{text[:_SHOWN_CHARS_MAX]}..."
+
+
+def _check_types(record: object, types: dict[str, tuple[type, ...]], where: str) -> None:
+    for name, allowed in types.items():
+        value = getattr(record, name)
+        # bool is an int subclass, never a column's value.
+        if not isinstance(value, allowed) or isinstance(value, bool):
+            raise CorruptRecord(
+                f"{where}: {name} is {type(value).__name__} {_shown(value)}, not"
+                f" {' or '.join(t.__name__ for t in allowed)}"
+            )
+
+
 def storable_text(text: str, chars_max: int) -> str:
     """``text`` cut to ``chars_max`` characters and made valid UTF-8: a lone surrogate
     (model output cut mid-character) becomes its ``\\udcxx`` escape instead of making the
     journal write fail."""
     cut = text[:chars_max]
+    if "\x00" in cut:  # PostgreSQL's text refuses NUL (binary tool output in a message)
+        cut = cut.replace("\x00", "\\x00")
     if cut.isascii():
         return cut
     return cut.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def describe_error(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said when the exception cannot even say that."""
+    try:
+        return str(exc)
+    except Exception as inner:  # a broken __str__ must not lose the failure itself
+        return f"<str() of the error raised {type(inner).__name__}>"
+
+
+def unstorable(text: str) -> str | None:
+    """What keeps ``text`` (a run id, queue or name) out of a journal as it is: a NUL
+    (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8); None when nothing."""
+    if "\x00" in text:
+        return "a NUL character"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone UTF-16 surrogate"
+    return None
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``text`` cannot be stored (:func:`unstorable`)."""
+    bad = unstorable(text)
+    if bad is not None:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {text[:40]!a} holds {bad}, which a journal cannot store; use printable text"
+        )
+
+
 def check_name(name: str, what: str) -> None:
-    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX`."""
+    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX` or
+    cannot be stored (:func:`check_text`)."""
+    check_text(name, what)
     size = len(name.encode("utf-8", "backslashreplace"))
     if size > NAME_BYTES_MAX:
         from .errors import ConfigError

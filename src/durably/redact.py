@@ -25,18 +25,26 @@ MASK: Final = "***"
 @functools.cache
 def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """Compiled on first use (an error path), not when ``durably`` is imported."""
-    # scheme://user:PASSWORD@ : the password runs to the last "@" before a blank or a
-    # quote, so an unescaped "@" or "/" inside it is still covered (over-masking beats a
-    # leak).
-    userinfo = re.compile(
-        r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*):(?P<secret>[^\s'\"]*)@"
-    )
-    # password=VALUE as a query parameter or a libpq keyword; VALUE may be quoted.
+    # scheme://user:PASSWORD@ : the password runs to the last "@" before a blank, so an
+    # unescaped "@", "/" or quote inside it is still covered (over-masking beats a leak).
+    userinfo = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*):(?P<secret>\S*)@")
+    # password=VALUE as a query parameter or a libpq keyword; VALUE may be quoted. An
+    # unquoted VALUE runs to a blank or the URL's next parameter ("&", "#"): libpq keeps
+    # ";" and "," in a password. Closing quotes and brackets right before that end are
+    # left, as they close the text around the URL.
     param = re.compile(
         r"(?i)(?P<head>\b(?:ssl)?(?:password|passwd|pwd)\s*=\s*)"
-        r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&#;,'\"]*)"
+        r"(?P<secret>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\""
+        r"|[^\s&#]*?(?=['\")\]]*(?:[\s&#]|$)))"
     )
     return userinfo, param
+
+
+@functools.cache
+def _whole_url_userinfo() -> re.Pattern[str]:
+    """The password of a string that is one URL: everything between the user's ":" and
+    the last "@", blanks included (libpq refuses them, quoting the password back)."""
+    return re.compile(r"\A\s*[A-Za-z][A-Za-z0-9+.\-]*://[^:/@]*:(?P<secret>.*)@", re.DOTALL)
 
 
 # A secret this short is not searched for on its own: masking every "ab" in a message
@@ -65,6 +73,7 @@ def secrets_of(url: str) -> list[str]:
 
     userinfo, param = _patterns()
     found = [m["secret"] for m in userinfo.finditer(url)]
+    found += [m["secret"] for m in _whole_url_userinfo().finditer(url)]
     found += [m["secret"].strip("'\"") for m in param.finditer(url)]
     out: set[str] = set()
     for secret in found:
@@ -72,3 +81,9 @@ def secrets_of(url: str) -> list[str]:
             out.add(secret)
             out.add(unquote(secret))
     return sorted(out)
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown: :func:`redact` of it, its own secrets masked even where
+    the URL is too malformed for the patterns (a blank in the password)."""
+    return redact(url, url=url)

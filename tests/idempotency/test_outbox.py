@@ -99,6 +99,34 @@ def test_relay_delivers_with_the_key_and_marks_delivered(
     assert len(delivered) == 5 and all(e.delivered_at == clock.now for e in delivered)
 
 
+class _BrokenStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize(
+    ("error", "recorded"),
+    [
+        (ValueError("binary\x00output"), "ValueError: binary\\x00output"),
+        (ValueError("cut \ud83d"), "ValueError: cut \\ud83d"),
+        (_BrokenStr(), "_BrokenStr: <str() of the error raised RuntimeError>"),
+    ],
+    ids=["NUL", "surrogate", "broken __str__"],
+)
+def test_a_delivery_error_the_database_cannot_store_is_recorded_escaped(
+    db_url: str, outbox: Outbox, error: Exception, recorded: str
+):
+    # PostgreSQL's text refuses NUL, neither database takes a lone surrogate, and a
+    # broken __str__ raises: the relay records the failure anyway, and goes on.
+    with user_transaction(db_url) as conn:
+        outbox.add(conn, "billing", {"n": 1}, key="k")
+    deliver = Recorder()
+    deliver.fail_with = error
+    assert outbox.relay(deliver) == RelayReport(claimed=1, retrying=1)
+    [entry] = outbox.messages()
+    assert entry.last_error == recorded
+
+
 def test_failures_back_off_then_the_message_is_dead(db_url: str, outbox: Outbox, clock: FakeClock):
     with user_transaction(db_url) as conn:
         outbox.add(conn, "billing", {"n": 1}, key="k")

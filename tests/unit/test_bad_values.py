@@ -369,3 +369,95 @@ def test_step_arguments_that_cannot_be_encoded_block_the_run(
     with pytest.raises(durably.SerializationError, match="use"):
         engine.run(w, run_id="r")
     assert status(engine, "r") == "blocked" and ran == []
+
+
+# -- text a journal cannot store ---------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """An engine on a real SQLite file or the real PostgreSQL server (whose text columns
+    refuse NUL, where SQLite stores it)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'journal.db'}"
+    else:
+        url = request.getfixturevalue("pg_url")
+    with durably.Engine(url) as e:
+        yield e
+
+
+class BrokenStr(Exception):
+    """An exception whose message cannot even be produced."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def _nul_error() -> None:
+    raise ValueError("tool output\x00with a NUL")
+
+
+@pytest.mark.parametrize(
+    ("raise_", "expected"),
+    [
+        (_nul_error, "tool output\\x00with a NUL"),
+        (lambda: (_ for _ in ()).throw(BrokenStr()), "<str() of the error raised RuntimeError>"),
+    ],
+    ids=["NUL in message", "broken __str__"],
+)
+@pytest.mark.parametrize("where", ["step", "workflow"])
+def test_a_failure_with_an_unstorable_message_is_recorded_as_the_failure(
+    any_engine: durably.Engine, raise_: Any, expected: str, where: str
+) -> None:
+    @any_engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        if where == "step":
+            return ctx.step("a", raise_)
+        return raise_()
+
+    with pytest.raises(durably.WorkflowFailed) as err:
+        any_engine.run(w, run_id="r")
+    assert expected in str(err.value)
+    run = any_engine.get_run("r")
+    # The workflow's own failure, recorded: not a StoreError, not a run left running.
+    assert run.status == "failed" and run.owner is None
+    assert run.error_message is not None and expected in run.error_message
+    assert "StoreError" not in (run.error_type or "")
+
+
+def test_an_exception_class_with_an_unstorable_name_is_recorded(
+    any_engine: durably.Engine,
+) -> None:
+    Odd = type("Odd", (Exception,), {})
+    Odd.__qualname__ = "Odd\ud800\x00"  # type() itself refuses such a name
+
+    @any_engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        raise Odd("x")
+
+    with pytest.raises(durably.WorkflowFailed):
+        any_engine.run(w, run_id="r")
+    run = any_engine.get_run("r")
+    assert run.status == "failed" and run.error_type is not None
+    assert "Odd\\ud800\\x00" in run.error_type
+
+
+@pytest.mark.parametrize("text", ["a\x00b", "cut \ud83d"], ids=["NUL", "surrogate"])
+def test_names_and_ids_a_journal_cannot_store_are_config_errors(
+    any_engine: durably.Engine, text: str
+) -> None:
+    with pytest.raises(durably.ConfigError, match="cannot store"):
+        any_engine.workflow(name=text)(lambda ctx: 1)
+
+    @any_engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return ctx.step(text, lambda: 1)
+
+    with pytest.raises(durably.ConfigError, match="unprintable"):
+        any_engine.run(w, run_id=text)
+    with pytest.raises(durably.ConfigError, match="cannot store"):
+        any_engine.start(w, run_id="q", queue=text)
+    # A step name is the program's: the run is blocked (fix the code), never failed.
+    with pytest.raises(durably.ConfigError, match="cannot store"):
+        any_engine.run(w, run_id="r")
+    assert status(any_engine, "r") == "blocked"

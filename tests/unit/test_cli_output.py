@@ -267,3 +267,49 @@ def test_the_worker_log_handler_shows_control_characters_as_escapes() -> None:
         "durably.worker", logging.INFO, __file__, 1, "x%s", ("\x1b[2J",), None
     )
     assert _InertFormatter("%(message)s").format(record) == "x\\x1b[2J"
+
+
+@pytest.mark.parametrize(
+    "output", ["9" * 5000, "[" * 100_000 + "]" * 100_000], ids=["int digits", "nesting"]
+)
+def test_skip_output_that_python_cannot_parse_is_a_usage_error(tmp_path: Path, output: str) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    durably.Engine(url).close()
+    result = CliRunner().invoke(main, ["skip", "r", "--output", output, "--db", url])
+    assert result.exit_code == 2, result.exception  # click's usage error, not a crash
+    assert "not JSON" in result.output and "--output" in result.output
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> None:
+        raise ValueError(f"bare {name} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_json_with_nan_and_infinity(tmp_path: Path) -> None:
+    # json.dumps prints bare NaN/Infinity, which jq refuses: a hand-edited output of bare
+    # NaN (durably itself tags non-finite floats) or an infinite time must not produce it.
+    import sqlite3
+
+    path = tmp_path / "j.db"
+    url = f"sqlite:///{path}"
+    with durably.Engine(url) as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> Any:
+            return [ctx.step("score", lambda: float("nan")), ctx.step("b", lambda: 1)]
+
+        engine.run(w, run_id="r")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE steps SET output = 'NaN' WHERE position = '1'")
+        conn.execute("UPDATE steps SET finished_at = ? WHERE position = '1'", (float("-inf"),))
+        conn.execute("UPDATE runs SET finished_at = ?", (float("inf"),))
+    conn.close()
+    shown = _strict(invoke("runs", "show", "r", "--db", url, "--json").stdout)
+    assert shown["steps"][0]["output"] == {"$float": "nan"}  # durably's own tag
+    assert shown["steps"][1]["output"] == "NaN"
+    assert shown["steps"][1]["duration_s"] == "-Infinity"
+    assert shown["run"]["finished_at"] == "Infinity"
+    assert _strict(invoke("runs", "list", "--db", url, "--json").stdout)[0]["run_id"] == "r"

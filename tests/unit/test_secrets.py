@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 
 import durably
 from durably.cli import main
-from durably.redact import redact
+from durably.redact import redact, redact_url
 
 from .cli_support import start_worker
 
@@ -56,6 +57,12 @@ def assert_clean(result: Any) -> str:
         ("host=db user=app password='s 3cretpw' dbname=x", None),
         ("host=db sslpassword=s3cretpw", None),
         ("mysql://root:s3cretpw@h/db", "mysql://root:***@h/db"),
+        # libpq keeps quotes, ";" and "," in a password: none of them ends the mask.
+        ("postgresql://app:s3cretpw'q\"@db/x", "postgresql://app:***@db/x"),
+        ("postgresql://db/x?password=ab;s3cretpw&sslmode=require", None),
+        ("postgresql://db/x?password=ab,s3cretpw", None),
+        ("host=db password=ab;s3cretpw dbname=x", "host=db password=*** dbname=x"),
+        ("'postgresql://db/x?password=s3cretpw'", "'postgresql://db/x?password=***'"),
     ],
 )
 def test_redact_masks_every_form_of_credential(text: str, shown: str | None) -> None:
@@ -74,17 +81,31 @@ def test_redact_masks_a_urls_secret_where_it_stands_alone() -> None:
     assert "hunter" in redact("hunter", url="postgresql://a:hunter2@h/x")  # short text kept
 
 
+def test_redact_url_masks_a_password_the_patterns_cannot_parse() -> None:
+    # A blank in the password: libpq refuses the URL, quoting the password back.
+    url = "postgresql://app:s3cret pw@db/x"
+    assert redact_url(url) == "postgresql://app:***@db/x"
+    assert "s3cret" not in redact('unexpected spaces found in "s3cret pw"', url=url)
+
+
 def test_redact_leaves_urls_without_credentials_alone() -> None:
     for text in ("postgresql://app@db:5432/x", "sqlite:///a/b.db", "no url at all: x=1"):
         assert redact(text) == text
 
 
-@pytest.fixture(params=["userinfo", "query"])
+@pytest.fixture(params=["userinfo", "query", "quotes", "semicolon", "comma"])
 def secret_url(pg_url: str, request: pytest.FixtureRequest) -> str:
-    """The test schema's URL with SECRET as its password, in the user info or as a
-    ``password=`` query parameter (the form ``migrate``'s old redaction missed)."""
+    """The test schema's URL with SECRET in its password, in the user info or as a
+    ``password=`` query parameter (the form ``migrate``'s old redaction missed), with the
+    special characters libpq accepts in either (trust auth connects whatever they are)."""
     if request.param == "userinfo":
         return with_password(pg_url)
+    if request.param == "quotes":
+        return with_password(pg_url).replace(SECRET, f"{SECRET}'q\"", 1)
+    if request.param == "semicolon":
+        return f"{pg_url}&password=ab;{SECRET}"
+    if request.param == "comma":
+        return f"{pg_url}&password=ab,{SECRET}"
     return f"{pg_url}&password={SECRET}"
 
 
@@ -132,12 +153,18 @@ def test_every_command_on_a_url_with_a_password(secret_url: str, tmp_path: Path)
         f"postgresql://postgres@127.0.0.1:5432/test?password=p%zz{SECRET}",
         f"postgresql://postgres:{SECRET}@127.0.0.1:1/test",  # nothing listens: refused
         f"host=127.0.0.1 password={SECRET}",
+        f"host=127.0.0.1 password=ab;{SECRET}",
+        f"postgresql://postgres:{SECRET} pw@127.0.0.1:5432/test",  # libpq quotes it back
+        f"mysql://root:{SECRET} pw@127.0.0.1/db",
+        f"postgresql://postgres:{SECRET}@[::1/test",  # libpq quotes the whole URL
     ],
 )
 def test_errors_that_quote_the_url_mask_the_password(url: str, pg_server_url: str) -> None:
     with pytest.raises(durably.DurablyError) as err:
         durably.Engine(url)
     assert SECRET not in str(err.value)
+    # Nor in the traceback an uncaught error prints: no chained driver exception.
+    assert SECRET not in "".join(traceback.format_exception(err.value))
     for args in (["runs", "list", "--db", url], ["migrate", "--db", url, "--json"]):
         result = invoke(*args)
         assert result.exit_code != 0
@@ -225,11 +252,27 @@ def test_outbox_refuses_a_bad_url_without_echoing_its_password(
 ) -> None:
     from durably.idempotency.outbox import Outbox
 
-    url = f"postgresql://postgres:p%zz{SECRET}@127.0.0.1:5432/test"
-    with pytest.raises(durably.ConfigError) as err:
-        Outbox(url)
-    assert SECRET not in str(err.value) and "***" in str(err.value)
+    for url in (
+        f"postgresql://postgres:p%zz{SECRET}@127.0.0.1:5432/test",
+        f"postgresql://postgres:{SECRET} pw@127.0.0.1:5432/test",
+    ):
+        with pytest.raises(durably.ConfigError) as err:
+            Outbox(url)
+        assert SECRET not in str(err.value) and "***" in str(err.value)
+        assert SECRET not in "".join(traceback.format_exception(err.value))
     assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize("url", [None, 5432, b"postgresql://root:s3cretpw@db/x"])
+def test_a_url_that_is_not_a_str_is_a_config_error(url: Any) -> None:
+    from durably.idempotency.outbox import Outbox
+
+    for make in (durably.Engine, Outbox):
+        if url is None and make is durably.Engine:
+            continue  # Engine(None) means the default URL
+        with pytest.raises(durably.ConfigError) as err:
+            make(url)
+        assert "s3cretpw" not in str(err.value)
 
 
 def test_chaos_and_subprocess_commands_mask_the_password(
@@ -258,3 +301,11 @@ def test_chaos_and_subprocess_commands_mask_the_password(
         )
         assert SECRET not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
         assert (proc.returncode == 0) == (args[-1] != "--json"), (args, proc.stderr)
+
+
+def test_migrate_idempotency_errors_are_masked_and_json(pg_server_url: str) -> None:
+    url = f"postgresql://postgres:p%zz{SECRET}@127.0.0.1:5432/test"
+    result = invoke("migrate", "--idempotency", "--db", url, "--json")
+    assert result.exit_code == 1
+    text = assert_clean(result)
+    assert set(json.loads(result.stdout)) == {"error"}, text

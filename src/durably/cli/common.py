@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 import time
 from collections.abc import Callable
@@ -232,3 +233,20 @@ def term(value: object) -> str:
     from rich.markup import escape
 
     return escape(inert(str(value)))
+
+
+def json_text(data: Any) -> str:
+    """``data`` as strict JSON for ``--json``: a NaN or infinite float (a step's result, or
+    a hand-edited time) is written as the string "NaN", "Infinity" or "-Infinity", since
+    json.dumps would write bare NaN/Infinity, which jq and other parsers refuse."""
+    return json.dumps(_finite(data), sort_keys=True, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

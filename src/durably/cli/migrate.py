@@ -16,7 +16,7 @@ import click
 
 from ..clock import SystemClock
 from ..errors import DurablyError, StoreError
-from ..redact import redact
+from ..redact import redact_url
 from ..store.base import Store
 from ..store.open import open_store
 from ..store.sqlfiles import migrations
@@ -52,7 +52,7 @@ def migrate(db: str, idempotency: bool, as_json: bool) -> None:
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     latest = len(migrations(dialect))
-    shown = redact(db)
+    shown = redact_url(db)
     if as_json:
         click.echo(
             json.dumps({"db": shown, "schema_version": version, "latest": latest}, sort_keys=True)
@@ -68,9 +68,9 @@ def _migrate_receiving_side(db: str, as_json: bool) -> None:
     try:
         version = migrate_receiving_side(db)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc  # redacted, inert, JSON with --json
     latest = len(receiving_migrations_cached())
-    shown = redact(db)
+    shown = redact_url(db)
     if as_json:
         click.echo(
             json.dumps(

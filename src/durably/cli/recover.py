@@ -9,7 +9,7 @@ import click
 
 from ..errors import DurablyError
 from ..redact import redact
-from .common import CommandError, inert, load_engine, module_db_option
+from .common import CommandError, inert, json_text, load_engine, module_db_option
 
 
 @click.command("recover")
@@ -32,7 +32,7 @@ def recover_cmd(target: str, db: str | None, as_json: bool) -> None:
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps({k: _outcome(v) for k, v in results.items()}, sort_keys=True))
+        click.echo(json_text({k: _outcome(v) for k, v in results.items()}))
         return
     if not results:
         click.echo("no run of this host's dead processes to recover")

@@ -12,7 +12,7 @@ import click
 from ..errors import DurablyError
 from ..history import RunRecord
 from ..reopen import top_level_at
-from .common import CommandError, db_option, inert, open_engine, run_json
+from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
 @click.command("retry")
@@ -52,10 +52,10 @@ def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: b
     """Record what an in-doubt step returned, without running it again."""
     try:
         value = json.loads(output)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, an int past the digit limit, depth
         raise click.BadParameter(
             f"not JSON ({exc}); quote it, e.g. --output '\"T-7\"'", param_hint="--output"
-        ) from exc
+        ) from None
     _requeue(db, as_json, lambda engine: engine.skip(run_id, value, position))
 
 
@@ -68,7 +68,7 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps(run_json(run), sort_keys=True))
+        click.echo(json_text(run_json(run)))
     else:
         click.echo(
             f"run {inert(run.run_id)} is queued again; it continues the next time it is"
@@ -107,7 +107,7 @@ def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: boo
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps({**run_json(run), "forked_from": run_id, "at": n}, sort_keys=True))
+        click.echo(json_text({**run_json(run), "forked_from": run_id, "at": n}))
         return
     new, old = inert(run.run_id), inert(run_id)
     copied = f"positions 0..{n - 1} replay from {old}'s journal; " if n else ""

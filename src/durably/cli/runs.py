@@ -7,18 +7,18 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from ..errors import DurablyError
 from ..history import RUN_STATUSES, RunRecord, StepRecord
-from ..redact import redact
+from ..redact import redact_url
 from .common import (
     CommandError,
     db_option,
     duration,
+    json_text,
     lease_text,
     open_engine,
     owner_text,
@@ -56,11 +56,11 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps([run_json(run) for run in rows], sort_keys=True))
+        click.echo(json_text([run_json(run) for run in rows]))
         return
     from rich.table import Table
 
-    where = term(redact(db))
+    where = term(redact_url(db))
     table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
     cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
     for col in (*cols, "created", "updated"):
@@ -101,11 +101,7 @@ def runs_show(run_id: str, db: str, as_json: bool) -> None:
     finally:
         engine.close()
     if as_json:
-        click.echo(
-            json.dumps(
-                {"run": run_json(run), "steps": [step_json(run, s) for s in steps]}, sort_keys=True
-            )
-        )
+        click.echo(json_text({"run": run_json(run), "steps": [step_json(run, s) for s in steps]}))
         return
     _print_run(run, steps)
 

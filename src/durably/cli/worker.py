@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from ..redact import redact
+from ..redact import redact_url
 from .common import CommandError, inert, load_engine, module_db_option
 
 CONNECT_RETRY_FIRST_S = 0.5
@@ -81,7 +81,7 @@ def worker_cmd(
     w.install_signal_handlers()
     click.echo(
         f"durably worker pid {os.getpid()} serving {', '.join(queues)} on"
-        f" {redact(engine.url)} with {concurrency} slot(s)",
+        f" {redact_url(engine.url)} with {concurrency} slot(s)",
         err=True,
     )
     stats = w.run()

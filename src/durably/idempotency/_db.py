@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from durably._fork import ForkGate, reset_after_fork
 from durably.errors import ConfigError, SchemaNotMigrated, SchemaTooNew, StoreBusy
-from durably.redact import redact
+from durably.redact import redact, redact_url
 from durably.store.sqlfiles import Migration, migrations
 
 Row = dict[str, Any]
@@ -304,7 +304,7 @@ class PostgresDatabase(Database):
             conninfo_to_dict(url)
         except ProgrammingError as exc:
             raise ConfigError(
-                f"bad PostgreSQL URL {redact(url)!r}: {redact(str(exc).strip(), url=url)};"
+                f"bad PostgreSQL URL {redact_url(url)!r}: {redact(str(exc).strip(), url=url)};"
                 " write postgresql://user@host:port/dbname, with the password percent-encoded"
                 " after the user name"
             ) from None
@@ -405,7 +405,7 @@ def open_database(
     if not isinstance(url, str) or not url:
         raise ConfigError(
             f"database URL must be a non-empty string such as 'sqlite:///idempotency.db' or"
-            f" 'postgresql://user@host/db', got {redact(url)!r}"
+            f" 'postgresql://user@host/db', got {redact(repr(url))}"
         )
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
@@ -413,7 +413,7 @@ def open_database(
         path = path.split("?", 1)[0]
         if not path or path == ":memory:":
             raise ConfigError(
-                f"{redact(url)!r} does not name a database file; use"
+                f"{redact_url(url)!r} does not name a database file; use"
                 " 'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db' (in-memory"
                 " databases cannot be shared between"
                 " threads and processes, which is the point of an idempotency store)"
@@ -422,6 +422,6 @@ def open_database(
     if scheme in ("postgresql", "postgres"):
         return PostgresDatabase(url, pool_size=pool_size)
     raise ConfigError(
-        f"unsupported database URL {redact(url)!r}; use 'sqlite:///path.db' or"
+        f"unsupported database URL {redact_url(url)!r}; use 'sqlite:///path.db' or"
         " 'postgresql://user@host/db'"
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably.errors import ConfigError, IdempotencyKeyReused
+from durably.history import describe_error, storable_text
 from durably.idempotency._db import Database, Row, Tx, load_queries, open_database
 from durably.idempotency.store import canonical_json, check_key
 from durably.redact import redact
@@ -297,7 +298,10 @@ class Outbox:
     def _failed(self, message: OutboxMessage, token: str, exc: Exception) -> RelayReport:
         dead = message.attempts >= self.max_attempts
         # str(exc) of a driver or HTTP error may quote a URL with its credentials.
-        error = redact(f"{type(exc).__qualname__}: {exc}")[:LAST_ERROR_CHARS_MAX]
+        # storable_text: a NUL (PostgreSQL refuses it) or a lone surrogate in the message,
+        # or a __str__ that raises, must not make recording the failure fail.
+        text = redact(f"{type(exc).__qualname__}: {describe_error(exc)}")
+        error = storable_text(text, LAST_ERROR_CHARS_MAX)[:LAST_ERROR_CHARS_MAX]
         marked = self._mark(
             "mark_failed",
             {

@@ -834,7 +834,7 @@ def _describe(url: str) -> str:
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
             f"bad PostgreSQL URL: {_first_line(exc, url)}; write postgresql://user@host:port/dbname"
-        ) from exc
+        ) from None  # libpq's own message may quote the password: never chain it
     host = info.get("host") or "localhost"
     port = info.get("port") or "5432"
     return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"

@@ -34,7 +34,7 @@ from ..errors import (
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
-from ..redact import redact
+from ..redact import redact_url
 from .base import NewRun, Owner
 from .rules import (
     check_claimable,
@@ -64,12 +64,12 @@ def sqlite_path(url: str) -> str:
     """The file path of a ``sqlite:///path`` URL (``:memory:`` allowed)."""
     if not url.startswith("sqlite:///"):
         raise ConfigError(
-            f"bad SQLite URL {redact(url)!r}: write sqlite:///relative/path.db or"
+            f"bad SQLite URL {redact_url(url)!r}: write sqlite:///relative/path.db or"
             " sqlite:////absolute/path.db"
         )
     path = url[len("sqlite:///") :]
     if not path:
-        raise ConfigError(f"bad SQLite URL {redact(url)!r}: it names no file")
+        raise ConfigError(f"bad SQLite URL {redact_url(url)!r}: it names no file")
     return path
 
 
@@ -247,6 +247,13 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
             try:
                 yield c
+            except sqlite3.DatabaseError as exc:
+                # Raised by a statement inside the transaction (a lock, a full disk, a
+                # row that does not decode): the caller gets a StoreError, like for
+                # BEGIN and COMMIT, never the driver's bare exception.
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    c.execute("ROLLBACK")
+                raise self._translate(exc) from exc
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
@@ -282,7 +289,12 @@ class SQLiteStore:
                 " nothing recorded was lost. Free space on its disk (or raise the database's"
                 " size limit), then resume the run"
             )
-        if code in (_CORRUPT, _NOTADB) or "malformed" in text or "not a database" in text:
+        if (
+            code in (_CORRUPT, _NOTADB)
+            or "malformed" in text
+            or "not a database" in text
+            or "decode to UTF-8" in text  # a hand-edited row holding invalid UTF-8
+        ):
             return NotADurablyDatabase(
                 f"{self.path} is not a SQLite database or is corrupt ({text}); restore it"
                 " from a backup or point --db / DURABLY_URL at another file. durably did"
