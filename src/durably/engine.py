@@ -39,6 +39,7 @@ from .errors import (
     RunQuarantined,
     SerializationError,
     StaleLease,
+    StoreError,
     StoreFailed,
     WorkflowFailed,
     WorkflowNotRegistered,
@@ -595,19 +596,29 @@ class Engine:
         """Claim the run; when a dead-looking owner on another host holds its lease, wait
         for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
         me, where = str(self._owner_now()), (self.url, run_id)
+        unknown = False  # an earlier attempt failed: it may have claimed the run for us
 
         def gone(owner: str) -> bool:
-            # A lease this process could not give back (its store failed) has no live owner.
-            return (owner == me and where in _UNRELEASED) or owner_dead(owner)
+            # A lease this process could not give back (its store failed), or took in an
+            # attempt whose reply was lost (the commit went through, the connection did
+            # not), has no live driver: taking it over raises the token, which fences it.
+            mine = owner == me and (unknown or where in _UNRELEASED)
+            return mine or owner_dead(owner)
+
+        def claim() -> RunRecord:
+            nonlocal unknown
+            try:
+                return self.store.claim(
+                    run_id, self._owner_now(), self.lease_s, self.max_starts, gone
+                )
+            except StoreError:
+                unknown = True
+                raise
 
         waited: LeaseWait | None = None
         while True:
             try:
-                run = self._store_call(
-                    lambda: self.store.claim(
-                        run_id, self._owner_now(), self.lease_s, self.max_starts, gone
-                    )
-                )
+                run = self._store_call(claim)
                 _UNRELEASED.discard(where)
                 return run
             except RunLeased:

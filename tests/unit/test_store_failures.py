@@ -151,6 +151,23 @@ def test_a_store_error_at_finish_never_fails_a_run_that_returned(
     assert caught == []
 
 
+@pytest.mark.parametrize("kind", ["dropped", "busy"])
+def test_a_claim_that_committed_but_lost_its_reply_is_retried_not_refused(
+    engine: durably.Engine, kind: str
+) -> None:
+    # The claim commits, then the caller hears a transient error (the connection dropped
+    # during COMMIT): the engine's retry finds the run leased to this very process, which
+    # is not driving it. It must take it over, not raise RunLeased ("being driven by"
+    # itself) and leave the run held, undriven, for lease_s.
+    tools, caught = Tools(), []
+    wf = make_three_steps(engine, tools, caught)
+    flaky(engine).fail("claim", 1, kind, after=True)
+    assert engine.run(wf, run_id="r") == ["a", "b", "c"]
+    run = engine.get_run("r")
+    assert run.status == "completed" and run.fencing_token == 2  # the retry took it over
+    assert tools.count == Counter({"a": 1, "b": 1, "c": 1})
+
+
 def test_when_recording_a_failure_fails_the_lease_is_still_released(
     engine: durably.Engine,
 ) -> None:

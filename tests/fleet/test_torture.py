@@ -1,0 +1,196 @@
+"""Torture: several real worker processes drive runs while the test SIGKILLs them, stops
+them past their lease (SIGSTOP, then SIGCONT), and on PostgreSQL terminates random
+durably sessions (``pg_terminate_backend``). Effects and every step execution are counted
+in a separate database (the world). After the chaos stops, every run must end completed,
+or parked in doubt at its unkeyed effect, and never:
+
+- a keyed effect applied under two keys (a duplicate the receiver cannot dedupe),
+- an unkeyed effect executed twice,
+- a step executed again after its record was written,
+- a run ``failed`` or ``blocked`` (infrastructure trouble is never the workflow's).
+
+Bounded by default (``make test``); ``DURABLY_TORTURE_S=600`` runs the chaos longer.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+import torture_app
+from fleet_support import HERE, wait_until
+
+import durably
+
+CHAOS_S = float(os.environ.get("DURABLY_TORTURE_S", "12"))
+RUNS = max(24, int(CHAOS_S * 5))
+WORKERS = 3
+LEASE_S = 1.5
+SETTLED = ("completed", "in_doubt")
+
+pytestmark = pytest.mark.torture
+
+
+class Fleet:
+    """Worker processes on one journal and one world, respawned when killed."""
+
+    def __init__(self, url: str, world: str, logs: Path) -> None:
+        self.url, self.world, self.logs = url, world, logs
+        self.procs: list[subprocess.Popen[str]] = []
+        self._files: list[IO[str]] = []
+        self.kills = self.stops = self.terminated = 0
+
+    def spawn(self) -> subprocess.Popen[str]:
+        env = {
+            **os.environ,
+            "DURABLY_URL": self.url,
+            "FLEET_WORLD": self.world,
+            "FLEET_LEASE_S": str(LEASE_S),
+            "PYTHONPATH": str(HERE),
+        }
+        log = open(self.logs / f"worker-{len(self._files)}.log", "w")
+        self._files.append(log)
+        cmd = [sys.executable, "-m", "durably.cli", "worker", "torture_app:engine"]
+        cmd += ["--concurrency", "3", "--poll-interval-s", "0.05", "--drain-s", "1"]
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=HERE
+        )
+        self.procs.append(proc)
+        return proc
+
+    def live(self) -> list[subprocess.Popen[str]]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def kill_one(self, rng: random.Random) -> None:
+        victim = rng.choice(self.live())
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(30)
+        self.kills += 1
+        self.spawn()
+
+    def stop_one(self, rng: random.Random) -> None:
+        """SIGSTOP a worker past its lease, then let it go on."""
+        victim = rng.choice(self.live())
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(LEASE_S * rng.uniform(1.2, 2.0))
+        os.kill(victim.pid, signal.SIGCONT)
+        self.stops += 1
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGCONT)
+                p.kill()
+            p.wait(30)
+        for f in self._files:
+            f.close()
+
+    def log_text(self) -> str:
+        return "".join(p.read_text() for p in sorted(self.logs.glob("worker-*.log")))
+
+
+@pytest.fixture
+def fleet(journal_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    world = str(tmp_path / "world.db")
+    torture_app.init_world(world)
+    f = Fleet(journal_url, world, tmp_path)
+    yield f
+    f.close()
+
+
+def terminate_sessions(url: str, rng: random.Random) -> int:
+    """Terminate one or two random durably sessions of the test's server."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'durably%%'"
+            " AND pid <> pg_backend_pid()"
+        ).fetchall()
+        victims = rng.sample([r[0] for r in rows], min(len(rows), rng.randint(1, 2)))
+        for pid in victims:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    return len(victims)
+
+
+def test_torture_workers_under_random_kills_stops_and_dropped_connections(
+    fleet: Fleet, journal_url: str
+) -> None:
+    seed = int(os.environ.get("DURABLY_TORTURE_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    engine = torture_app.make_engine(journal_url)
+    try:
+        ids = [engine.start("torture", i).run_id for i in range(RUNS)]
+        for _ in range(WORKERS):
+            fleet.spawn()
+        chaos: list[Callable[[], None]] = [
+            lambda: fleet.kill_one(rng),
+            lambda: fleet.stop_one(rng),
+        ]
+        if journal_url.startswith("postgresql"):
+
+            def drop() -> None:
+                fleet.terminated += terminate_sessions(journal_url, rng)
+
+            chaos += [drop, drop]
+        end = time.monotonic() + CHAOS_S
+        while time.monotonic() < end:
+            time.sleep(rng.uniform(0.05, 0.6))
+            rng.choice(chaos)()
+        # The chaos is over: the fleet must settle every run by itself.
+        wait_until(
+            lambda: all(engine.get_run(r).status in (*SETTLED, "failed", "blocked") for r in ids),
+            240,
+            f"every run to settle (seed {seed})",
+        )
+        report(engine, fleet, ids, seed)
+    finally:
+        engine.close()
+
+
+def report(engine: durably.Engine, fleet: Fleet, ids: list[str], seed: int) -> None:
+    """Check the invariants; the figures go to the test's output (``-s`` shows them)."""
+    problems: list[str] = []
+    statuses = {r: engine.get_run(r) for r in ids}
+    for rid, run in statuses.items():
+        if run.status not in SETTLED:
+            problems.append(f"{rid}: ended {run.status}: {run.error_type} {run.error_message}"
+                            f" {run.park_reason}")
+    with sqlite3.connect(fleet.world) as w:
+        keys = w.execute("SELECT run_id, count(*) FROM effects GROUP BY run_id").fetchall()
+        for rid, n in keys:
+            if n > 2:
+                problems.append(f"{rid}: {n} distinct keys for 2 keyed effects")
+        twice = w.execute(
+            "SELECT run_id, count(*) FROM runs_of WHERE step = 'notify' GROUP BY run_id"
+            " HAVING count(*) > 1"
+        ).fetchall()
+        problems += [f"{rid}: unkeyed effect executed {n} times" for rid, n in twice]
+        execs = w.execute("SELECT run_id, step, started, pid FROM runs_of").fetchall()
+    finished = {
+        (rid, rec.name): rec.finished_at
+        for rid in ids
+        for rec in engine.history(rid)
+        if rec.status == "ok" and rec.finished_at is not None
+    }
+    for rid, step, started, pid in execs:
+        done = finished.get((rid, step))
+        if done is not None and started > done:
+            problems.append(f"{rid}: step {step} ran again in pid {pid} after its record")
+    counts = {s: sum(r.status == s for r in statuses.values()) for s in SETTLED}
+    print(
+        f"\ntorture seed={seed}: {len(ids)} runs {counts}, {fleet.kills} SIGKILLs,"
+        f" {fleet.stops} SIGSTOPs past the lease, {fleet.terminated} sessions terminated,"
+        f" {len(execs)} step executions, {len(problems)} problems"
+    )
+    assert not problems, f"seed {seed}:\n" + "\n".join(problems[:30])
+    assert "Traceback" not in fleet.log_text(), fleet.log_text()[-4000:]
