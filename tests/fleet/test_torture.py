@@ -1,8 +1,9 @@
 """Torture: several real worker processes drive runs while the test SIGKILLs them, stops
 them past their lease (SIGSTOP, then SIGCONT), and on PostgreSQL terminates random
-durably sessions (``pg_terminate_backend``). Effects and every step execution are counted
-in a separate database (the world). After the chaos stops, every run must end completed,
-or parked in doubt at its unkeyed effect, and never:
+durably sessions (``pg_terminate_backend``) and cuts every connection at once in a TCP
+proxy between the workers and the server (mid-query, mid-COMMIT, mid-reply). Effects and
+every step execution are counted in a separate database (the world). After the chaos
+stops, every run must end completed, or parked in doubt at its unkeyed effect, and never:
 
 - a keyed effect applied under two keys (a duplicate the receiver cannot dedupe),
 - an unkeyed effect executed twice,
@@ -27,7 +28,7 @@ from typing import IO
 
 import pytest
 import torture_app
-from fleet_support import HERE, wait_until
+from fleet_support import HERE, Forwarder, wait_until
 
 import durably
 
@@ -47,7 +48,7 @@ class Fleet:
         self.url, self.world, self.logs = url, world, logs
         self.procs: list[subprocess.Popen[str]] = []
         self._files: list[IO[str]] = []
-        self.kills = self.stops = self.terminated = 0
+        self.kills = self.stops = self.terminated = self.cut = 0
 
     def spawn(self) -> subprocess.Popen[str]:
         env = {
@@ -99,10 +100,31 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(journal_url: str, tmp_path: Path) -> Iterator[Fleet]:
+def proxy(journal_url: str) -> Iterator[Forwarder | None]:
+    """On PostgreSQL, a TCP proxy the workers reach the server through (None on SQLite)."""
+    if not journal_url.startswith("postgresql"):
+        yield None
+        return
+    from psycopg.conninfo import conninfo_to_dict
+
+    info = conninfo_to_dict(journal_url)
+    host, port = str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)
+    fwd = Forwarder((host, port))
+    fwd.open()
+    yield fwd
+    fwd.close()
+
+
+@pytest.fixture
+def fleet(journal_url: str, proxy: Forwarder | None, tmp_path: Path) -> Iterator[Fleet]:
     world = str(tmp_path / "world.db")
     torture_app.init_world(world)
-    f = Fleet(journal_url, world, tmp_path)
+    url = journal_url
+    if proxy is not None:
+        host, port = proxy.target
+        assert f"@{host}:{port}/" in url, "the proxy rewrites a postgresql://user@host:port/ URL"
+        url = url.replace(f"@{host}:{port}/", f"@127.0.0.1:{proxy.port}/", 1)
+    f = Fleet(url, world, tmp_path)
     yield f
     f.close()
 
@@ -123,7 +145,7 @@ def terminate_sessions(url: str, rng: random.Random) -> int:
 
 
 def test_torture_workers_under_random_kills_stops_and_dropped_connections(
-    fleet: Fleet, journal_url: str
+    fleet: Fleet, proxy: Forwarder | None, journal_url: str
 ) -> None:
     seed = int(os.environ.get("DURABLY_TORTURE_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
@@ -136,12 +158,15 @@ def test_torture_workers_under_random_kills_stops_and_dropped_connections(
             lambda: fleet.kill_one(rng),
             lambda: fleet.stop_one(rng),
         ]
-        if journal_url.startswith("postgresql"):
+        if proxy is not None:
 
-            def drop() -> None:
+            def terminate() -> None:
                 fleet.terminated += terminate_sessions(journal_url, rng)
 
-            chaos += [drop, drop]
+            def cut() -> None:
+                fleet.cut += proxy.drop()
+
+            chaos += [terminate, terminate, cut]
         end = time.monotonic() + CHAOS_S
         while time.monotonic() < end:
             time.sleep(rng.uniform(0.05, 0.6))
@@ -163,8 +188,9 @@ def report(engine: durably.Engine, fleet: Fleet, ids: list[str], seed: int) -> N
     statuses = {r: engine.get_run(r) for r in ids}
     for rid, run in statuses.items():
         if run.status not in SETTLED:
-            problems.append(f"{rid}: ended {run.status}: {run.error_type} {run.error_message}"
-                            f" {run.park_reason}")
+            problems.append(
+                f"{rid}: ended {run.status}: {run.error_type} {run.error_message} {run.park_reason}"
+            )
     with sqlite3.connect(fleet.world) as w:
         keys = w.execute("SELECT run_id, count(*) FROM effects GROUP BY run_id").fetchall()
         for rid, n in keys:
@@ -190,6 +216,7 @@ def report(engine: durably.Engine, fleet: Fleet, ids: list[str], seed: int) -> N
     print(
         f"\ntorture seed={seed}: {len(ids)} runs {counts}, {fleet.kills} SIGKILLs,"
         f" {fleet.stops} SIGSTOPs past the lease, {fleet.terminated} sessions terminated,"
+        f" {fleet.cut} connections cut,"
         f" {len(execs)} step executions, {len(problems)} problems"
     )
     assert not problems, f"seed {seed}:\n" + "\n".join(problems[:30])

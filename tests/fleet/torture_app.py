@@ -16,9 +16,9 @@ import sqlite3
 import time
 from typing import Any
 
-import durably
-
 from fleet_app import StaleToken, apply_effect
+
+import durably
 
 
 def world() -> sqlite3.Connection:
