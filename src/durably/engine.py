@@ -497,7 +497,12 @@ class Engine:
         return self._conclude(att, result)
 
     async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
-        att = self._begin(w, run, claimed)
+        import asyncio
+
+        # Claiming and concluding may wait out a failing store (retry backoff, up to
+        # store_retry_s; a dead owner's lease): in a worker thread, so the event loop and
+        # the other runs on it go on meanwhile.
+        att = await asyncio.to_thread(self._begin, w, run, claimed)
         if not isinstance(att, _Attempt):
             return att.value
         try:
@@ -506,9 +511,9 @@ class Engine:
             else:
                 result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
-            self._conclude_error(att, exc)
+            await asyncio.to_thread(self._conclude_error, att, exc)
             raise
-        return self._conclude(att, result)
+        return await asyncio.to_thread(self._conclude, att, result)
 
     def _forget(self, att: _Attempt) -> None:
         att.heartbeat.stop()
