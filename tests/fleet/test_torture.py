@@ -151,7 +151,8 @@ def test_torture_workers_under_random_kills_stops_and_dropped_connections(
     rng = random.Random(seed)
     engine = torture_app.make_engine(journal_url)
     try:
-        ids = [engine.start("torture", i).run_id for i in range(RUNS)]
+        # Runs start all along the chaos, so it lands on runs in every phase.
+        ids = [engine.start("torture", i).run_id for i in range(RUNS // 4)]
         for _ in range(WORKERS):
             fleet.spawn()
         chaos: list[Callable[[], None]] = [
@@ -167,10 +168,14 @@ def test_torture_workers_under_random_kills_stops_and_dropped_connections(
                 fleet.cut += proxy.drop()
 
             chaos += [terminate, terminate, cut]
-        end = time.monotonic() + CHAOS_S
+        begin = time.monotonic()
+        end = begin + CHAOS_S
         while time.monotonic() < end:
+            due = RUNS // 4 + int((RUNS - RUNS // 4) * (time.monotonic() - begin) / CHAOS_S)
+            ids += [engine.start("torture", i).run_id for i in range(len(ids), min(due, RUNS))]
             time.sleep(rng.uniform(0.05, 0.6))
             rng.choice(chaos)()
+        ids += [engine.start("torture", i).run_id for i in range(len(ids), RUNS)]
         # The chaos is over: the fleet must settle every run by itself.
         wait_until(
             lambda: all(engine.get_run(r).status in (*SETTLED, "failed", "blocked") for r in ids),
