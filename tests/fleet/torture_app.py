@@ -16,7 +16,7 @@ import sqlite3
 import time
 from typing import Any
 
-from fleet_app import StaleToken, apply_effect
+from fleet_app import StaleToken, apply_effect, lazy_engine
 
 import durably
 
@@ -86,14 +86,4 @@ def make_engine(url: str | None = None) -> durably.Engine:
     return engine
 
 
-_engine: durably.Engine | None = None
-
-
-def __getattr__(name: str) -> Any:
-    # Built on first access, so importing this module never opens a database.
-    global _engine
-    if name == "engine":
-        if _engine is None:
-            _engine = make_engine()
-        return _engine
-    raise AttributeError(name)
+__getattr__ = lazy_engine(make_engine)
