@@ -38,7 +38,8 @@ WORKERS = 3
 LEASE_S = 1.5
 SETTLED = ("completed", "in_doubt")
 
-pytestmark = pytest.mark.torture
+# The chaos, then up to 240 s for the fleet to settle (pyproject's default is shorter).
+pytestmark = [pytest.mark.torture, pytest.mark.timeout(CHAOS_S + 360)]
 
 
 class Fleet:
@@ -206,17 +207,8 @@ def report(engine: durably.Engine, fleet: Fleet, ids: list[str], seed: int) -> N
             " HAVING count(*) > 1"
         ).fetchall()
         problems += [f"{rid}: unkeyed effect executed {n} times" for rid, n in twice]
-        execs = w.execute("SELECT run_id, step, started, pid FROM runs_of").fetchall()
-    finished = {
-        (rid, rec.name): rec.finished_at
-        for rid in ids
-        for rec in engine.history(rid)
-        if rec.status == "ok" and rec.finished_at is not None
-    }
-    for rid, step, started, pid in execs:
-        done = finished.get((rid, step))
-        if done is not None and started > done:
-            problems.append(f"{rid}: step {step} ran again in pid {pid} after its record")
+        execs = w.execute("SELECT run_id, step, started, pid, token FROM runs_of").fetchall()
+    problems += reruns(engine, ids, execs)
     counts = {s: sum(r.status == s for r in statuses.values()) for s in SETTLED}
     print(
         f"\ntorture seed={seed}: {len(ids)} runs {counts}, {fleet.kills} SIGKILLs,"
@@ -226,3 +218,30 @@ def report(engine: durably.Engine, fleet: Fleet, ids: list[str], seed: int) -> N
     )
     assert not problems, f"seed {seed}:\n" + "\n".join(problems[:30])
     assert "Traceback" not in fleet.log_text(), fleet.log_text()[-4000:]
+
+
+def reruns(
+    engine: durably.Engine, ids: list[str], execs: list[tuple[str, str, float, int, int]]
+) -> list[str]:
+    """Executions of a step by an owner that claimed the run after the step's record was
+    written (so it loaded the record and must have replayed it).
+
+    The record's writer holds the newest token among the executions that started before
+    the record's ``finished_at`` (a later claim before the commit would have refused the
+    write); an execution with a newer token is a re-run. Older tokens are stale owners
+    whose step was already in flight (a SIGSTOP), which fencing, not replay, handles.
+    """
+    found = []
+    for rid in ids:
+        for rec in engine.history(rid):
+            if rec.status != "ok" or rec.finished_at is None:
+                continue
+            mine = [e for e in execs if e[0] == rid and e[1] == rec.name]
+            before = [e[4] for e in mine if e[2] <= rec.finished_at]
+            writer = max(before, default=-1)
+            found += [
+                f"{rid}: step {rec.name} ran again in pid {e[3]} (token {e[4]} > {writer})"
+                for e in mine
+                if e[4] > writer
+            ]
+    return found

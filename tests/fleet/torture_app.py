@@ -4,8 +4,8 @@
 ``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file, separate from the
 journal), ``FLEET_LEASE_S``. Every execution of every step is counted in the world with
 its start time, so the test can tell a re-run of a step whose record was already written
-(an execution that starts after the record's ``finished_at``) from a legitimate re-run of
-a step whose record was lost with its process.
+(by an owner whose claim came after the record) from a legitimate re-run of a step whose
+record was lost with its process, or a step already in flight in a stale owner.
 """
 
 from __future__ import annotations
@@ -34,37 +34,40 @@ def init_world(path: str) -> None:
     init_fleet_world(path)
     with sqlite3.connect(path, isolation_level=None) as conn:
         conn.execute(
-            "CREATE TABLE IF NOT EXISTS runs_of (run_id TEXT, step TEXT, started REAL, pid INT)"
+            "CREATE TABLE IF NOT EXISTS runs_of"
+            " (run_id TEXT, step TEXT, started REAL, pid INT, token INT)"
         )
 
 
-def _ran(run_id: str, step: str) -> None:
+def _ran(run_id: str, step: str, token: int) -> None:
+    started = time.time()
     w = world()
     try:
         w.execute(
-            "INSERT INTO runs_of VALUES (?, ?, ?, ?)", (run_id, step, time.time(), os.getpid())
+            "INSERT INTO runs_of VALUES (?, ?, ?, ?, ?)",
+            (run_id, step, started, os.getpid(), token),
         )
     finally:
         w.close()
     time.sleep(random.uniform(0, 0.1))  # room for chaos to land mid-step
 
 
-def compute(run_id: str, step: str, n: int) -> int:
-    _ran(run_id, step)
+def compute(run_id: str, step: str, n: int, *, fencing_token: int) -> int:
+    _ran(run_id, step, fencing_token)
     return n * 7
 
 
 @durably.step(effect=True, retries=5, backoff=0.05, no_retry=(StaleToken,))
 def keyed(run_id: str, step: str, *, idempotency_key: str, fencing_token: int) -> str:
-    _ran(run_id, step)
+    _ran(run_id, step, fencing_token)
     return apply_effect(run_id, idempotency_key, fencing_token)
 
 
 @durably.step(effect=True)
-def unkeyed(run_id: str, step: str) -> str:
+def unkeyed(run_id: str, step: str, *, fencing_token: int) -> str:
     """An effect with no key: after a crash between its intent and its result the run
     must park in doubt, never run it again."""
-    _ran(run_id, step)
+    _ran(run_id, step, fencing_token)
     return "sent"
 
 
