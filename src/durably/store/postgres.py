@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -703,6 +704,11 @@ class PostgresStore:
             conn = self._owner_conn
             if conn is None:
                 return False
+            # An idle lock session receives nothing unless it ended (the server's FATAL
+            # on pg_terminate_backend or shutdown, a reset): no round trip when it is
+            # silent, so every claim can afford the check.
+            if not conn.closed and not _has_input(conn):
+                return False
             try:
                 conn.execute(_Q["ping"])
                 return False
@@ -816,6 +822,15 @@ def _refused_for_good(exc: psycopg.Error) -> bool:
     text = str(exc)
     passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
     return "FATAL:" in text and not any(p in text for p in passing)
+
+
+def _has_input(conn: Conn) -> bool:
+    """True when the server sent something on the idle connection ``conn`` (or closed it)."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True  # no usable socket: let the ping find out
+    return bool(readable)
 
 
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
