@@ -427,14 +427,16 @@ class PostgresStore:
 
         def op(conn: Conn, _: bool) -> RunRecord | None:
             with conn.transaction():
-                filters["queues"] = self._open_queues(conn, queues, queue_limits or {}, now)
-                if not filters["queues"]:
-                    return None
                 candidates = conn.execute(
                     _Q["same_host_owners"],
                     {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
                 ).fetchall()
                 filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
+                filters["queues"] = self._open_queues(
+                    conn, queues, queue_limits or {}, now, filters["dead"]
+                )
+                if not filters["queues"]:
+                    return None
                 # Each pass either claims or quarantines the run it locked (which then
                 # leaves the runnable set), so the bound only guards against a bug.
                 for _scan in range(CLAIM_SCAN_MAX):
@@ -449,15 +451,22 @@ class PostgresStore:
         return self._call(op)
 
     def _open_queues(
-        self, conn: Conn, queues: Sequence[str], limits: dict[str, int], now: float
+        self,
+        conn: Conn,
+        queues: Sequence[str],
+        limits: dict[str, int],
+        now: float,
+        dead: list[str],
     ) -> list[str]:
-        """The queues with a free slot, holding each limited queue's lock until commit."""
+        """The queues with a free slot, holding each limited queue's lock until commit;
+        runs of the ``dead`` owners hold no slot."""
         limited = sorted(q for q in set(queues) if q in limits)
         for q in limited:  # sorted, so two workers never wait on each other in a cycle
             conn.execute(_Q["lock_queue"], {"queue": q})
         busy: dict[str, int] = {}
         if limited:
-            rows = conn.execute(_Q["running_per_queue"], {"now": now, "queues": limited})
+            params = {"now": now, "queues": limited, "dead": dead}
+            rows = conn.execute(_Q["running_per_queue"], params)
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
 

@@ -205,9 +205,10 @@ SELECT pg_advisory_xact_lock(hashtext('durably.queue.' || current_schema()),
                              hashtext(%(queue)s));
 
 -- name: running_per_queue
+-- A run of a provably dead owner (%(dead)s) holds no slot: a claim may take it over now.
 SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > %(now)s
-  AND queue = ANY(%(queues)s::text[])
+  AND queue = ANY(%(queues)s::text[]) AND NOT owner = ANY(%(dead)s::text[])
 GROUP BY queue;
 
 -- name: next_runnable
