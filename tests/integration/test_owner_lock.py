@@ -162,6 +162,41 @@ def _drive(engine: durably.Engine, wf: Any, run_id: str, out: list[BaseException
         out.append(exc)
 
 
+def test_two_engines_of_one_process_both_hold_its_owner_lock(pg_url: str) -> None:
+    """One process is one owner: a second engine on the same journal takes the same
+    owner's lock on its own session. It must not wait for the first engine's session
+    (forever: that session lives as long as the first engine)."""
+    first, second = durably.Engine(pg_url), durably.Engine(pg_url)
+    for eng in (first, second):
+
+        @eng.workflow(name="wf")
+        def wf(ctx: durably.Context) -> int:
+            return int(ctx.step("one", lambda: 1))
+
+    assert first.run("wf", run_id="r1") == 1
+    out: list[BaseException | str] = []
+    t = threading.Thread(target=_drive, args=(second, "wf", "r2", out), daemon=True)
+    t.start()
+    t.join(WAIT_S)
+    hung = t.is_alive()
+    if hung:  # free the blocked session, so the engines can close and the test ends
+        store = first.store
+        assert isinstance(store, PostgresStore) and store._owner_conn is not None
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity"
+                " WHERE %s = ANY(pg_blocking_pids(pid))",
+                (store._owner_conn.info.backend_pid,),
+            )
+        t.join(WAIT_S)
+    assert not hung and out == [1]
+    me = str(first._owner_now())
+    first.close()
+    # The process still shows alive: the second engine holds the lock too.
+    assert second.store.owners_without_lock([me]) == set()
+    second.close()
+
+
 def test_worker_warns_when_its_clock_is_off_the_databases(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
