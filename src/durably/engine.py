@@ -597,7 +597,7 @@ class Engine:
         # A lock session that ended since the last look (the keeper looks only every
         # heartbeat) stops the runs driven now, before the lock is taken again below:
         # else the new session would hide the gap and the next claim would be stopped.
-        self._keeper.check_owner_lock()
+        self._keeper.check_owner_lock(ping=False)
         self.store.hold_owner(self._owner[1])
         return self._owner[1]
 
@@ -959,19 +959,20 @@ class _LeaseKeeper:
                 t.start()
         return _Heartbeat(self, core)
 
-    def check_owner_lock(self) -> bool:
-        """Look whether the owner lock's connection died (see :meth:`_owner_lock_lost`)."""
+    def check_owner_lock(self, ping: bool = True) -> bool:
+        """Look whether the owner lock's connection died (see :meth:`_owner_lock_lost`);
+        the keeper pings it, a claim only looks (no round trip)."""
         with self._lock:
             cores = list(self._cores.values())
-        return self._owner_lock_lost(cores)
+        return self._owner_lock_lost(cores, ping)
 
-    def _owner_lock_lost(self, cores: list[RunCore]) -> bool:
+    def _owner_lock_lost(self, cores: list[RunCore], ping: bool) -> bool:
         """When the connection holding this process's owner lock (PostgreSQL) died, others
         may see the lock free and judge this process dead-looking: every run it drives
         counts as having lost its lease (latched in the core, so it stops at its next
         step). Runs claimed later take the lock again on a new connection."""
         try:
-            lost = self._store.owner_lock_lost()
+            lost = self._store.owner_lock_lost(ping)
         except DurablyError:
             return False
         if lost:

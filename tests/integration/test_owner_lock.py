@@ -197,6 +197,22 @@ def test_two_engines_of_one_process_both_hold_its_owner_lock(pg_url: str) -> Non
     second.close()
 
 
+def test_the_lease_keeper_keeps_the_idle_lock_session_from_idle_timeouts(pg_url: str) -> None:
+    """The lock session runs no query of its own: the keeper's ping at every beat is what
+    keeps a server's idle_session_timeout (or a NAT's idle cut) from ending it, and with
+    it every run the process drives."""
+    url = pg_url + "%20-cidle_session_timeout%3D2000"  # 2 s, for this test's sessions
+    with durably.Engine(url, lease_s=0.9) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            for i in range(6):  # 3 s in all: past the idle timeout, many beats
+                ctx.step(f"nap{i}", lambda: time.sleep(0.5) or 1)
+            return "done"
+
+        assert engine.run(wf, run_id="r") == "done"
+
+
 def test_worker_warns_when_its_clock_is_off_the_databases(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

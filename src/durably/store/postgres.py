@@ -705,7 +705,7 @@ class PostgresStore:
                 raise self._translate(exc) from exc
             self._owner_conn, self._owner_held = conn, text
 
-    def owner_lock_lost(self) -> bool:
+    def owner_lock_lost(self, ping: bool = True) -> bool:
         """True when the owner lock's connection died since :meth:`hold_owner`; the next
         ``hold_owner`` takes the lock again on a new connection."""
         self._check_fork()
@@ -714,9 +714,9 @@ class PostgresStore:
             if conn is None:
                 return False
             # An idle lock session receives nothing unless it ended (the server's FATAL
-            # on pg_terminate_backend or shutdown, a reset): no round trip when it is
-            # silent, so every claim can afford the check.
-            if not conn.closed and not _has_input(conn):
+            # on pg_terminate_backend or shutdown, a reset): without ``ping`` there is no
+            # round trip when it is silent, so every claim can afford the check.
+            if not ping and not conn.closed and not _has_input(conn):
                 return False
             try:
                 conn.execute(_Q["ping"])

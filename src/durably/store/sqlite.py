@@ -619,7 +619,7 @@ class SQLiteStore:
     def hold_owner(self, owner: Owner) -> None:
         """Nothing to hold: SQLite judges owners by their pids (same host only)."""
 
-    def owner_lock_lost(self) -> bool:
+    def owner_lock_lost(self, ping: bool = True) -> bool:
         """Never: there is no owner lock on SQLite."""
         return False
 
