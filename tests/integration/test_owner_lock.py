@@ -107,7 +107,7 @@ def test_a_lock_session_killed_while_idle_is_taken_again_before_the_next_claim(
 ) -> None:
     """Killed before any run (the lease keeper has not started): the next claim takes the
     lock again, so its run is shown alive and is not stopped as if its lease were lost."""
-    with durably.Engine(pg_url, lease_s=3.0) as engine:
+    with durably.Engine(pg_url, lease_s=10.0, heartbeat_s=0.5) as engine:
         held: list[bool] = []
 
         @engine.workflow(name="wf")
@@ -202,7 +202,7 @@ def test_the_lease_keeper_keeps_the_idle_lock_session_from_idle_timeouts(pg_url:
     keeps a server's idle_session_timeout (or a NAT's idle cut) from ending it, and with
     it every run the process drives."""
     url = pg_url + "%20-cidle_session_timeout%3D2000"  # 2 s, for this test's sessions
-    with durably.Engine(url, lease_s=0.9) as engine:
+    with durably.Engine(url, lease_s=10.0, heartbeat_s=0.3) as engine:
 
         @engine.workflow(name="wf")
         def wf(ctx: durably.Context) -> str:
