@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
-from .base import NewRun, Owner
+from .base import NewRun, Owner, Served, served_json
 from .rules import (
     check_claimable,
     check_requeueable,
@@ -378,15 +378,16 @@ class SQLiteStore:
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run a worker may take, or return None.
 
         Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the version this
-        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        parked with a due wake-up. ``served`` maps workflow names to the versions this
+        worker registers (None: the registration without a version); a run without a
+        version is served by any of them. ``queue_limits`` caps running runs per queue across all
         workers.
         """
         now = self.clock.time()
@@ -404,7 +405,7 @@ class SQLiteStore:
                 return None
             params = {
                 "queues": json.dumps(open_queues),
-                "served": json.dumps(served),
+                "served": json.dumps(served_json(served)),
                 "now": now,
                 "dead": dead,
             }
