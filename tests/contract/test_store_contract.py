@@ -458,3 +458,22 @@ def _drain(store: Store, served: Served) -> list[RunRecord]:
     while (run := store.claim_next(ME, 30, 10, alive, served, ["default"])) is not None:
         taken.append(run)
     return taken
+
+
+def test_runs_filter_by_version_and_count_unfinished_per_version(
+    store: Store, clock: FakeClock
+) -> None:
+    for run_id, version in (("a", "1"), ("b", "1"), ("c", "2"), ("d", None)):
+        store.create_run(versioned(run_id, version=version))
+        clock.advance(1)
+    assert [r.run_id for r in store.list_runs(version="1")] == ["b", "a"]
+    assert [r.run_id for r in store.list_runs(version="2", workflow="wf")] == ["c"]
+    claimed = store.claim("a", ME, 30, 10, alive)
+    token = store.claim("c", ME, 30, 10, alive).fencing_token
+    store.finish("c", token, COMPLETED, [], outcome="null")
+    assert claimed.status == "running"
+    assert store.runs_by_version() == [
+        ("wf", None, "queued", 1),
+        ("wf", "1", "queued", 1),
+        ("wf", "1", "running", 1),
+    ]

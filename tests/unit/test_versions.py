@@ -113,3 +113,31 @@ def test_a_run_without_a_version_takes_the_unversioned_registration_else_the_new
 def test_served_lists_every_registered_version(engine: durably.Engine) -> None:
     _versions(engine, "1", "2", None)
     assert engine.served() == {"flow": frozenset({"1", "2", None})}
+
+
+def test_cli_lists_runs_of_a_version_and_counts_unfinished_per_version(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main
+
+    db = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(db, clock=durably.FakeClock()) as e:
+        flows = _versions(e, "1", "2")
+        e.start(flows["1"].at_version("1"), 1, run_id="old")
+        e.start(flows["2"], 2, run_id="new")
+        e.run(flows["2"], 3, run_id="done")
+    runner = CliRunner()
+    listed = runner.invoke(main, ["runs", "list", "--db", db, "--version", "1", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [r["run_id"] for r in json.loads(listed.output)] == ["old"]
+    counted = runner.invoke(main, ["runs", "list", "--db", db, "--by-version", "--json"])
+    assert json.loads(counted.output) == [
+        {"workflow": "flow", "version": "1", "in_flight": 1, "by_status": {"queued": 1}},
+        {"workflow": "flow", "version": "2", "in_flight": 1, "by_status": {"queued": 1}},
+    ]
+    table = runner.invoke(main, ["runs", "list", "--db", db, "--by-version"])
+    assert "queued 1" in table.output and "version" in table.output
+    shown = runner.invoke(main, ["runs", "show", "old", "--db", db])
+    assert "version=1 prompt_version=-" in shown.output

@@ -79,9 +79,19 @@ class Store(Protocol):
         ...
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered."""
+        ...
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        (workflow, version, status), ordered by them: what each version's workers must
+        still drive before they stop."""
         ...
 
     def claim(

@@ -354,12 +354,21 @@ class PostgresStore:
         return _run(row) if row is not None else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit}
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def claim(
         self,

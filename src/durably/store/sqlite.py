@@ -345,11 +345,19 @@ class SQLiteStore:
         return _run(rows[0]) if rows else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow, "limit": limit})
-        return [_run(r) for r in rows]
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        return [_run(r) for r in self._read(_Q["list_runs"], params)]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
 
     def claim(
         self,

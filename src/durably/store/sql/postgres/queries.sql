@@ -68,8 +68,17 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version NULLS FIRST, status;
 
 -- name: claim_run
 UPDATE runs

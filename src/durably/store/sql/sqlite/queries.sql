@@ -21,8 +21,17 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
        created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:version IS NULL OR version = :version)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
 
 -- name: count_records
 SELECT count(*) FROM steps
