@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import durably
 
@@ -61,15 +64,18 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
         for i in range(3):
             e.run(flow, i, run_id=f"r{i}")
         e.start(flow, 9, run_id="queued")  # no history yet: nothing to check
+        e.fault_hook = _stop_before("1")
+        with pytest.raises(Crash):
+            e.run(flow, 5, run_id="half")  # running, step a recorded: its next step is live
 
     same = _cli(tmp_path, url, "replay", "--check", "app:engine")
     assert same.returncode == 0, same.stderr
-    assert "ok: 3 run(s) checked, 0 would diverge" in same.stdout
+    assert "ok: 4 run(s) checked, 0 would diverge" in same.stdout
 
     broken = _cli(tmp_path, url, "replay", "--check", "app:engine", "--json", APP_INSERT="1")
     assert broken.returncode == 1, broken.stderr
     report = json.loads(broken.stdout)
-    assert report["ok"] is False and report["checked"] == 3
+    assert report["ok"] is False and report["checked"] == 4
     assert sorted((d["run_id"], d["position"]) for d in report["diverging"]) == [
         ("r0", "1"),
         ("r1", "1"),
@@ -80,10 +86,13 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
     text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--workflow", "flow",
                 APP_INSERT="1")  # fmt: skip
     assert text.returncode == 1 and "DIVERGES r0 (flow" in text.stdout
-    assert "FAIL: 3 run(s) checked, 3 would diverge" in text.stdout
+    assert "FAIL: 4 run(s) checked, 3 would diverge" in text.stdout
 
+    # The half-done run reaches the new marker with nothing recorded: True there, and its
+    # check ends (the inserted step, a tool that exits the process, is never called).
     patched = _cli(tmp_path, url, "replay", "--check", "app:engine", APP_INSERT="1", APP_PATCH="1")
     assert patched.returncode == 0, patched.stdout + patched.stderr
+    assert "ok: 4 run(s) checked" in patched.stdout
     with durably.Engine(url) as e:
         assert [r.status for r in e.store.list_runs()].count("completed") == 3
     assert _no_new_records(url)  # the check wrote nothing
@@ -91,7 +100,19 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
 
 def _no_new_records(url: str) -> bool:
     with durably.Engine(url) as e:
-        return all(len(e.history(f"r{i}")) == 2 for i in range(3))
+        return all(len(e.history(f"r{i}")) == 2 for i in range(3)) and len(e.history("half")) == 1
+
+
+class Crash(BaseException):
+    """Stops a run in this process like a death (real deaths: tests/crash)."""
+
+
+def _stop_before(position: str) -> Any:
+    def hook(run_id: str, pos: str, name: str, window: str) -> None:
+        if (pos, window) == (position, "before"):
+            raise Crash(pos)
+
+    return hook
 
 
 def test_replay_check_filters_and_bad_input(tmp_path: Path) -> None:
