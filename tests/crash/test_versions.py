@@ -5,8 +5,6 @@ start on v2; a worker serving only v2 never claims the v1 run."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +14,7 @@ import durably
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+from scripts import killed  # noqa: E402
 from versions_app import register  # noqa: E402
 
 
@@ -28,15 +27,7 @@ def _killed_v1_run(journal_url: str, world: Path, run_id: str) -> None:
         "VERSIONS_KILL": "1",
     }
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
-    killed = subprocess.run(
-        [sys.executable, str(HERE / "versions_app.py"), run_id],
-        env=env,
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    killed(HERE / "versions_app.py", env, run_id)
 
 
 def test_a_killed_v1_run_finishes_on_v1_while_new_runs_take_v2(
