@@ -482,7 +482,10 @@ class Engine:
             ),
             records,
         )
-        w = (self._workflows.get(run.workflow) or {}).get(run.version) or _unregistered(forked)
+        try:
+            w = self._for_run(forked)  # the registration that will drive it, if here
+        except WorkflowNotRegistered:
+            w = _unregistered(forked)
         return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
