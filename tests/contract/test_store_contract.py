@@ -436,10 +436,10 @@ def test_a_dead_owners_run_holds_no_slot_of_a_limited_queue(store: Store) -> Non
     gone = Owner("node", 7, "1", HERE.host_id)
     store.claim("orphan", gone, 30, 10, alive)
     pid_7_gone = lambda o: o.startswith("node|7|")  # noqa: E731
-    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["mail"], {"mail": 1})
+    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["mail"], {"mail": 1})
     assert got is not None and got.run_id == "orphan" and got.owner == str(HERE)
     # The limit still holds: the slot is taken now.
-    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["mail"], {"mail": 1}) is None
+    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["mail"], {"mail": 1}) is None
 
 
 def test_unversioned_runs_route_the_same_on_every_store(store: Store, clock: FakeClock) -> None:
