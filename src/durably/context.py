@@ -270,6 +270,19 @@ class Context:
         """A random UUID, recorded."""
         return self._core.uuid()
 
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the code path of change ``change_id``: True for a run
+        that reaches this point after the change shipped (a marker is recorded, taking a
+        position), False for a run whose history was recorded by the code before it (it
+        goes on the old path; nothing is consumed). Wrap an inserted or changed step in
+        ``if ctx.patched("id"):`` so that in-flight runs replay."""
+        return self._core.patched(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Once no run on the old path remains, replace ``ctx.patched(change_id)`` with
+        this: it consumes the marker runs recorded, records nothing, returns None."""
+        self._core.deprecate_patch(change_id)
+
 
 class AsyncContext:
     """The handle an ``async def`` workflow uses: the same methods as :class:`Context`,
@@ -304,6 +317,16 @@ class AsyncContext:
     async def uuid(self) -> uuid.UUID:
         """A random UUID, recorded."""
         return self._core.uuid()
+
+    async def patched(self, change_id: str) -> bool:
+        """Whether this run takes change ``change_id``'s path (see
+        :meth:`Context.patched`)."""
+        return self._core.patched(change_id)
+
+    async def deprecate_patch(self, change_id: str) -> None:
+        """Consume a recorded marker of ``change_id``, never record (see
+        :meth:`Context.deprecate_patch`)."""
+        self._core.deprecate_patch(change_id)
 
     async def gather(
         self, *branches: Coroutine[Any, Any, Any], return_exceptions: bool = False

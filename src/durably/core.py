@@ -23,6 +23,7 @@ from .errors import (
     LeaseLost,
     NonDeterminism,
     Parked,
+    ReplayEnd,
     SerializationError,
     StepFailed,
     Unwind,
@@ -34,6 +35,7 @@ from .history import (
     INTENT,
     NOW,
     OK,
+    PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
     STEP,
@@ -138,6 +140,10 @@ class Scope:
         self.prefix = prefix
         self.next = 0
 
+    def peek(self) -> str:
+        """The position :meth:`take` would hand out next, without consuming it."""
+        return f"{self.prefix}{self.next}"
+
     def take(self) -> str:
         """The next position of this scope."""
         if self.next >= SCOPE_POSITIONS_MAX:
@@ -191,15 +197,28 @@ class RunCore:
         # The run's incarnation, part of every key (None for runs from before keys had one).
         self.incarnation: str | None = None
         self.in_doubt: str | None = None
+        # Set by ``durably replay --check``: the first live action stops the replay.
+        self.checking = False
 
     # -- positions and matching ----------------------------------------------------------
 
-    def take(self) -> str:
-        """Consume the next position of the current scope."""
+    def scope(self) -> Scope:
+        """The scope the calling code numbers its positions in (a gather branch's, or the
+        top)."""
         scope = SCOPE.get()
         if scope is None or scope.core is not self:
             scope = self.root
-        return scope.take()
+        return scope
+
+    def take(self) -> str:
+        """Consume the next position of the current scope."""
+        return self.scope().take()
+
+    def live(self, pos: str) -> None:
+        """Called where the run would go on live (nothing recorded at ``pos``): under
+        ``replay --check`` the run's recorded history ends here, so the replay stops."""
+        if self.checking:
+            raise self.latch(ReplayEnd(pos))
 
     def poison(self, exc: DurablyError) -> DurablyError:
         """Remember a determinism or encoding error: the run ends ``blocked`` even if the
@@ -312,6 +331,7 @@ class RunCore:
         try:
             if rec is not None and rec.output is not None:
                 return codec.loads(rec.output)
+            self.live(pos)
             text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
             value = codec.loads(text)
         except SerializationError as exc:
@@ -341,6 +361,58 @@ class RunCore:
 
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
+
+    # -- patch markers ------------------------------------------------------------------
+
+    def patched(self, change_id: str) -> bool:
+        """``ctx.patched(change_id)`` at the next position p: a marker for this id recorded
+        at p is consumed (True); anything else recorded at p or later in this scope or an
+        enclosing one means the run started before the change (False, nothing consumed);
+        nothing recorded: the marker is recorded (True), riding with the next write."""
+        self.guard()
+        self._check_change_id(change_id, "ctx.patched")
+        scope = self.scope()
+        pos = scope.peek()
+        rec = self.history.get(pos)
+        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
+            self.consumed.add(scope.take())
+            return True
+        if rec is not None or self._recorded_after(pos):
+            return False
+        self.live(pos)
+        pos = scope.take()
+        now = self.clock.time()
+        digest = _patch_digest(change_id)
+        self.pending.append(
+            StepRecord(pos, PATCHED, change_id, digest, OK, "true", started_at=now, finished_at=now)
+        )
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``ctx.deprecate_patch(change_id)``: consume a marker for this id recorded at the
+        next position, if one is there (a run that took the patched path); never record."""
+        self.guard()
+        self._check_change_id(change_id, "ctx.deprecate_patch")
+        scope = self.scope()
+        rec = self.history.get(scope.peek())
+        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
+            self.consumed.add(scope.take())
+
+    def _check_change_id(self, change_id: object, where: str) -> None:
+        if not isinstance(change_id, str) or not change_id:
+            raise self.poison(
+                ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
+            )
+        try:
+            check_name(change_id, f"{where}: the change id")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+
+    def _recorded_after(self, pos: str) -> bool:
+        """Whether anything is recorded at a position after ``pos`` in its scope or in an
+        enclosing one (positions of sibling gather branches do not count)."""
+        here = _pos_key(pos)
+        return any(_later(_pos_key(q), here) for q in self.history)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -373,6 +445,7 @@ class RunCore:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+        self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
         key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
@@ -569,6 +642,28 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
 
 def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
+
+
+def _later(q: tuple[int, ...], p: tuple[int, ...]) -> bool:
+    """Whether position ``q`` comes at or after ``p`` in p's scope or an enclosing one.
+
+    Positions alternate: scope index, branch, scope index, ... At each enclosing level
+    (even index j) a larger index is later; an equal index with the same branch goes one
+    level deeper; another branch is a sibling, which does not count."""
+    for j in range(0, len(p), 2):
+        if j >= len(q):
+            return False  # an enclosing gather's own marker: before p
+        if q[j] != p[j]:
+            return q[j] > p[j]
+        if j + 1 == len(p):
+            return True  # p itself, or a position nested under it
+        if j + 1 >= len(q) or q[j + 1] != p[j + 1]:
+            return False  # the gather's marker, or a sibling branch
+    return False
+
+
+def _patch_digest(change_id: str) -> str:
+    return codec.digest("durably.patched", [change_id], {})
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

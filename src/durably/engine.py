@@ -9,10 +9,12 @@ transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -101,8 +103,20 @@ class Workflow:
     return_hint: Any = None
     param_hints: dict[str, Any] = field(default_factory=dict)
 
+    # Set on the copy at_version() returns: a new run takes exactly this version.
+    pinned: bool = field(default=False, compare=False)
+
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r} version={self.version!r}>"
+
+    def at_version(self, version: str | None) -> Workflow:
+        """This workflow's ``version`` as registered in the engine, for a new run:
+        ``engine.run(wf.at_version("1"), ...)`` (without it a new run takes the newest
+        version). ``None`` names the registration without a version. The engine refuses a
+        version it does not register, naming it."""
+        if version is not None and not isinstance(version, str):
+            raise ConfigError(f"at_version takes a str or None, got {version!r:.100}")
+        return dataclasses.replace(self, version=version, pinned=True)
 
 
 @dataclass
@@ -163,7 +177,7 @@ class Engine:
         self.fault_hook = fault_hook
         self.wait_for_lease = wait_for_lease
         self.store: Store = open_store(self.url, self.clock, **store_options)
-        self._workflows: dict[str, Workflow] = {}
+        self._workflows: dict[str, dict[str | None, Workflow]] = {}
         self._owner: tuple[int, Owner] | None = None
         self._queue_limits: dict[str, QueueLimits] = {}
         self._active: dict[str, _Attempt] = {}
@@ -194,9 +208,16 @@ class Engine:
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
             check_name(wf_name, "the workflow name")
-            existing = self._workflows.get(wf_name)
+            if version is not None:
+                check_name(version, "the workflow version")
+            versions = self._workflows.setdefault(wf_name, {})
+            existing = versions.get(version)
             if existing is not None and existing.fn is not fn:
-                raise ConfigError(f"a workflow named {wf_name!r} is already registered")
+                raise ConfigError(
+                    f"a workflow named {wf_name!r} with version {version!r} is already"
+                    " registered; give the new code another version (versions of one name"
+                    " register side by side)"
+                )
             wf = Workflow(
                 wf_name,
                 version,
@@ -206,21 +227,59 @@ class Engine:
                 codec.return_hint(fn),
                 codec.param_hints(fn),
             )
-            self._workflows[wf_name] = wf
+            versions[version] = wf
             return wf
 
         return register
 
     def _resolve(self, wf: Workflow | str) -> Workflow:
+        """The registration a new run of ``wf`` takes: the version pinned with
+        :meth:`Workflow.at_version`, else the newest."""
         key = wf if isinstance(wf, str) else getattr(wf, "name", None)
-        found = self._workflows.get(key) if isinstance(key, str) else None
-        if found is None:
+        versions = self._workflows.get(key) if isinstance(key, str) else None
+        if not versions:
             known = ", ".join(sorted(self._workflows)) or "none"
             raise WorkflowNotRegistered(
                 f"workflow {getattr(wf, '__qualname__', wf)!r} is not registered with this"
                 f" engine (registered: {known}); decorate it with @engine.workflow()"
             )
+        if isinstance(wf, Workflow) and wf.pinned:
+            return self._version_of(wf.name, wf.version, versions)
+        return newest(versions)
+
+    def _for_run(self, run: RunRecord) -> Workflow:
+        """The registration that drives an existing run: the version it recorded (a run
+        without one: the registration without a version, else the newest); a version
+        this process lacks is refused, naming it."""
+        versions = self._workflows.get(run.workflow)
+        if not versions:
+            return self._resolve(run.workflow)  # raises, naming what is registered
+        if run.version is None:
+            return versions.get(None) or newest(versions)
+        return self._version_of(run.workflow, run.version, versions, run.run_id)
+
+    def _version_of(
+        self,
+        name: str,
+        version: str | None,
+        versions: dict[str | None, Workflow],
+        run_id: str | None = None,
+    ) -> Workflow:
+        found = versions.get(version)
+        if found is None:
+            what = f"run {run_id!r} is of" if run_id else "a new run asked for"
+            have = ", ".join(_version_text(v) for v in sorted(versions, key=version_key))
+            raise WorkflowNotRegistered(
+                f"{what} workflow {name!r} version {_version_text(version)}, which this"
+                f" process does not register (it has {have}); run it where that version is"
+                f" registered (@engine.workflow(name={name!r}, version={version!r}))"
+            )
         return found
+
+    def served(self) -> dict[str, frozenset[str | None]]:
+        """The versions this engine registers per workflow name (None: the registration
+        without a version); a worker claims only runs it can drive."""
+        return {name: frozenset(versions) for name, versions in self._workflows.items()}
 
     # -- public entry points -------------------------------------------------------------
 
@@ -233,8 +292,7 @@ class Engine:
         from its journal, and a finished one returns (or raises) its recorded outcome
         without executing anything. A failed run raises ``WorkflowFailed``.
         """
-        w = self._resolve(wf)
-        run = self._prepare(w, args, kwargs, run_id)
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id)
         if w.is_async:
             import asyncio
 
@@ -245,8 +303,7 @@ class Engine:
         self, wf: Workflow | str, /, *args: Any, run_id: str | None = None, **kwargs: Any
     ) -> Any:
         """:meth:`run` for use inside a running event loop (sync workflows run inline)."""
-        w = self._resolve(wf)
-        run = self._prepare(w, args, kwargs, run_id)
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id)
         if w.is_async:
             return await self._drive_async(w, run)
         return self._drive_sync(w, run)
@@ -258,7 +315,7 @@ class Engine:
             raise RunNotFound(
                 f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
-        w = self._resolve(run.workflow)
+        w = self._for_run(run)
         if w.is_async:
             import asyncio
 
@@ -296,11 +353,10 @@ class Engine:
         Starting an existing ``run_id`` starts nothing and returns its handle; the same
         ``run_id`` with another workflow or other input raises ``RunConflict``.
         """
-        w = self._resolve(wf)
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"queue must be a non-empty str, got {queue!r}")
         check_text(queue, "queue")
-        run = self._prepare(w, args, kwargs, run_id, queue)
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id, queue)
         return Handle(self, run.run_id, w)
 
     def queue(
@@ -317,7 +373,7 @@ class Engine:
         self, queues: list[str], skip_queues: frozenset[str] = frozenset()
     ) -> RunRecord | None:
         """Claim the next runnable run of ``queues`` this engine can execute (for workers)."""
-        served = {name: w.version for name, w in self._workflows.items()}
+        served = self.served()
         limits = {
             q: lim.concurrency
             for q, lim in self._queue_limits.items()
@@ -339,7 +395,7 @@ class Engine:
     def execute_claimed(self, run: RunRecord) -> Any:
         """Drive a run this process has just claimed (for workers); returns its result or
         raises like :meth:`run`."""
-        w = self._resolve(run.workflow)
+        w = self._for_run(run)
         if w.is_async:
             import asyncio
 
@@ -426,7 +482,10 @@ class Engine:
             ),
             records,
         )
-        w = self._workflows.get(run.workflow) or _unregistered(forked)
+        try:
+            w = self._for_run(forked)  # the registration that will drive it, if here
+        except WorkflowNotRegistered:
+            w = _unregistered(forked)
         return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
@@ -520,6 +579,22 @@ class Engine:
         with self._active_lock:
             if self._active.get(att.run.run_id) is att:
                 del self._active[att.run.run_id]
+
+    def _prepare_resolved(
+        self,
+        wf: Workflow | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str | None,
+        queue: str = "default",
+    ) -> tuple[Workflow, RunRecord]:
+        """Create the run (or find it) and the registration that drives it: a new run's
+        chosen version, an existing run's recorded one."""
+        w = self._resolve(wf)
+        run = self._prepare(w, args, kwargs, run_id, queue)
+        if run.version != w.version:
+            w = self._for_run(run)
+        return w, run
 
     def _prepare(
         self,
@@ -914,6 +989,27 @@ def _typed_input(
         for i, a in enumerate(args)
     ]
     return typed, {k: codec.coerce(v, w.param_hints.get(k)) for k, v in kwargs.items()}
+
+
+def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
+    """Natural sort key of a version: "10" after "9", "1.10" after "1.9"; None (no
+    version) sorts first."""
+    if version is None:
+        return ()
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", version)
+        if part
+    )
+
+
+def newest(versions: dict[str | None, Workflow]) -> Workflow:
+    """The registration a new run takes: the highest version by natural sort."""
+    return versions[max(versions, key=version_key)]
+
+
+def _version_text(version: str | None) -> str:
+    return "(no version)" if version is None else repr(version)
 
 
 class _LeaseKeeper:

@@ -196,6 +196,15 @@ class Unwind(BaseException):
     """
 
 
+class ReplayEnd(Unwind):
+    """Internal: under ``durably replay --check`` the run reached the end of its recorded
+    history (the next call would go live), so the check of this run stops there."""
+
+    def __init__(self, position: str) -> None:
+        super().__init__(f"recorded history ends at position {position}")
+        self.position = position
+
+
 class LeaseLost(Unwind):
     """Internal: an append or renewal was refused because the fencing token is stale, or
     (``reason`` set) the driver's own lease deadline passed."""

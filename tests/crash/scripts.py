@@ -28,6 +28,21 @@ def run_script(
     )
 
 
+def killed(script: Path, env: dict[str, str], *args: str) -> None:
+    """Run ``script *args`` (its cwd: its folder) and check it died of SIGKILL."""
+    import signal
+
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env,
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
 def runs_listed(tmp: Path, *args: str) -> list[dict[str, Any]]:
     """``durably runs list --json *args`` on ``tmp``'s journal, run as a real command."""
     listed = subprocess.run(

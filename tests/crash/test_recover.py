@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import durably
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from recover_flows import register  # noqa: E402
+from scripts import killed  # noqa: E402
 
 
 def _env(journal_url: str, world: Path, kill: str | None = None, **extra: str) -> dict[str, str]:
@@ -45,14 +45,7 @@ def _durably(journal_url: str, world: Path, *args: str) -> subprocess.CompletedP
 def _killed_mid_effect(run_id: str, env: dict[str, str]) -> None:
     """Run ``pay`` in a process that SIGKILLs itself after the second charge reached the
     world, before it was recorded."""
-    killed = subprocess.run(
-        [sys.executable, str(HERE / "recover_app.py"), run_id],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    killed(HERE / "recover_app.py", env, run_id)
 
 
 def test_recover_completes_a_run_whose_process_was_sigkilled(

@@ -54,7 +54,7 @@ def test_sqlite_claim_uses_the_index_and_reads_no_finished_run(tmp_path: Path) -
         _runnable(store)
         params = {
             "queues": json.dumps(["default"]),
-            "served": json.dumps({"wf": None}),
+            "served": json.dumps({"wf": [None]}),
             "now": 2e9,
             "dead": "[]",
         }
@@ -77,7 +77,7 @@ def test_sqlite_claim_uses_the_index_and_reads_no_finished_run(tmp_path: Path) -
         # One callback per 100 VM instructions: reading 100,000 rows would take thousands.
         with store._lock:
             store._conn.set_progress_handler(count, 100)
-        got = store.claim_next(ME, 30, 10, lambda _: False, {"wf": None}, ["default"])
+        got = store.claim_next(ME, 30, 10, lambda _: False, {"wf": {None}}, ["default"])
         with store._lock:
             store._conn.set_progress_handler(None, 100)
         assert got is not None and got.run_id == "runnable"
@@ -118,7 +118,7 @@ def test_postgres_claim_uses_the_index_and_reads_no_finished_run(pg_url: str) ->
             assert all(n.get("Index Name") in claim_indexes for n in scans), (name, scans)
             read = sum(n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0) for n in scans)
             assert read < 100, (name, nodes)
-        got = store.claim_next(ME, 30, 10, lambda _: False, {"wf": None}, ["default"])
+        got = store.claim_next(ME, 30, 10, lambda _: False, {"wf": {None}}, ["default"])
         assert got is not None and got.run_id == "runnable"
     finally:
         store.close()

@@ -28,7 +28,7 @@ from durably.errors import (
     StoreError,
 )
 from durably.history import COMPLETED, INTENT, OK, STEP, StepRecord
-from durably.store.base import NewRun, Owner
+from durably.store.base import NewRun, Owner, Served
 from durably.store.postgres import PostgresStore
 from durably.store.sqlfiles import migrations
 
@@ -399,7 +399,7 @@ def test_claim_next_from_many_threads_takes_each_run_once(pg_url: str) -> None:
 
         def worker(i: int) -> None:
             while (
-                run := store.claim_next(owner(i), 30, 10, alive, {"wf": None}, ["default"])
+                run := store.claim_next(owner(i), 30, 10, alive, {"wf": {"1"}}, ["default"])
             ) is not None:
                 with lock:
                     taken.append(run.run_id)
@@ -425,12 +425,13 @@ def test_claim_next_oldest_first_routes_versions_and_queues(pg_url: str) -> None
         store.create_run(_new("new-v2", version="2"))
         clock.advance(1)
         store.create_run(_new("unserved", workflow="nope"))
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": "2"}, ["default"])
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"2"}}, ["default"])
         assert got is not None and got.run_id == "new-v2" and got.fencing_token == 1
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default"])
+        assert store.claim_next(owner(0), 30, 10, alive, {"wf": {None}}, ["default"]) is None
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default"])
         assert got is not None and got.run_id == "old-v1"
-        assert store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default"]) is None
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default", "q2"])
+        assert store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default"]) is None
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default", "q2"])
         assert got is not None and got.run_id == "other-queue"
     finally:
         store.close()
@@ -439,7 +440,7 @@ def test_claim_next_oldest_first_routes_versions_and_queues(pg_url: str) -> None
 def test_claim_next_expired_parked_and_dead_owner_runs(pg_url: str) -> None:
     clock = FakeClock()
     store = PostgresStore(pg_url, clock)
-    served: dict[str, str | None] = {"wf": None}
+    served: Served = {"wf": {"1"}}
     me = Owner("this-host", 1, "1")
     try:
         for run_id in ("expired", "parked", "dead"):
@@ -472,7 +473,7 @@ def test_queue_limit_holds_across_concurrent_workers(pg_url: str) -> None:
         def worker(i: int) -> None:
             barrier.wait()
             results.append(
-                store.claim_next(owner(i), 30, 10, alive, {"wf": None}, ["gpu"], {"gpu": 2})
+                store.claim_next(owner(i), 30, 10, alive, {"wf": {"1"}}, ["gpu"], {"gpu": 2})
             )
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]

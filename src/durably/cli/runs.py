@@ -39,6 +39,12 @@ def runs() -> None:
 @db_option
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
+@click.option("--version", "version", help="Only runs of this workflow version.")
+@click.option(
+    "--by-version",
+    is_flag=True,
+    help="Count unfinished runs per workflow version instead (drain old workers first).",
+)
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
     "--json",
@@ -46,15 +52,31 @@ def runs() -> None:
     is_flag=True,
     help='Print a JSON array instead of a table (an {"error": ...} object on failure).',
 )
-def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
+def runs_list(
+    db: str,
+    status: str | None,
+    workflow: str | None,
+    version: str | None,
+    by_version: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first (``--by-version``: unfinished runs per version)."""
     engine = open_engine(db, as_json)
     try:
-        rows = engine.store.list_runs(status=status, workflow=workflow, limit=limit)
+        if by_version:
+            counts = engine.store.runs_by_version()
+        else:
+            rows = engine.store.list_runs(
+                status=status, workflow=workflow, limit=limit, version=version
+            )
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
+    if by_version:
+        _print_by_version(counts, workflow, as_json)
+        return
     if as_json:
         click.echo(json_text([run_json(run) for run in rows]))
         return
@@ -78,6 +100,33 @@ def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_
             ts(run.updated_at),
         )
     _console().print(table)
+
+
+def _print_by_version(
+    counts: list[tuple[str, str | None, str, int]], workflow: str | None, as_json: bool
+) -> None:
+    """Unfinished runs per (workflow, version): a version with none left can lose its
+    workers."""
+    table: dict[tuple[str, str | None], dict[str, int]] = {}
+    for wf, version, status, n in counts:
+        if workflow is None or wf == workflow:
+            table.setdefault((wf, version), {})[status] = n
+    rows: list[dict[str, Any]] = [
+        {"workflow": wf, "version": v, "in_flight": sum(by.values()), "by_status": by}
+        for (wf, v), by in table.items()
+    ]
+    if as_json:
+        click.echo(json_text(rows))
+        return
+    from rich.table import Table
+
+    out = Table(title="unfinished runs per version" if rows else "no unfinished runs")
+    for col in ("workflow", "version", "in flight", "by status"):
+        out.add_column(col)
+    for row in rows:
+        by = ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items()))
+        out.add_row(term(row["workflow"]), term(row["version"] or "-"), str(row["in_flight"]), by)
+    _console().print(out)
 
 
 @runs.command("show")
@@ -112,7 +161,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
     console = _console()
     console.print(
         f"[bold]{term(run.run_id)}[/]  workflow={term(run.workflow)}"
-        f" version={term(run.version or '-')}  status={term(status_text(run))}"
+        f" version={term(run.version or '-')}"
+        f" prompt_version={term(run.prompt_version or '-')}  status={term(status_text(run))}"
         f"  starts={run.starts} token={run.fencing_token}"
         f"  incarnation={term(run.incarnation or '-')}"
     )

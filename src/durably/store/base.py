@@ -8,7 +8,7 @@ has raised the token, so two processes can never both drive one run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,6 +16,27 @@ from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
 
 __all__ = ["NewRun", "Owner", "Store"]
+
+
+Served = Mapping[str, Collection[str | None]]
+"""What a worker serves: workflow name -> the versions it registers (None: the
+registration without a version)."""
+
+
+def served_pairs(served: Served) -> list[tuple[str, str | None]]:
+    """``served`` as sorted (workflow, version) pairs, one per registration."""
+    return sorted(
+        ((name, v) for name, versions in served.items() for v in versions),
+        key=lambda p: (p[0], p[1] is not None, p[1] or ""),
+    )
+
+
+def served_json(served: Served) -> dict[str, list[str | None]]:
+    """``served`` as a JSON-ready object: name -> sorted versions (None first)."""
+    out: dict[str, list[str | None]] = {}
+    for name, version in served_pairs(served):
+        out.setdefault(name, []).append(version)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +79,19 @@ class Store(Protocol):
         ...
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered."""
+        ...
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        (workflow, version, status), ordered by them: what each version's workers must
+        still drive before they stop."""
         ...
 
     def claim(
@@ -85,12 +116,13 @@ class Store(Protocol):
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run of ``queues`` whose workflow is in ``served``
-        (workflow name -> version served, None for any), or return None. Runnable: queued;
+        (workflow name -> the versions registered, None for the registration without a
+        version; a run without a version goes to any of them), or return None. Runnable: queued;
         running with an expired lease, no owner or a dead owner; parked and due. A queue
         with ``queue_limits[q]`` runs already running across the fleet is skipped."""
         ...

@@ -59,7 +59,7 @@ from ..errors import (
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
-from .base import NewRun, Owner
+from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
     check_claimable,
     check_requeueable,
@@ -354,12 +354,21 @@ class PostgresStore:
         return _run(row) if row is not None else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit}
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def claim(
         self,
@@ -402,15 +411,16 @@ class PostgresStore:
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run a worker may take, or return None.
 
         Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the version this
-        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        parked with a due wake-up. ``served`` maps workflow names to the versions this
+        worker registers (None: the registration without a version); a run without a
+        version is served by any of them. ``queue_limits`` caps running runs per queue across all
         workers. Many workers claim at once without waiting on each other (``FOR UPDATE
         SKIP LOCKED``). Every filter is in the query; the owners of this host found dead
         in Python go in as a list.
@@ -418,10 +428,10 @@ class PostgresStore:
         now = self.clock.time()
         if not served or not queues:
             return None
-        names = sorted(served)
+        pairs = served_pairs(served)
         filters: dict[str, Any] = {
-            "workflows": names,
-            "versions": [served[n] for n in names],
+            "workflows": [name for name, _ in pairs],
+            "versions": [version for _, version in pairs],
             "now": now,
         }
 

@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
-from .base import NewRun, Owner
+from .base import NewRun, Owner, Served, served_json
 from .rules import (
     check_claimable,
     check_requeueable,
@@ -345,11 +345,19 @@ class SQLiteStore:
         return _run(rows[0]) if rows else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow, "limit": limit})
-        return [_run(r) for r in rows]
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        return [_run(r) for r in self._read(_Q["list_runs"], params)]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
 
     def claim(
         self,
@@ -378,15 +386,16 @@ class SQLiteStore:
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run a worker may take, or return None.
 
         Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the version this
-        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        parked with a due wake-up. ``served`` maps workflow names to the versions this
+        worker registers (None: the registration without a version); a run without a
+        version is served by any of them. ``queue_limits`` caps running runs per queue across all
         workers.
         """
         now = self.clock.time()
@@ -404,7 +413,7 @@ class SQLiteStore:
                 return None
             params = {
                 "queues": json.dumps(open_queues),
-                "served": json.dumps(served),
+                "served": json.dumps(served_json(served)),
                 "now": now,
                 "dead": dead,
             }

@@ -68,8 +68,17 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version NULLS FIRST, status;
 
 -- name: claim_run
 UPDATE runs
@@ -213,7 +222,9 @@ GROUP BY queue;
 
 -- name: next_runnable
 -- The oldest run this worker may take, filtered entirely here: its queue is open, its
--- workflow served (a NULL version served means any: versions route only when set), and
+-- workflow served (one (workflow, version) pair per registration, NULL for the one without
+-- a version; a run without a version is served by any registration of its name: versions
+-- route only when set), and
 -- it is queued, running with no owner, an expired lease or an owner in %(dead)s (this
 -- host's owners found dead in Python), or parked and due. The status term matches the
 -- partial index runs_claimable, so finished runs are never read. SKIP LOCKED lets many
@@ -227,7 +238,7 @@ FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue = ANY(%(queues)s::text[])
   AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
-              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
+              WHERE s.w = runs.workflow AND (runs.version IS NULL OR s.v = runs.version))
   AND (status = 'queued'
        OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s
                                    OR owner = ANY(%(dead)s::text[])))

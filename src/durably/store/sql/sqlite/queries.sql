@@ -21,8 +21,17 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
        created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:version IS NULL OR version = :version)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
 
 -- name: count_records
 SELECT count(*) FROM steps
@@ -139,8 +148,9 @@ GROUP BY queue;
 -- name: next_runnable
 -- The oldest run this worker may take, filtered entirely here (never a fixed window read
 -- and filtered in Python, where older unclaimable runs could hide every runnable one):
--- its queue is open, its workflow served (:served maps names to a version, or null for
--- any: versions route only when set), and it is queued, running with no owner, an
+-- its queue is open, its workflow served (:served maps names to the list of versions the
+-- worker registers; a run without a version is served by any registration of its name:
+-- versions route only when set), and it is queued, running with no owner, an
 -- expired lease or an owner in :dead (this host's owners found dead in Python), or parked
 -- and due. The status term matches the partial index runs_claimable, so finished runs
 -- are never read.
@@ -152,7 +162,10 @@ FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue IN (SELECT value FROM json_each(:queues))
   AND EXISTS (SELECT 1 FROM json_each(:served) AS s
-              WHERE s.key = runs.workflow AND (s.value IS NULL OR s.value = runs.version))
+              WHERE s.key = runs.workflow
+                AND (runs.version IS NULL
+                     OR EXISTS (SELECT 1 FROM json_each(s.value) AS v
+                                WHERE v.value = runs.version)))
   AND (status = 'queued'
        OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= :now
                                    OR owner IN (SELECT value FROM json_each(:dead))))
