@@ -251,3 +251,26 @@ def test_worker_checks_the_clock_again_periodically(
             finally:
                 worker.stop()
                 t.join(WAIT_S)
+
+
+def test_the_lock_session_is_named_apart_from_the_pool(pg_url: str) -> None:
+    # A script ending a pool's sessions by application_name (as an operator, or a test of
+    # dropped connections, does) must not end the lock session too: losing that one stops
+    # every run of the process.
+    import uuid
+
+    app = f"app-{uuid.uuid4().hex[:8]}"
+    with durably.Engine(f"{pg_url}&application_name={app}") as engine:
+        store = engine.store
+        assert isinstance(store, PostgresStore)
+        store.hold_owner(engine._owner_now())
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            names = {
+                row[0]
+                for row in admin.execute(
+                    "SELECT application_name FROM pg_stat_activity"
+                    " WHERE application_name LIKE %s",
+                    (f"{app}%",),
+                )
+            }
+        assert f"{app}-owner" in names

@@ -697,7 +697,7 @@ class PostgresStore:
 
     def hold_owner(self, owner: Owner) -> None:
         """Hold ``owner``'s session advisory lock on a connection of its own (named
-        ``durably-owner`` in pg_stat_activity) for as long as this process lives."""
+        ``<application_name>-owner``, by default ``durably-owner``, in pg_stat_activity) for as long as this process lives."""
         self._check_fork()
         text = str(owner)
         with self._owner_lock:
@@ -706,8 +706,12 @@ class PostgresStore:
                 return
             self._drop_owner_conn()
             kwargs = dict(self._conn_kwargs)
-            if kwargs.get("application_name") == "durably":
-                kwargs["application_name"] = "durably-owner"
+            # Its own name, so that operators (and scripts ending pool sessions) can tell
+            # the lock session, whose loss stops every run of this process, from the pool.
+            app = kwargs.get("application_name") or conninfo_to_dict(self.url).get(
+                "application_name", "durably"
+            )
+            kwargs["application_name"] = f"{str(app)[:57]}-owner"
             try:
                 conn = psycopg.connect(self.url, **kwargs)
                 conn.execute(_Q["hold_owner_lock"], {"owner": text})
