@@ -268,8 +268,7 @@ def test_the_lock_session_is_named_apart_from_the_pool(pg_url: str) -> None:
             names = {
                 row[0]
                 for row in admin.execute(
-                    "SELECT application_name FROM pg_stat_activity"
-                    " WHERE application_name LIKE %s",
+                    "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s",
                     (f"{app}%",),
                 )
             }

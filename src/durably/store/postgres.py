@@ -696,8 +696,9 @@ class PostgresStore:
     # -- liveness and time -----------------------------------------------------------
 
     def hold_owner(self, owner: Owner) -> None:
-        """Hold ``owner``'s session advisory lock on a connection of its own (named
-        ``<application_name>-owner``, by default ``durably-owner``, in pg_stat_activity) for as long as this process lives."""
+        """Hold ``owner``'s session advisory lock on a connection of its own for as long as
+        this process lives; pg_stat_activity names it ``<application_name>-owner`` (by
+        default ``durably-owner``)."""
         self._check_fork()
         text = str(owner)
         with self._owner_lock:
