@@ -38,8 +38,14 @@ def test_an_unmigrated_database_is_refused_and_left_unchanged(bare_db_url: str) 
 
 
 def test_a_newer_schema_is_refused(db_url: str) -> None:
-    with Outbox(db_url).transaction() as conn:
-        conn.execute("UPDATE durably_idempotency_meta SET value = '99'")
+    outbox = Outbox(db_url)
+    try:
+        with outbox.transaction() as conn:
+            conn.execute("UPDATE durably_idempotency_meta SET value = '99'")
+    finally:
+        # An unclosed pool is collected later, maybe on its own worker thread, which
+        # then warns "cannot join current thread" in whatever test runs at that moment.
+        outbox.close()
     with pytest.raises(SchemaTooNew, match="upgrade durably"):
         IdempotencyStore(db_url)
 
