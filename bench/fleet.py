@@ -6,8 +6,8 @@
 - Failover: a worker drives a run whose steps tick every 50 ms; it is SIGKILLed; the time
   until the run's next live step on another worker is measured twice: with the victim on
   this host (its pid is provably gone: taken over at once) and posing as another host
-  (``DURABLY_HOST``: only the lease's expiry frees the run, so the figure is bounded by
-  ``lease_s``).
+  (``DURABLY_MACHINE_ID``: only the lease's expiry frees the run, so the figure is bounded
+  by ``lease_s``).
 
 Run: ``python bench/fleet.py [--db URL] [--runs N] [--lease-s S]``.
 """
@@ -33,7 +33,7 @@ from pg_step_overhead import throwaway_schema  # noqa: E402
 def spawn(url: str, lease_s: float, host: str | None = None) -> subprocess.Popen[bytes]:
     env = {**os.environ, "DURABLY_URL": url, "FLEET_LEASE_S": str(lease_s), "PYTHONPATH": str(HERE)}
     if host:
-        env["DURABLY_HOST"] = host
+        env["DURABLY_MACHINE_ID"] = host
     return subprocess.Popen(
         [
             sys.executable,

@@ -1,7 +1,7 @@
 """An agent that opens tickets in a service it calls over HTTP, with its step keys.
 
-The ticket step sends durably's idempotency key (``"<run_id>:<position>"``) as the
-``Idempotency-Key`` header. The service (examples/ticketing_service.py, protected by
+The ticket step sends durably's idempotency key (``"<run_id>:<incarnation>:<position>"``)
+as the ``Idempotency-Key`` header. The service (examples/ticketing_service.py, protected by
 ``durably.idempotency.IdempotencyMiddleware``) stores its first response per key, so a
 crash after the ticket was made but before durably recorded it costs nothing: the resumed
 step sends the same key and gets the same ticket back, marked ``Idempotent-Replayed``.

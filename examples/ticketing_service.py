@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from durably.idempotency import IdempotencyMiddleware, IdempotencyStore
+from durably.idempotency import IdempotencyMiddleware, IdempotencyStore, migrate
 
 PRIORITIES = ("low", "normal", "high")
 TITLE_CHARS_MAX = 200
@@ -128,7 +128,9 @@ def create_app(
             Route("/healthz", health, methods=["GET"]),
         ]
     )
-    return IdempotencyMiddleware(app, store=store, require_key=require_key)
+    # One tenant: every caller of this demo is the same party. A service with several
+    # clients passes scope_of= (the authenticated client) instead; see docs/idempotency.md.
+    return IdempotencyMiddleware(app, store=store, single_tenant=True, require_key=require_key)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args(argv)
+    # The demo creates its tables itself; a deploy runs `durably migrate --idempotency
+    # --db URL` once as the owner role, and the service runs with row privileges only.
+    migrate(args.idempotency_db)
     store = IdempotencyStore(args.idempotency_db)
     try:
         uvicorn.run(create_app(args.db, store), host=args.host, port=args.port)

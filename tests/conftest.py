@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,12 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     yield f"{pg_server_url}{sep}options=-csearch_path%3D{schema}"
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty journal of each kind: a SQLite file, a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'journal.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
-from .engine import Engine, Workflow
+from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalMismatch,
     BudgetExceeded,
@@ -35,7 +35,9 @@ from .errors import (
     StepFailed,
     StepTimeout,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
+    StoreUnavailable,
     WorkflowFailed,
     WorkflowNotRegistered,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "DurablyError",
     "Engine",
     "FakeClock",
+    "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
@@ -72,7 +75,9 @@ __all__ = [
     "StepFailed",
     "StepTimeout",
     "StoreBusy",
+    "StoreDiskFull",
     "StoreError",
+    "StoreUnavailable",
     "SystemClock",
     "Workflow",
     "WorkflowFailed",

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Protocol
 
+from ._fork import reset_after_fork
+
 
 class Clock(Protocol):
     """Wall-clock seconds since the epoch, and a way to wait."""
@@ -42,6 +44,11 @@ class FakeClock:
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._now = start
+        self._lock = threading.Lock()
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock: a parent thread may have been reading the time at the fork."""
         self._lock = threading.Lock()
 
     def time(self) -> float:

@@ -23,6 +23,7 @@ import math
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -119,7 +120,9 @@ def to_json(value: Any, where: str = "value") -> Any:
         return {f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(type(value), "model_validate"):  # a pydantic v2 model
-        return dump(mode="json")
+        # Through to_json again: model_dump knows nothing of this codec's tags, so a field
+        # or dict key such as "$bytes" must be escaped here or it would decode as a tag.
+        return to_json(dump(mode="json"), where)
     raise SerializationError(
         f"{where}: cannot encode a value of type {type(value).__module__}."
         f"{type(value).__qualname__} to JSON. Return and pass plain data (dict, list, str,"
@@ -156,9 +159,41 @@ _DECODER = json.JSONDecoder(object_hook=_object_hook)
 _PLAIN_DECODER = json.JSONDecoder()
 
 
-def dumps(value: Any, where: str = "value") -> str:
-    """Encode ``value`` as canonical JSON text."""
-    return canonical(to_json(value, where))
+def dumps(value: Any, where: str = "value", bytes_max: int | None = None) -> str:
+    """Encode ``value`` as canonical JSON text.
+
+    Every failure is a :class:`SerializationError` naming ``where``: a type JSON lacks, an
+    int beyond Python's digit limit, nesting deeper than the recursion limit, a lone UTF-16
+    surrogate (a model stream cut mid-character: the text cannot be stored as UTF-8), or
+    text longer than ``bytes_max`` UTF-8 bytes.
+    """
+    try:
+        text = canonical(to_json(value, where))
+    except SerializationError:
+        raise
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        raise SerializationError(
+            f"{where}: cannot encode it to JSON ({type(exc).__name__}: {str(exc)[:200]});"
+            " return plain data of bounded size and depth (a huge int as a str)"
+        ) from None
+    if not text.isascii():
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise SerializationError(
+                f"{where}: the text holds a lone UTF-16 surrogate at character {exc.start}"
+                " (a model stream cut mid-character?), which cannot be stored; clean it,"
+                " e.g. text.encode('utf-8', 'replace').decode()"
+            ) from None
+    else:
+        size = len(text)
+    if bytes_max is not None and size > bytes_max:
+        raise SerializationError(
+            f"{where}: {size:,} bytes of JSON, more than the {bytes_max:,} a journal record"
+            " holds; keep large data outside the journal (a file or blob store) and return a"
+            " reference to it (its path, URL or hash)"
+        )
+    return text
 
 
 def canonical(data: Any) -> str:
@@ -167,12 +202,25 @@ def canonical(data: Any) -> str:
 
 
 def loads(text: str, hint: Any = None) -> Any:
-    """Decode JSON text written by :func:`dumps`, rebuilding types from ``hint``."""
-    # Tags always start with '"$'; text without it needs no object hook (much faster).
-    value = _DECODER.decode(text) if '"$' in text else _PLAIN_DECODER.decode(text)
-    if hint is None or hint is Any:
-        return value
-    return coerce(value, hint)
+    """Decode JSON text written by :func:`dumps`, rebuilding types from ``hint``.
+
+    Every failure is a :class:`SerializationError`: text that is not JSON, a bad tagged
+    value, an int beyond the digit limit, nesting past the recursion limit, or data that
+    does not fit ``hint``. A journal row is data from outside, so none of these may escape
+    as an ordinary exception (a workflow would take it for its own).
+    """
+    try:
+        # Tags always start with '"$'; text without it needs no object hook (much faster).
+        value = _DECODER.decode(text) if '"$' in text else _PLAIN_DECODER.decode(text)
+        if hint is None or hint is Any:
+            return value
+        return coerce(value, hint)
+    except SerializationError:
+        raise
+    except (ValueError, TypeError, KeyError, RecursionError, OverflowError, AttributeError) as exc:
+        raise SerializationError(
+            f"cannot decode a recorded value ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
 
 
 def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:
@@ -187,8 +235,18 @@ def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any])
     except SerializationError:
         _name_bad_argument(name, args, kwargs)  # the slow path says which argument
         raise
-    text = f"{CODEC_VERSION}:{canonical(data)}"
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except RecursionError as exc:  # nesting deeper than Python's recursion limit
+        raise SerializationError(
+            f"step {name!r}: an argument is nested too deeply to encode ({exc}); pass flatter data"
+        ) from None
+    try:
+        text = f"{CODEC_VERSION}:{canonical(data)}"
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    except (ValueError, TypeError, RecursionError, OverflowError) as exc:
+        raise SerializationError(
+            f"step {name!r}: cannot encode its arguments to JSON ({type(exc).__name__}:"
+            f" {str(exc)[:200]}); pass plain data of bounded size and depth, valid UTF-8"
+        ) from None
 
 
 def _name_bad_argument(
@@ -288,18 +346,27 @@ def _field_in_init(cls: type, name: str) -> bool:
     return any(f.name == name and f.init for f in dataclasses.fields(cls))
 
 
-_HINTS_CACHE: dict[Any, dict[str, Any]] = {}
+# Weak keys: step functions may be fresh closures on every call, and a long-lived worker
+# must not keep each one alive through this cache.
+_HINTS_CACHE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 def _type_hints(obj: Any) -> dict[str, Any]:
-    cached = _HINTS_CACHE.get(obj)
+    try:
+        cached = _HINTS_CACHE.get(obj)
+    except TypeError:  # not weakly referenceable: resolve every time
+        return _resolve_hints(obj)
     if cached is None:
-        try:
-            cached = typing.get_type_hints(obj, include_extras=True)
-        except Exception:  # unresolvable annotations: fall back to plain data
-            cached = {}
+        cached = _resolve_hints(obj)
         _HINTS_CACHE[obj] = cached
     return cached
+
+
+def _resolve_hints(obj: Any) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception:  # unresolvable annotations: fall back to plain data
+        return {}
 
 
 def return_hint(fn: Callable[..., Any]) -> Any:

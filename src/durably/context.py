@@ -11,18 +11,20 @@ resume time (import to first live step) is a target.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import inspect
-import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
+from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
 from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
-from .errors import ConfigError, StepTimeout
+from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
+from .store import retry
 from .store.base import Store
 
 if TYPE_CHECKING:
@@ -32,16 +34,77 @@ T = TypeVar("T")
 
 
 class Executor:
-    """Carries out a core's operations against a store and a clock."""
+    """Carries out a core's operations against a store and a clock.
 
-    def __init__(self, core: RunCore, store: Store, clock: Clock) -> None:
+    ``store_retry_s`` bounds (in waits summed) the retrying of a transient store error.
+    """
+
+    def __init__(
+        self,
+        core: RunCore,
+        store: Store,
+        clock: Clock,
+        store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
+        lease_s: float | None = None,
+    ) -> None:
         self.core = core
         self.store = store
         self.clock = clock
+        self.store_retry_s = store_retry_s
+        self.lease_s = lease_s
 
-    def write(self, op: Write) -> None:
-        """Append records, fenced by the core's token."""
-        self.store.append(self.core.run_id, self.core.token, op.records)
+    def refresh_lease(self) -> None:
+        """After a wait on the clock (a retry's backoff), renew the lease now if its
+        deadline is near or past: on an injected clock the heartbeat thread (which runs on
+        real time) cannot keep up with a long backoff. The renewal is fenced, so it
+        succeeds only if no one claimed the run meanwhile; refused, the lease-lost stop is
+        latched. On the real clock the heartbeat has renewed already and this does no
+        I/O."""
+        core = self.core
+        if self.lease_s is None or core.lease_deadline is None or core.stopped is not None:
+            return
+        asked_at = self.clock.time()
+        if asked_at < core.lease_deadline - self.lease_s / 2:
+            return
+        try:
+            renewed = self.store.renew(core.run_id, core.token, self.lease_s)
+        except StoreError:
+            return  # the deadline check before the next attempt decides
+        if renewed:
+            core.lease_deadline = asked_at + self.lease_s
+        else:
+            core.lease_lost = True
+
+    def write(self, op: Write) -> Generator[float, None, None]:
+        """Append records, fenced by the core's token; yields the pauses to wait between
+        attempts after a transient store error.
+
+        A store error never reaches the workflow as an ordinary exception: a refused
+        append (another owner) or a store that still fails after the retries latches a stop
+        in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
+        recording call stops too, whatever the workflow catches.
+        """
+        core = self.core
+        with recording(core):
+            yield from retry.attempts(
+                lambda: self.store.append(core.run_id, core.token, op.records), self.store_retry_s
+            )
+
+
+@contextlib.contextmanager
+def recording(core: RunCore) -> Iterator[None]:
+    """Around a store call that records for ``core``: a refused write (``LeaseLost``) or a
+    ``StoreError`` is latched in the core as its stop signal and raised as that signal
+    (a BaseException), never as an ordinary exception the workflow could catch."""
+    try:
+        yield
+    except LeaseLost as exc:
+        core.latch(exc)
+        raise
+    except StoreError as exc:
+        stop = StoreFailed(exc)
+        core.latch(stop)
+        raise stop from exc
 
 
 def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
@@ -56,10 +119,12 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             if isinstance(op, Call):
                 reply = _call_sync(op)
             elif isinstance(op, Write):
-                ex.write(op)
+                for pause in ex.write(op):
+                    ex.clock.sleep(pause)
                 reply = None
             else:
                 ex.clock.sleep(op.seconds)
+                ex.refresh_lease()
                 reply = None
         except BaseException:
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
@@ -78,10 +143,13 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             if isinstance(op, Call):
                 reply = await _call_async(op)
             elif isinstance(op, Write):
-                ex.write(op)  # one short fenced commit; a thread hop costs more than it saves
+                # One short fenced commit; a thread hop would cost more than it saves.
+                for pause in ex.write(op):
+                    await _wait_async(ex.clock, Wait(pause))
                 reply = None
             else:
                 await _wait_async(ex.clock, op)
+                ex.refresh_lease()
                 reply = None
         except BaseException:  # cancelled (a failed gather, a timeout), a store error
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
@@ -219,9 +287,15 @@ class _StepThreads:
     and an attempt stuck past its timeout must not keep the process from exiting)."""
 
     def __init__(self, threads_max: int) -> None:
+        self.threads_max = threads_max
+        self._after_fork_in_child()
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        # A forked child has none of the parent's threads (nor their queued attempts): it
+        # starts its own, with fresh locks (a parent thread may have held one at the fork).
         import queue
 
-        self.threads_max = threads_max
         self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
         self._lock = threading.Lock()
@@ -247,25 +321,15 @@ class _StepThreads:
 
 
 _POOL: list[_StepThreads] = []
-_POOL_LOCK = threading.Lock()
 
 
 def _step_threads() -> _StepThreads:
     if not _POOL:
-        with _POOL_LOCK:
-            if not _POOL:
-                _POOL.append(_StepThreads(SYNC_STEP_THREADS_MAX))
+        # No lock (a child forked while another thread held one would wait forever): two
+        # threads racing here may each build a pool, and all use the first (no thread runs
+        # until a job is submitted, so the spare one costs nothing).
+        _POOL.append(_StepThreads(SYNC_STEP_THREADS_MAX))
     return _POOL[0]
-
-
-def _forget_pool_in_child() -> None:
-    # A forked child has none of the parent's threads: it starts its own pool.
-    global _POOL_LOCK
-    _POOL.clear()
-    _POOL_LOCK = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 async def _wait_async(clock: Clock, op: Wait) -> None:
@@ -296,10 +360,10 @@ class Context:
 
         The step's identity is its position, ``name`` and the digest of its inputs; a
         mismatch on replay raises ``NonDeterminism``. A function with an
-        ``idempotency_key`` parameter receives ``"<run_id>:<position>"``, the same on every
-        retry and after every crash; one with a ``fencing_token`` parameter receives the
-        run's current fencing token. A final failure raises ``StepFailed``, live and on
-        replay alike.
+        ``idempotency_key`` parameter receives ``"<run_id>:<incarnation>:<position>"``, the
+        same on every retry and after every crash; one with a ``fencing_token`` parameter
+        receives the run's current fencing token. A final failure raises ``StepFailed``,
+        live and on replay alike.
         """
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
@@ -315,6 +379,19 @@ class Context:
     def uuid(self) -> uuid.UUID:
         """A random UUID, recorded."""
         return self._core.uuid()
+
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the code path of change ``change_id``: True for a run
+        that reaches this point after the change shipped (a marker is recorded, taking a
+        position), False for a run whose history was recorded by the code before it (it
+        goes on the old path; nothing is consumed). Wrap an inserted or changed step in
+        ``if ctx.patched("id"):`` so that in-flight runs replay."""
+        return self._core.patched(change_id)
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Once no run on the old path remains, replace ``ctx.patched(change_id)`` with
+        this: it consumes the marker runs recorded, records nothing, returns None."""
+        self._core.deprecate_patch(change_id)
 
 
 class AsyncContext:
@@ -359,6 +436,16 @@ class AsyncContext:
     def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
         """A random UUID, recorded: ``await ctx.uuid()``."""
         return _ValueCall(self._core, "uuid", self._core.uuid)
+
+    async def patched(self, change_id: str) -> bool:
+        """Whether this run takes change ``change_id``'s path (see
+        :meth:`Context.patched`)."""
+        return self._core.patched(change_id)
+
+    async def deprecate_patch(self, change_id: str) -> None:
+        """Consume a recorded marker of ``change_id``, never record (see
+        :meth:`Context.deprecate_patch`)."""
+        self._core.deprecate_patch(change_id)
 
     async def gather(self, *branches: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Run branches concurrently with positions that do not depend on timing.
@@ -405,7 +492,12 @@ class AsyncContext:
     async def _branch(self, prefix: str, aw: Awaitable[T]) -> T:
         # Runs inside its own task, whose context is a copy: the scope set here is seen
         # only by this branch's steps.
-        SCOPE.set(Scope(self._core, prefix))
+        try:
+            scope = Scope(self._core, prefix)
+        except BaseException:
+            _dispose((aw,))  # never started: close it, or Python warns it was never awaited
+            raise
+        SCOPE.set(scope)
         result: T = await aw
         return result
 

@@ -23,20 +23,30 @@ from .errors import (
     LeaseLost,
     NonDeterminism,
     Parked,
+    ReplayEnd,
     SerializationError,
     StepFailed,
+    Unwind,
 )
 from .history import (
+    ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
+    GATHER_DEPTH_MAX,
     INTENT,
     NOW,
     OK,
+    PATCHED,
     RANDOM,
+    SCOPE_POSITIONS_MAX,
     STEP,
+    STEP_OUTPUT_BYTES_MAX,
     UUID,
     StepRecord,
+    check_name,
+    describe_error,
     idempotency_key,
+    storable_text,
 )
 from .steps import StepSignature, Usage, signature_of
 
@@ -121,18 +131,43 @@ class Scope:
     __slots__ = ("busy", "core", "next", "prefix")
 
     def __init__(self, core: RunCore, prefix: str) -> None:
+        # Bounded nesting and bounded numbers keep every key within KEY_CHARS_MAX.
+        numbers = prefix.split(".")[:-1]
+        if len(numbers) > 2 * GATHER_DEPTH_MAX:
+            raise core.poison(
+                ConfigError(
+                    f"ctx.gather nested {len(numbers) // 2} deep (at {prefix[:-1]}): at most"
+                    f" {GATHER_DEPTH_MAX} levels keep idempotency keys within the receiving"
+                    " side's 255 characters; flatten the inner gathers"
+                )
+            )
+        if any(int(n) >= SCOPE_POSITIONS_MAX for n in numbers):
+            raise core.poison(_too_many(prefix[:-1]))
         self.core = core
         self.prefix = prefix
         self.next = 0
         self.busy: str | None = None
 
+    def peek(self) -> str:
+        """The position :meth:`take` would hand out next, without consuming it."""
+        return f"{self.prefix}{self.next}"
+
     def take(self) -> str:
         """The next position of this scope."""
         if self.busy is not None:
             raise self.core.poison(ConfigError(_concurrent_use(self, self.busy)))
+        if self.next >= SCOPE_POSITIONS_MAX:
+            raise self.core.poison(_too_many(f"{self.prefix}{self.next}"))
         pos = f"{self.prefix}{self.next}"
         self.next += 1
         return pos
+
+
+def _too_many(position: str) -> ConfigError:
+    return ConfigError(
+        f"position {position}: more than {SCOPE_POSITIONS_MAX:,} recording calls (or gather"
+        " branches) in one scope; split the work into several runs, or use fewer branches"
+    )
 
 
 SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
@@ -141,9 +176,11 @@ SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_sc
 def type_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
     cls = type(exc)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    # Class names are the program's, but a generated one may hold anything: it is stored.
+    return storable_text(name, ERROR_MESSAGE_CHARS_MAX)
 
 
 class RunCore:
@@ -164,8 +201,11 @@ class RunCore:
         self.root = Scope(self, "")
         self.fault_hook = fault_hook
         self.poisoned: DurablyError | None = None
-        self.lease_lost = False
+        self.stopped: Unwind | None = None
+        self.lease_deadline: float | None = None
         self.token = 0
+        # The run's incarnation, part of every key (None for runs from before keys had one).
+        self.incarnation: str | None = None
         self.in_doubt: str | None = None
         # Prefixes (``"4."``) of gathers that ended in failure in this attempt: their
         # branches may stop earlier on replay than live, so what they recorded and this
@@ -175,6 +215,8 @@ class RunCore:
         # it; it blocks the run at the next recording call or when the workflow returns.
         self.dropped: str | None = None
         self._legacy_gathers: frozenset[str] | None = None
+        # Set by ``durably replay --check``: the first live action stops the replay.
+        self.checking = False
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -189,6 +231,12 @@ class RunCore:
         """Consume the next position of the current scope."""
         return self.scope().take()
 
+    def live(self, pos: str) -> None:
+        """Called where the run would go on live (nothing recorded at ``pos``): under
+        ``replay --check`` the run's recorded history ends here, so the replay stops."""
+        if self.checking:
+            raise self.latch(ReplayEnd(pos))
+
     def poison(self, exc: DurablyError) -> DurablyError:
         """Remember a determinism or encoding error: the run ends ``blocked`` even if the
         workflow catches it, and every later call raises it again."""
@@ -196,12 +244,43 @@ class RunCore:
             self.poisoned = exc
         return exc
 
+    def latch(self, signal: Unwind) -> Unwind:
+        """Latch a stop signal (lease lost, parked, in doubt, store failure, cancelled):
+        every later recording call raises it again, so nothing the workflow catches (a
+        bare ``except:``, ``gather(..., return_exceptions=True)``) can go on with live
+        work. The first signal latched wins; it is returned for ``raise``."""
+        if self.stopped is None:
+            self.stopped = signal
+        return self.stopped
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the run's lease is known lost (a refused renewal or append, a passed
+        deadline, or the engine giving the run back)."""
+        return isinstance(self.stopped, LeaseLost)
+
+    @lease_lost.setter
+    def lease_lost(self, lost: bool) -> None:
+        if lost:
+            self.latch(LeaseLost(self.run_id, self.token))
+
     def guard(self) -> None:
-        """Refuse to go on after poisoning or after the lease was lost."""
+        """Refuse to go on after poisoning, after a stop signal, or past the lease deadline.
+
+        The deadline check is local (no I/O): a process stopped past its lease (SIGSTOP, a
+        long pause) may have been replaced by another owner, so it never starts another
+        step on its own say-so.
+        """
         if self.poisoned is not None:
             raise self.poisoned
-        if self.lease_lost:
-            raise LeaseLost(self.run_id, self.token)
+        if self.stopped is None and self.lease_deadline is not None:
+            now = self.clock.time()
+            if now >= self.lease_deadline:
+                late = f"was past its lease deadline by {now - self.lease_deadline:.1f} s"
+                self.latch(LeaseLost(self.run_id, self.token, late))
+        if self.stopped is not None:
+            # A fresh traceback each time: the same signal may be raised many times.
+            raise self.stopped.with_traceback(None)
 
     def recorded(self, pos: str, kind: str, name: str, digest: str) -> StepRecord | None:
         """The record at ``pos`` after checking it matches what the code asks for."""
@@ -251,7 +330,7 @@ class RunCore:
         the facts of the step it was called for."""
         if self.fault_hook is not None:
             info = StepInfo(
-                idempotency_key(self.run_id, pos),
+                idempotency_key(self.run_id, self.incarnation, pos),
                 sig.takes_key,
                 sig.options.effect,
                 sig.options.reconcile is not None,
@@ -276,14 +355,21 @@ class RunCore:
         name = f"durably.{kind}"
         digest = _KIND_DIGESTS[kind]
         rec = self.recorded(pos, kind, name, digest)
-        if rec is not None and rec.output is not None:
-            return codec.loads(rec.output)
-        text = codec.dumps(produce(), name)
+        try:
+            if rec is not None and rec.output is not None:
+                return codec.loads(rec.output)
+            self.live(pos)
+            text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
+            value = codec.loads(text)
+        except SerializationError as exc:
+            raise self.poison(
+                SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
+            ) from None
         now = self.clock.time()
         self.pending.append(
             StepRecord(pos, kind, name, digest, OK, text, started_at=now, finished_at=now)
         )
-        return codec.loads(text)
+        return value
 
     def now(self) -> dt.datetime:
         """The recorded current time, UTC."""
@@ -328,6 +414,7 @@ class RunCore:
             if rec.kind != GATHER or rec.digest != digest:
                 raise self.poison(NonDeterminism(_gather_mismatch(pos, rec, shape)))
         elif pos not in self._legacy():
+            self.live(pos)  # a new gather marker: under replay --check, history ends here
             text = codec.dumps(shape, f"gather {pos}")
             now = self.clock.time()
             self.pending.append(
@@ -355,6 +442,58 @@ class RunCore:
             self._legacy_gathers = frozenset(parents - set(self.history))
         return self._legacy_gathers
 
+    # -- patch markers ------------------------------------------------------------------
+
+    def patched(self, change_id: str) -> bool:
+        """``ctx.patched(change_id)`` at the next position p: a marker for this id recorded
+        at p is consumed (True); anything else recorded at p or later in this scope or an
+        enclosing one means the run started before the change (False, nothing consumed);
+        nothing recorded: the marker is recorded (True), riding with the next write."""
+        self.guard()
+        self._check_change_id(change_id, "ctx.patched")
+        scope = self.scope()
+        pos = scope.peek()
+        rec = self.history.get(pos)
+        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
+            self.consumed.add(scope.take())
+            return True
+        if rec is not None or self._recorded_after(pos):
+            return False
+        self.live(pos)
+        pos = scope.take()
+        now = self.clock.time()
+        digest = _patch_digest(change_id)
+        self.pending.append(
+            StepRecord(pos, PATCHED, change_id, digest, OK, "true", started_at=now, finished_at=now)
+        )
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``ctx.deprecate_patch(change_id)``: consume a marker for this id recorded at the
+        next position, if one is there (a run that took the patched path); never record."""
+        self.guard()
+        self._check_change_id(change_id, "ctx.deprecate_patch")
+        scope = self.scope()
+        rec = self.history.get(scope.peek())
+        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
+            self.consumed.add(scope.take())
+
+    def _check_change_id(self, change_id: object, where: str) -> None:
+        if not isinstance(change_id, str) or not change_id:
+            raise self.poison(
+                ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
+            )
+        try:
+            check_name(change_id, f"{where}: the change id")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+
+    def _recorded_after(self, pos: str) -> bool:
+        """Whether anything is recorded at a position after ``pos`` in its scope or in an
+        enclosing one (positions of sibling gather branches do not count)."""
+        here = _pos_key(pos)
+        return any(_later(_pos_key(q), here) for q in self.history)
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
@@ -371,6 +510,10 @@ class RunCore:
             )
         if not callable(fn):
             raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+        try:
+            check_name(name, "ctx.step: the step name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
         sig = signature_of(fn)
         scope = self.scope()
         pos = scope.take()
@@ -383,6 +526,7 @@ class RunCore:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+        self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
         # Live from here on, and the driver may run other code meanwhile: the scope is
         # busy until this step is recorded (a replayed step never yields, so it never is).
         scope.busy = f"step {pos} {name!r}"
@@ -403,25 +547,31 @@ class RunCore:
         rec: StepRecord | None,
     ) -> Generator[Op, Any, Any]:
         """Execute a step that has no result recorded (``rec`` is its intent, if any)."""
-        key = idempotency_key(self.run_id, pos)
+        key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
             call_kwargs["idempotency_key"] = key
         if sig.takes_token:
             call_kwargs["fencing_token"] = self.token
         started = self.clock.time()
+        # Executions started before a crash (counted by the intent): they are attempts too.
+        crashed = 0 if rec is None else rec.attempts
         if rec is not None:  # an intent without a result: the effect is in doubt
             reconciled = yield from self._doubt(pos, name, digest, key, sig, started, rec)
             if reconciled is not NOT_DONE:
                 return reconciled
         self.fault(pos, name, "before", sig)
         pending = self.take_pending()
-        if sig.options.effect and rec is None:
-            pending.append(StepRecord(pos, STEP, name, digest, INTENT, started_at=started))
+        if sig.options.effect:
+            # A re-execution rewrites the intent with one more execution started.
+            intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
+            pending.append(intent.replace(started_at=started))
         if pending:
             yield Write(pending)
         return (
-            yield from self._attempts(pos, name, digest, key, fn, args, call_kwargs, sig, started)
+            yield from self._attempts(
+                pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed
+            )
         )
 
     def _doubt(
@@ -444,11 +594,11 @@ class RunCore:
                     f"step {pos} {name!r}: reconcile({key!r}) raised"
                     f" {type_name(out.error)}: {out.error}"
                 )
-                raise Parked("in_doubt", None)
+                raise self.latch(Parked("in_doubt", None))
             if out.value is not NOT_DONE:
                 return (
                     yield from self._record_ok(
-                        pos, name, digest, out.value, sig, 1, started, out.usage
+                        pos, name, digest, out.value, sig, intent.attempts, started, out.usage
                     )
                 )
             return NOT_DONE
@@ -462,7 +612,7 @@ class RunCore:
                 f" system, then `durably retry {self.run_id}` or `durably skip"
                 f" {self.run_id} --output JSON`."
             )
-            raise Parked("in_doubt", None)
+            raise self.latch(Parked("in_doubt", None))
         if sig.takes_key or opts.on_doubt == "retry":
             return NOT_DONE
         self.in_doubt = (
@@ -472,7 +622,7 @@ class RunCore:
             f" {self.run_id}` to run it again or `durably skip {self.run_id} --output JSON`"
             " to record what it returned."
         )
-        raise Parked("in_doubt", None)
+        raise self.latch(Parked("in_doubt", None))
 
     def _attempts(
         self,
@@ -485,17 +635,20 @@ class RunCore:
         kwargs: dict[str, Any],
         sig: StepSignature,
         started: float,
+        crashed: int = 0,
     ) -> Generator[Op, Any, Any]:
         opts = sig.options
         attempt = 0
+        spent = Usage()  # failed attempts' spend is real spend: it adds up
         while True:
             attempt += 1
             self.guard()
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
+            _add_usage(spent, out.usage)
             if out.error is None:
                 return (
                     yield from self._record_ok(
-                        pos, name, digest, out.value, sig, attempt, started, out.usage
+                        pos, name, digest, out.value, sig, crashed + attempt, started, spent
                     )
                 )
             exc = out.error
@@ -511,11 +664,11 @@ class RunCore:
                 FAILED,
                 None,
                 type_name(exc),
-                str(exc)[:10_000],
-                attempt,
+                storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+                crashed + attempt,
                 started,
                 now,
-                *_usage_cols(out.usage),
+                *_usage_cols(spent),
             )
             self.fault(pos, name, "effect", sig)
             yield Write([*self.take_pending(), rec])
@@ -534,9 +687,14 @@ class RunCore:
         usage: Usage,
     ) -> Generator[Op, Any, Any]:
         try:
-            text = codec.dumps(value, f"step {pos} {name!r} output")
+            text = codec.dumps(value, f"step {pos} {name!r} output", STEP_OUTPUT_BYTES_MAX)
         except SerializationError as exc:
-            raise self.poison(exc) from None
+            raise self.poison(
+                SerializationError(
+                    f"{exc}. The run is blocked: change the step to return storable data,"
+                    " then resume it"
+                )
+            ) from None
         self.fault(pos, name, "effect", sig)
         rec = StepRecord(
             pos,
@@ -557,6 +715,13 @@ class RunCore:
         return _decode(self, text, sig, pos, name)
 
 
+def _add_usage(total: Usage, more: Usage) -> None:
+    if more.reported:
+        total.tokens += more.tokens
+        total.cost_usd += more.cost_usd
+        total.reported = True
+
+
 def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
     if not usage.reported:
         return None, None
@@ -566,12 +731,12 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         return codec.loads(text or "null", sig.return_hint)
-    except (TypeError, ValueError, KeyError) as exc:
+    except SerializationError as exc:
         raise core.poison(
             SerializationError(
-                f"step {pos} {name!r}: the recorded output does not fit the return annotation"
-                f" {sig.return_hint!r} ({exc}); the run is blocked until the annotation matches"
-                " what was recorded"
+                f"step {pos} {name!r}: the recorded output cannot be decoded as the return"
+                f" annotation {sig.return_hint!r} ({exc}); the run is blocked until the"
+                " annotation matches what was recorded (or the row is repaired)"
             )
         ) from exc
 
@@ -614,5 +779,29 @@ def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
 
 
+def _later(q: tuple[int, ...], p: tuple[int, ...]) -> bool:
+    """Whether position ``q`` comes at or after ``p`` in p's scope or an enclosing one.
+
+    Positions alternate: scope index, branch, scope index, ... At each enclosing level
+    (even index j) a larger index is later; an equal index with the same branch goes one
+    level deeper; another branch is a sibling, which does not count."""
+    for j in range(0, len(p), 2):
+        if j >= len(q):
+            return False  # an enclosing gather's own marker: before p
+        if q[j] != p[j]:
+            return q[j] > p[j]
+        if j + 1 == len(p):
+            return True  # p itself, or a position nested under it
+        if j + 1 >= len(q) or q[j + 1] != p[j + 1]:
+            return False  # the gather's marker, or a sibling branch
+    return False
+
+
+def _patch_digest(change_id: str) -> str:
+    return codec.digest("durably.patched", [change_id], {})
+
+
 GATHER_NAME = "durably.gather"
+
+
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

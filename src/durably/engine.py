@@ -9,18 +9,22 @@ transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
+import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from . import codec
+from . import codec, reopen
+from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, Executor
+from .context import AsyncContext, Context, Executor, recording
 from .core import FaultHook, RunCore, type_name
 from .errors import (
     Cancelled,
@@ -32,9 +36,13 @@ from .errors import (
     RunConflict,
     RunFinished,
     RunInDoubt,
+    RunLeased,
     RunNotFound,
     RunQuarantined,
+    SerializationError,
     StaleLease,
+    StoreError,
+    StoreFailed,
     WorkflowFailed,
     WorkflowNotRegistered,
 )
@@ -42,20 +50,45 @@ from .history import (
     BLOCKED,
     CANCELLED,
     COMPLETED,
+    ERROR_MESSAGE_CHARS_MAX,
     FAILED_RUN,
     IN_DOUBT,
+    KEY_CHARS_MAX,
+    PARK_REASON_CHARS_MAX,
     QUARANTINED,
     RUN_ID_CHARS_MAX,
+    RUN_INPUT_BYTES_MAX,
+    RUN_RESULT_BYTES_MAX,
+    STEP_OUTPUT_BYTES_MAX,
     RunRecord,
     StepRecord,
+    check_name,
+    check_text,
+    describe_error,
     position_key,
+    storable_text,
+    unstorable,
 )
+from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
+from .redact import redact_url
+from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
+from .store.rules import check_requeueable
+
+T = TypeVar("T")
+
+# Runs this process stopped driving but could not release (the store failed): its own
+# claim may take them over at once instead of waiting lease_s for its own lease.
+_UNRELEASED: set[tuple[str, str]] = set()
 
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
+LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
+LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
+
+_log = logging.getLogger("durably")
 
 
 @dataclass(frozen=True)
@@ -70,8 +103,20 @@ class Workflow:
     return_hint: Any = None
     param_hints: dict[str, Any] = field(default_factory=dict)
 
+    # Set on the copy at_version() returns: a new run takes exactly this version.
+    pinned: bool = field(default=False, compare=False)
+
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r} version={self.version!r}>"
+
+    def at_version(self, version: str | None) -> Workflow:
+        """This workflow's ``version`` as registered in the engine, for a new run:
+        ``engine.run(wf.at_version("1"), ...)`` (without it a new run takes the newest
+        version). ``None`` names the registration without a version. The engine refuses a
+        version it does not register, naming it."""
+        if version is not None and not isinstance(version, str):
+            raise ConfigError(f"at_version takes a str or None, got {version!r:.100}")
+        return dataclasses.replace(self, version=version, pinned=True)
 
 
 @dataclass
@@ -93,8 +138,14 @@ class Engine:
     ``url`` is ``sqlite:///path`` (default ``sqlite:///durably.db``, or ``DURABLY_URL``)
     or ``postgresql://...``. ``lease_s`` is how long a claim lasts without a heartbeat
     (renewed every ``heartbeat_s``, default a third of it); ``max_starts`` is how many
-    starts without progress a run gets before it is quarantined. ``fault_hook`` is the
+    starts without progress a run gets before it is quarantined. ``store_retry_s`` bounds
+    (in waits summed) how long a recording call retries a transient store error (busy,
+    dropped connection, disk full) before the run stops, resumable, and the ``StoreError``
+    reaches the caller. ``fault_hook`` is the
     fault-injection hook used by ``durably chaos`` (off by default, free when off).
+    ``wait_for_lease`` (default True): when ``run`` finds its run leased by an owner on
+    another host that looks dead, it logs why and waits for the lease to expire; False
+    raises ``RunLeased`` at once instead. A live owner on this host always raises at once.
     Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
     """
 
@@ -107,25 +158,38 @@ class Engine:
         heartbeat_s: float | None = None,
         max_starts: int = MAX_STARTS_DEFAULT,
         fault_hook: FaultHook | None = None,
+        wait_for_lease: bool = True,
+        store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
         **store_options: Any,
     ) -> None:
         if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
             raise ConfigError("lease_s must be > 0 and 0 < heartbeat_s < lease_s")
         if max_starts < 1:
             raise ConfigError("max_starts must be >= 1")
+        if not store_retry_s >= 0:
+            raise ConfigError(f"store_retry_s={store_retry_s!r}: must be >= 0 (seconds)")
+        self.store_retry_s = store_retry_s
         self.url = url or os.environ.get("DURABLY_URL") or DEFAULT_URL
         self.clock: Clock = clock or SystemClock()
         self.lease_s = lease_s
         self.heartbeat_s = heartbeat_s or lease_s / 3
         self.max_starts = max_starts
         self.fault_hook = fault_hook
+        self.wait_for_lease = wait_for_lease
         self.store: Store = open_store(self.url, self.clock, **store_options)
-        self._workflows: dict[str, Workflow] = {}
+        self._workflows: dict[str, dict[str | None, Workflow]] = {}
         self._owner: tuple[int, Owner] | None = None
         self._queue_limits: dict[str, QueueLimits] = {}
         self._active: dict[str, _Attempt] = {}
         self._active_lock = threading.Lock()
-        self._keeper = _LeaseKeeper(self.store, self.lease_s, self.heartbeat_s)
+        self._keeper = _LeaseKeeper(self.store, self.clock, self.lease_s, self.heartbeat_s)
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """The runs the parent is driving are not this process's: forget them (so nothing
+        here releases their leases), with a lock no parent thread can still hold."""
+        self._active = {}
+        self._active_lock = threading.Lock()
 
     # -- registry ------------------------------------------------------------------------
 
@@ -143,9 +207,17 @@ class Engine:
             if not callable(fn):
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
-            existing = self._workflows.get(wf_name)
+            check_name(wf_name, "the workflow name")
+            if version is not None:
+                check_name(version, "the workflow version")
+            versions = self._workflows.setdefault(wf_name, {})
+            existing = versions.get(version)
             if existing is not None and existing.fn is not fn:
-                raise ConfigError(f"a workflow named {wf_name!r} is already registered")
+                raise ConfigError(
+                    f"a workflow named {wf_name!r} with version {version!r} is already"
+                    " registered; give the new code another version (versions of one name"
+                    " register side by side)"
+                )
             wf = Workflow(
                 wf_name,
                 version,
@@ -155,21 +227,59 @@ class Engine:
                 codec.return_hint(fn),
                 codec.param_hints(fn),
             )
-            self._workflows[wf_name] = wf
+            versions[version] = wf
             return wf
 
         return register
 
     def _resolve(self, wf: Workflow | str) -> Workflow:
+        """The registration a new run of ``wf`` takes: the version pinned with
+        :meth:`Workflow.at_version`, else the newest."""
         key = wf if isinstance(wf, str) else getattr(wf, "name", None)
-        found = self._workflows.get(key) if isinstance(key, str) else None
-        if found is None:
+        versions = self._workflows.get(key) if isinstance(key, str) else None
+        if not versions:
             known = ", ".join(sorted(self._workflows)) or "none"
             raise WorkflowNotRegistered(
                 f"workflow {getattr(wf, '__qualname__', wf)!r} is not registered with this"
                 f" engine (registered: {known}); decorate it with @engine.workflow()"
             )
+        if isinstance(wf, Workflow) and wf.pinned:
+            return self._version_of(wf.name, wf.version, versions)
+        return newest(versions)
+
+    def _for_run(self, run: RunRecord) -> Workflow:
+        """The registration that drives an existing run: the version it recorded (a run
+        without one: the registration without a version, else the newest); a version
+        this process lacks is refused, naming it."""
+        versions = self._workflows.get(run.workflow)
+        if not versions:
+            return self._resolve(run.workflow)  # raises, naming what is registered
+        if run.version is None:
+            return versions.get(None) or newest(versions)
+        return self._version_of(run.workflow, run.version, versions, run.run_id)
+
+    def _version_of(
+        self,
+        name: str,
+        version: str | None,
+        versions: dict[str | None, Workflow],
+        run_id: str | None = None,
+    ) -> Workflow:
+        found = versions.get(version)
+        if found is None:
+            what = f"run {run_id!r} is of" if run_id else "a new run asked for"
+            have = ", ".join(_version_text(v) for v in sorted(versions, key=version_key))
+            raise WorkflowNotRegistered(
+                f"{what} workflow {name!r} version {_version_text(version)}, which this"
+                f" process does not register (it has {have}); run it where that version is"
+                f" registered (@engine.workflow(name={name!r}, version={version!r}))"
+            )
         return found
+
+    def served(self) -> dict[str, frozenset[str | None]]:
+        """The versions this engine registers per workflow name (None: the registration
+        without a version); a worker claims only runs it can drive."""
+        return {name: frozenset(versions) for name, versions in self._workflows.items()}
 
     # -- public entry points -------------------------------------------------------------
 
@@ -182,8 +292,7 @@ class Engine:
         from its journal, and a finished one returns (or raises) its recorded outcome
         without executing anything. A failed run raises ``WorkflowFailed``.
         """
-        w = self._resolve(wf)
-        run = self._prepare(w, args, kwargs, run_id)
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id)
         if w.is_async:
             import asyncio
 
@@ -194,8 +303,7 @@ class Engine:
         self, wf: Workflow | str, /, *args: Any, run_id: str | None = None, **kwargs: Any
     ) -> Any:
         """:meth:`run` for use inside a running event loop (sync workflows run inline)."""
-        w = self._resolve(wf)
-        run = self._prepare(w, args, kwargs, run_id)
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id)
         if w.is_async:
             return await self._drive_async(w, run)
         return self._drive_sync(w, run)
@@ -204,8 +312,10 @@ class Engine:
         """Drive an existing run with the input it was started with."""
         run = self.store.get_run(run_id)
         if run is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
-        w = self._resolve(run.workflow)
+            raise RunNotFound(
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
+            )
+        w = self._for_run(run)
         if w.is_async:
             import asyncio
 
@@ -216,7 +326,9 @@ class Engine:
         """The run's record; raises ``RunNotFound``."""
         run = self.store.get_run(run_id)
         if run is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}; `durably runs list` shows runs")
+            raise RunNotFound(
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
+            )
         return run
 
     def history(self, run_id: str) -> list[StepRecord]:
@@ -241,10 +353,10 @@ class Engine:
         Starting an existing ``run_id`` starts nothing and returns its handle; the same
         ``run_id`` with another workflow or other input raises ``RunConflict``.
         """
-        w = self._resolve(wf)
         if not isinstance(queue, str) or not queue:
             raise ConfigError(f"queue must be a non-empty str, got {queue!r}")
-        run = self._prepare(w, args, kwargs, run_id, queue)
+        check_text(queue, "queue")
+        w, run = self._prepare_resolved(wf, args, kwargs, run_id, queue)
         return Handle(self, run.run_id, w)
 
     def queue(
@@ -261,7 +373,7 @@ class Engine:
         self, queues: list[str], skip_queues: frozenset[str] = frozenset()
     ) -> RunRecord | None:
         """Claim the next runnable run of ``queues`` this engine can execute (for workers)."""
-        served = {name: w.version for name, w in self._workflows.items()}
+        served = self.served()
         limits = {
             q: lim.concurrency
             for q, lim in self._queue_limits.items()
@@ -274,7 +386,7 @@ class Engine:
             self._owner_now(),
             self.lease_s,
             self.max_starts,
-            _owner_dead,
+            owner_dead,
             served,
             open_queues,
             limits,
@@ -283,7 +395,7 @@ class Engine:
     def execute_claimed(self, run: RunRecord) -> Any:
         """Drive a run this process has just claimed (for workers); returns its result or
         raises like :meth:`run`."""
-        w = self._resolve(run.workflow)
+        w = self._for_run(run)
         if w.is_async:
             import asyncio
 
@@ -299,33 +411,97 @@ class Engine:
         for att in active:
             att.core.lease_lost = True
             att.heartbeat.stop()
-            try:
-                self.store.release(att.run.run_id, att.core.token)
-            except DurablyError:
-                pass  # the lease will expire instead
+            self._give_back(att.run.run_id, att.core.token)
         return [att.run.run_id for att in active]
 
     def retry(self, run_id: str) -> RunRecord:
-        """A person's decision to try a stuck run again; returns the queued run.
+        """A person's decision to try a stuck or failed run again; returns the queued run.
 
-        For an ``in_doubt`` run the steps in doubt run again when the run is next driven
-        (with the same idempotency keys: check the receiving system first). A
-        ``quarantined`` run gets a fresh count of starts; a ``blocked`` run is simply
-        queued (fix its code first). The run continues the next time it is driven:
-        ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a worker.
+        A ``failed`` run re-opens at its failed position: every recorded step replays (a
+        model call paid for is not paid again), the step whose failure ended the run runs
+        again with the same idempotency key, and the failure outcome is cleared; a run
+        whose workflow raised without a failed step re-runs from its replay. For an
+        ``in_doubt`` run the step in doubt runs again (with the same key: check the
+        receiving system first). A ``quarantined`` run gets a fresh count of starts and a
+        ``blocked`` one is queued (fix its code first); both keep their effect intents, so
+        an effect that may have happened still parks ``in_doubt`` rather than run twice.
+        The run keeps its incarnation, so every key stays. It continues the next time it
+        is driven: ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a
+        worker.
         """
-        self.get_run(run_id)
-        return self.store.requeue(run_id, (IN_DOUBT, QUARANTINED, BLOCKED), drop_intents=True)
+        run = self.get_run(run_id)
+        if run.status == FAILED_RUN:
+            history = self.history(run_id)
+            failed = reopen.failed_frontier(history)
+            reopen.check_reopenable(run, history, failed)
+            return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
+        if run.status == IN_DOUBT:
+            # Only the step the person decided on: other intents still meet their own
+            # key, reconcile or doubt check when the run reaches them.
+            doubt = reopen.doubt_position(run.park_reason)
+            return self.store.requeue(
+                run_id,
+                (IN_DOUBT,),
+                drop_intents=doubt is None,
+                drop_positions=() if doubt is None else (doubt,),
+            )
+        # Only the statuses this branch decided for: a run that failed or went in doubt
+        # since it was read above needs that branch's drops, so it is refused here.
+        check_requeueable(run, (FAILED_RUN, IN_DOUBT, QUARANTINED, BLOCKED))
+        return self.store.requeue(run_id, (QUARANTINED, BLOCKED))
+
+    def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
+        """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes
+        live from there (Temporal's reset, DBOS's fork); returns its :class:`Handle`.
+
+        The new run has the same workflow, version and input, a new incarnation (so new
+        idempotency keys) and a copy of the original's recorded results (outputs and
+        failures, recorded times, random numbers and uuids, everything under a gather) at
+        the positions below ``at``; intents are never copied. **Every effect from ``at``
+        on happens again, under new keys**: a receiving side cannot tell it from the
+        original's and will perform it. The run is queued for workers;
+        ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
+        Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
+        history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
+        exists. The original run is not changed.
+        """
+        run = self.get_run(run_id)
+        history = self.history(run_id)
+        records = reopen.fork_records(history, reopen.fork_at(at, history))
+        new_id = self._new_run_id(new_run_id)
+        forked = self.store.fork_run(
+            NewRun(
+                new_id,
+                run.workflow,
+                run.version,
+                run.prompt_version,
+                run.queue,
+                run.input,
+                run.input_digest,
+                run.codec_version,
+            ),
+            records,
+        )
+        try:
+            w = self._for_run(forked)  # the registration that will drive it, if here
+        except WorkflowNotRegistered:
+            w = _unregistered(forked)
+        return Handle(self, forked.run_id, w)
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
-        """Record ``output`` as the result of the ``in_doubt`` step (at ``position``, needed
-        only when several are in doubt) without running it again; returns the queued run."""
+        """Record ``output`` as the result of the ``in_doubt`` step without running it
+        again; returns the queued run. ``position`` defaults to the step the run is in
+        doubt about (the one ``runs show`` names); other intents kept by a retry are not
+        in doubt yet (each still meets its own key, reconcile or doubt check)."""
         run = self.get_run(run_id)
         if run.status != IN_DOUBT:
             raise RunFinished(
                 f"run {run_id!r} is {run.status}, not in_doubt: there is no step to skip"
             )
         doubts = [r.position for r in self.history(run_id) if r.status == "intent"]
+        named = reopen.doubt_position(run.park_reason)
+        if position is None and named in doubts:
+            position = named
         if position is None:
             if len(doubts) != 1:
                 raise ConfigError(
@@ -333,8 +509,27 @@ class Engine:
                     " name one with position="
                 )
             position = doubts[0]
-        text = codec.dumps(output, f"the output given for step {position}")
+        text = codec.dumps(output, f"the output given for step {position}", STEP_OUTPUT_BYTES_MAX)
         return self.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
+
+    def recover(self) -> dict[str, Any]:
+        """Resume every run whose owner was a process of this host that is gone (call it
+        at startup, like DBOS's recovery): runs of this engine's workflows left
+        ``running`` by a crash here, and, once their leases expire (this waits), by an
+        earlier boot of this machine. Returns each resumed run id mapped to its result, or
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
+        A run another process takes first is left to it.
+        """
+        results: dict[str, Any] = {}
+        for run in orphans_of_this_host(self.store, self._workflows):
+            _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
+            try:
+                results[run.run_id] = self.resume(run.run_id)
+            except RunLeased:
+                continue  # a worker took it meanwhile: it is being driven
+            except DurablyError as exc:
+                results[run.run_id] = exc
+        return results
 
     def close(self) -> None:
         """Stop lease keeping and close the store's connections."""
@@ -361,7 +556,12 @@ class Engine:
         return self._conclude(att, result)
 
     async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
-        att = self._begin(w, run, claimed)
+        import asyncio
+
+        # Claiming and concluding may wait out a failing store (retry backoff, up to
+        # store_retry_s; a dead owner's lease): in a worker thread, so the event loop and
+        # the other runs on it go on meanwhile.
+        att = await asyncio.to_thread(self._begin, w, run, claimed)
         if not isinstance(att, _Attempt):
             return att.value
         try:
@@ -370,15 +570,31 @@ class Engine:
             else:
                 result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
-            self._conclude_error(att, exc)
+            await asyncio.to_thread(self._conclude_error, att, exc)
             raise
-        return self._conclude(att, result)
+        return await asyncio.to_thread(self._conclude, att, result)
 
     def _forget(self, att: _Attempt) -> None:
         att.heartbeat.stop()
         with self._active_lock:
             if self._active.get(att.run.run_id) is att:
                 del self._active[att.run.run_id]
+
+    def _prepare_resolved(
+        self,
+        wf: Workflow | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        run_id: str | None,
+        queue: str = "default",
+    ) -> tuple[Workflow, RunRecord]:
+        """Create the run (or find it) and the registration that drives it: a new run's
+        chosen version, an existing run's recorded one."""
+        w = self._resolve(wf)
+        run = self._prepare(w, args, kwargs, run_id, queue)
+        if run.version != w.version:
+            w = self._for_run(run)
+        return w, run
 
     def _prepare(
         self,
@@ -388,16 +604,10 @@ class Engine:
         run_id: str | None,
         queue: str = "default",
     ) -> RunRecord:
-        if run_id is None:
-            import uuid  # imported on first use: it pulls in platform (slow)
-
-            run_id = uuid.uuid4().hex
-        if not isinstance(run_id, str) or not run_id or len(run_id) > RUN_ID_CHARS_MAX:
-            raise ConfigError(
-                f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX}"
-                f" characters, got {run_id!r}"
-            )
-        text = codec.dumps({"args": list(args), "kwargs": kwargs}, "workflow input")
+        run_id = self._new_run_id(run_id)
+        text = codec.dumps(
+            {"args": list(args), "kwargs": kwargs}, "workflow input", RUN_INPUT_BYTES_MAX
+        )
         digest = hashlib.sha256(text.encode()).hexdigest()
         run, created = self.store.create_run(
             NewRun(
@@ -425,11 +635,89 @@ class Engine:
                 )
         return run
 
+    def _new_run_id(self, run_id: str | None) -> str:
+        """``run_id`` checked (a fresh UUID when None): a non-empty str of at most
+        RUN_ID_CHARS_MAX characters without control characters, so that every key of the
+        run fits KEY_CHARS_MAX and is one a receiving side accepts."""
+        if run_id is None:
+            import uuid  # imported on first use: it pulls in platform (slow)
+
+            return uuid.uuid4().hex
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigError(f"run_id must be a non-empty str, got {run_id!r:.300}")
+        if len(run_id) <= RUN_ID_CHARS_MAX and run_id.isprintable():
+            return run_id
+        # NUL or a lone surrogate first: no database can even look such an id up.
+        if unstorable(run_id) is None and self.store.get_run(run_id) is not None:
+            return run_id  # created before these limits: it may still be driven
+        if not run_id.isprintable():
+            raise ConfigError(
+                f"run_id {run_id!r:.300} contains control or other unprintable characters;"
+                " every idempotency key of the run starts with it and a receiving side"
+                " (an Idempotency-Key header) refuses them: use letters, digits and"
+                " punctuation such as '-', '_', ':' or '/'"
+            )
+        raise ConfigError(
+            f"run_id must be a non-empty str of at most {RUN_ID_CHARS_MAX} characters (its"
+            f" idempotency keys must fit the receiving side's {KEY_CHARS_MAX}), got"
+            f" {run_id!r:.300}"
+        )
+
     def _owner_now(self) -> Owner:
+        """This process as an owner, shown alive to the database (PostgreSQL's owner lock)
+        before it claims anything."""
         pid = os.getpid()
         if self._owner is None or self._owner[0] != pid:  # a forked child is a new owner
             self._owner = (pid, Owner.current())
+        # A lock session that ended since the last look (the keeper looks only every
+        # heartbeat) stops the runs driven now, before the lock is taken again below:
+        # else the new session would hide the gap and the next claim would be stopped.
+        self._keeper.check_owner_lock(ping=False)
+        self.store.hold_owner(self._owner[1])
         return self._owner[1]
+
+    def _claim(self, run_id: str) -> RunRecord:
+        """Claim the run; when a dead-looking owner on another host holds its lease, wait
+        for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
+        me, where = str(self._owner_now()), (self.url, run_id)
+        unknown = False  # an earlier attempt failed: it may have claimed the run for us
+
+        def gone(owner: str) -> bool:
+            # A lease this process could not give back (its store failed), or took in an
+            # attempt whose reply was lost (the commit went through, the connection did
+            # not), has no live driver: taking it over raises the token, which fences it.
+            mine = owner == me and (unknown or where in _UNRELEASED)
+            return mine or owner_dead(owner)
+
+        def claim() -> RunRecord:
+            nonlocal unknown
+            try:
+                return self.store.claim(
+                    run_id, self._owner_now(), self.lease_s, self.max_starts, gone
+                )
+            except StoreError:
+                unknown = True
+                raise
+
+        waited: LeaseWait | None = None
+        while True:
+            try:
+                run = self._store_call(claim)
+                _UNRELEASED.discard(where)
+                return run
+            except RunLeased:
+                held = self.store.get_run(run_id)
+                if held is None or not self.wait_for_lease:
+                    raise
+                waited = lease_wait(self.store, held, waited)
+                if waited is None:
+                    raise
+                if not waited.until - self.clock.time() <= max(LEASE_WAIT_MAX_S, self.lease_s):
+                    # No lease durably writes ends that far ahead (or never: inf, NaN):
+                    # a hand-edited row, not an owner to wait for.
+                    raise
+                _log.warning("%s", waited.message())
+                self.clock.sleep(max(0.0, waited.until - self.clock.time()) + LEASE_WAIT_SLACK_S)
 
     def _begin(self, w: Workflow, run: RunRecord, claimed: bool = False) -> _Attempt | _Final:
         if not claimed:
@@ -437,43 +725,70 @@ class Engine:
             if final is not None:
                 return final
             try:
-                run = self.store.claim(
-                    run.run_id, self._owner_now(), self.lease_s, self.max_starts, _owner_dead
-                )
+                run = self._claim(run.run_id)
             except RunFinished:
                 # Another process finished it since we looked: return its outcome.
                 final = _final_outcome(w, self.get_run(run.run_id))
                 assert final is not None
                 return final
-        core = RunCore(
-            run.run_id,
-            self.store.load_history(run.run_id, run.generation),
-            self.clock,
-            self.fault_hook,
-        )
-        core.token = run.fencing_token
-        hb = self._keeper.add(core)
-        att = _Attempt(w, run, core, Executor(core, self.store, self.clock), hb, [], {})
+        hb: _Heartbeat | None = None
         try:
-            data = codec.loads(run.input)
-            att.args, att.kwargs = _typed_input(w, data["args"], data["kwargs"])
-        except (KeyError, TypeError, ValueError) as exc:
-            hb.stop()
-            self.store.release(run.run_id, core.token)
-            raise ConfigError(
-                f"run {run.run_id!r}: its recorded input does not fit {w.name!r}: {exc}"
-            ) from exc
+            history = self._store_call(lambda: self.store.load_history(run.run_id, run.generation))
+            core = RunCore(run.run_id, history, self.clock, self.fault_hook)
+            core.token = run.fencing_token
+            core.incarnation = run.incarnation
+            # The driver's own view of its lease, on the engine's clock: every live step
+            # checks it first (no I/O), so a process stopped past its lease runs no step.
+            core.lease_deadline = run.lease_expires_at
+            hb = self._keeper.add(core)
+            ex = Executor(core, self.store, self.clock, self.store_retry_s, self.lease_s)
+            att = _Attempt(w, run, core, ex, hb, [], {})
+            att.args, att.kwargs = _decode_input(w, run)
+        except BaseException as exc:
+            # A start that fails holds a lease it will never use: stop renewing it and give
+            # the run back (blocked when its input cannot be decoded: a retry would too).
+            if hb is not None:
+                hb.stop()
+            self._release_unstarted(run, exc)
+            raise
         with self._active_lock:
             self._active[run.run_id] = att
         return att
+
+    def _release_unstarted(self, run: RunRecord, exc: BaseException) -> None:
+        try:
+            if isinstance(exc, SerializationError):
+                reason = storable_text(str(exc), PARK_REASON_CHARS_MAX)
+                self.store.release(run.run_id, run.fencing_token, BLOCKED, park_reason=reason)
+            else:
+                self.store.release(run.run_id, run.fencing_token)
+        except DurablyError:
+            # The lease expires instead (this process's own retry may take it over at
+            # once); the error that stopped the start matters more.
+            _UNRELEASED.add((self.url, run.run_id))
 
     def _conclude(self, att: _Attempt, result: Any) -> Any:
         core, run_id = att.core, att.run.run_id
         try:
             core.guard()
             core.unconsumed_check()
-            out = codec.dumps(result, f"workflow {att.workflow.name!r} result")
-            self.store.finish(run_id, core.token, COMPLETED, core.take_pending(), outcome=out)
+            try:
+                out = codec.dumps(
+                    result, f"workflow {att.workflow.name!r} result", RUN_RESULT_BYTES_MAX
+                )
+            except SerializationError as exc:
+                # Blocked, not failed: return storable data and resume; recorded steps replay.
+                raise core.poison(
+                    SerializationError(
+                        f"{exc}. The run is blocked: change the workflow to return storable"
+                        f" data, then `durably retry {run_id}` (recorded steps replay)"
+                    )
+                ) from None
+            records = core.take_pending()
+            self._record(
+                core,
+                lambda: self.store.finish(run_id, core.token, COMPLETED, records, outcome=out),
+            )
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
@@ -481,35 +796,75 @@ class Engine:
         return codec.loads(out, att.workflow.return_hint)
 
     def _conclude_error(self, att: _Attempt, exc: BaseException) -> None:
-        """Record why the attempt ended, then let the caller re-raise (or translate)."""
+        """Record why the attempt ended, then let the caller re-raise (or translate).
+
+        A latched stop outranks whatever the workflow made of it (a bare ``except:`` that
+        raised something else, or returned). A store failure, here or while recording the
+        outcome, never makes the run terminal: the lease is given back (so a retry from
+        this process is not refused) and the ``StoreError`` reaches the caller.
+        """
         core, run_id, token = att.core, att.run.run_id, att.core.token
         self._forget(att)
+        signal = core.stopped if core.stopped is not None else exc
         try:
-            if isinstance(exc, LeaseLost):
-                raise StaleLease(run_id, token) from None
+            if isinstance(signal, (LeaseLost, StoreFailed)):
+                raise signal
             if core.poisoned is not None:
-                self.store.release(run_id, token, BLOCKED, park_reason=str(core.poisoned)[:2000])
+                reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
+                self._record(core, lambda: self.store.release(run_id, token, BLOCKED, reason))
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
-            if isinstance(exc, Parked) and exc.reason == IN_DOUBT:
-                self.store.release(run_id, token, IN_DOUBT, park_reason=core.in_doubt)
+            if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
+                why = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
+                self._record(core, lambda: self.store.release(run_id, token, IN_DOUBT, why))
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
-            if isinstance(exc, Exception):
-                self.store.finish(
-                    run_id,
-                    token,
-                    FAILED_RUN,
-                    core.take_pending(),
-                    error_type=_failure_type(exc),
-                    error_message=_failure_message(exc),
+            if isinstance(signal, Exception):
+                records = core.take_pending()
+                self._record(
+                    core,
+                    lambda: self.store.finish(
+                        run_id,
+                        token,
+                        FAILED_RUN,
+                        records,
+                        error_type=_failure_type(signal),
+                        error_message=_failure_message(signal),
+                    ),
                 )
-                raise WorkflowFailed(run_id, _failure_type(exc), _failure_message(exc)) from exc
+                raise WorkflowFailed(
+                    run_id, _failure_type(signal), _failure_message(signal)
+                ) from signal
             # KeyboardInterrupt, SystemExit, an injected crash: give the run back untouched
             # so a restart (or another worker) resumes at once.
+            self._give_back(run_id, token)
+        except LeaseLost as lost:
+            # Our lease may only have run out locally: releasing it (a stale token changes
+            # nothing) lets the next owner start at once.
+            self._give_back(run_id, token)
+            raise StaleLease(run_id, token, lost.reason) from None
+        except StoreFailed as failed:
+            self._give_back(run_id, token)
+            raise failed.error from (exc if exc is not failed else None)
+
+    def _store_call(self, op: Callable[[], T]) -> T:
+        """``op()``, retrying a transient store error for up to ``store_retry_s``."""
+        return retry.call(op, self.clock, self.store_retry_s)
+
+    def _record(self, core: RunCore, op: Callable[[], None]) -> None:
+        """Record an outcome through ``op`` (retried); a refusal or a store failure is
+        latched in the core and raised as its stop signal."""
+        with recording(core):
+            self._store_call(op)
+
+    def _give_back(self, run_id: str, token: int) -> None:
+        """Release the lease if the store lets us, in one attempt; else it expires."""
+        try:
             self.store.release(run_id, token)
-        except LeaseLost:
-            raise StaleLease(run_id, token) from None
+            _UNRELEASED.discard((self.url, run_id))
+        except DurablyError as exc:
+            _UNRELEASED.add((self.url, run_id))
+            _log.warning("durably: cannot release run %s (%s); its lease will expire", run_id, exc)
 
 
 @dataclass(frozen=True)
@@ -580,6 +935,16 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     return None
 
 
+def _unregistered(run: RunRecord) -> Workflow:
+    """A stand-in for a workflow this engine does not know (a fork made by ``durably
+    fork``): its handle can wait for the run, and decodes the result without types."""
+
+    def not_here(*_: Any, **__: Any) -> Any:
+        raise WorkflowNotRegistered(f"workflow {run.workflow!r} is not registered here")
+
+    return Workflow(run.workflow, run.version, run.prompt_version, not_here, False)
+
+
 def _failure_type(exc: BaseException) -> str:
     from .errors import StepFailed
 
@@ -589,7 +954,26 @@ def _failure_type(exc: BaseException) -> str:
 def _failure_message(exc: BaseException) -> str:
     from .errors import StepFailed
 
-    return (exc.message if isinstance(exc, StepFailed) else str(exc))[:10_000]
+    text = exc.message if isinstance(exc, StepFailed) else describe_error(exc)
+    return storable_text(text, ERROR_MESSAGE_CHARS_MAX)
+
+
+def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
+    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    try:
+        data = codec.loads(run.input)
+        args, kwargs = data["args"], data["kwargs"]
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise TypeError("args must be a list and kwargs an object")
+        if not all(isinstance(k, str) for k in kwargs):
+            raise TypeError("keyword argument names must be strings")
+        return _typed_input(w, args, kwargs)
+    except (SerializationError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
+            " The run is blocked: make the workflow's parameters match it (or repair the"
+            f" row), then `durably retry {run.run_id}`"
+        ) from exc
 
 
 def _typed_input(
@@ -607,9 +991,25 @@ def _typed_input(
     return typed, {k: codec.coerce(v, w.param_hints.get(k)) for k, v in kwargs.items()}
 
 
-def _owner_dead(owner: str) -> bool:
-    parsed = Owner.parse(owner)
-    return parsed is not None and parsed.provably_dead()
+def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
+    """Natural sort key of a version: "10" after "9", "1.10" after "1.9"; None (no
+    version) sorts first."""
+    if version is None:
+        return ()
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", version)
+        if part
+    )
+
+
+def newest(versions: dict[str | None, Workflow]) -> Workflow:
+    """The registration a new run takes: the highest version by natural sort."""
+    return versions[max(versions, key=version_key)]
+
+
+def _version_text(version: str | None) -> str:
+    return "(no version)" if version is None else repr(version)
 
 
 class _LeaseKeeper:
@@ -617,16 +1017,32 @@ class _LeaseKeeper:
     engine is driving; a thread per run would cost more than a short run itself.
 
     When a renewal is refused (another claim raised the token), the run's core is told,
-    and its next step raises instead of running any further effect.
+    and its next step raises instead of running any further effect. Each successful
+    renewal moves the core's local lease deadline (on the engine's clock, taken before
+    the call, so the local deadline is never later than the stored one).
     """
 
-    def __init__(self, store: Store, lease_s: float, every_s: float) -> None:
+    def __init__(self, store: Store, clock: Clock, lease_s: float, every_s: float) -> None:
         self._store = store
+        self._clock = clock
         self._lease_s = lease_s
         self._every_s = every_s
         self._cores: dict[int, RunCore] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._pid = 0
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's runs (renewing their leases from here would keep a dead
+        parent's runs looking alive) and its thread; the child starts its own on first
+        use. Locks and the event are new: a parent thread may have held theirs."""
+        stopped = self._stop.is_set()
+        self._cores = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if stopped:
+            self._stop.set()
         self._pid = 0
 
     def add(self, core: RunCore) -> _Heartbeat:
@@ -639,6 +1055,33 @@ class _LeaseKeeper:
                 t.start()
         return _Heartbeat(self, core)
 
+    def check_owner_lock(self, ping: bool = True) -> bool:
+        """Look whether the owner lock's connection died (see :meth:`_owner_lock_lost`);
+        the keeper pings it, a claim only looks (no round trip)."""
+        with self._lock:
+            cores = list(self._cores.values())
+        return self._owner_lock_lost(cores, ping)
+
+    def _owner_lock_lost(self, cores: list[RunCore], ping: bool) -> bool:
+        """When the connection holding this process's owner lock (PostgreSQL) died, others
+        may see the lock free and judge this process dead-looking: every run it drives
+        counts as having lost its lease (latched in the core, so it stops at its next
+        step). Runs claimed later take the lock again on a new connection."""
+        try:
+            lost = self._store.owner_lock_lost(ping)
+        except DurablyError:
+            return False
+        if lost:
+            _log.warning(
+                "durably: lost the connection holding this process's owner lock; stopping"
+                " %d run(s) as if their leases were lost (they resume elsewhere or on retry)",
+                len(cores),
+            )
+            for core in cores:
+                core.lease_lost = True
+                self.remove(core)
+        return lost
+
     def remove(self, core: RunCore) -> None:
         """Stop renewing ``core``'s lease (idempotent)."""
         with self._lock:
@@ -650,15 +1093,21 @@ class _LeaseKeeper:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every_s):
+            if self.check_owner_lock():
+                continue
             with self._lock:
                 cores = list(self._cores.values())
             for core in cores:
+                asked_at = self._clock.time()
                 try:
-                    if not self._store.renew(core.run_id, core.token, self._lease_s):
-                        core.lease_lost = True
-                        self.remove(core)
+                    renewed = self._store.renew(core.run_id, core.token, self._lease_s)
                 except DurablyError:
                     continue  # a busy database: try again at the next beat
+                if renewed:
+                    core.lease_deadline = asked_at + self._lease_s
+                else:
+                    core.lease_lost = True
+                    self.remove(core)
 
 
 @dataclass

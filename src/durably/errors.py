@@ -18,7 +18,17 @@ class ConfigError(DurablyError):
 
 
 class StoreError(DurablyError):
-    """The journal database cannot be used as it is."""
+    """The journal database cannot be used as it is.
+
+    ``transient`` tells whether the same call may succeed if tried again later (a busy or
+    locked database, a dropped or refused connection, a serialization failure or deadlock,
+    a full disk); the engine retries those with bounded backoff. A permanent error (a
+    schema or corruption problem) is not retried. Either way, a store error while recording
+    never becomes the workflow's error: the run stops, stays resumable, and the error
+    reaches the caller of ``engine.run`` (a worker logs it).
+    """
+
+    transient = False
 
 
 class NotADurablyDatabase(StoreError):
@@ -28,9 +38,30 @@ class NotADurablyDatabase(StoreError):
 class StoreBusy(StoreError):
     """The database stayed locked by another process longer than the busy timeout."""
 
+    transient = True
+
+
+class StoreUnavailable(StoreError):
+    """The database server could not be reached or dropped the connection (refused,
+    terminated, shut down), or aborted the transaction (serialization failure, deadlock):
+    trying again later may succeed."""
+
+    transient = True
+
+
+class StoreDiskFull(StoreError):
+    """The disk (or the database's size limit) is full: nothing more can be recorded until
+    space is freed."""
+
+    transient = True
+
 
 class SchemaTooNew(StoreError):
     """The database was written by a newer durably than this one."""
+
+
+class SchemaNotMigrated(StoreError):
+    """The tables are missing or older than this durably needs: run ``durably migrate``."""
 
 
 class SerializationError(DurablyError):
@@ -139,14 +170,22 @@ class StaleLease(DurablyError):
     swallow it); ``engine.run`` and workers surface it as this error.
     """
 
-    def __init__(self, run_id: str, token: int) -> None:
+    def __init__(self, run_id: str, token: int, reason: str | None = None) -> None:
         self.run_id = run_id
         self.token = token
-        super().__init__(
-            f"run {run_id!r}: fencing token {token} is stale; another owner has claimed the"
-            " run, so this process stopped driving it (nothing it recorded is lost; the new"
-            " owner carries on)"
-        )
+        self.reason = reason
+        if reason is None:
+            super().__init__(
+                f"run {run_id!r}: fencing token {token} is stale; another owner has claimed"
+                " the run, so this process stopped driving it (nothing it recorded is lost;"
+                " the new owner carries on)"
+            )
+        else:
+            super().__init__(
+                f"run {run_id!r}: this process {reason}, so another owner may have claimed"
+                " the run; it stopped driving it and gave it back (nothing it recorded is"
+                " lost; the run resumes on its next claim)"
+            )
 
 
 class Unwind(BaseException):
@@ -157,13 +196,34 @@ class Unwind(BaseException):
     """
 
 
-class LeaseLost(Unwind):
-    """Internal: an append was refused because the fencing token is stale."""
+class ReplayEnd(Unwind):
+    """Internal: under ``durably replay --check`` the run reached the end of its recorded
+    history (the next call would go live), so the check of this run stops there."""
 
-    def __init__(self, run_id: str, token: int) -> None:
+    def __init__(self, position: str) -> None:
+        super().__init__(f"recorded history ends at position {position}")
+        self.position = position
+
+
+class LeaseLost(Unwind):
+    """Internal: an append or renewal was refused because the fencing token is stale, or
+    (``reason`` set) the driver's own lease deadline passed."""
+
+    def __init__(self, run_id: str, token: int, reason: str | None = None) -> None:
         self.run_id = run_id
         self.token = token
-        super().__init__(f"run {run_id!r}: lease lost (token {token})")
+        self.reason = reason
+        why = f": {reason}" if reason else ""
+        super().__init__(f"run {run_id!r}: lease lost (token {token}){why}")
+
+
+class StoreFailed(Unwind):
+    """Internal: recording failed for a store reason (after retrying a transient error);
+    the run stops where it is, resumable, and ``error`` reaches the caller."""
+
+    def __init__(self, error: StoreError) -> None:
+        self.error = error
+        super().__init__(f"recording stopped: {error}")
 
 
 class Parked(Unwind):

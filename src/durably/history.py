@@ -8,6 +8,7 @@ the boundary instead of deep inside a replay.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -57,9 +58,47 @@ RUN_STATUSES: Final = frozenset(
 )
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 
+# Limits (STYLE habit 8). A record is one row read whole on every replay, so the journal
+# holds results, not bulk data: keep documents, images and transcripts outside it (a file
+# or blob store) and record their reference.
 NAME_BYTES_MAX: Final = 200
-RUN_ID_CHARS_MAX: Final = 200
-_POSITION = re.compile(r"^\d+(\.\d+\.\d+)*$")
+"""Longest step or workflow name, in UTF-8 bytes."""
+
+# Keys. An idempotency key is ``{run_id}:{incarnation}:{position}`` and never longer than
+# KEY_CHARS_MAX, the receiving side's limit (durably.idempotency, Stripe, the IETF draft).
+# The limits below are chosen so that this holds for every run: a run id of at most
+# RUN_ID_CHARS_MAX characters, and a position of at most 1 + 2 * GATHER_DEPTH_MAX numbers,
+# each below SCOPE_POSITIONS_MAX, joined by dots (a test checks the arithmetic).
+KEY_CHARS_MAX: Final = 255
+INCARNATION_CHARS: Final = 12
+RUN_ID_CHARS_MAX: Final = 128
+GATHER_DEPTH_MAX: Final = 7
+SCOPE_POSITIONS_MAX: Final = 1_000_000
+POSITION_CHARS_MAX: Final = (1 + 2 * GATHER_DEPTH_MAX) * len(str(SCOPE_POSITIONS_MAX - 1)) + (
+    2 * GATHER_DEPTH_MAX
+)
+assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHARS_MAX
+
+STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest step output (and recorded now/random/uuid value), as canonical JSON."""
+RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest run input (the workflow's arguments), as canonical JSON."""
+RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
+"""Largest workflow result, as canonical JSON."""
+ERROR_MESSAGE_CHARS_MAX: Final = 10_000
+"""Longest recorded error message; longer ones are cut."""
+PARK_REASON_CHARS_MAX: Final = 2_000
+"""Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
+
+# Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
+# and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"
+# or "٣" would pass and reach a receiving side inside a key ("²" passes isdigit, then
+# int() refuses it). Each part is bounded: int() refuses more than 4,300 digits, and a
+# crafted row must fail check() instead of crashing the code that sorts positions.
+_POSITION_PART_DIGITS_MAX: Final = 18
+_POSITION_PART = rf"[0-9]{{1,{_POSITION_PART_DIGITS_MAX}}}"
+_POSITION = re.compile(rf"{_POSITION_PART}(\.{_POSITION_PART}\.{_POSITION_PART})*")
+_INCARNATION = re.compile(rf"[0-9a-f]{{{INCARNATION_CHARS}}}")
 
 
 class CorruptRecord(ValueError):
@@ -86,8 +125,9 @@ class StepRecord:
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
-        if not (self.position.isdigit() or _POSITION.match(self.position)):
-            raise CorruptRecord(f"bad position {self.position!r}")
+        if not isinstance(self.position, str) or not _POSITION.fullmatch(self.position):
+            raise CorruptRecord(f"bad position {_shown(self.position)}")
+        _check_types(self, _STEP_TYPES, f"position {self.position}")
         if self.kind not in KINDS:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
         if self.status not in RECORD_STATUSES:
@@ -134,9 +174,13 @@ class RunRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     finished_at: float | None = None
+    incarnation: str | None = None
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
+        _check_types(self, _RUN_TYPES, f"run {_shown(self.run_id)}")
+        if self.incarnation is not None and not _INCARNATION.fullmatch(self.incarnation):
+            raise CorruptRecord(f"run {self.run_id!r}: bad incarnation {self.incarnation!r}")
         if self.status not in RUN_STATUSES:
             raise CorruptRecord(f"run {self.run_id!r}: unknown status {self.status!r}")
         if self.status == COMPLETED and self.outcome is None:
@@ -150,12 +194,154 @@ class RunRecord:
         """True once the run can never execute again."""
         return self.status in TERMINAL
 
+    def key(self, position: str) -> str:
+        """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.incarnation, position)
+
+
+# The Python types each column may hold once read back. A hand-edited SQLite row can hold
+# any type in any column (text in an INTEGER column stays text), and code that formats or
+# compares the fields would crash on it with a bare TypeError; check() names it instead.
+_S, _I, _F, _N = (str,), (int,), (int, float), (type(None),)
+_STEP_TYPES: Final = {
+    "position": _S,
+    "kind": _S,
+    "name": _S,
+    "digest": _S,
+    "status": _S,
+    "output": _S + _N,
+    "error_type": _S + _N,
+    "error_message": _S + _N,
+    "attempts": _I,
+    "started_at": _F,
+    "finished_at": _F + _N,
+    "usage_tokens": _I + _N,
+    "usage_cost_usd": _F + _N,
+}
+_RUN_TYPES: Final = {
+    **dict.fromkeys(("run_id", "workflow", "queue", "input", "input_digest", "status"), _S),
+    **dict.fromkeys(("codec_version", "generation", "fencing_token", "starts"), _I),
+    "starts_without_progress": _I,
+    **dict.fromkeys(
+        ("version", "prompt_version", "owner", "outcome", "error_type", "error_message"),
+        _S + _N,
+    ),
+    **dict.fromkeys(("park_reason", "incarnation"), _S + _N),
+    **dict.fromkeys(("lease_expires_at", "wake_at", "finished_at"), _F + _N),
+    **dict.fromkeys(("created_at", "updated_at"), _F),
+}
+_SHOWN_CHARS_MAX: Final = 60
+
+
+def _shown(value: object) -> str:
+    """A crafted value in an error message: its repr, cut (it may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS_MAX else f"{text[:_SHOWN_CHARS_MAX]}..."
+
+
+def _check_types(record: object, types: dict[str, tuple[type, ...]], where: str) -> None:
+    for name, allowed in types.items():
+        value = getattr(record, name)
+        # bool is an int subclass, never a column's value.
+        if not isinstance(value, allowed) or isinstance(value, bool):
+            raise CorruptRecord(
+                f"{where}: {name} is {type(value).__name__} {_shown(value)}, not"
+                f" {' or '.join(t.__name__ for t in allowed)}"
+            )
+
+
+def storable_text(text: str, chars_max: int) -> str:
+    """``text`` cut to ``chars_max`` characters and made valid UTF-8: a lone surrogate
+    (model output cut mid-character) becomes its ``\\udcxx`` escape instead of making the
+    journal write fail."""
+    cut = text[:chars_max]
+    if "\x00" in cut:  # PostgreSQL's text refuses NUL (binary tool output in a message)
+        cut = cut.replace("\x00", "\\x00")
+    if cut.isascii():
+        return cut
+    return cut.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def describe_error(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said when the exception cannot even say that."""
+    try:
+        return str(exc)
+    except Exception as inner:  # a broken __str__ must not lose the failure itself
+        return f"<str() of the error raised {type(inner).__name__}>"
+
+
+def unstorable(text: str) -> str | None:
+    """What keeps ``text`` (a run id, queue or name) out of a journal as it is: a NUL
+    (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8); None when nothing."""
+    if "\x00" in text:
+        return "a NUL character"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "a lone UTF-16 surrogate"
+    return None
+
+
+def check_text(text: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``text`` cannot be stored (:func:`unstorable`)."""
+    bad = unstorable(text)
+    if bad is not None:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {text[:40]!a} holds {bad}, which a journal cannot store; use printable text"
+        )
+
+
+def check_name(name: str, what: str) -> None:
+    """Raise :class:`ConfigError` when ``name`` is longer than :data:`NAME_BYTES_MAX` or
+    cannot be stored (:func:`check_text`)."""
+    check_text(name, what)
+    size = len(name.encode("utf-8", "backslashreplace"))
+    if size > NAME_BYTES_MAX:
+        from .errors import ConfigError
+
+        raise ConfigError(
+            f"{what} {name[:40]!r}... is {size:,} bytes long, more than NAME_BYTES_MAX"
+            f" ({NAME_BYTES_MAX}); use a short fixed name and pass the details as arguments"
+        )
+
 
 def position_key(position: str) -> tuple[int, ...]:
     """Sort key putting positions in program order (``4`` < ``4.0.0`` < ``4.1.0`` < ``5``)."""
     return tuple(int(p) for p in position.split("."))
 
 
-def idempotency_key(run_id: str, position: str) -> str:
-    """The stable idempotency key of a position: ``"<run_id>:<position>"``."""
-    return f"{run_id}:{position}"
+def top_level(position: str) -> int:
+    """The top-level position a position belongs to (``4`` for ``4.1.0``)."""
+    return int(position.split(".", 1)[0])
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation id: 12 lowercase hex characters (48 random bits)."""
+    # os.urandom, not secrets: the same kernel source, without importing secrets (and
+    # hmac, base64) on the path of every run's creation.
+    return os.urandom(INCARNATION_CHARS // 2).hex()
+
+
+def idempotency_key(run_id: str, incarnation: str | None, position: str) -> str:
+    """The idempotency key of ``position`` in a run: ``"<run_id>:<incarnation>:<position>"``.
+
+    This is the one place keys are built. The incarnation is drawn when the run row is
+    created and kept for the life of the row (retries, requeues, lease takeovers), so a
+    key is the same on every attempt and after every crash, while a run id reused in
+    another journal, or re-created after its row was deleted, or a fork, gets other keys
+    (a receiver never mistakes it for the old run). Runs created before incarnations
+    existed have none and keep the ``"<run_id>:<position>"`` keys their effects were
+    first sent with, so an effect in doubt from before an upgrade is retried under its
+    original key.
+
+    Keys of different runs never coincide: a position has no ``:`` and an incarnation is
+    exactly 12 hex characters, so a key read from its right end gives back its run id
+    (which may itself hold ``:``), incarnation and position. A legacy key ``a:b:3`` equals
+    a new one only when ``b`` is the other run's randomly drawn incarnation (2**-48).
+    """
+    if incarnation is None:
+        return f"{run_id}:{position}"
+    return f"{run_id}:{incarnation}:{position}"

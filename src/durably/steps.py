@@ -6,9 +6,11 @@ returns the same function, so it can still be called directly in tests.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hashlib
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
@@ -107,7 +109,8 @@ def step(
 
     def attach(fn: F) -> F:
         setattr(fn, _ATTR, opts)
-        _SIGNATURES.pop(_cache_key(fn), None)
+        with contextlib.suppress(TypeError):  # not weakly referenceable: never cached
+            _SIGNATURES.pop(_cache_key(fn), None)
         return fn
 
     return attach
@@ -124,7 +127,10 @@ class StepSignature:
     return_hint: Any = field(default=None)
 
 
-_SIGNATURES: dict[Any, StepSignature] = {}
+# Weak keys: a workflow may pass a fresh lambda or closure to every ctx.step, and a
+# long-lived worker must not keep each one (and everything it captured) forever. The
+# values never refer back to the function, so an entry dies with its function.
+_SIGNATURES: weakref.WeakKeyDictionary[Any, StepSignature] = weakref.WeakKeyDictionary()
 
 
 def _cache_key(fn: Any) -> Any:
@@ -136,7 +142,7 @@ def signature_of(fn: Callable[..., Any]) -> StepSignature:
     key = _cache_key(fn)
     try:
         cached = _SIGNATURES.get(key)
-    except TypeError:  # unhashable callable: introspect every time
+    except TypeError:  # unhashable or not weakly referenceable: introspect every time
         return _introspect(fn)
     if cached is None:
         cached = _introspect(fn)

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from .engine import Engine
-from .errors import ConfigError, DurablyError, StaleLease, WorkflowFailed
+from .errors import ConfigError, DurablyError, StaleLease, StoreError, WorkflowFailed
 from .history import RunRecord
+from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
 log = logging.getLogger("durably.worker")
 
@@ -53,7 +54,10 @@ class Worker:
     ``concurrency`` runs at once in this process (threads); ``queues`` to serve;
     ``poll_interval_s`` is the longest wait between claim attempts when idle (PostgreSQL
     wakes workers at once with LISTEN/NOTIFY; SQLite polls); ``drain_s`` bounds a graceful
-    stop.
+    stop. ``clock_check_s``: how often the worker compares its clock with the database's
+    (at start, then at this period), warning when they differ by more than
+    ``durably.ownership.CLOCK_SKEW_WARN_S`` (PostgreSQL only: SQLite shares this host's
+    clock).
     """
 
     def __init__(
@@ -64,18 +68,21 @@ class Worker:
         queues: tuple[str, ...] = ("default",),
         poll_interval_s: float = POLL_INTERVAL_S_DEFAULT,
         drain_s: float = DRAIN_S_DEFAULT,
+        clock_check_s: float = CLOCK_CHECK_EVERY_S,
     ) -> None:
         if not 1 <= concurrency <= CONCURRENCY_MAX:
             raise ConfigError(f"concurrency={concurrency}: choose 1..{CONCURRENCY_MAX}")
         if not queues:
             raise ConfigError("a worker serves at least one queue")
-        if poll_interval_s <= 0 or drain_s < 0:
-            raise ConfigError("poll_interval_s must be > 0 and drain_s >= 0")
+        if poll_interval_s <= 0 or drain_s < 0 or clock_check_s <= 0:
+            raise ConfigError("poll_interval_s and clock_check_s must be > 0, drain_s >= 0")
         self.engine = engine
         self.concurrency = concurrency
         self.queues = list(queues)
         self.poll_interval_s = poll_interval_s
         self.drain_s = drain_s
+        self.clock_check_s = clock_check_s
+        self._next_clock_check = 0.0  # monotonic; 0 checks at the first loop
         self.stats = WorkerStats()
         self._stopping = threading.Event()
         self._slots = threading.Semaphore(concurrency)
@@ -102,6 +109,7 @@ class Worker:
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="durably-run")
         try:
             while not self._stopping.is_set():
+                self._maybe_check_clock()
                 if max_runs is not None and self.stats.claimed >= max_runs:
                     break
                 if not self._slots.acquire(timeout=self.poll_interval_s):
@@ -116,6 +124,17 @@ class Worker:
         finally:
             self._drain(pool)
         return self.stats
+
+    def _maybe_check_clock(self) -> None:
+        """Compare clocks with the database at start and every ``clock_check_s``: leases
+        and key expiry rely on hosts' clocks agreeing (docs/fleet.md)."""
+        if time.monotonic() < self._next_clock_check:
+            return
+        self._next_clock_check = time.monotonic() + self.clock_check_s
+        try:
+            check_clock(self.engine.store, self.engine.clock)
+        except DurablyError as exc:
+            log.warning("durably worker: cannot read the database's clock (%s)", exc)
 
     def _claim(self) -> RunRecord | None:
         full = frozenset(
@@ -132,6 +151,15 @@ class Worker:
             return None
 
     def _start(self, pool: ThreadPoolExecutor, run: RunRecord) -> None:
+        # starts > 1: an earlier start ended without finishing (a crash, a lost lease, a
+        # drain), so this claim takes the run over and resumes it from its journal.
+        log.info(
+            "durably worker: claimed run %s (%s, start %d%s)",
+            run.run_id,
+            run.workflow,
+            run.starts,
+            ", taking over an earlier start" if run.starts > 1 else "",
+        )
         with self._lock:
             self.stats.claimed += 1
             self._per_queue[run.queue] += 1
@@ -147,14 +175,23 @@ class Worker:
     def _drive(self, run: RunRecord) -> None:
         try:
             self.engine.execute_claimed(run)
+            log.info("durably worker: run %s completed", run.run_id)
             self._count("completed")
-        except StaleLease:
-            log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+        except StaleLease as exc:
+            if exc.reason is None:
+                log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+            else:  # its own deadline passed (a pause): maybe no one else has it yet
+                log.warning("durably worker: lost run %s: %s", run.run_id, exc)
             self._count("stale")
         except WorkflowFailed as exc:
             log.info("durably worker: run %s failed: %s", run.run_id, exc)
             self._count("failed")
-        except DurablyError as exc:  # blocked, in doubt, quarantined, store trouble
+        except StoreError as exc:
+            # The journal failed while recording (after retries): the run stopped where it
+            # was and stays resumable; one line, not a traceback.
+            log.warning("durably worker: run %s paused, journal error: %s", run.run_id, exc)
+            self._count("store_error")
+        except DurablyError as exc:  # blocked, in doubt, quarantined
             log.warning("durably worker: run %s stopped: %s", run.run_id, exc)
             self._count(type(exc).__name__)
         except Exception:

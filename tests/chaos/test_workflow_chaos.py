@@ -40,7 +40,7 @@ def test_the_unkeyed_effect_is_reported_and_fails_the_run(in_tmp: Path) -> None:
 def test_json_report_names_every_repeat(in_tmp: Path) -> None:
     result = _invoke("--workflow", SAMPLE, "--args", '["ana", 40]', "--json")
     assert result.exit_code == 1
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["unsafe_steps"] == ["send_email"]
     assert [s[1] for s in data["steps"]] == ["draft_reply", "create_refund", "send_email"]
     kills = {(k["name"], k["window"]): k for k in data["kills"]}
@@ -88,3 +88,30 @@ def test_a_name_that_is_not_a_workflow_is_refused(in_tmp: Path) -> None:
     result = _invoke("--workflow", f"{ROOT / 'examples' / 'sample_unkeyed.py'}:send_email")
     assert result.exit_code != 0
     assert "not a durably workflow" in result.output
+
+
+RECORDED = f"{Path(__file__).parent / 'recorded_workflow.py'}:stamped"
+
+
+def test_same_result_ignores_recorded_now_random_uuid(in_tmp: Path) -> None:
+    result = CliRunner().invoke(
+        main, ["chaos", "--workflow", RECORDED, "--allow-repeat", "note", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "real effects and model calls" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["kills"] and all(k["same_result"] for k in data["kills"]), data["kills"]
+    clean = data["clean_result"]
+    assert clean["at"] == "<now>" and clean["score"] == "<random>"
+    assert clean["ticket"] == "ticket-<uuid>" and clean["note"] == "hello"
+
+
+def test_mask_recorded_keeps_values_that_were_not_recorded() -> None:
+    recorded = [("uuid", {"$uuid": "0f1e2d3c-aaaa"}), ("random", 0.25)]
+    value = {"a": "id 0f1e2d3c-aaaa", "b": 0.25, "c": 0.5, "d": [{"$uuid": "0f1e2d3c-aaaa"}]}
+    assert wc.mask_recorded(value, recorded) == {
+        "a": "id <uuid>",
+        "b": "<random>",
+        "c": 0.5,
+        "d": ["<uuid>"],
+    }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -12,13 +11,10 @@ from durably.store.base import Store
 from durably.store.open import open_store
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A URL of an empty journal of each kind."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'journal.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
+@pytest.fixture
+def store_url(journal_url: str) -> str:
+    """A URL of an empty journal of each kind (see tests/conftest.py)."""
+    return journal_url
 
 
 @pytest.fixture

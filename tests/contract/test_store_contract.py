@@ -8,8 +8,8 @@ import pytest
 
 from durably.clock import FakeClock
 from durably.errors import LeaseLost, RunLeased, RunNotFound, RunQuarantined, StoreError
-from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, StepRecord
-from durably.store.base import NewRun, Owner, Store
+from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, RunRecord, StepRecord
+from durably.store.base import NewRun, Owner, Served, Store
 
 ME = Owner("host-a", 100, "1")
 OTHER = Owner("host-b", 200, "2")
@@ -222,12 +222,12 @@ def test_claim_next_takes_the_oldest_runnable_run(store: Store, clock: FakeClock
     for i in range(3):
         store.create_run(versioned(f"r{i}"))
         clock.advance(1)
-    served = {"wf": "1"}
+    served = {"wf": {"1"}}
     first = store.claim_next(ME, 30, 10, alive, served, ["default"])
     assert first is not None and first.run_id == "r0" and first.fencing_token == 1
     second = store.claim_next(OTHER, 30, 10, alive, served, ["default"])
     assert second is not None and second.run_id == "r1"
-    assert store.claim_next(ME, 30, 10, alive, {"other": None}, ["default"]) is None
+    assert store.claim_next(ME, 30, 10, alive, {"other": {None}}, ["default"]) is None
     assert store.claim_next(ME, 30, 10, alive, served, ["emails"]) is None
 
 
@@ -235,26 +235,54 @@ def test_claim_next_routes_versions_only_when_set(store: Store) -> None:
     store.create_run(versioned("v2", version="2"))
     store.create_run(versioned("unversioned", version=None))
     taken = []
-    while (run := store.claim_next(ME, 30, 10, alive, {"wf": "1"}, ["default"])) is not None:
+    while (run := store.claim_next(ME, 30, 10, alive, {"wf": {"1"}}, ["default"])) is not None:
         taken.append(run.run_id)
     assert "v2" not in taken
-    run = store.claim_next(ME, 30, 10, alive, {"wf": "2"}, ["default"])
+    run = store.claim_next(ME, 30, 10, alive, {"wf": {"2"}}, ["default"])
     assert run is not None and run.run_id == "v2"
+
+
+@pytest.mark.parametrize(
+    ("serves", "expected"),
+    [
+        ({None}, ["wf-None"]),
+        ({"1"}, ["wf-None", "wf-1"]),
+        ({"2"}, ["wf-None", "wf-2"]),
+        ({None, "2"}, ["wf-None", "wf-2"]),
+        ({"1", "2"}, ["wf-None", "wf-1", "wf-2"]),
+    ],
+)
+def test_claim_next_routes_every_version_the_same_on_every_store(
+    store: Store, clock: FakeClock, serves: set[str | None], expected: list[str]
+) -> None:
+    """The whole routing table, identical for every backend: a run without a version is
+    served by any registration of its workflow (versions route only when set); a run with
+    a version only by a worker registering exactly that version (the engine refuses to
+    drive a version it lacks, so it must not claim one). Runs of workflows the worker
+    does not serve are never claimed."""
+    for version in (None, "1", "2"):
+        for workflow in ("wf", "other"):
+            store.create_run(versioned(f"{workflow}-{version}", workflow, version))
+            clock.advance(1)
+    taken = []
+    while (run := store.claim_next(ME, 30, 10, alive, {"wf": serves}, ["default"])) is not None:
+        taken.append(run.run_id)
+    assert taken == expected
 
 
 def test_claim_next_reclaims_expired_leases_only(store: Store, clock: FakeClock) -> None:
     store.create_run(versioned("r"))
-    assert store.claim_next(ME, 30, 10, alive, {"wf": None}, ["default"]) is not None
-    assert store.claim_next(OTHER, 30, 10, alive, {"wf": None}, ["default"]) is None
+    assert store.claim_next(ME, 30, 10, alive, {"wf": {"1"}}, ["default"]) is not None
+    assert store.claim_next(OTHER, 30, 10, alive, {"wf": {"1"}}, ["default"]) is None
     clock.advance(31)
-    again = store.claim_next(OTHER, 30, 10, alive, {"wf": None}, ["default"])
+    again = store.claim_next(OTHER, 30, 10, alive, {"wf": {"1"}}, ["default"])
     assert again is not None and again.fencing_token == 2 and again.owner == str(OTHER)
 
 
 def test_claim_next_honours_fleet_queue_limits(store: Store) -> None:
     for i in range(3):
         store.create_run(versioned(f"m{i}", queue="mail"))
-    served = {"wf": None}
+    served = {"wf": {"1"}}
     assert store.claim_next(ME, 30, 10, alive, served, ["mail"], {"mail": 2}) is not None
     assert store.claim_next(OTHER, 30, 10, alive, served, ["mail"], {"mail": 2}) is not None
     assert store.claim_next(OTHER, 30, 10, alive, served, ["mail"], {"mail": 2}) is None
@@ -289,12 +317,19 @@ def test_requeue_retry_deletes_the_intent(store: Store) -> None:
     assert store.load_history("r1", 0) == []
 
 
-def test_wait_for_work_returns(store: Store) -> None:
+def test_wait_for_work_waits_when_nothing_happens(store: Store) -> None:
+    """An idle worker sleeps in wait_for_work: with nothing runnable and no wake-up it
+    takes the whole timeout (a busy return would spin the claim loop), and then returns.
+    Only a lower bound is asserted, which load can never break; PostgreSQL's early wake-up
+    on new work is tested in tests/integration."""
     import time
 
-    t0 = time.monotonic()
-    store.wait_for_work(0.05)
-    assert time.monotonic() - t0 < 5
+    for timeout_s in (0.01, 0.3):  # the first call also sets up any listener
+        t0 = time.monotonic()
+        store.wait_for_work(timeout_s)
+        waited = time.monotonic() - t0
+        assert waited >= timeout_s * 0.9, f"wait_for_work({timeout_s}) returned after {waited}"
+        assert waited < 30
 
 
 def test_a_forked_child_opens_its_own_connection(store: Store) -> None:
@@ -340,3 +375,105 @@ def test_claim_never_reopens_a_finished_or_parked_for_a_person_run(store: Store)
     store.release("r2", token2, "in_doubt", park_reason="step 3")
     with pytest.raises(RunInDoubt, match="step 3"):
         store.claim("r2", ME, 30, 10, alive)
+
+
+# -- claim queries filter in SQL (issue 8 §5) ---------------------------------------------
+
+HIDING = 70  # more than the 64-run window the old claim read before filtering in Python
+HERE = Owner("node", 300, "3", "m1:b1:4026531836")
+
+
+def test_claim_next_finds_a_runnable_run_behind_many_of_another_version(
+    store: Store, clock: FakeClock
+) -> None:
+    # A rolling deploy: older runs of version 2 wait for new workers; this worker serves
+    # version 1, whose one run is younger than all of them.
+    for i in range(HIDING):
+        store.create_run(versioned(f"v2-{i:03}", version="2"))
+    clock.advance(1)
+    store.create_run(versioned("v1-young", version="1"))
+    got = store.claim_next(ME, 30, 10, alive, {"wf": {"1"}}, ["default"])
+    assert got is not None and got.run_id == "v1-young"
+
+
+def test_claim_next_finds_a_runnable_run_behind_many_live_runs_of_this_host(
+    store: Store, clock: FakeClock
+) -> None:
+    judged: list[str] = []
+
+    def live(owner: str) -> bool:
+        judged.append(owner)
+        return False
+
+    for i in range(HIDING):
+        store.create_run(versioned(f"busy-{i:03}"))
+        store.claim(f"busy-{i:03}", Owner("node", 1000 + i, "1", HERE.host_id), 30, 10, live)
+    clock.advance(1)
+    store.create_run(versioned("young"))
+    got = store.claim_next(HERE, 30, 10, live, {"wf": {"1"}}, ["default"])
+    assert got is not None and got.run_id == "young"
+    # Only this host's owners are judged, each once, and none was taken for dead.
+    assert len(judged) == len(set(judged)) == HIDING
+
+
+def test_claim_next_takes_over_only_this_hosts_dead_owners(store: Store) -> None:
+    store.create_run(versioned("other-host"))
+    store.create_run(versioned("this-host"))
+    twin = Owner("node", 7, "1", "m2:b2:4026531836")  # same label and pid ns, other machine
+    store.claim("other-host", twin, 30, 10, alive)
+    store.claim("this-host", Owner("node", 7, "1", HERE.host_id), 30, 10, alive)
+    pid_7_gone = lambda o: o.startswith("node|7|")  # noqa: E731
+    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["default"])
+    assert got is not None and got.run_id == "this-host" and got.owner == str(HERE)
+    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["default"]) is None
+
+
+def test_a_dead_owners_run_holds_no_slot_of_a_limited_queue(store: Store) -> None:
+    # The slot is the dead run's own: counting it kept the queue shut until the lease
+    # expired, so the run "taken over at once" was taken only then.
+    store.create_run(versioned("orphan", queue="mail"))
+    store.create_run(versioned("queued", queue="mail"))
+    gone = Owner("node", 7, "1", HERE.host_id)
+    store.claim("orphan", gone, 30, 10, alive)
+    pid_7_gone = lambda o: o.startswith("node|7|")  # noqa: E731
+    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["mail"], {"mail": 1})
+    assert got is not None and got.run_id == "orphan" and got.owner == str(HERE)
+    # The limit still holds: the slot is taken now.
+    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": {"1"}}, ["mail"], {"mail": 1}) is None
+
+
+def test_unversioned_runs_route_the_same_on_every_store(store: Store, clock: FakeClock) -> None:
+    # A run without a version is served by any registration of its workflow; a versioned
+    # run only by a worker registering its version (an unversioned one does not).
+    store.create_run(versioned("none", version=None))
+    clock.advance(1)
+    store.create_run(versioned("one", version="1"))
+    assert [r.run_id for r in _drain(store, {"wf": {None}})] == ["none"]
+    assert [r.run_id for r in _drain(store, {"wf": {"2"}})] == []
+    assert [r.run_id for r in _drain(store, {"wf": {"1"}})] == ["one"]
+
+
+def _drain(store: Store, served: Served) -> list[RunRecord]:
+    taken = []
+    while (run := store.claim_next(ME, 30, 10, alive, served, ["default"])) is not None:
+        taken.append(run)
+    return taken
+
+
+def test_runs_filter_by_version_and_count_unfinished_per_version(
+    store: Store, clock: FakeClock
+) -> None:
+    for run_id, version in (("a", "1"), ("b", "1"), ("c", "2"), ("d", None)):
+        store.create_run(versioned(run_id, version=version))
+        clock.advance(1)
+    assert [r.run_id for r in store.list_runs(version="1")] == ["b", "a"]
+    assert [r.run_id for r in store.list_runs(version="2", workflow="wf")] == ["c"]
+    claimed = store.claim("a", ME, 30, 10, alive)
+    token = store.claim("c", ME, 30, 10, alive).fencing_token
+    store.finish("c", token, COMPLETED, [], outcome="null")
+    assert claimed.status == "running"
+    assert store.runs_by_version() == [
+        ("wf", None, "queued", 1),
+        ("wf", "1", "queued", 1),
+        ("wf", "1", "running", 1),
+    ]

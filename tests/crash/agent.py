@@ -1,11 +1,15 @@
 """A small incident agent run in a subprocess by the crash tests.
 
 Usage: ``python agent.py JOURNAL_URL WORLD_DB RUN_ID [--kill POS:WINDOW] [--unkeyed]
-[--async]``. With ``--kill`` the engine's fault hook SIGKILLs this process (a real
-signal) when the step at position POS reaches WINDOW (before, effect, recorded). The
-world database stands in for the outside world: ``effects`` deduplicates on the
-idempotency key and counts every request; ``executions`` counts every call of every step
-function, outside the journal. Prints the workflow's result as JSON on success.
+[--async] [--flaky SEED:RATE]``. With ``--flaky`` the journal's appends, finishes and
+releases fail at random (rate RATE, seeded) with the errors a busy database, a dropped
+connection or a full disk raise, before or after the write; a run that stops on one
+prints ``{"store_error": ...}`` and exits 4. With ``--kill`` the engine's fault hook
+SIGKILLs this process (a real signal) when the step at position POS reaches WINDOW
+(before, effect, recorded). The world database stands in for the outside world:
+``effects`` deduplicates on the idempotency key and counts every request; ``executions``
+counts every call of every step function, outside the journal. Prints the workflow's
+result as JSON on success.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import durably
@@ -46,6 +51,7 @@ def main() -> None:
     p.add_argument("--kill")
     p.add_argument("--unkeyed", action="store_true")
     p.add_argument("--async", dest="use_async", action="store_true")
+    p.add_argument("--flaky")
     args = p.parse_args()
     w = world(args.world)
 
@@ -101,6 +107,13 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     engine = durably.Engine(args.journal, fault_hook=hook if kill else None)
+    if args.flaky:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+        from tests.store_faults import FlakyStore
+
+        seed, rate = args.flaky.split(":")
+        log = str(Path(args.world).with_name("injected.log"))
+        engine.store = FlakyStore(engine.store, rate=float(rate), seed=int(seed), log=log)  # type: ignore[assignment]
 
     @engine.workflow(name="incident")
     def incident(ctx: durably.Context, alert: str) -> dict[str, Any]:
@@ -137,6 +150,9 @@ def main() -> None:
     except durably.RunInDoubt as exc:
         print(json.dumps({"in_doubt": str(exc)}))
         sys.exit(3)
+    except durably.StoreError as exc:
+        print(json.dumps({"store_error": str(exc)}))
+        sys.exit(4)
     print(json.dumps(result, sort_keys=True))
 
 

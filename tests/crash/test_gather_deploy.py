@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from durably.history import idempotency_key
+
 AGENT = Path(__file__).with_name("deploy_agent.py")
 RUN_ID = "order-7"
 
@@ -47,6 +49,15 @@ def executions(tmp: Path) -> list[tuple[str, str]]:
         return sorted(w.execute("SELECT step, key FROM executions").fetchall())
 
 
+def key(tmp: Path, position: str) -> str:
+    """The idempotency key of ``position`` in the run (built from its incarnation)."""
+    with sqlite3.connect(tmp / "journal.db") as j:
+        (incarnation,) = j.execute(
+            "SELECT incarnation FROM runs WHERE run_id = ?", (RUN_ID,)
+        ).fetchone()
+    return idempotency_key(RUN_ID, incarnation, position)
+
+
 def run_status(tmp: Path) -> str:
     with sqlite3.connect(tmp / "journal.db") as j:
         (status,) = j.execute("SELECT status FROM runs WHERE run_id = ?", (RUN_ID,)).fetchone()
@@ -65,7 +76,7 @@ def test_a_deploy_that_shifts_a_gather_runs_no_branch_live(tmp_path: Path, kill:
     killed = run_agent(tmp_path, "v1", "--kill", kill)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = executions(tmp_path)
-    assert ("charge", f"{RUN_ID}:1.0.0") in before
+    assert ("charge", key(tmp_path, "1.0.0")) in before
 
     deployed = run_agent(tmp_path, "v2")
     assert deployed.returncode == 4, deployed.stderr
@@ -77,10 +88,11 @@ def test_a_deploy_that_shifts_a_gather_runs_no_branch_live(tmp_path: Path, kill:
     rolled_back = run_agent(tmp_path, "v1")
     assert rolled_back.returncode == 0, rolled_back.stderr
     result = json.loads(rolled_back.stdout)
-    assert result["charged"] == f"charge@{RUN_ID}:1.0.0"
-    assert result["shipped"] == f"ship@{RUN_ID}:1.1.0"
-    keys = {key for _, key in executions(tmp_path)}
-    assert keys == {f"{RUN_ID}:1.0.0", f"{RUN_ID}:1.1.0"}  # never a key of the shifted gather
+    assert result["charged"] == f"charge@{key(tmp_path, '1.0.0')}"
+    assert result["shipped"] == f"ship@{key(tmp_path, '1.1.0')}"
+    keys = {k for _, k in executions(tmp_path)}
+    old_keys = {key(tmp_path, "1.0.0"), key(tmp_path, "1.1.0")}
+    assert keys == old_keys  # never a key of the shifted gather
     with sqlite3.connect(tmp_path / "world.db") as w:
         rows = w.execute("SELECT kind, count(*) FROM effects GROUP BY kind").fetchall()
     assert sorted(rows) == [("charge", 1), ("ship", 1)]  # each effect landed exactly once

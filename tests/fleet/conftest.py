@@ -20,14 +20,6 @@ from fleet_support import HERE, Spawn
 import durably
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'journal.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
-
-
 @pytest.fixture
 def world_path(tmp_path: Path) -> str:
     path = str(tmp_path / "world.db")

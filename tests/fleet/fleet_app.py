@@ -1,7 +1,8 @@
 """The workflows the fleet tests run on real worker processes.
 
 ``durably worker fleet_app:engine`` builds the engine from the environment:
-``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file), ``FLEET_LEASE_S``.
+``DURABLY_URL`` (journal), ``FLEET_WORLD`` (the world's SQLite file), ``FLEET_LEASE_S``,
+and ``FLEET_KILL_AT`` (``POS:WINDOW``: SIGKILL the worker when a step reaches it).
 The world deduplicates effects on their idempotency key, counts every execution of every
 step (with the pid that ran it), and refuses a writer whose fencing token is older than
 one it has already seen for the run.
@@ -10,11 +11,14 @@ one it has already seen for the run.
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 import durably
+import durably.engine
 
 
 class StaleToken(Exception):
@@ -95,9 +99,39 @@ def after(n: int, *, idempotency_key: str, fencing_token: int) -> int:
     return n + 1
 
 
+def touch(name: str, *, idempotency_key: str, fencing_token: int) -> str:
+    executed(name, idempotency_key, fencing_token)
+    return name
+
+
+def wait_for_file(path: str, timeout_s: float = 60) -> None:
+    """Workflow code (not a step) that waits for the test to create ``path``."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def kill_hook(at: str) -> durably.engine.FaultHook:
+    """A fault hook that SIGKILLs this process when a step reaches ``at`` (``POS:WINDOW``,
+    e.g. ``1:effect``: the charge happened, its result is not recorded yet)."""
+    position, window = at.split(":")
+
+    def hook(run_id: str, pos: str, name: str, win: str) -> None:
+        if (pos, win) == (position, window):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
+
+
 def make_engine(url: str | None = None) -> durably.Engine:
     lease_s = float(os.environ.get("FLEET_LEASE_S", "30"))
-    engine = durably.Engine(url, lease_s=lease_s, heartbeat_s=lease_s / 4)
+    kill_at = os.environ.get("FLEET_KILL_AT")
+    engine = durably.Engine(
+        url,
+        lease_s=lease_s,
+        heartbeat_s=lease_s / 4,
+        fault_hook=kill_hook(kill_at) if kill_at else None,
+    )
 
     @engine.workflow(name="order")
     def order(ctx: durably.Context, n: int) -> dict[str, Any]:
@@ -113,17 +147,41 @@ def make_engine(url: str | None = None) -> durably.Engine:
         done = ctx.step("after", after, n)
         return {"receipt": receipt, "after": done}
 
+    @engine.workflow(name="stubborn")
+    def stubborn(ctx: durably.Context, gate: str) -> str:
+        ctx.step("first", touch, "first")
+        wait_for_file(gate)  # the test takes the run over meanwhile
+        for name in ("e1", "e2", "e3"):
+            try:
+                ctx.step(name, touch, name)
+            except:  # noqa: E722  (a workflow that swallows everything)
+                pass
+        return "went on"
+
+    @engine.workflow(name="pause")
+    def pause(ctx: durably.Context, pause_s: float) -> str:
+        ctx.step("first", touch, "first")
+        time.sleep(pause_s)  # workflow code between two steps: the test stops us here
+        ctx.step("next", touch, "next")
+        return "done"
+
     return engine
 
 
-_engine: durably.Engine | None = None
+def lazy_engine(make: Callable[[], durably.Engine]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that builds ``engine`` with ``make`` on first access, so
+    importing the module (as ``durably worker module:engine`` does) opens no database
+    before the worker asks for it."""
+    built: list[durably.Engine] = []
+
+    def module_getattr(name: str) -> Any:
+        if name != "engine":
+            raise AttributeError(name)
+        if not built:
+            built.append(make())
+        return built[0]
+
+    return module_getattr
 
 
-def __getattr__(name: str) -> Any:
-    # Built on first access, so importing this module never opens a database.
-    global _engine
-    if name == "engine":
-        if _engine is None:
-            _engine = make_engine()
-        return _engine
-    raise AttributeError(name)
+__getattr__ = lazy_engine(make_engine)

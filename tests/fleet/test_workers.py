@@ -28,7 +28,8 @@ def test_three_workers_two_hundred_runs_every_effect_once(
     handles = [engine.start("order", i, run_id=f"order-{i}") for i in range(200)]
     workers = [spawn_worker(concurrency=4) for _ in range(3)]
     results = [h.result(timeout_s=120) for h in handles]
-    assert results == [{"receipt": f"done:order-{i}:1", "after": i + 1} for i in range(200)]
+    keys = [engine.get_run(f"order-{i}").key("1") for i in range(200)]
+    assert results == [{"receipt": f"done:{keys[i]}", "after": i + 1} for i in range(200)]
     runs = engine.store.list_runs(limit=1000)
     assert len(runs) == 200 and {r.status for r in runs} == {"completed"}
     assert {r.starts for r in runs} == {1}  # every run completed once, no re-drive
@@ -67,8 +68,49 @@ def test_sigkill_of_a_worker_its_runs_finish_elsewhere(
     assert all(r.status == "completed" for r in engine.store.list_runs())
 
 
-def test_a_stalled_worker_is_fenced_out(
+def test_sigkill_between_effect_and_record_retries_with_the_same_key(
     engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    """The window that matters most: the charge reached the world, the worker died before
+    recording it. The next worker re-runs the charge with the same key (the world
+    deduplicates it: one effect, two requests), and replays the step before it."""
+    victim = spawn_worker(lease_s=30, concurrency=1, extra_env={"FLEET_KILL_AT": "1:effect"})
+    handle = engine.start("order", 3, run_id="window")
+    assert victim.wait(60) == -signal.SIGKILL
+    assert world_rows(world_path, "SELECT requests FROM effects") == [(1,)]
+    assert engine.get_run("window").status == "running"  # effect done, not recorded
+    rescuer = spawn_worker(lease_s=30, concurrency=1)  # same host, dead owner: at once
+    result = handle.result(timeout_s=60)
+    assert world_rows(world_path, "SELECT requests FROM effects") == [(2,)]
+    execs = world_rows(world_path, "SELECT step, key, pid, token FROM executions ORDER BY rowid")
+    [(_, key1, pid1, token1), (_, key2, pid2, token2), after] = execs
+    assert key1 == key2 and (pid1, pid2) == (victim.pid, rescuer.pid) and token2 > token1
+    assert result == {"receipt": f"done:{key1}", "after": 4}
+    assert after[0] == "after" and after[2] == rescuer.pid
+    run = engine.get_run("window")
+    assert run.status == "completed" and run.starts == 2
+
+
+@pytest.mark.parametrize("journal_url", ["sqlite"], indirect=True)
+def test_a_run_three_leases_long_keeps_its_worker(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str
+) -> None:
+    """Real processes, real time: the charge takes three leases; the heartbeat must keep
+    the lease, so the second worker, polling all along, never takes the run over (the
+    in-process test with a fake clock is tests/unit/test_lease.py)."""
+    first = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 2, 4.5, run_id="long-lease")
+    charges = "SELECT pid FROM executions WHERE step='slow_charge'"
+    wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
+    spawn_worker(lease_s=1.5, concurrency=1)
+    assert handle.result(timeout_s=60)["after"] == 3
+    assert world_rows(world_path, charges) == [(first.pid,)]
+    run = engine.get_run("long-lease")
+    assert (run.starts, run.fencing_token) == (1, 1)
+
+
+def test_a_stalled_worker_is_fenced_out(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
 ) -> None:
     stalled = spawn_worker(lease_s=1.5, concurrency=1)
     handle = engine.start("slow", 7, 3.0, run_id="fenced")
@@ -80,7 +122,8 @@ def test_a_stalled_worker_is_fenced_out(
     stalled.send_signal(signal.SIGSTOP)  # a long GC pause, a partition...
     time.sleep(2.0)  # past its lease
     rescuer = spawn_worker(lease_s=1.5, concurrency=1)
-    assert handle.result(timeout_s=60) == {"receipt": "done:fenced:1", "after": 8}
+    key = engine.get_run("fenced").key("1")
+    assert handle.result(timeout_s=60) == {"receipt": f"done:{key}", "after": 8}
     stalled.send_signal(signal.SIGCONT)
     # The stalled worker wakes inside its charge: the world refuses its stale token, its
     # append is refused (StaleLease), and it runs no further step of the run.
@@ -90,8 +133,8 @@ def test_a_stalled_worker_is_fenced_out(
         "the world to refuse the stale writer",
     )
     time.sleep(0.5)
-    [(key, old, new)] = world_rows(world_path, "SELECT key, token, newest FROM refusals")
-    assert key == "fenced:1" and old < new
+    [(refused_key, old, new)] = world_rows(world_path, "SELECT key, token, newest FROM refusals")
+    assert refused_key == key and old < new
     assert world_rows(world_path, "SELECT requests FROM effects") == [(1,)]
     by_pid = dict(
         world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")
@@ -99,6 +142,46 @@ def test_a_stalled_worker_is_fenced_out(
     assert by_pid[stalled.pid] == "slow_charge"  # nothing after the stall
     assert sorted(by_pid[rescuer.pid].split(",")) == ["after", "slow_charge"]
     run = engine.get_run("fenced")
+    assert run.status == "completed" and run.fencing_token == 2
+    # The journal fenced it too: its append was refused with StaleLease (a worker that
+    # merely failed, or hit a conflicting record, would say something else).
+    stalled.send_signal(signal.SIGTERM)
+    assert stalled.wait(30) == 0
+    log = (tmp_path / "worker-0.log").read_text()
+    assert "lost run fenced to another worker" in log, log
+    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+
+
+def test_the_journal_alone_fences_a_stalled_worker(
+    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
+) -> None:
+    """The stalled worker wakes while the new owner is still inside the same step, so the
+    world has not seen the newer token and takes its effect (deduplicated later by key):
+    only the journal can stop it now. Its append is refused (StaleLease) and it runs
+    nothing after; the run completes once, by the new owner."""
+    stalled = spawn_worker(lease_s=1.5, concurrency=1)
+    handle = engine.start("slow", 5, 3.0, run_id="journal-fenced")
+    charges = "SELECT pid FROM executions WHERE step='slow_charge' ORDER BY rowid"
+    wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
+    stalled.send_signal(signal.SIGSTOP)
+    time.sleep(2.0)  # past its lease
+    rescuer = spawn_worker(lease_s=1.5, concurrency=1)
+    wait_until(lambda: len(world_rows(world_path, charges)) == 2, 30, "the rescuer's charge")
+    stalled.send_signal(signal.SIGCONT)  # its sleep is over: it applies, then appends
+    result = handle.result(timeout_s=60)
+    stalled.send_signal(signal.SIGTERM)
+    assert stalled.wait(30) == 0
+    log = (tmp_path / "worker-0.log").read_text()
+    assert "lost run journal-fenced to another worker" in log, log
+    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+    by_pid = dict(
+        world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")
+    )
+    assert by_pid[stalled.pid] == "slow_charge"  # nothing after its stale append
+    assert sorted(by_pid[rescuer.pid].split(",")) == ["after", "slow_charge"]
+    [(key, requests)] = world_rows(world_path, "SELECT key, requests FROM effects")
+    assert requests in (1, 2) and result == {"receipt": f"done:{key}", "after": 6}
+    run = engine.get_run("journal-fenced")
     assert run.status == "completed" and run.fencing_token == 2
 
 

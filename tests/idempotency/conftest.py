@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from idem_helpers import FakeClock
 
-from durably.idempotency import IdempotencyStore
+from durably.idempotency import IdempotencyStore, migrate
 
 
 @pytest.fixture
@@ -22,11 +22,18 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh database URL: a SQLite file, or an empty PostgreSQL schema."""
+def bare_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database URL: a SQLite file, or an empty PostgreSQL schema."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'idem.db'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def db_url(bare_db_url: str) -> str:
+    """A fresh database with the receiving side's tables, as `durably migrate` makes them."""
+    migrate(bare_db_url)
+    return bare_db_url
 
 
 @pytest.fixture

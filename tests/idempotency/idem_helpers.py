@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 HERE = Path(__file__).resolve().parent
@@ -42,3 +48,34 @@ def count_rows(db_path: Path, table: str) -> int:
     """Count rows in a table of a SQLite file that is not the store under test."""
     with sqlite3.connect(db_path) as conn:
         return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+def wait_for_server(
+    proc: subprocess.Popen[bytes], port_file: Path, *, timeout_s: float = 30.0
+) -> str:
+    """Wait until a server child wrote its port and answers ``/healthz``; its base URL."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert proc.poll() is None, "the server exited during start-up"
+        assert time.monotonic() < deadline, "the server did not start"
+        if port_file.exists():
+            base_url = f"http://127.0.0.1:{port_file.read_text()}"
+            try:
+                if httpx.get(f"{base_url}/healthz").status_code == 200:
+                    return base_url
+            except httpx.TransportError:
+                pass
+        time.sleep(0.05)
+
+
+def serve(app: Any, port_file: str) -> None:
+    """Run ``app`` under uvicorn on a free port of 127.0.0.1, written to ``port_file``."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    tmp = Path(port_file + ".tmp")
+    tmp.write_text(str(sock.getsockname()[1]))
+    os.replace(tmp, port_file)  # the test never reads half a number
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from durably.idempotency import (
     OutboxMessage,
     RelayReport,
     fingerprint_of,
+    migrate,
 )
 
 
@@ -97,6 +99,34 @@ def test_relay_delivers_with_the_key_and_marks_delivered(
     assert len(delivered) == 5 and all(e.delivered_at == clock.now for e in delivered)
 
 
+class _BrokenStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+@pytest.mark.parametrize(
+    ("error", "recorded"),
+    [
+        (ValueError("binary\x00output"), "ValueError: binary\\x00output"),
+        (ValueError("cut \ud83d"), "ValueError: cut \\ud83d"),
+        (_BrokenStr(), "_BrokenStr: <str() of the error raised RuntimeError>"),
+    ],
+    ids=["NUL", "surrogate", "broken __str__"],
+)
+def test_a_delivery_error_the_database_cannot_store_is_recorded_escaped(
+    db_url: str, outbox: Outbox, error: Exception, recorded: str
+):
+    # PostgreSQL's text refuses NUL, neither database takes a lone surrogate, and a
+    # broken __str__ raises: the relay records the failure anyway, and goes on.
+    with user_transaction(db_url) as conn:
+        outbox.add(conn, "billing", {"n": 1}, key="k")
+    deliver = Recorder()
+    deliver.fail_with = error
+    assert outbox.relay(deliver) == RelayReport(claimed=1, retrying=1)
+    [entry] = outbox.messages()
+    assert entry.last_error == recorded
+
+
 def test_failures_back_off_then_the_message_is_dead(db_url: str, outbox: Outbox, clock: FakeClock):
     with user_transaction(db_url) as conn:
         outbox.add(conn, "billing", {"n": 1}, key="k")
@@ -154,7 +184,9 @@ def test_relay_killed_on_every_attempt_still_runs_out_of_attempts(
 def test_redelivery_is_applied_once_by_a_receiver_that_honours_keys(
     db_url: str, outbox: Outbox, clock: FakeClock, tmp_path: Path
 ):
-    receiver = IdempotencyStore(f"sqlite:///{tmp_path / 'receiver.db'}", clock=clock)
+    receiver_url = f"sqlite:///{tmp_path / 'receiver.db'}"
+    migrate(receiver_url)
+    receiver = IdempotencyStore(receiver_url, clock=clock)
     applied: list[Any] = []
     with user_transaction(db_url) as conn:
         outbox.add(conn, "billing", {"charge": 10}, key="order-1")
@@ -239,3 +271,82 @@ def test_relay_loop_runs_until_stopped(db_url: str, clock: FakeClock):
         loop.join(10)
         box.close()
     assert not loop.is_alive()
+
+
+def _unheld(url: str, now: float) -> int:
+    """Pending messages whose claim has run out (or that nobody claimed) at ``now``."""
+    sql = "SELECT count(*) FROM durably_outbox WHERE status = 'pending' AND NOT claimed_until > {}"
+    with user_transaction(url) as conn:
+        mark = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+        return int(conn.execute(sql.format(mark), (now,)).fetchone()[0])
+
+
+class TwoRelays:
+    """Two relays on one outbox table, and the keys of what they delivered, in order."""
+
+    def __init__(self, url: str, clock: FakeClock, claim_lease_s: float, messages: int) -> None:
+        self.first = Outbox(url, clock=clock, claim_lease_s=claim_lease_s)
+        self.second = Outbox(url, clock=clock, claim_lease_s=claim_lease_s)
+        with self.first.transaction() as conn:
+            self.keys = [
+                self.first.add(conn, "billing", {"n": i}, key=f"m{i}") for i in range(messages)
+            ]
+        self.delivered: list[str] = []
+        self.second_reports: list[RelayReport] = []
+
+    def record(self, message: OutboxMessage) -> None:
+        self.delivered.append(message.key)
+
+    def run_second_relay(self) -> None:
+        """One pass of the second relay, in a thread of its own, to its end."""
+        other = threading.Thread(
+            target=lambda: self.second_reports.append(self.second.relay(self.record))
+        )
+        other.start()
+        other.join(60)
+
+    def close(self) -> None:
+        self.first.close()
+        self.second.close()
+
+
+def test_two_relays_never_deliver_one_message_twice(db_url: str, clock: FakeClock):
+    """A slow relay keeps its batch: its claims are renewed while it delivers, so a second
+    relay running meanwhile finds nothing to take."""
+    relays = TwoRelays(db_url, clock, claim_lease_s=0.6, messages=4)  # renewed every 0.2 s
+
+    def slow(message: OutboxMessage) -> None:
+        relays.record(message)
+        if message.key == relays.keys[0]:
+            clock.advance(5.0)  # far past the batch's first claim
+            deadline = time.monotonic() + 20
+            while _unheld(db_url, clock.now) and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the keeper renewed the claims for the new time
+            relays.run_second_relay()
+
+    report = relays.first.relay(slow)
+    assert sorted(relays.delivered) == sorted(relays.keys), "a message was delivered twice"
+    assert report.delivered == 4 and relays.second_reports == [RelayReport()]
+    relays.close()
+
+
+def test_a_relay_that_lost_its_claims_neither_delivers_nor_counts_them(
+    db_url: str, clock: FakeClock
+):
+    """A relay that stalled past its claims finds them taken over: it skips the rest, and
+    the message it was delivering is not marked (or counted) delivered by it."""
+    relays = TwoRelays(db_url, clock, claim_lease_s=600, messages=3)  # no keeper beat here
+
+    def stalls(message: OutboxMessage) -> None:
+        relays.record(message)
+        if message.key == relays.keys[0]:
+            clock.advance(700)  # the whole batch's claims run out
+            relays.run_second_relay()
+
+    report = relays.first.relay(stalls)
+    assert relays.second_reports == [RelayReport(claimed=3, delivered=3)]
+    assert report == RelayReport(claimed=3, lost=3)
+    # Only the message in flight at the stall went out twice (at least once, same key).
+    assert sorted(relays.delivered) == sorted([relays.keys[0], *relays.keys])
+    assert [m.status for m in relays.first.messages()] == ["delivered"] * 3
+    relays.close()

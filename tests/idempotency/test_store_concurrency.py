@@ -98,7 +98,7 @@ def test_threads_in_transaction_wait_and_replay(db_url: str):
 
 
 def test_processes_run_the_work_once(db_url: str, tmp_path: Path):
-    IdempotencyStore(db_url).close()  # create the schema before the race
+    IdempotencyStore(db_url).close()  # open once (the db_url fixture migrated) before the race
     effect_file = tmp_path / "effects.txt"
     start_at = time.time() + 2.0
     procs = [

@@ -291,14 +291,56 @@ def test_scopes_keep_keys_apart(make_store: MakeStore):
     )
 
 
-def test_result_must_be_json_and_the_key_is_freed(make_store: MakeStore):
+def test_an_unstorable_result_is_refused_and_never_run_again(make_store: MakeStore):
+    """The work ran even though its outcome could not be stored: a retry must get a
+    clear refusal, never a second run (that would repeat the effect)."""
     store = make_store()
+    retry = Counter()
     with pytest.raises(SerializationError, match="JSON"):
         store.execute("k1", "fp", lambda: object())
-    assert store.execute("k1", "fp", Counter()).result == {"ticket": 7}
+    with pytest.raises(RequestFailed, match="could not be stored") as refused:
+        store.execute("k1", "fp", retry).value()
+    assert refused.value.type_name == "OutcomeNotStored"
     small = make_store(result_bytes_max=10)
     with pytest.raises(SerializationError, match="result_bytes_max"):
         small.execute("k2", "fp", lambda: "x" * 100)
+    with pytest.raises(RequestFailed, match="result_bytes_max"):
+        small.execute("k2", "fp", retry).value()
+    assert retry.calls == 0
+
+
+class FailingClock(FakeClock):
+    """A fake clock that raises once when armed: a failure inside a store transaction."""
+
+    armed = False
+
+    def __call__(self) -> float:
+        if self.armed:
+            self.armed = False
+            raise OSError("the clock failed")
+        return super().__call__()
+
+
+def test_a_failed_complete_releases_the_key(make_store: MakeStore):
+    clock = FailingClock()
+    store = make_store(clock=clock, lease_s=30)
+    claim = store.begin("k", "fp")
+    assert isinstance(claim, Claim)
+    clock.armed = True
+    with pytest.raises(OSError, match="clock failed"):
+        store.complete(claim, {"ok": 1})
+    # Not held until the lease runs out: a retry runs now.
+    assert isinstance(store.begin("k", "fp"), Claim)
+
+
+def test_the_reused_key_message_gives_out_no_fingerprint(make_store: MakeStore):
+    store = make_store()
+    first = fingerprint_of("transfer", 100)
+    store.execute("k", first, Counter())
+    with pytest.raises(IdempotencyKeyReused) as reused:
+        store.execute("k", fingerprint_of("transfer", 101), Counter())
+    text = str(reused.value)
+    assert not any(first[i : i + 8] in text for i in range(len(first) - 8))
 
 
 def test_bad_options_are_config_errors(db_url: str):

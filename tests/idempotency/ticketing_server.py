@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
 
-import uvicorn
+from idem_helpers import serve
 
-from durably.idempotency import IdempotencyStore
+from durably.idempotency import IdempotencyStore, migrate
 from ticketing_service import create_app
 
 
@@ -48,16 +46,10 @@ def main() -> None:
             Path(args.pause_file).write_text(ticket["title"])
             await asyncio.sleep(args.pause_s)
 
+    migrate(args.idem_url)  # a deploy runs `durably migrate --idempotency` instead
     store = IdempotencyStore(args.idem_url, clock=clock, lease_s=args.lease_s, ttl_s=args.ttl_s)
     app = create_app(args.db, store, before_insert=before_insert)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    tmp = Path(args.port_file + ".tmp")
-    tmp.write_text(str(sock.getsockname()[1]))
-    os.replace(tmp, args.port_file)  # the test never reads half a number
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    server.run(sockets=[sock])
+    serve(app, args.port_file)
 
 
 if __name__ == "__main__":

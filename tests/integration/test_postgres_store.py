@@ -28,8 +28,9 @@ from durably.errors import (
     StoreError,
 )
 from durably.history import COMPLETED, INTENT, OK, STEP, StepRecord
-from durably.store.base import NewRun, Owner
+from durably.store.base import NewRun, Owner, Served
 from durably.store.postgres import PostgresStore
+from durably.store.sqlfiles import migrations
 
 pytestmark = pytest.mark.postgres
 
@@ -143,6 +144,76 @@ def test_claim_waits_for_an_in_flight_append_then_fences_it(pg_url: str) -> None
         store.close()
 
 
+def _slow_inserts_at(url: str, position: str, sleep_s: float) -> None:
+    """Make inserts of ``position`` into ``steps`` sleep inside their statement: a wide,
+    deterministic window in the middle of a real append (after its row lock is taken)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"""
+            CREATE FUNCTION slow_steps() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF NEW.position = '{position}' THEN PERFORM pg_sleep({sleep_s}); END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER slow_steps BEFORE INSERT ON steps
+              FOR EACH ROW EXECUTE FUNCTION slow_steps();
+            """
+        )
+
+
+def _sleeping(url: str, app: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+            " AND wait_event = 'PgSleep'",
+            (app,),
+        ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def test_a_real_claim_racing_a_real_append_never_loses_the_append(pg_url: str) -> None:
+    """The old owner's append is inside its statement when another process's claim
+    arrives (no lock taken by hand: both are the store's own calls, on separate
+    connections). The claim must wait for the append, so the new owner's history holds
+    it; or the append must be refused. An append that succeeds but is missing from the
+    history the new owner loaded would be replayed over: a result lost or run twice."""
+    import uuid
+
+    app = f"durably-append-{uuid.uuid4().hex[:8]}"
+    old = PostgresStore(f"{pg_url}&application_name={app}", FakeClock())
+    new = PostgresStore(pg_url, FakeClock())
+    try:
+        old.create_run(new_run())
+        token = old.claim("r1", owner(0), 30, 100, alive).fencing_token
+        _slow_inserts_at(pg_url, "7", 1.5)
+        appended: list[BaseException | None] = []
+
+        def append() -> None:
+            try:
+                old.append("r1", token, [rec("7")])
+                appended.append(None)
+            except durably.errors.LeaseLost as exc:
+                appended.append(exc)
+
+        appender = threading.Thread(target=append)
+        appender.start()
+        deadline = time.monotonic() + 30
+        while not _sleeping(pg_url, app):
+            assert time.monotonic() < deadline, "the append never reached its insert"
+            time.sleep(0.02)
+        claimed = new.claim("r1", owner(1), 30, 100, dead)  # the old owner looks dead
+        history = {r.position for r in new.load_history("r1", claimed.generation)}
+        appender.join(30)
+        assert claimed.fencing_token == token + 1 and len(appended) == 1
+        if appended[0] is None:
+            assert "7" in history, "an append landed after the claim that fenced it"
+        else:
+            assert "7" not in history
+    finally:
+        old.close()
+        new.close()
+
+
 def _backend_pids(store: PostgresStore) -> list[int]:
     with store._pool.connection() as conn:
         return [conn.info.backend_pid]
@@ -230,7 +301,7 @@ def test_concurrent_migrations_from_processes(pg_url: str) -> None:
     assert [p.returncode for p in procs] == [0] * 4, errors
     with psycopg.connect(pg_url) as conn:
         meta: dict[str, str] = dict(conn.execute("SELECT key, value FROM durably_meta").fetchall())
-    assert meta == {"app": "durably", "schema_version": "1"}
+    assert meta == {"app": "durably", "schema_version": str(len(migrations("postgres")))}
 
 
 def test_refuses_foreign_tables_and_newer_schema(pg_url: str) -> None:
@@ -328,7 +399,7 @@ def test_claim_next_from_many_threads_takes_each_run_once(pg_url: str) -> None:
 
         def worker(i: int) -> None:
             while (
-                run := store.claim_next(owner(i), 30, 10, alive, {"wf": None}, ["default"])
+                run := store.claim_next(owner(i), 30, 10, alive, {"wf": {"1"}}, ["default"])
             ) is not None:
                 with lock:
                     taken.append(run.run_id)
@@ -354,12 +425,13 @@ def test_claim_next_oldest_first_routes_versions_and_queues(pg_url: str) -> None
         store.create_run(_new("new-v2", version="2"))
         clock.advance(1)
         store.create_run(_new("unserved", workflow="nope"))
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": "2"}, ["default"])
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"2"}}, ["default"])
         assert got is not None and got.run_id == "new-v2" and got.fencing_token == 1
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default"])
+        assert store.claim_next(owner(0), 30, 10, alive, {"wf": {None}}, ["default"]) is None
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default"])
         assert got is not None and got.run_id == "old-v1"
-        assert store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default"]) is None
-        got = store.claim_next(owner(0), 30, 10, alive, {"wf": None}, ["default", "q2"])
+        assert store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default"]) is None
+        got = store.claim_next(owner(0), 30, 10, alive, {"wf": {"1"}}, ["default", "q2"])
         assert got is not None and got.run_id == "other-queue"
     finally:
         store.close()
@@ -368,7 +440,7 @@ def test_claim_next_oldest_first_routes_versions_and_queues(pg_url: str) -> None
 def test_claim_next_expired_parked_and_dead_owner_runs(pg_url: str) -> None:
     clock = FakeClock()
     store = PostgresStore(pg_url, clock)
-    served: dict[str, str | None] = {"wf": None}
+    served: Served = {"wf": {"1"}}
     me = Owner("this-host", 1, "1")
     try:
         for run_id in ("expired", "parked", "dead"):
@@ -401,7 +473,7 @@ def test_queue_limit_holds_across_concurrent_workers(pg_url: str) -> None:
         def worker(i: int) -> None:
             barrier.wait()
             results.append(
-                store.claim_next(owner(i), 30, 10, alive, {"wf": None}, ["gpu"], {"gpu": 2})
+                store.claim_next(owner(i), 30, 10, alive, {"wf": {"1"}}, ["gpu"], {"gpu": 2})
             )
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]

@@ -30,6 +30,7 @@ def engine(tmp_path: Path) -> Iterator[durably.Engine]:
 
 def test_async_workflow_replays(engine: durably.Engine) -> None:
     calls: Counter[str] = Counter()
+    seen: list[list[object]] = []
 
     async def model(prompt: str) -> str:
         calls[prompt] += 1
@@ -37,15 +38,29 @@ def test_async_workflow_replays(engine: durably.Engine) -> None:
         return prompt.upper()
 
     @engine.workflow(name="awf")
-    async def awf(ctx: durably.AsyncContext, p: str) -> list[str]:
-        a = await ctx.step("a", model, p)
-        b = await ctx.step("b", model, a + "!")
-        await ctx.now()
-        return [a, b]
+    async def awf(ctx: durably.AsyncContext, p: str) -> list[object]:
+        out: list[object] = []
+        seen.append(out)
+        out.append(await ctx.step("a", model, p))
+        out.append(await ctx.random())
+        out.append(await ctx.step("b", model, f"{out[0]}!"))
+        out.append(await ctx.step("c", model, f"{out[2]}?"))
+        return out
 
-    assert engine.run(awf, "hi", run_id="r") == ["HI", "HI!"]
-    assert engine.run(awf, "hi", run_id="r") == ["HI", "HI!"]
-    assert calls == Counter({"hi": 1, "HI!": 1})
+    def hook(run_id: str, pos: str, name: str, window: str) -> None:
+        if (pos, window) == ("3", "before"):
+            raise Crash("interrupted before c")
+
+    # Interrupted mid-run (the run stays unfinished), then resumed: a real replay.
+    engine.fault_hook = hook
+    with pytest.raises(Crash):
+        engine.run(awf, "hi", run_id="r")
+    assert engine.get_run("r").status == "running"
+    engine.fault_hook = None
+    result = engine.run(awf, "hi", run_id="r")
+    assert result[:3] == seen[0] == seen[1][:3]  # the recorded random value too
+    assert result[0] == "HI" and result[2:] == ["HI!", "HI!?"]
+    assert calls == Counter({"hi": 1, "HI!": 1, "HI!?": 1})
 
 
 def test_run_async_inside_a_running_loop(engine: durably.Engine) -> None:
@@ -97,7 +112,8 @@ def test_gather_replays_identically_whatever_the_completion_order(
         delays[k] = rng.random() * 0.02
     crash["on"] = False
     result = engine.run(par, run_id="r")
-    assert result == [[f"t{i}@r:0.{i}.0", f"t{i}@r:0.{i}.1"] for i in range(4)]
+    key = engine.get_run("r").key
+    assert result == [[f"t{i}@{key(f'0.{i}.0')}", f"t{i}@{key(f'0.{i}.1')}"] for i in range(4)]
     assert executed == Counter({n: 2 for n in delays})  # nothing ran twice
     assert {s.position: s.output for s in engine.history("r") if s.position in recorded} == recorded
 

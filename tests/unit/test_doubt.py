@@ -113,8 +113,9 @@ def test_reconcile_records_what_the_world_says(db: str) -> None:
     @durably.step(reconcile=lookup)
     def send(to: str) -> str:
         world.sent.append(to)
-        world.by_key["r:1"] = f"msg-{len(world.sent)}"  # the world remembers what it did
-        return world.by_key["r:1"]
+        key = engine.get_run("r").key("1")
+        world.by_key[key] = f"msg-{len(world.sent)}"  # the world remembers what it did
+        return world.by_key[key]
 
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> str:
@@ -124,7 +125,7 @@ def test_reconcile_records_what_the_world_says(db: str) -> None:
     with pytest.raises(Crash):
         engine.run(w, run_id="r")
     assert engine.run(w, run_id="r") == "msg-1"
-    assert lookups == ["r:1"] and world.sent == ["x"]
+    assert lookups == [engine.get_run("r").key("1")] and world.sent == ["x"]
     engine.close()
 
 
@@ -169,7 +170,7 @@ def test_keyed_effect_in_doubt_reruns_with_the_same_key(db: str) -> None:
     with pytest.raises(Crash):
         engine.run(w, run_id="order")
     assert engine.run(w, run_id="order") == "ch_1"
-    assert keys == ["order:0", "order:0"]
+    assert keys == [engine.get_run("order").key("0")] * 2
     engine.close()
 
 
@@ -217,7 +218,7 @@ def test_an_effect_in_doubt_past_the_dedupe_window_parks(tmp_path: Path) -> None
     clock.advance(3 * 86_400)  # the run was down for three days
     with pytest.raises(durably.RunInDoubt, match="dedupe_window_s=86400"):
         engine.run(w, run_id="late")
-    assert keys == ["late:0"]  # not retried with a key the receiver has forgotten
+    assert keys == [engine.get_run("late").key("0")]  # not retried with a forgotten key
     engine.skip("late", "ch_1")
     assert engine.run(w, run_id="late") == "ch_1"
     engine.close()

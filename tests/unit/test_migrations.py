@@ -136,3 +136,61 @@ def test_postgres_migrations_match_schema(pg_two_schemas: tuple[str, str, str]) 
     assert {row[0] for row in want["columns"]} >= {"runs", "steps", "durably_meta"}
     for what in want:
         assert got[what] == want[what], f"{what} of the migrated schema differ from schema.sql"
+
+
+# -- the receiving side's own sequence (durably.idempotency) --------------------------------
+
+
+def _receiving_schema(dialect: str) -> str:
+    import durably.idempotency
+
+    path = Path(durably.idempotency.__file__).parent / "sql" / dialect / "schema.sql"
+    return path.read_text(encoding="utf-8")
+
+
+def test_receiving_side_sqlite_migrations_match_schema(tmp_path: Path) -> None:
+    from durably.idempotency import migrate
+
+    migrated = tmp_path / "migrated.db"
+    assert migrate(f"sqlite:///{migrated}") == 1
+    assert migrate(f"sqlite:///{migrated}") == 1  # again: nothing pending, nothing changes
+    direct = tmp_path / "direct.db"
+    conn = sqlite3.connect(direct)
+    conn.executescript(_receiving_schema("sqlite"))
+    conn.close()
+    got, want = _sqlite_structure(migrated), _sqlite_structure(direct)
+    assert {"durably_idempotency_keys", "durably_outbox", "durably_idempotency_meta"} <= set(want)
+    assert got == want
+
+
+@pytest.mark.postgres
+def test_receiving_side_postgres_migrations_match_schema(
+    pg_two_schemas: tuple[str, str, str],
+) -> None:
+    import psycopg
+
+    from durably.idempotency import migrate
+
+    server, migrated, direct = pg_two_schemas
+    sep = "&" if "?" in server else "?"
+    assert migrate(f"{server}{sep}options=-csearch_path%3D{migrated}") == 1
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{direct}"')
+        conn.execute(_receiving_schema("postgres").encode())
+        got = _unqualified(_pg_structure(conn, migrated), migrated)
+        want = _unqualified(_pg_structure(conn, direct), direct)
+    assert {row[0] for row in want["columns"]} >= {"durably_idempotency_keys", "durably_outbox"}
+    for what in want:
+        assert got[what] == want[what], f"{what} of the migrated schema differ from schema.sql"
+
+
+def _unqualified(structure: dict[str, list[tuple[Any, ...]]], schema_name: str) -> dict[str, Any]:
+    """The structure with the schema's name dropped where PostgreSQL qualifies with it (a
+    serial column's default names its sequence so when the schema is not on the path)."""
+    prefix = f"{schema_name}."
+    return {
+        what: [
+            tuple(v.replace(prefix, "") if isinstance(v, str) else v for v in row) for row in rows
+        ]
+        for what, rows in structure.items()
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 import durably
+import durably.engine
 from durably.history import BLOCKED
 
 
@@ -34,7 +36,7 @@ class Calls:
         self.keys: list[str] = []
 
     def tool(self, name: str, result: Any = None, crash: bool = False) -> Callable[..., Any]:
-        def fn(*args: Any) -> Any:
+        def fn(*args: Any, **kwargs: Any) -> Any:
             self.count[name] += 1
             if crash:
                 raise Crash(name)
@@ -44,17 +46,42 @@ class Calls:
         return fn
 
 
+def crash_at(position: str, window: str) -> durably.engine.FaultHook:
+    """A fault hook that stops the run (like a process death) when the step at
+    ``position`` reaches ``window``: a real mid-run interruption, not a finished run."""
+
+    def hook(run_id: str, pos: str, name: str, win: str) -> None:
+        if (pos, win) == (position, window):
+            raise Crash(f"{pos}:{win}")
+
+    return hook
+
+
 def test_replay_returns_recorded_outputs_without_calling(engine: durably.Engine) -> None:
     calls = Calls()
+    seen: list[list[Any]] = []
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context, x: int) -> list[Any]:
-        return [ctx.step("a", calls.tool("a"), x), ctx.step("b", calls.tool("b"), x + 1)]
+        out: list[Any] = []
+        seen.append(out)
+        out.append(ctx.step("a", calls.tool("a"), x))
+        out.append(ctx.step("b", calls.tool("b"), x + 1))
+        out.append(ctx.step("c", calls.tool("c"), x + 2))
+        return out
 
-    first = engine.run(wf, 1, run_id="r")
-    assert engine.run(wf, 1, run_id="r") == first
-    assert calls.count == Counter({"a": 1, "b": 1})
-    assert [s.name for s in engine.history("r")] == ["a", "b"]
+    # Interrupted after b is recorded and before c runs: the resume must replay a and b
+    # (the run is not finished, so nothing short-cuts the replay) and go live at c.
+    engine.fault_hook = crash_at("2", "before")
+    with pytest.raises(Crash):
+        engine.run(wf, 1, run_id="r")
+    assert engine.get_run("r").status == "running"
+    engine.fault_hook = None
+    result = engine.run(wf, 1, run_id="r")
+    assert calls.count == Counter({"a": 1, "b": 1, "c": 1})
+    assert seen[1][:2] == seen[0] and result == seen[1]
+    assert result == [{"tool": n, "args": [v]} for n, v in (("a", 1), ("b", 2), ("c", 3))]
+    assert [s.name for s in engine.history("r")] == ["a", "b", "c"]
 
 
 def test_resume_goes_live_at_the_first_unrecorded_step(engine: durably.Engine) -> None:
@@ -87,9 +114,11 @@ def _history_then(
     engine: durably.Engine,
     first: Callable[[durably.Context], Any],
     second: Callable[[durably.Context], Any],
+    run_id: str = "r",
 ) -> None:
     """Record a run with ``first`` (crashing at its end), then resume it with ``second``."""
     mode = {"code": first}
+    engine._workflows.pop("wf", None)  # a deploy: the same workflow name, new code
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> Any:
@@ -99,7 +128,7 @@ def _history_then(
         return "done"
 
     with pytest.raises(Crash):
-        engine.run(wf, run_id="r")
+        engine.run(wf, run_id=run_id)
     mode["code"] = second
 
 
@@ -127,6 +156,30 @@ def test_changed_input_is_detected(engine: durably.Engine) -> None:
     )
     with pytest.raises(durably.NonDeterminism, match="inputs differ"):
         engine.run("wf", run_id="r")
+
+
+def test_changed_keyword_input_is_detected_and_key_order_is_not_a_change(
+    engine: durably.Engine,
+) -> None:
+    """A second, independent check of the input digest: keyword arguments and nested
+    values count; the order of a dict's keys does not (canonical JSON)."""
+    t = Calls()
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t.tool("p"), {"a": 1, "b": [1, 2]}, model="m1"),
+        lambda ctx: ctx.step("plan", t.tool("p"), {"b": [1, 2], "a": 1}, model="m1"),
+    )
+    assert engine.run("wf", run_id="r") == "done" and t.count["p"] == 1
+    t2 = Calls()
+    _history_then(
+        engine,
+        lambda ctx: ctx.step("plan", t2.tool("p"), {"a": 1}, model="m1"),
+        lambda ctx: ctx.step("plan", t2.tool("p"), {"a": 1}, model="m2"),
+        run_id="r2",
+    )
+    with pytest.raises(durably.NonDeterminism, match="inputs differ"):
+        engine.run("wf", run_id="r2")
+    assert t2.count["p"] == 1 and engine.get_run("r2").status == BLOCKED
 
 
 def test_changed_name_is_detected(engine: durably.Engine) -> None:
@@ -219,7 +272,7 @@ def test_final_failure_is_recorded_and_replays_identically(engine: durably.Engin
         return "unreachable"
 
     assert engine.run(wf, run_id="r") == "handled ValueError"
-    assert attempts == ["r:0", "r:0", "r:0"]  # 1 + 2 retries, one key
+    assert attempts == [engine.get_run("r").key("0")] * 3  # 1 + 2 retries, one key
     [rec] = engine.history("r")
     assert (rec.status, rec.attempts, rec.error_type) == ("failed", 3, "ValueError")
     # Replay on a fresh run of the same code: the same path, without calling flaky.
@@ -288,31 +341,80 @@ def test_workflow_exception_is_recorded(engine: durably.Engine) -> None:
     assert (run.status, run.error_type, run.error_message) == ("failed", "RuntimeError", "bad plan")
 
 
-def test_now_random_uuid_are_recorded(engine: durably.Engine) -> None:
+@pytest.mark.parametrize("window", ["effect", "recorded"])
+def test_now_random_uuid_replay_the_same_values(engine: durably.Engine, window: str) -> None:
     clock = engine.clock
     assert isinstance(clock, durably.FakeClock)
-    crash = {"on": True}
-
-    def maybe_crash() -> None:
-        if crash["on"]:
-            raise Crash("x")
+    seen: list[tuple[Any, ...]] = []
+    calls = Calls()
 
     @engine.workflow(name="wf")
-    def wf(ctx: durably.Context) -> tuple[Any, ...]:
+    def wf(ctx: durably.Context) -> list[Any]:
         values = (ctx.now(), ctx.random(), ctx.uuid())
-        ctx.step("mid", lambda: "m")
-        ctx.step("crash", maybe_crash)
-        return values
+        seen.append(values)
+        ctx.step("mid", calls.tool("mid"))
+        ctx.step("last", calls.tool("last"))
+        return [ctx.now(), *values]
 
+    # Interrupted inside the step after the values (they ride with its first write), on a
+    # real resume (the run is unfinished), with the clock an hour later.
+    engine.fault_hook = crash_at("3", window)
     with pytest.raises(Crash):
         engine.run(wf, run_id="r")
-    before = [s.output for s in engine.history("r")[:3]]
     clock.advance(3600)
-    crash["on"] = False
-    now, rnd, uid = engine.run(wf, run_id="r")
-    assert isinstance(now, dt.datetime) and now.tzinfo is not None
-    assert 0 <= rnd < 1 and len(str(uid)) == 36
-    assert [s.output for s in engine.history("r")[:3]] == before
+    engine.fault_hook = None
+    later, *values = engine.run(wf, run_id="r")
+    first, second = seen
+    assert first == second == tuple(values)  # the same values, not merely the same types
+    now, rnd, uid = values
+    assert isinstance(now, dt.datetime) and now.tzinfo is not None and isinstance(rnd, float)
+    assert isinstance(uid, uuid.UUID) and later - now == dt.timedelta(hours=1)
+    assert calls.count == Counter({"mid": 2 if window == "effect" else 1, "last": 1})
+
+
+def test_a_value_used_by_an_interrupted_step_stays_consistent(engine: durably.Engine) -> None:
+    """Interrupted before the step that uses a value runs: whether or not the value's
+    record reached the journal (it may ride with the next write), the step's input and the
+    result are the value the finishing attempt saw."""
+    seen: list[float] = []
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> float:
+        seen.append(ctx.random())
+        return ctx.step("use", lambda r: r, seen[-1])
+
+    engine.fault_hook = crash_at("1", "before")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="r")
+    kept = [r for r in engine.history("r") if r.name == "durably.random"]
+    engine.fault_hook = None
+    assert engine.run(wf, run_id="r") == seen[1]
+    if kept:  # flushed early: then it must have been replayed
+        assert seen[0] == seen[1]
+
+
+def test_an_effects_intent_carries_the_values_before_it(engine: durably.Engine) -> None:
+    """DESIGN: values may ride with the next durable write, and an effect's intent always
+    flushes them first. Killed after the effect ran (intent written, result not), the
+    resume must see the same value, so the effect is retried with the same input and key
+    instead of NonDeterminism (or a second charge of another amount)."""
+    charges: list[tuple[str, float]] = []
+
+    @durably.step(effect=True)
+    def charge(amount: float, *, idempotency_key: str) -> str:
+        charges.append((idempotency_key, amount))
+        return f"ch_{amount}"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        return ctx.step("charge", charge, round(ctx.random() * 100, 2))
+
+    engine.fault_hook = crash_at("1", "effect")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="r")
+    engine.fault_hook = None
+    assert engine.run(wf, run_id="r") == f"ch_{charges[0][1]}"
+    assert len(charges) == 2 and charges[0] == charges[1]
 
 
 def test_the_promo_clock_bug_cannot_happen(engine: durably.Engine) -> None:
@@ -344,7 +446,7 @@ def test_the_promo_clock_bug_cannot_happen(engine: durably.Engine) -> None:
     clock.advance(3600)  # the promo ended while the run was down
     crash["on"] = False
     assert engine.run(checkout, run_id="order-1") == "ch_1"
-    assert charges == [("order-1:1", 80)]
+    assert charges == [(engine.get_run("order-1").key("1"), 80)]
 
 
 @dataclass
@@ -404,7 +506,9 @@ def test_repeated_step_names_are_told_apart_by_position(engine: durably.Engine) 
     def wf(ctx: durably.Context) -> list[str]:
         return [ctx.step("same", tool) for _ in range(3)]
 
-    assert engine.run(wf, run_id="run-9") == ["run-9:0", "run-9:1", "run-9:2"]
+    keys_run = engine.run(wf, run_id="run-9")
+    incarnation = engine.get_run("run-9").incarnation
+    assert keys_run == [f"run-9:{incarnation}:{i}" for i in range(3)]
 
 
 def test_fencing_token_reaches_the_step(engine: durably.Engine) -> None:

@@ -40,12 +40,15 @@ from .. import codec
 from ..core import fault_step
 from ..engine import Engine, Workflow
 from ..errors import DurablyError, RunInDoubt, WorkflowFailed
-from ..history import STEP
+from ..history import NOW, RANDOM, STEP, UUID
 from . import WINDOWS
 from ._fork import EXIT_NOT_KILLED, EXIT_OK, child_error, die_now, spawn, wait_any
 
 IN_DOUBT = "parked in doubt (safe)"
 COMPLETED = "completed"
+# Recorded values shorter than this are not searched for inside strings (too many false
+# matches); equal values are still masked whole.
+MASKED_TEXT_CHARS_MIN = 6
 
 
 class WorkflowLoadError(Exception):
@@ -64,7 +67,7 @@ def load_workflow(spec: str) -> Workflow:
             " myapp.agents:incident or examples/sample.py:refund"
         )
     try:
-        module = _import(module_name)
+        module = import_target(module_name)
     except ImportError as exc:
         raise WorkflowLoadError(
             f"--workflow {spec!r}: cannot import {module_name!r}: {exc}"
@@ -78,7 +81,9 @@ def load_workflow(spec: str) -> Workflow:
     return obj
 
 
-def _import(name: str) -> Any:
+def import_target(name: str) -> Any:
+    """Import a module by name, or a Python file by path (``path/to/file.py``); the working
+    directory is importable, as under ``python -m``."""
     if name.endswith(".py") or os.sep in name:
         path = Path(name).resolve()
         mod_name = f"durably_chaos_target_{path.stem}"
@@ -226,7 +231,13 @@ def _child(
     out: dict[str, Any]
     try:
         result = engine.run(wf.name, *args, run_id=run_id, **kwargs)
-        out = {"outcome": COMPLETED, "result": json.loads(codec.dumps(result, "result"))}
+        plain = json.loads(codec.dumps(result, "result"))
+        recorded = [
+            (r.kind, json.loads(r.output))
+            for r in engine.history(run_id)
+            if r.kind in (NOW, RANDOM, UUID) and r.output is not None
+        ]
+        out = {"outcome": COMPLETED, "result": mask_recorded(plain, recorded)}
     except RunInDoubt:
         out = {"outcome": IN_DOUBT}
     except WorkflowFailed as exc:
@@ -243,6 +254,34 @@ def _child(
     engine.close()
     (folder / f"{phase}.json").write_text(json.dumps(out))
     return EXIT_NOT_KILLED if target is not None else EXIT_OK
+
+
+def mask_recorded(value: Any, recorded: list[tuple[str, Any]]) -> Any:
+    """``value`` (plain JSON) with the run's recorded now/random/uuid values replaced by
+    ``<now>``, ``<random>``, ``<uuid>``: a resumed run draws its own, so comparing them
+    with the clean run's would call a correct resume different."""
+    forms: list[tuple[str, str]] = []
+    for kind, plain in recorded:
+        inner = next(iter(plain.values())) if isinstance(plain, dict) and len(plain) == 1 else plain
+        text = repr(inner) if isinstance(inner, float) else str(inner)
+        if len(text) >= MASKED_TEXT_CHARS_MIN:
+            forms.append((text, f"<{kind}>"))
+
+    def walk(node: Any) -> Any:
+        for kind, plain in recorded:
+            if node == plain and type(node) is type(plain):
+                return f"<{kind}>"
+        if isinstance(node, str):
+            for text, mark in forms:
+                node = node.replace(text, mark)
+            return node
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items()}
+        return node
+
+    return walk(value)
 
 
 # -- the parent side -----------------------------------------------------------------

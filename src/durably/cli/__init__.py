@@ -5,8 +5,9 @@ Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) a
 runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
-(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``), :mod:`.worker`,
-:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
+(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.recover`,
+:mod:`.worker`, :mod:`.replay` (``replay --check``), :mod:`.migrate`, :mod:`.proof`
+(``chaos``, ``simulate``, ``bench``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ COMMANDS: dict[str, str] = {
     "runs": "durably.cli.runs:runs",
     "retry": "durably.cli.recovery:retry_cmd",
     "skip": "durably.cli.recovery:skip_cmd",
+    "fork": "durably.cli.recovery:fork_cmd",
+    "recover": "durably.cli.recover:recover_cmd",
+    "replay": "durably.cli.replay:replay_cmd",
     "worker": "durably.cli.worker:worker_cmd",
     "migrate": "durably.cli.migrate:migrate",
     "chaos": "durably.cli.proof:chaos",

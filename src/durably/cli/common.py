@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +15,12 @@ import click
 
 from ..engine import DEFAULT_URL
 from ..errors import DurablyError
-from ..history import RunRecord, StepRecord, idempotency_key
+from ..history import RunRecord, StepRecord
+from ..ownership import describe_owner, orphaned
+from ..redact import redact
+
+UNREADABLE_CHARS_MAX = 2_000
+"""How much of a stored value that does not parse ``--json`` shows."""
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -28,7 +35,27 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def open_engine(db: str) -> Any:
+class CommandError(click.ClickException):
+    """A command's failure: a message on stderr, or with ``--json`` an ``{"error": ...}``
+    object on stdout (so a script piping to ``jq`` gets JSON either way); exit status 1.
+
+    The message is passed through :func:`durably.redact.redact` (errors may quote the
+    database URL) and :func:`inert` (they may quote journal text).
+    """
+
+    def __init__(self, message: str, as_json: bool = False) -> None:
+        super().__init__(inert(redact(message), keep="\n"))
+        self.as_json = as_json
+
+    def show(self, file: Any = None) -> None:
+        """Print the error in the form the command's caller asked for."""
+        if self.as_json:
+            click.echo(json.dumps({"error": self.message}, sort_keys=True))
+        else:
+            super().show(file)
+
+
+def open_engine(db: str, as_json: bool = False) -> Any:
     """An Engine on ``db`` for inspection, with errors turned into clean CLI messages."""
     from ..engine import Engine
 
@@ -37,13 +64,57 @@ def open_engine(db: str) -> Any:
 
         path = Path(db[len("sqlite:///") :])
         if not path.exists():
-            raise click.ClickException(
-                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL"
+            raise CommandError(
+                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL", as_json
             )
     try:
         return Engine(db)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
+
+
+def module_db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The ``--db URL`` option of commands that import ``MODULE:ENGINE`` (no default: the
+    module's own ``Engine()`` decides, unless this is given)."""
+    return click.option(
+        "--db",
+        "db",
+        envvar="DURABLY_URL",
+        default=None,
+        help="Journal URL; set as DURABLY_URL before MODULE is imported, so an"
+        " Engine() without a URL uses it. Env DURABLY_URL.",
+    )(fn)
+
+
+def load_engine(target: str, db: str | None) -> Any:
+    """The ``durably.Engine`` at ``module:attr`` or ``path/to/file.py:attr``, imported with
+    ``DURABLY_URL`` set to ``db`` first (so an ``Engine()`` without a URL uses it); an
+    engine bound to another URL than ``db`` is refused."""
+    import os
+
+    from ..chaos.workflow_chaos import import_target
+    from ..engine import Engine
+
+    if db:
+        os.environ["DURABLY_URL"] = db
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(
+            "write MODULE:ENGINE, e.g. myapp.agents:engine or path/to/agents.py:engine",
+            param_hint="MODULE:ENGINE",
+        )
+    try:
+        engine = getattr(import_target(module_name), attr)
+    except (ImportError, AttributeError, OSError, DurablyError) as exc:
+        raise CommandError(f"cannot load {target}: {exc}") from exc
+    if not isinstance(engine, Engine):
+        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine")
+    if db and engine.url != db:
+        raise CommandError(
+            f"{target} is bound to {engine.url} but --db/DURABLY_URL says {db}; build the"
+            " engine with durably.Engine() (no URL) to take it from DURABLY_URL"
+        )
+    return engine
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:
@@ -57,9 +128,14 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "status": run.status,
         "starts": run.starts,
         "fencing_token": run.fencing_token,
+        "incarnation": run.incarnation,
         "owner": run.owner,
-        "input": json.loads(run.input),
-        "outcome": None if run.outcome is None else json.loads(run.outcome),
+        "owner_host": describe_owner(run.owner)[0] or None,
+        "owner_pid": describe_owner(run.owner)[1],
+        "lease_expires_at": run.lease_expires_at,
+        "orphaned": orphaned(run, time.time()),
+        "input": stored_json(run.input),
+        "outcome": stored_json(run.outcome),
         "error_type": run.error_type,
         "error_message": run.error_message,
         "reason": run.park_reason,
@@ -77,10 +153,10 @@ def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
         "name": s.name,
         "status": s.status,
         "digest": s.digest,
-        "key": idempotency_key(run.run_id, s.position),
+        "key": run.key(s.position),
         "attempts": s.attempts,
         "duration_s": None if s.finished_at is None else round(s.finished_at - s.started_at, 6),
-        "output": None if s.output is None else json.loads(s.output),
+        "output": stored_json(s.output),
         "error_type": s.error_type,
         "error_message": s.error_message,
         "usage_tokens": s.usage_tokens,
@@ -88,12 +164,42 @@ def step_json(run: RunRecord, s: StepRecord) -> dict[str, Any]:
     }
 
 
+def stored_json(text: str | None) -> Any:
+    """A stored JSON column as data; a row that does not parse (hand-edited, too deep,
+    an int past the digit limit) is shown as its text, so one bad row cannot break
+    ``--json`` output for the rest."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return {"unreadable": text[:UNREADABLE_CHARS_MAX]}
+
+
 def status_text(run: RunRecord) -> str:
+    """The run's status for a table: the park reason of a parked run, and "orphaned"
+    for a running run nobody drives (owner provably dead, lease expired, or no owner)."""
+    if orphaned(run, time.time()):
+        return f"{run.status} (orphaned)"
     return (
         run.status
         if run.park_reason is None or run.status != "parked"
         else (f"parked({run.park_reason})")
     )
+
+
+def owner_text(run: RunRecord) -> str:
+    """``host:pid`` of the run's owner ("" without one; "?" for a string that is not an
+    owner)."""
+    host, pid = describe_owner(run.owner)
+    return host if pid is None else f"{host}:{pid}"
+
+
+def lease_text(run: RunRecord) -> str:
+    """When the run's lease expires, or "expired"."""
+    if run.lease_expires_at is None:
+        return ""
+    return "expired" if run.lease_expires_at <= time.time() else ts(run.lease_expires_at)
 
 
 def ts(t: float | None) -> str:
@@ -109,6 +215,38 @@ def duration(s: StepRecord) -> str:
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for printing."""
-    return re.sub(r"^([a-z]+://[^:/@]*):[^@/]*@", r"\1:***@", url)
+# C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; CR rewrites the
+# line), and the bidirectional overrides that reorder what a reader sees.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str, keep: str = "") -> str:
+    """``text`` with control characters (but those in ``keep``) shown as ``\\xNN``-style
+    escapes, so text that came from a journal or an exception cannot drive the terminal."""
+    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
+
+
+def term(value: object) -> str:
+    """``value`` as text safe to print through rich: markup escaped (a ``[/link]`` in a
+    step's error is text, not a tag) and control characters shown as ``\\xNN`` escapes,
+    so nothing from the journal (often model or tool output) can drive the terminal."""
+    from rich.markup import escape
+
+    return escape(inert(str(value)))
+
+
+def json_text(data: Any) -> str:
+    """``data`` as strict JSON for ``--json``: a NaN or infinite float (a step's result, or
+    a hand-edited time) is written as the string "NaN", "Infinity" or "-Infinity", since
+    json.dumps would write bare NaN/Infinity, which jq and other parsers refuse."""
+    return json.dumps(_finite(data), sort_keys=True, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..chaos import simulate as sim
-from .common import db_option
+from .common import CommandError, db_option, term
 
 _JOBS = click.IntRange(1, 64)
 _WIDTH_PIPED = 140  # rich wraps at 80 columns when not on a terminal; tables need more
@@ -54,7 +54,8 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     "--workflow",
     "workflow_spec",
     metavar="MODULE:FUNCTION",
-    help="Crash-test this registered workflow instead of the built-in agent.",
+    help="Crash-test this registered workflow instead of the built-in agent. It performs"
+    " the workflow's real effects and model calls, once per kill point.",
 )
 @click.option(
     "--args",
@@ -142,7 +143,7 @@ def chaos(
         try:
             report = matrix.run_matrix(jobs=jobs, synchronous=synchronous, on_done=done)
         except matrix.ChaosError as exc:
-            raise click.ClickException(str(exc)) from exc
+            raise CommandError(str(exc)) from exc
     if plot is not None:
         matrix.plot(report.summaries, plot)
     if as_json:
@@ -207,11 +208,17 @@ def _chaos_workflow(
     args, kwargs = (parsed, {}) if isinstance(parsed, list) else ([], parsed)
     try:
         wf = wc.load_workflow(spec)
+        click.echo(
+            f"durably chaos: this runs {wf.name!r} for real, once clean and again for every"
+            " kill point: its real effects and model calls happen each time (emails, charges,"
+            " tokens). Point it at test doubles or a sandbox.",
+            err=True,
+        )
         report = wc.run_workflow_chaos(
             wf, args, kwargs, url=url, allow_repeat=allow_repeat, jobs=jobs
         )
     except wc.WorkflowLoadError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(report.to_json(), sort_keys=True, default=str))
     else:
@@ -222,7 +229,8 @@ def _chaos_workflow(
 
 def _print_workflow_report(report: Any, detail: bool) -> None:
     console = _console()
-    table = Table(title=f"workflow {report.workflow!r}: a SIGKILL at every step x window")
+    # Step names and outcomes come from the user's workflow and its errors: escaped.
+    table = Table(title=f"workflow {term(repr(report.workflow))}: a SIGKILL at every step x window")
     for h in (
         "pos",
         "step",
@@ -237,16 +245,16 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
     for k in report.kills:
         if not detail and not k.repeats and k.outcome == "completed":
             continue
-        twice = ", ".join(f"{r.name} x{r.executions} ({r.verdict})" for r in k.repeats)
+        twice = ", ".join(f"{term(r.name)} x{r.executions} ({r.verdict})" for r in k.repeats)
         keys = ", ".join(
             "yes" if r.same_key else "no key" if r.keys[0] is None else "NO" for r in k.repeats
         )
         same = "-" if k.same_result is None else "yes" if k.same_result else "no"
         table.add_row(
-            k.position,
-            k.name,
+            term(k.position),
+            term(k.name),
             k.window,
-            k.outcome,
+            term(k.outcome),
             same,
             twice or "-",
             keys or "-",
@@ -259,7 +267,7 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
     )
     for name in report.unsafe_steps:
         console.print(
-            f"[bold red]UNSAFE[/]: step {name!r} ran twice after a crash and has no"
+            f"[bold red]UNSAFE[/]: step {term(repr(name))} ran twice after a crash and has no"
             " idempotency_key parameter and no reconcile: its side effect, if any,"
             " happened twice. Give it an idempotency_key (and make the receiver"
             " honour it), declare @durably.step(effect=True, reconcile=...), or"
@@ -267,7 +275,9 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
         )
     bad = [k for k in report.kills if k.outcome not in ("completed", "parked in doubt (safe)")]
     for k in bad:
-        console.print(f"[bold red]NOT RESUMED[/]: kill at {k.position} {k.window}: {k.outcome}")
+        console.print(
+            f"[bold red]NOT RESUMED[/]: kill at {term(k.position)} {k.window}: {term(k.outcome)}"
+        )
     if not report.failed:
         console.print("[green]every kill point resumed safely[/]")
 

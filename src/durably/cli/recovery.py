@@ -1,4 +1,5 @@
-"""``durably retry`` and ``durably skip``: a person's decisions on stuck runs."""
+"""``durably retry``, ``durably skip`` and ``durably fork``: a person's decisions on stuck
+and failed runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
-from .common import db_option, open_engine, run_json
+from ..reopen import top_level_at
+from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
 @click.command("retry")
@@ -18,11 +20,16 @@ from .common import db_option, open_engine, run_json
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
-    """Try a stuck run again (in_doubt, quarantined or blocked).
+    """Try a failed or stuck run again (failed, in_doubt, quarantined or blocked).
 
-    Steps in doubt run again with the same idempotency keys, so check the receiving system
-    first. The run continues the next time it is driven (engine.run with the same run_id,
-    engine.resume, or a worker).
+    A failed run re-opens at its failed step: recorded steps replay (model calls already
+    paid for are not paid again) and the failed step runs again with the same key (when
+    the workflow recorded more after that failure, in a finally or except block, the
+    retry is refused and names the `durably fork` that runs the step again). A step
+    in doubt runs again with the same idempotency key, so check the receiving system
+    first. A quarantined or blocked run keeps its effects in doubt: they still park
+    in_doubt rather than run twice. The run continues the next time it is driven
+    (engine.run with the same run_id, engine.resume, or a worker).
     """
     _requeue(db, as_json, lambda engine: engine.retry(run_id))
 
@@ -35,32 +42,77 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     required=True,
     help='The step\'s result as JSON, e.g. \'{"ticket": "T-7"}\'.',
 )
-@click.option("--position", help="Which step, when several are in doubt.")
+@click.option(
+    "--position",
+    help="Which step (default: the one the run is in doubt about, as runs show names it).",
+)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
 def skip_cmd(run_id: str, output: str, position: str | None, db: str, as_json: bool) -> None:
     """Record what an in-doubt step returned, without running it again."""
     try:
         value = json.loads(output)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # bad JSON, an int past the digit limit, depth
         raise click.BadParameter(
             f"not JSON ({exc}); quote it, e.g. --output '\"T-7\"'", param_hint="--output"
-        ) from exc
+        ) from None
     _requeue(db, as_json, lambda engine: engine.skip(run_id, value, position))
 
 
 def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None:
-    engine = open_engine(db)
+    engine = open_engine(db, as_json)
     try:
         run = action(engine)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json.dumps(run_json(run), sort_keys=True))
+        click.echo(json_text(run_json(run)))
     else:
         click.echo(
-            f"run {run.run_id} is queued again; it continues the next time it is"
+            f"run {inert(run.run_id)} is queued again; it continues the next time it is"
             " driven (engine.run with the same run_id, engine.resume, or a worker)"
         )
+
+
+@click.command("fork")
+@click.argument("run_id")
+@click.option(
+    "--at",
+    "at",
+    required=True,
+    help="The top-level position from which the new run goes live (runs show lists them);"
+    " a position inside a gather (4.1.0) is refused with the gather's position to use.",
+)
+@click.option("--run-id", "new_run_id", help="The new run's id (default: a fresh UUID).")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the new run as JSON.")
+def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: bool) -> None:
+    """Start a new run replaying RUN_ID up to position --at, live from there on.
+
+    The new run has the same workflow and input and a copy of RUN_ID's recorded results
+    below --at, so those steps are not run (or paid for) again. It has a new incarnation,
+    so new idempotency keys: EVERY EFFECT FROM --at ON HAPPENS AGAIN, and a receiving
+    side cannot tell it from the original's. The new run is queued for workers (or
+    engine.resume(NEW_RUN_ID)); RUN_ID is not changed.
+    """
+    engine = open_engine(db, as_json)
+    try:
+        n = top_level_at(at)  # as typed: a gather's position (4.1.0) gets its own advice
+        handle = engine.fork(run_id, at=n, new_run_id=new_run_id)
+        run = engine.get_run(handle.run_id)
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json_text({**run_json(run), "forked_from": run_id, "at": n}))
+        return
+    new, old = inert(run.run_id), inert(run_id)
+    copied = f"positions 0..{n - 1} replay from {old}'s journal; " if n else ""
+    click.echo(
+        f"run {new} forked from {old} at position {n}: {copied}from {n} on it"
+        " runs live, and its effects from there happen again, under new idempotency keys."
+        f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
+    )

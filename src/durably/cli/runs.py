@@ -1,14 +1,33 @@
-"""``durably runs list|show``: inspect runs and their journals."""
+"""``durably runs list|show``: inspect runs and their journals.
+
+Everything these commands print from the journal (run ids, workflow and step names, error
+messages, outcomes, park reasons) goes through :func:`.common.term`: error messages are
+often model or tool output, and must neither crash rich's markup nor drive the terminal.
+"""
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
 
 from ..errors import DurablyError
-from ..history import RUN_STATUSES, idempotency_key
-from .common import db_option, duration, open_engine, run_json, status_text, step_json, ts
+from ..history import RUN_STATUSES, RunRecord, StepRecord
+from ..redact import redact_url
+from .common import (
+    CommandError,
+    db_option,
+    duration,
+    json_text,
+    lease_text,
+    open_engine,
+    owner_text,
+    run_json,
+    status_text,
+    step_json,
+    term,
+    ts,
+)
 
 
 @click.group()
@@ -20,85 +39,165 @@ def runs() -> None:
 @db_option
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
+@click.option("--version", "version", help="Only runs of this workflow version.")
+@click.option(
+    "--by-version",
+    is_flag=True,
+    help="Count unfinished runs per workflow version instead (drain old workers first).",
+)
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array instead of a table.")
-def runs_list(db: str, status: str | None, workflow: str | None, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
-    engine = open_engine(db)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a JSON array instead of a table (an {"error": ...} object on failure).',
+)
+def runs_list(
+    db: str,
+    status: str | None,
+    workflow: str | None,
+    version: str | None,
+    by_version: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first (``--by-version``: unfinished runs per version)."""
+    engine = open_engine(db, as_json)
     try:
-        rows = engine.store.list_runs(status=status, workflow=workflow, limit=limit)
+        if by_version:
+            counts = engine.store.runs_by_version()
+        else:
+            rows = engine.store.list_runs(
+                status=status, workflow=workflow, limit=limit, version=version
+            )
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
-    if as_json:
-        click.echo(json.dumps([run_json(run) for run in rows], sort_keys=True))
+    if by_version:
+        _print_by_version(counts, workflow, as_json)
         return
-    from rich.console import Console
+    if as_json:
+        click.echo(json_text([run_json(run) for run in rows]))
+        return
     from rich.table import Table
 
-    table = Table(title=f"runs in {db}" if rows else f"no runs in {db}")
-    for col in ("run_id", "workflow", "version", "status", "starts", "created", "updated"):
+    where = term(redact_url(db))
+    table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
+    cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
+    for col in (*cols, "created", "updated"):
         table.add_column(col)
     for run in rows:
         table.add_row(
-            run.run_id,
-            run.workflow,
-            run.version or "",
-            status_text(run),
+            term(run.run_id),
+            term(run.workflow),
+            term(run.version or ""),
+            term(status_text(run)),
+            term(owner_text(run)),  # from the journal: never markup or control characters
+            lease_text(run),
             str(run.starts),
             ts(run.created_at),
             ts(run.updated_at),
         )
-    Console().print(table)
+    _console().print(table)
+
+
+def _print_by_version(
+    counts: list[tuple[str, str | None, str, int]], workflow: str | None, as_json: bool
+) -> None:
+    """Unfinished runs per (workflow, version): a version with none left can lose its
+    workers."""
+    table: dict[tuple[str, str | None], dict[str, int]] = {}
+    for wf, version, status, n in counts:
+        if workflow is None or wf == workflow:
+            table.setdefault((wf, version), {})[status] = n
+    rows: list[dict[str, Any]] = [
+        {"workflow": wf, "version": v, "in_flight": sum(by.values()), "by_status": by}
+        for (wf, v), by in table.items()
+    ]
+    if as_json:
+        click.echo(json_text(rows))
+        return
+    from rich.table import Table
+
+    out = Table(title="unfinished runs per version" if rows else "no unfinished runs")
+    for col in ("workflow", "version", "in flight", "by status"):
+        out.add_column(col)
+    for row in rows:
+        by = ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items()))
+        out.add_row(term(row["workflow"]), term(row["version"] or "-"), str(row["in_flight"]), by)
+    _console().print(out)
 
 
 @runs.command("show")
 @click.argument("run_id")
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print JSON instead of tables (an {"error": ...} object on failure).',
+)
 def runs_show(run_id: str, db: str, as_json: bool) -> None:
-    """Show one run and its journal: position, name, status, duration, key, attempts."""
-    engine = open_engine(db)
+    """Show one run and its journal: position, name, status, duration, key, attempts,
+    tokens and cost."""
+    engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
     except DurablyError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(
-            json.dumps(
-                {"run": run_json(run), "steps": [step_json(run, s) for s in steps]}, sort_keys=True
-            )
-        )
+        click.echo(json_text({"run": run_json(run), "steps": [step_json(run, s) for s in steps]}))
         return
-    from rich.console import Console
+    _print_run(run, steps)
+
+
+def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
     from rich.table import Table
 
-    console = Console()
+    console = _console()
     console.print(
-        f"[bold]{run.run_id}[/]  workflow={run.workflow} version={run.version or '-'}"
-        f"  status={status_text(run)}  starts={run.starts} token={run.fencing_token}"
+        f"[bold]{term(run.run_id)}[/]  workflow={term(run.workflow)}"
+        f" version={term(run.version or '-')}"
+        f" prompt_version={term(run.prompt_version or '-')}  status={term(status_text(run))}"
+        f"  starts={run.starts} token={run.fencing_token}"
+        f"  incarnation={term(run.incarnation or '-')}"
     )
+    if run.owner is not None:
+        console.print(f"owner: {term(owner_text(run))}  lease until: {lease_text(run)}")
     if run.error_type:
-        console.print(f"error: {run.error_type}: {run.error_message}")
+        console.print(f"error: {term(run.error_type)}: {term(run.error_message)}")
     if run.park_reason:
-        console.print(f"why: {run.park_reason}")
+        console.print(f"why: {term(run.park_reason)}")
     table = Table()
-    for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens"):
+    for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
         table.add_column(col)
     for s in steps:
         table.add_row(
-            s.position,
-            s.name,
-            s.status,
+            term(s.position),
+            term(s.name),
+            term(s.status),
             duration(s),
-            idempotency_key(run.run_id, s.position) if s.kind == "step" else "",
+            term(run.key(s.position)) if s.kind == "step" else "",
             str(s.attempts),
             "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
+            "" if s.usage_cost_usd is None else f"${s.usage_cost_usd:,.4f}",
         )
     console.print(table)
+    for s in steps:
+        if s.error_message is not None:
+            console.print(
+                f"step {term(s.position)} error: {term(s.error_type)}: {term(s.error_message)}"
+            )
     if run.outcome is not None:
-        console.print(f"outcome: {run.outcome[:500]}")
+        console.print(f"outcome: {term(run.outcome[:500])}")
+
+
+def _console() -> Any:
+    """A console that prints text as given: no ``:emoji:`` codes, no guessed highlighting."""
+    from rich.console import Console
+
+    return Console(emoji=False, highlight=False)

@@ -7,14 +7,21 @@
   at least once, each with a stable idempotency key.
 
 Nothing here imports psycopg or a web framework until it is used, so importing this
-package is cheap and works without the optional dependencies. See docs/idempotency.md.
+package is cheap and works without the optional dependencies. The tables are created by
+``durably migrate --idempotency`` (or :func:`migrate`), never on start. See
+docs/idempotency.md.
 """
 
 from __future__ import annotations
 
-from durably.errors import IdempotencyKeyInFlight, IdempotencyKeyReused
-from durably.idempotency.middleware import IdempotencyMiddleware, request_fingerprint
+from durably.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, SchemaNotMigrated
+from durably.idempotency.middleware import (
+    PER_SESSION_HEADERS,
+    IdempotencyMiddleware,
+    request_fingerprint,
+)
 from durably.idempotency.outbox import Outbox, OutboxEntry, OutboxMessage, RelayReport
+from durably.idempotency.schema import migrate
 from durably.idempotency.store import (
     KEY_CHARS_MAX,
     Claim,
@@ -30,6 +37,7 @@ from durably.idempotency.store import (
 
 __all__ = [
     "KEY_CHARS_MAX",
+    "PER_SESSION_HEADERS",
     "Claim",
     "ClientError",
     "IdempotencyKeyInFlight",
@@ -44,7 +52,9 @@ __all__ = [
     "OutboxMessage",
     "RelayReport",
     "RequestFailed",
+    "SchemaNotMigrated",
     "StoredError",
     "fingerprint_of",
+    "migrate",
     "request_fingerprint",
 ]

@@ -8,6 +8,7 @@ psycopg is imported only when a PostgreSQL URL is opened, so ``import durably`` 
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -19,7 +20,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-from durably.errors import ConfigError, StoreBusy
+from durably._fork import ForkGate, reset_after_fork
+from durably.errors import ConfigError, SchemaNotMigrated, SchemaTooNew, StoreBusy
+from durably.redact import redact, redact_url
+from durably.store.sqlfiles import Migration, migrations
 
 Row = dict[str, Any]
 Params = Mapping[str, Any]
@@ -28,8 +32,41 @@ _NAME_MARKER = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _STATEMENT_END = re.compile(r";\s*(?:\n|$)")
 
 # An arbitrary constant: PostgreSQL advisory locks are keyed by a bigint, and this one only
-# serialises concurrent schema creation (CREATE TABLE IF NOT EXISTS races on pg_type).
+# serialises concurrent migrations (CREATE TABLE IF NOT EXISTS races on pg_type).
 _SCHEMA_LOCK_ID = 0x6475726162_1D
+_SQL_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
+_META = "durably_idempotency_meta"
+
+
+def receiving_migrations(dialect: str) -> list[Migration]:
+    """The receiving side's own migration sequence (``sql/<dialect>/migrations``)."""
+    return migrations(dialect, _SQL_ROOT)
+
+
+def _too_old(where: str, version: int, latest: int) -> SchemaNotMigrated:
+    state = "are missing" if version == 0 else f"are at schema version {version}"
+    return SchemaNotMigrated(
+        f"the idempotency and outbox tables in {where} {state}; this durably needs version"
+        f" {latest}. Run `durably migrate --idempotency --db URL` once (as a role allowed to"
+        " create tables), or call durably.idempotency.migrate(url), then start again"
+    )
+
+
+def _check_version(where: str, version: int) -> None:
+    latest = len(receiving_migrations_cached())
+    if version > latest:
+        raise SchemaTooNew(
+            f"the idempotency and outbox tables in {where} are at schema version {version},"
+            f" newer than this durably knows ({latest}); upgrade durably"
+        )
+    if version < latest:
+        raise _too_old(where, version, latest)
+
+
+@cache
+def receiving_migrations_cached() -> tuple[Migration, ...]:
+    """Both dialects number their migrations alike; the SQLite files give the count."""
+    return tuple(receiving_migrations("sqlite"))
 
 
 @cache
@@ -114,8 +151,15 @@ class Database(ABC):
         """Open a write transaction whose named queries come from ``filename``."""
 
     @abstractmethod
-    def create_schema(self, filename: str) -> None:
-        """Create the tables of ``filename``'s ``schema`` block if they do not exist."""
+    def migrate(self) -> int:
+        """Apply the receiving side's pending migrations; return the schema version."""
+
+    @abstractmethod
+    def check_schema(self) -> None:
+        """Raise SchemaNotMigrated (or SchemaTooNew) unless the tables are current.
+
+        Reads only, so a role limited to rows can open the store and the outbox.
+        """
 
     @abstractmethod
     def close(self) -> None:
@@ -145,6 +189,20 @@ class SQLiteDatabase(Database):
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Connections a forked child inherited: never used (SQLite forbids carrying one
+        # across a fork) and never closed (that could checkpoint away the parent's WAL).
+        self._inherited: list[sqlite3.Connection] = []
+        # os.fork() waits for transactions in progress: SQLite's file locks live in
+        # process-wide state, so a child forked inside one could never write.
+        self._fork_gate = ForkGate()
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Each thread of the child opens connections of its own on first use."""
+        self._inherited += self._all
+        self._all = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -168,21 +226,22 @@ class SQLiteDatabase(Database):
     @contextmanager
     def transaction(self, filename: str) -> Iterator[Tx]:
         """Open a ``BEGIN IMMEDIATE`` transaction; commit on success, roll back on error."""
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise self._busy(exc) from exc
-        try:
-            yield Tx(conn, load_queries("sqlite", filename), "sqlite")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            conn.execute("ROLLBACK")
-            raise self._busy(exc) from exc
+        with self._fork_gate.inside():
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._busy(exc) from exc
+            try:
+                yield Tx(conn, load_queries("sqlite", filename), "sqlite")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                conn.execute("ROLLBACK")
+                raise self._busy(exc) from exc
 
     def _busy(self, exc: sqlite3.OperationalError) -> Exception:
         if "locked" in str(exc) or "busy" in str(exc):
@@ -193,11 +252,24 @@ class SQLiteDatabase(Database):
             )
         return exc
 
-    def create_schema(self, filename: str) -> None:
-        """Create the tables in one transaction (safe when several processes start at once)."""
-        with self.transaction(filename) as tx:
-            for statement in split_statements(load_queries("sqlite", filename)["schema"]):
-                tx.conn.execute(statement)
+    def migrate(self) -> int:
+        """Migrate in one ``BEGIN IMMEDIATE`` transaction (safe for concurrent starts)."""
+        with self.transaction("idempotency.sql") as tx:
+            exists = tx.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (_META,)
+            ).fetchone()
+            current = _version_of(tx.conn) if exists else 0
+            return _apply(tx.conn, "sqlite", current, self.path)
+
+    def check_schema(self) -> None:
+        """Read the schema version on a connection of this thread; no write lock."""
+        try:
+            version = _version_of(self._connection())
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise self._busy(exc) from exc
+            version = 0
+        _check_version(self.path, version)
 
     def close(self) -> None:
         """Close the connections of every thread that used this database."""
@@ -215,7 +287,7 @@ class PostgresDatabase(Database):
 
     def __init__(self, url: str, *, pool_size: int) -> None:
         try:
-            from psycopg_pool import ConnectionPool
+            import psycopg_pool  # noqa: F401  (checked here for a clear error)
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigError(
                 "a postgresql:// URL needs psycopg 3 and psycopg_pool; install them with"
@@ -223,31 +295,107 @@ class PostgresDatabase(Database):
             ) from exc
         if pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1, got {pool_size}")
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            # Parsed here, not first in the pool's thread: that one logs libpq's message,
+            # which quotes the bad part of the URL (a password included), and keeps trying.
+            conninfo_to_dict(url)
+        except ProgrammingError as exc:
+            raise ConfigError(
+                f"bad PostgreSQL URL {redact_url(url)!r}: {redact(str(exc).strip(), url=url)};"
+                " write postgresql://user@host:port/dbname, with the password percent-encoded"
+                " after the user name"
+            ) from None
+        from durably.store.postgres import _describe
+
         self.url = url
-        self._pool = ConnectionPool(
-            url,
+        self.where = _describe(url)  # for messages: never the password
+        self._pool_size = pool_size
+        self._pool = self._new_pool()
+        self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
+        # Pools a forked child inherited: never used or closed there (closing sends the
+        # server a Terminate for each connection, ending the parent's sessions).
+        self._inherited: list[object] = []
+        reset_after_fork(self)
+
+    def _new_pool(self) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        return ConnectionPool(
+            self.url,
             min_size=1,
-            max_size=pool_size,
+            max_size=self._pool_size,
             kwargs={"autocommit": True},
             open=True,
         )
 
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock; :meth:`_live_pool` swaps the pool on first use in the child."""
+        self._fork_lock = threading.Lock()
+
+    def _live_pool(self) -> Any:
+        """This process's pool: a forked child opens its own on first use."""
+        if self._pid != os.getpid():
+            with self._fork_lock:
+                if self._pid != os.getpid():
+                    self._inherited.append(self._pool)
+                    self._pool = self._new_pool()
+                    self._pid = os.getpid()
+        return self._pool
+
     @contextmanager
     def transaction(self, filename: str) -> Iterator[Tx]:
         """Open a READ COMMITTED transaction; commit on success, roll back on error."""
-        with self._pool.connection() as conn, conn.transaction():
+        with self._live_pool().connection() as conn, conn.transaction():
             yield Tx(conn, load_queries("postgres", filename), "postgres")
 
-    def create_schema(self, filename: str) -> None:
-        """Create the tables under an advisory lock, so concurrent first starts do not race."""
-        with self.transaction(filename) as tx:
+    def migrate(self) -> int:
+        """Migrate under an advisory lock, so concurrent migrations do not race."""
+        with self.transaction("idempotency.sql") as tx:
             tx.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_ID,))
-            for statement in split_statements(load_queries("postgres", filename)["schema"]):
-                tx.conn.execute(statement)
+            exists = tx.conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()[0]
+            current = _version_of(tx.conn) if exists is not None else 0
+            return _apply(tx.conn, "postgres", current, self.where)
+
+    def check_schema(self) -> None:
+        """Read the schema version (no lock, no DDL)."""
+        with self.transaction("idempotency.sql") as tx:
+            exists = tx.conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()[0]
+            version = _version_of(tx.conn) if exists is not None else 0
+        _check_version(self.where, version)
 
     def close(self) -> None:
-        """Close the pool and its connections."""
-        self._pool.close()
+        """Close this process's pool and its connections (never a parent's)."""
+        if self._pid == os.getpid():
+            self._pool.close()
+
+
+def _version_of(conn: Any) -> int:
+    """The schema version stored in the meta table (which must exist)."""
+    row = conn.execute(f"SELECT value FROM {_META} WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _apply(conn: Any, dialect: str, current: int, where: str) -> int:
+    """Run the migrations after ``current`` on ``conn``'s open transaction."""
+    steps = receiving_migrations(dialect)
+    if current > len(steps):
+        _check_version(where, current)  # raises SchemaTooNew
+    for mig in steps[current:]:
+        for statement in split_statements(_strip_comments(mig.sql)):
+            conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {_META} (key, value) VALUES ('schema_version', '{mig.version}')"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+    return max(current, len(steps))
+
+
+def _strip_comments(script: str) -> str:
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
 
 
 def open_database(
@@ -257,7 +405,7 @@ def open_database(
     if not isinstance(url, str) or not url:
         raise ConfigError(
             f"database URL must be a non-empty string such as 'sqlite:///idempotency.db' or"
-            f" 'postgresql://user@host/db', got {url!r}"
+            f" 'postgresql://user@host/db', got {redact(repr(url))}"
         )
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
@@ -265,13 +413,15 @@ def open_database(
         path = path.split("?", 1)[0]
         if not path or path == ":memory:":
             raise ConfigError(
-                f"{url!r} does not name a database file; use 'sqlite:///relative/path.db' or"
-                " 'sqlite:////absolute/path.db' (in-memory databases cannot be shared between"
+                f"{redact_url(url)!r} does not name a database file; use"
+                " 'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db' (in-memory"
+                " databases cannot be shared between"
                 " threads and processes, which is the point of an idempotency store)"
             )
         return SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
     if scheme in ("postgresql", "postgres"):
         return PostgresDatabase(url, pool_size=pool_size)
     raise ConfigError(
-        f"unsupported database URL {url!r}; use 'sqlite:///path.db' or 'postgresql://user@host/db'"
+        f"unsupported database URL {redact_url(url)!r}; use 'sqlite:///path.db' or"
+        " 'postgresql://user@host/db'"
     )

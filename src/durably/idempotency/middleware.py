@@ -9,16 +9,24 @@ Per request with a key on a covered method (POST and PATCH by default):
 ==========================================  ===============================================
 situation                                   response
 ==========================================  ===============================================
-first request                               the app's response, stored (unless 5xx)
+first request                               the app's response, stored (unless it is not
+                                            the request's outcome: 5xx, 401, 403, 408,
+                                            409, 425, 429)
 retry, same key and same request            the stored response + ``Idempotent-Replayed``
 same key, different method/path/body        422 problem
 first request still running                 409 problem with ``Retry-After``
 key missing where required, or malformed    400 problem
+no tenant (``scope_of`` returned None)      passed to the app, nothing stored or replayed
 ==========================================  ===============================================
+
+Keys are scoped by tenant: ``scope_of`` maps each request to the identity it was
+authenticated as, and a stored response is only ever replayed within that scope. Per-session
+headers (``Set-Cookie`` and the others in :data:`PER_SESSION_HEADERS`) and hop-by-hop
+headers are never stored, so a replay never hands out anyone's session.
 
 Problems are RFC 9457 ``application/problem+json`` bodies with a ``code`` member that stays
 stable (``idempotency_key_missing``, ``idempotency_key_invalid``, ``idempotency_key_reused``,
-``idempotency_key_in_flight``, ``request_too_large``).
+``idempotency_key_in_flight``, ``request_too_large``, ``response_not_replayable``).
 """
 
 from __future__ import annotations
@@ -26,18 +34,27 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import inspect
 import json
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from http import HTTPStatus
 from typing import Any
 
-from durably.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, SerializationError
+from durably.errors import (
+    ConfigError,
+    DurablyError,
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    SerializationError,
+)
 from durably.idempotency.store import (
     Claim,
-    IdempotencyLeaseLost,
     IdempotencyRecord,
     IdempotencyStore,
     InvalidIdempotencyKey,
+    canonical_json,
     check_key,
 )
 
@@ -51,22 +68,62 @@ HEADER = b"idempotency-key"
 REPLAYED_HEADER = (b"idempotent-replayed", b"true")
 REQUEST_BYTES_MAX_DEFAULT = 1024 * 1024
 RESPONSE_BYTES_MAX_DEFAULT = 512 * 1024
+# Statuses that say the request has no outcome yet (try again later), so storing them
+# would answer every retry within the window with the same refusal. Configurable.
+RETRYABLE_STATUSES_DEFAULT = frozenset({408, 409, 425, 429})
+# Statuses about the caller's credentials, not the request: never stored, whatever the
+# options, so a response to missing or wrong credentials is never replayed to anyone.
+AUTH_STATUSES = frozenset({401, 403})
+# Response headers that belong to one session or connection: never stored or replayed.
+PER_SESSION_HEADERS = frozenset(
+    {
+        "set-cookie",
+        "set-cookie2",
+        "www-authenticate",
+        "proxy-authenticate",
+        "authentication-info",
+        "proxy-authentication-info",
+        "clear-site-data",
+    }
+)
+HOP_BY_HOP_HEADERS = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+_JSON_TYPES = ("application/json",)
+log = logging.getLogger("durably.idempotency")
 # Returned by _read_body when the client went away before sending the whole body.
 _DISCONNECTED = b"\x00disconnected"
+
+
+ScopeOf = Callable[[Scope], "str | Awaitable[str | None] | None"]
 
 
 class IdempotencyMiddleware:
     """Make POST and PATCH requests carrying an ``Idempotency-Key`` header run once.
 
     ``store`` keeps the outcomes (its ``ttl_s`` is the key window, its ``lease_s`` bounds how
-    long a request whose server died blocks the key). ``methods`` are the covered methods;
-    ``require_key`` answers 400 when a covered request has no key (otherwise it passes
-    through unprotected). ``store_server_errors`` also stores 5xx responses (see
-    docs/idempotency.md). ``scope_of`` maps the ASGI scope to a key namespace (e.g. the
-    authenticated client) so clients cannot see each other's keys. Requests larger than
-    ``request_bytes_max`` get 413; responses larger than ``response_bytes_max`` are sent but
-    not stored. ``problem_type_base``, when set, prefixes each problem's ``code`` to form
-    its ``type`` URI (otherwise ``about:blank``).
+    long a request whose server died blocks the key). ``scope_of(scope)`` returns the
+    tenant the request was authenticated as (sync or async): keys, stored responses and
+    replays never cross tenants. It must come from authenticated identity (e.g. an
+    authentication middleware's ``scope["user"]``), never from a header the client picks;
+    returning None (not authenticated) passes the request to the app untouched, nothing
+    stored. Without ``scope_of`` the middleware refuses to start unless ``single_tenant``
+    declares that every caller is the same party. ``methods`` are the covered methods;
+    ``require_key`` answers 400 when a covered request has no key. ``store_server_errors``
+    also stores 5xx responses (see docs/idempotency.md); ``retryable_statuses`` (default
+    408, 409, 425, 429) are never stored, nor are 401 and 403. Requests larger than
+    ``request_bytes_max`` get 413. A response larger than ``response_bytes_max`` is sent,
+    and its key then answers retries with a 500 ``response_not_replayable`` problem: the
+    work ran and is not run again. ``problem_type_base``, when set, prefixes each problem's
+    ``code`` to form its ``type`` URI (otherwise ``about:blank``).
     """
 
     def __init__(
@@ -74,20 +131,35 @@ class IdempotencyMiddleware:
         app: ASGIApp,
         *,
         store: IdempotencyStore,
+        scope_of: ScopeOf | None = None,
+        single_tenant: bool = False,
         methods: Iterable[str] = ("POST", "PATCH"),
         require_key: bool = False,
         store_server_errors: bool = False,
-        scope_of: Callable[[Scope], str] | None = None,
+        retryable_statuses: Iterable[int] = RETRYABLE_STATUSES_DEFAULT,
         request_bytes_max: int = REQUEST_BYTES_MAX_DEFAULT,
         response_bytes_max: int = RESPONSE_BYTES_MAX_DEFAULT,
         problem_type_base: str | None = None,
     ) -> None:
+        if scope_of is None and not single_tenant:
+            raise ConfigError(
+                "IdempotencyMiddleware needs scope_of=: a function returning the tenant each"
+                " request was authenticated as (e.g. lambda scope: scope['user'].identity"
+                " behind an authentication middleware), so one client's key never replays"
+                " another client's response. If every caller is the same party, pass"
+                " single_tenant=True instead"
+            )
+        if scope_of is not None and single_tenant:
+            raise ConfigError("pass scope_of= or single_tenant=True, not both")
+        if request_bytes_max < 0 or response_bytes_max < 0:
+            raise ConfigError("request_bytes_max and response_bytes_max must be >= 0")
         self.app = app
         self.store = store
+        self.scope_of = scope_of
         self.methods = frozenset(m.upper() for m in methods)
         self.require_key = require_key
         self.store_server_errors = store_server_errors
-        self.scope_of = scope_of
+        self.retryable_statuses = frozenset(int(s) for s in retryable_statuses)
         self.request_bytes_max = request_bytes_max
         self.response_bytes_max = response_bytes_max
         self.problem_type_base = problem_type_base
@@ -110,11 +182,15 @@ class IdempotencyMiddleware:
                 return
             await self.app(scope, receive, send)
             return
+        tenant = await self._tenant(scope)
+        if tenant is None:
+            # Not authenticated: no key space to look in. The app answers (typically 401),
+            # and nothing about this request is stored or replayed.
+            await self.app(scope, receive, send)
+            return
         try:
             key = _parse_key(values)
-            key_scope = check_key(
-                self.scope_of(scope) if self.scope_of else "", "scope", allow_empty=True
-            )
+            key_scope = check_key(tenant, "scope", allow_empty=True)
         except InvalidIdempotencyKey as exc:
             await self._problem(send, 400, "idempotency_key_invalid", str(exc))
             return
@@ -132,7 +208,7 @@ class IdempotencyMiddleware:
             return
         fingerprint = request_fingerprint(scope, body)
         try:
-            claimed = await asyncio.to_thread(self.store.begin, key, fingerprint, scope=key_scope)
+            claimed = await self._begin(key, fingerprint, key_scope)
         except IdempotencyKeyReused as exc:
             await self._problem(send, 422, "idempotency_key_reused", str(exc))
             return
@@ -142,9 +218,56 @@ class IdempotencyMiddleware:
             )
             return
         if isinstance(claimed, IdempotencyRecord):
-            await _replay(claimed, send)
+            await self._replay(claimed, send)
             return
         await self._run(scope, body, receive, send, claimed)
+
+    async def _tenant(self, scope: Scope) -> str | None:
+        if self.scope_of is None:
+            return ""  # single_tenant: one key space
+        tenant = self.scope_of(scope)
+        if inspect.isawaitable(tenant):
+            tenant = await tenant
+        if tenant is not None and not isinstance(tenant, str):
+            raise ConfigError(
+                f"scope_of must return a string (the authenticated tenant) or None, got"
+                f" {type(tenant).__name__}"
+            )
+        return tenant
+
+    async def _begin(self, key: str, fingerprint: str, key_scope: str) -> Claim | IdempotencyRecord:
+        """``store.begin`` in a worker thread, never leaving a claim behind when cancelled.
+
+        A cancelled request (the client went away, a timeout around the app) stops waiting,
+        but the thread goes on and may still commit a claim; nobody would complete or
+        release it, and the heartbeat would keep it alive: every retry would get 409. So
+        when the wait is cancelled, the claim is released as soon as it exists.
+        """
+        job = asyncio.ensure_future(
+            asyncio.to_thread(self.store.begin, key, fingerprint, scope=key_scope)
+        )
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(self._release_abandoned)
+            raise
+
+    def _release_abandoned(self, job: asyncio.Future[Claim | IdempotencyRecord]) -> None:
+        if job.cancelled() or job.exception() is not None:
+            return
+        claimed = job.result()
+        if isinstance(claimed, Claim):
+            # Off the event loop: release is a blocking database call.
+            threading.Thread(
+                target=self._release_quietly, args=(claimed,), daemon=True, name="durably-release"
+            ).start()
+
+    def _release_quietly(self, claim: Claim) -> None:
+        try:
+            self.store.release(claim)
+        except Exception:
+            # The heartbeat no longer renews it, so the key frees itself after lease_s.
+            log.warning("could not release idempotency key %r", claim.key, exc_info=True)
 
     async def _run(
         self, scope: Scope, body: bytes, receive: Receive, send: Send, claim: Claim
@@ -176,29 +299,60 @@ class IdempotencyMiddleware:
         finally:
             if not finished:
                 # The app raised or ended without a response: a server error, not stored.
-                await asyncio.to_thread(self.store.release, claim)
+                await asyncio.to_thread(self._release_quietly, claim)
+
+    def _stores(self, status: int) -> bool:
+        """Whether a response with ``status`` is the request's outcome, to be stored."""
+        if status in AUTH_STATUSES or status in self.retryable_statuses:
+            return False
+        return status < 500 or self.store_server_errors
 
     async def _finish(self, claim: Claim, recorder: _Recorder) -> None:
         status = recorder.status
-        storable = recorder.overflow is False and (status < 500 or self.store_server_errors)
-        if not storable:
-            await asyncio.to_thread(self.store.release, claim)
+        if not self._stores(status):
+            await asyncio.to_thread(self._release_quietly, claim)
             return
-        stored = {
-            "status": status,
-            "headers": [[k.decode("latin-1"), v.decode("latin-1")] for k, v in recorder.headers],
-            "body_b64": base64.b64encode(bytes(recorder.body)).decode("ascii"),
-        }
+        if recorder.overflow:
+            # The work ran; a retry must not run it again. Keep what it answered, without
+            # the body, so retries get a clear refusal instead of a second effect.
+            stored: dict[str, Any] = {"status": status, "body_bytes": recorder.size}
+        else:
+            stored = {
+                "status": status,
+                "headers": [
+                    [k.decode("latin-1"), v.decode("latin-1")] for k, v in _storable(recorder)
+                ],
+                "body_b64": base64.b64encode(bytes(recorder.body)).decode("ascii"),
+            }
         try:
             await asyncio.to_thread(self.store.complete, claim, stored)
-        except IdempotencyLeaseLost:
-            # Another request took the key over (this one outlived its lease); its outcome
-            # will be the stored one. This response still goes to its client.
-            pass
-        except SerializationError:
-            # Too large to store once encoded (complete() has released the key): the client
-            # still gets this response, and a retry runs again, as for an unstored 5xx.
-            pass
+        except DurablyError as exc:
+            # Lease lost (another request took the key over and its outcome will be the
+            # stored one), or the store failed (complete() released the key). Either way
+            # this response still goes to its client.
+            log.warning("idempotency key %r: outcome not stored: %s", claim.key, exc)
+
+    async def _replay(self, record: IdempotencyRecord, send: Send) -> None:
+        """Send a stored response again, marked with ``Idempotent-Replayed: true``."""
+        stored = record.result
+        if "body_b64" not in stored:
+            await self._problem(
+                send,
+                500,
+                "response_not_replayable",
+                f"the request with this idempotency key already ran and answered status"
+                f" {stored['status']}, but its response ({stored['body_bytes']} bytes) was"
+                f" larger than this service keeps ({self.response_bytes_max} bytes), so it"
+                " cannot be sent again; the request is not run twice. Look its result up"
+                " another way, or send a new request with a new key",
+                [REPLAYED_HEADER],
+            )
+            return
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stored["headers"]]
+        headers.append(REPLAYED_HEADER)
+        body = base64.b64decode(stored["body_b64"])
+        await send({"type": "http.response.start", "status": stored["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _problem(
         self,
@@ -226,11 +380,41 @@ class IdempotencyMiddleware:
 
 
 def request_fingerprint(scope: Scope, body: bytes) -> str:
-    """Return the request's fingerprint: method, path, query string and a body digest."""
+    """Return the request's fingerprint: method, path, query string and a body digest.
+
+    A JSON body (``application/json`` or ``+json``) is digested as canonical JSON (sorted
+    keys, no whitespace), so the same document sent with other key order or spacing is
+    the same request; any other body (or JSON that does not parse) by its raw bytes.
+    """
     query = scope.get("query_string", b"").decode("latin-1")
     target = scope["path"] + (f"?{query}" if query else "")
-    text = f"{scope['method'].upper()}\n{target}\n{hashlib.sha256(body).hexdigest()}"
+    text = f"{scope['method'].upper()}\n{target}\n{_body_digest(scope, body)}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _body_digest(scope: Scope, body: bytes) -> str:
+    if _is_json(scope):
+        try:
+            canonical = canonical_json(json.loads(body))
+        except (ValueError, RecursionError, SerializationError):
+            pass  # not JSON after all (or NaN): the bytes are the request
+        else:
+            return "json:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(body).hexdigest()
+
+
+def _is_json(scope: Scope) -> bool:
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-type":
+            media = value.decode("latin-1").split(";", 1)[0].strip().lower()
+            return media in _JSON_TYPES or media.endswith("+json")
+    return False
+
+
+def _storable(recorder: _Recorder) -> list[tuple[bytes, bytes]]:
+    """The response headers worth replaying: none of one session's or connection's."""
+    dropped = PER_SESSION_HEADERS | HOP_BY_HOP_HEADERS
+    return [(k, v) for k, v in recorder.headers if k.decode("latin-1").lower() not in dropped]
 
 
 class _Recorder:
@@ -241,6 +425,7 @@ class _Recorder:
         self.status = 500
         self.headers: list[tuple[bytes, bytes]] = []
         self.body = bytearray()
+        self.size = 0
         self.overflow = False
         self.complete = False
 
@@ -250,8 +435,10 @@ class _Recorder:
             self.headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", [])]
         elif message["type"] == "http.response.body":
             chunk = message.get("body", b"")
-            if len(self.body) + len(chunk) > self.bytes_max:
+            self.size += len(chunk)
+            if self.size > self.bytes_max:
                 self.overflow = True
+                self.body = bytearray()  # nothing of it is kept
             elif not self.overflow:
                 self.body.extend(chunk)
             self.complete = not message.get("more_body", False)
@@ -288,13 +475,3 @@ async def _read_body(receive: Receive, bytes_max: int) -> bytes | None:
         if not message.get("more_body", False):
             break
     return bytes(chunks)
-
-
-async def _replay(record: IdempotencyRecord, send: Send) -> None:
-    """Send a stored response again, marked with ``Idempotent-Replayed: true``."""
-    stored = record.result
-    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in stored["headers"]]
-    headers.append(REPLAYED_HEADER)
-    body = base64.b64decode(stored["body_b64"])
-    await send({"type": "http.response.start", "status": stored["status"], "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from durably.errors import ConfigError, IdempotencyKeyReused
+from durably.history import describe_error, storable_text
 from durably.idempotency._db import Database, Row, Tx, load_queries, open_database
 from durably.idempotency.store import canonical_json, check_key
+from durably.redact import redact
 
 _SQL = "outbox.sql"
 BATCH_SIZE_MAX = 1000
@@ -64,12 +66,19 @@ class OutboxEntry:
 
 @dataclass(frozen=True)
 class RelayReport:
-    """What one relay pass did: messages claimed, delivered, retried later, and given up."""
+    """What one relay pass did: messages claimed, delivered, retried later, and given up.
+
+    ``lost`` counts messages whose claim ran out while this relay held them (it stalled
+    longer than ``claim_lease_s``), so another relay took them over: they are not counted
+    as delivered here, and the one delivery this relay may have made is the at-least-once
+    duplicate the receiver's key dedupes.
+    """
 
     claimed: int = 0
     delivered: int = 0
     retrying: int = 0
     dead: int = 0
+    lost: int = 0
 
     def __add__(self, other: RelayReport) -> RelayReport:
         return RelayReport(
@@ -77,6 +86,7 @@ class RelayReport:
             self.delivered + other.delivered,
             self.retrying + other.retrying,
             self.dead + other.dead,
+            self.lost + other.lost,
         )
 
 
@@ -116,7 +126,11 @@ class Outbox:
         self.claim_lease_s = claim_lease_s
         self._clock = clock
         self._db: Database = open_database(url, busy_timeout_s=busy_timeout_s, pool_size=pool_size)
-        self._db.create_schema(_SQL)
+        try:
+            self._db.check_schema()  # tables come from `durably migrate --idempotency`
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- recording ------------------------------------------------------------------------
 
@@ -186,15 +200,36 @@ class Outbox:
         token = uuid.uuid4().hex
         messages = self._claim(token, batch_size)
         report = RelayReport(claimed=len(messages))
-        for message in messages:
-            try:
-                deliver(message)
-            except Exception as exc:
-                report += self._failed(message, token, exc)
-            else:
-                self._mark("mark_delivered", {"id": message.id, "token": token})
-                report += RelayReport(delivered=1)
+        if not messages:
+            return report
+        # The batch's claims are renewed while this relay works through it, however long
+        # the deliveries take, so no other relay takes a message this one still holds.
+        keeper = _ClaimKeeper(self, token)
+        try:
+            for message in messages:
+                report += self._deliver_one(deliver, message, token)
+        finally:
+            keeper.stop()
         return report
+
+    def _deliver_one(
+        self, deliver: Callable[[OutboxMessage], object], message: OutboxMessage, token: str
+    ) -> RelayReport:
+        """Deliver one claimed message if this relay still holds it; report what happened."""
+        if self._mark("hold_claim", {"id": message.id, "token": token, **self._lease()}) != 1:
+            return RelayReport(lost=1)  # taken over by another relay: it delivers it
+        try:
+            deliver(message)
+        except Exception as exc:
+            return self._failed(message, token, exc)
+        # Fenced by the claim: a relay whose claim ran out meanwhile does not mark (or
+        # count) a message another relay now holds.
+        if self._mark("mark_delivered", {"id": message.id, "token": token}) != 1:
+            return RelayReport(lost=1)
+        return RelayReport(delivered=1)
+
+    def _lease(self) -> dict[str, float]:
+        return {"claimed_until": self._clock() + self.claim_lease_s}
 
     def relay_loop(
         self,
@@ -262,8 +297,12 @@ class Outbox:
 
     def _failed(self, message: OutboxMessage, token: str, exc: Exception) -> RelayReport:
         dead = message.attempts >= self.max_attempts
-        error = f"{type(exc).__qualname__}: {exc}"[:LAST_ERROR_CHARS_MAX]
-        self._mark(
+        # str(exc) of a driver or HTTP error may quote a URL with its credentials.
+        # storable_text: a NUL (PostgreSQL refuses it) or a lone surrogate in the message,
+        # or a __str__ that raises, must not make recording the failure fail.
+        text = redact(f"{type(exc).__qualname__}: {describe_error(exc)}")
+        error = storable_text(text, LAST_ERROR_CHARS_MAX)[:LAST_ERROR_CHARS_MAX]
+        marked = self._mark(
             "mark_failed",
             {
                 "id": message.id,
@@ -273,11 +312,41 @@ class Outbox:
                 "last_error": error,
             },
         )
+        if marked != 1:
+            return RelayReport(lost=1)
         return RelayReport(dead=1) if dead else RelayReport(retrying=1)
 
-    def _mark(self, name: str, params: dict[str, Any]) -> None:
+    def _mark(self, name: str, params: dict[str, Any]) -> int:
+        """Run one fenced update; return the number of rows it changed."""
         with self._db.transaction(_SQL) as tx:
-            tx.execute(name, {"now": self._clock(), **params})
+            return tx.execute(name, {"now": self._clock(), **params})
+
+
+class _ClaimKeeper:
+    """A thread renewing one relay pass's claims every third of ``claim_lease_s``.
+
+    It runs in real time (a claim must stay alive in real time) and stops with the pass. A
+    failed renewal is retried at the next beat; the claim leaves room for a missed one.
+    """
+
+    def __init__(self, outbox: Outbox, token: str) -> None:
+        self._outbox = outbox
+        self._token = token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="durably-outbox-claims", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        outbox = self._outbox
+        while not self._stop.wait(outbox.claim_lease_s / 3):
+            try:
+                outbox._mark("renew_claims", {"token": self._token, **outbox._lease()})
+            except Exception:
+                continue  # a database hiccup: try again at the next beat
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def _dialect_of(conn: Any) -> str:

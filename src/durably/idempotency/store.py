@@ -18,6 +18,7 @@ one keeps it however long its work takes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from durably._fork import reset_after_fork
 from durably.errors import (
     ConfigError,
     DurablyError,
@@ -200,6 +202,16 @@ class _Heartbeat:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """The parent's claims are not the child's to renew (renewing them from here would
+        keep a dead parent's keys blocked), and its thread does not exist in the child:
+        start afresh, with new locks."""
+        self._claims = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
 
     def add(self, claim: Claim) -> None:
         with self._lock:
@@ -281,7 +293,13 @@ class IdempotencyStore:
         self._db: Database = open_database(
             url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, pool_size=pool_size
         )
-        self._db.create_schema(_SQL)
+        try:
+            # Only a check: creating tables is `durably migrate --idempotency`'s job, so a
+            # role limited to rows can run the store.
+            self._db.check_schema()
+        except BaseException:
+            self._db.close()
+            raise
         self._heartbeat = _Heartbeat(self, self.lease_s / 3) if heartbeat else None
 
     # -- the one-call API -------------------------------------------------------------
@@ -388,21 +406,35 @@ class IdempotencyStore:
         """Store the outcome of a claimed request and return it as a record.
 
         Raises IdempotencyLeaseLost when another request took the key over meanwhile (the
-        outcome is then not stored), and SerializationError, after releasing the key, when
-        the result is not JSON or larger than ``result_bytes_max``.
+        outcome is then not stored). When the outcome is not JSON or larger than
+        ``result_bytes_max``, the work has still happened, so the key must not run it
+        again: an ``OutcomeNotStored`` error is stored in its place (retries get it as
+        :class:`RequestFailed`) and SerializationError is raised. When storing fails for
+        another reason (the database), the key is released before the error is raised,
+        rather than held until its lease runs out.
         """
         try:
             values = self._outcome_values(result, error)
-        except SerializationError:
-            self.release(claim)
+        except SerializationError as exc:
+            self._complete_or_release(claim, self._not_stored_values(exc), None)
             raise
+        return self._complete_or_release(claim, values, error)
+
+    def _complete_or_release(
+        self, claim: Claim, values: dict[str, Any], error: BaseException | None
+    ) -> IdempotencyRecord:
         try:
             with self._db.transaction(_SQL) as tx:
-                record = self._complete_in(tx, claim, values, error)
+                return self._complete_in(tx, claim, values, error)
+        except IdempotencyLeaseLost:
+            raise  # the key is someone else's now: nothing of ours to release
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.release(claim)  # if this fails too, the lease frees the key
+            raise
         finally:
             if self._heartbeat is not None:
                 self._heartbeat.remove(claim)
-        return record
 
     def release(self, claim: Claim) -> None:
         """Give up a claimed key without an outcome, so the next request with it runs."""
@@ -499,11 +531,12 @@ class IdempotencyStore:
             tx.execute("restart_expired", params)
             return Claim(scope, key, fingerprint, token, attempts=1)
         if row["fingerprint"] != fingerprint:
+            # No fingerprint in the message: it is a digest of the first request, and a
+            # prefix of it would help guess a small request offline.
             raise IdempotencyKeyReused(
-                f"idempotency key {key!r} was first used for a different request (fingerprint"
-                f" {row['fingerprint'][:12]}..., this request {fingerprint[:12]}...), so it"
-                " was refused; send the original request unchanged to get its outcome, or use"
-                " a new key for a new request"
+                f"idempotency key {key!r} was first used for a different request, so it was"
+                " refused; send the original request unchanged to get its outcome, or use a"
+                " new key for a new request"
             )
         if row["state"] == "done":
             return _record(row, replayed=True)
@@ -534,6 +567,15 @@ class IdempotencyStore:
                 " raise the limit"
             )
         return {"ok": error is None, "result": encoded, "error": error_json}
+
+    def _not_stored_values(self, exc: SerializationError) -> dict[str, Any]:
+        message = (
+            f"the request ran, but its outcome could not be stored ({exc}); it is not run"
+            " again with this key: look its result up another way, or send a new request"
+            " with a new key"
+        )
+        stored = {"type_name": "OutcomeNotStored", "message": message, "data": None}
+        return {"ok": False, "result": None, "error": canonical_json(stored)}
 
     def _complete_in(
         self, tx: Tx, claim: Claim, values: dict[str, Any], error: BaseException | None

@@ -8,89 +8,44 @@ has raised the token, so two processes can never both drive one run.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..history import RunRecord, StepRecord
+from ..history import RunRecord, StepRecord, new_incarnation
+from .owner import Owner
+
+__all__ = ["NewRun", "Owner", "Store"]
 
 
-@dataclass(frozen=True, slots=True)
-class Owner:
-    """Who drives a run: host, pid and the pid's start time (so a reused pid is no owner)."""
-
-    host: str
-    pid: int
-    started: str
-
-    def __str__(self) -> str:
-        return f"{self.host}|{self.pid}|{self.started}"
-
-    @classmethod
-    def parse(cls, text: str) -> Owner | None:
-        """Read an owner string written by ``str(owner)``; None if it is not one."""
-        parts = text.split("|")
-        if len(parts) != 3 or not parts[1].isdigit():
-            return None
-        return cls(parts[0], int(parts[1]), parts[2])
-
-    @classmethod
-    def current(cls) -> Owner:
-        """The owner identity of this process."""
-        pid = os.getpid()
-        return cls(_hostname(), pid, _process_start(pid) or "?")
-
-    def provably_dead(self) -> bool:
-        """True only when this owner is on this host and its process is gone.
-
-        A process on another host can never be proven dead from here: its lease must
-        expire instead.
-        """
-        if self.host != _hostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # exists, owned by someone else
-        started = _process_start(self.pid)
-        # A pid reused by a newer process means the owner itself is gone.
-        return started is not None and self.started != "?" and started != self.started
+Served = Mapping[str, Collection[str | None]]
+"""What a worker serves: workflow name -> the versions it registers (None: the
+registration without a version)."""
 
 
-def _hostname() -> str:
-    """This machine as a lease owner sees it: ``DURABLY_HOST`` if set, else the node name,
-    qualified by the pid namespace so that two containers sharing a hostname (but not
-    their pids) never take each other's pids for their own."""
-    override = os.environ.get("DURABLY_HOST")
-    if override:
-        return override
-    # os.uname avoids importing socket (import time counts toward resume time).
-    host = os.uname().nodename
-    try:
-        ns = os.readlink("/proc/self/ns/pid")  # e.g. "pid:[4026531836]"
-    except OSError:
-        return host
-    return f"{host}/{ns[5:-1]}" if ns.startswith("pid:[") else host
+def served_pairs(served: Served) -> list[tuple[str, str | None]]:
+    """``served`` as sorted (workflow, version) pairs, one per registration."""
+    return sorted(
+        ((name, v) for name, versions in served.items() for v in versions),
+        key=lambda p: (p[0], p[1] is not None, p[1] or ""),
+    )
 
 
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), else None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces; fields after its ')' are fixed.
-    rest = data[data.rfind(b")") + 2 :].split()
-    return rest[19].decode() if len(rest) > 19 else None
+def served_json(served: Served) -> dict[str, list[str | None]]:
+    """``served`` as a JSON-ready object: name -> sorted versions (None first)."""
+    out: dict[str, list[str | None]] = {}
+    for name, version in served_pairs(served):
+        out.setdefault(name, []).append(version)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
-    """What is known about a run when it is first created."""
+    """What is known about a run when it is first created.
+
+    ``incarnation`` is drawn here, once per row to be created: it tells this run's keys
+    apart from those of any other run that ever had (or will have) the same run id.
+    """
 
     run_id: str
     workflow: str
@@ -100,6 +55,7 @@ class NewRun:
     input: str
     input_digest: str
     codec_version: int
+    incarnation: str = field(default_factory=new_incarnation)
 
 
 class Store(Protocol):
@@ -108,7 +64,14 @@ class Store(Protocol):
     url: str
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run unless it exists; return the row and whether it was created."""
+        """Insert the run unless it exists; return the row and whether it was created.
+
+        An existing row keeps its own incarnation (``new.incarnation`` is then unused)."""
+        ...
+
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` whose history (generation 0) is ``records``, in
+        one transaction; raises ``RunConflict`` when ``new.run_id`` exists."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -116,9 +79,19 @@ class Store(Protocol):
         ...
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered."""
+        ...
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        (workflow, version, status), ordered by them: what each version's workers must
+        still drive before they stop."""
         ...
 
     def claim(
@@ -143,12 +116,13 @@ class Store(Protocol):
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run of ``queues`` whose workflow is in ``served``
-        (workflow name -> version served, None for any), or return None. Runnable: queued;
+        (workflow name -> the versions registered, None for the registration without a
+        version; a run without a version goes to any of them), or return None. Runnable: queued;
         running with an expired lease, no owner or a dead owner; parked and due. A queue
         with ``queue_limits[q]`` runs already running across the fleet is skipped."""
         ...
@@ -199,11 +173,39 @@ class Store(Protocol):
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """An operator's retry/skip of a stuck run: optionally drop unresolved intents or
-        resolve one with an output, reset the no-progress count, raise the fencing token and
-        queue the run, all in one transaction."""
+        """An operator's retry/skip of a stuck or failed run: optionally drop every
+        unresolved intent (``drop_intents``), or the intents and failures at
+        ``drop_positions`` (never a result), or resolve one intent with an output; clear a
+        failure outcome, reset the no-progress count, raise the fencing token and queue the
+        run, all in one transaction. The incarnation (so every key) stays."""
+        ...
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Show the database that ``owner`` (this process) is alive, for as long as the
+        process lives: PostgreSQL holds a session advisory lock on a connection of its
+        own; SQLite has no such thing (a no-op). Idempotent."""
+        ...
+
+    def owner_lock_lost(self, ping: bool = True) -> bool:
+        """True when the connection holding this process's owner lock died since
+        ``hold_owner`` (the lock is free, so others may judge this process dead-looking:
+        it must treat that as losing its leases). ``ping=False`` looks without a round
+        trip (it sees a session the server ended, not a silent network cut); a ping also
+        keeps the idle session from idle timeouts. Always False on SQLite."""
+        ...
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """The owners among ``owners`` that nothing shows alive: PostgreSQL, those whose
+        advisory lock is free; SQLite, all of them (it has no lock to show). Never proof
+        of death: a dropped connection frees a lock too."""
+        ...
+
+    def db_time(self) -> float | None:
+        """The database server's clock (seconds since the epoch), or None when the
+        database has no clock of its own (SQLite runs on this host)."""
         ...
 
     def close(self) -> None:

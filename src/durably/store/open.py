@@ -12,6 +12,7 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import ConfigError
+from ..redact import redact, redact_url
 from .base import Store
 
 StoreFactory = Callable[[str, Clock, dict[str, object]], Store]
@@ -23,6 +24,12 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
     ``options`` go to the store's constructor; an option the store does not take is a
     :class:`ConfigError` naming the ones it does.
     """
+    if not isinstance(url, str):
+        # bytes or a Path would fail below with a bare TypeError or AttributeError.
+        raise ConfigError(
+            f"a database URL is a str such as 'sqlite:///agent.db' or"
+            f" 'postgresql://user@host/db', got {type(url).__name__} {redact(repr(url))}"
+        )
     if url.startswith("sqlite:"):
         from .sqlite import SQLiteStore
 
@@ -33,14 +40,14 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
             from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
         except ImportError as exc:
             raise ConfigError(
-                f"cannot open {url!r}: the PostgreSQL store needs psycopg 3; install it"
+                f"cannot open {redact_url(url)!r}: the PostgreSQL store needs psycopg 3; install it"
                 " with pip install 'durably[postgres]'"
             ) from exc
         _check_options(PostgresStore, options)
         store: Store = PostgresStore(url, clock, **options)
         return store
     raise ConfigError(
-        f"unknown database URL {url!r}: use sqlite:///path/to/file.db (a relative path)"
+        f"unknown database URL {redact_url(url)!r}: use sqlite:///path/to/file.db (a relative path)"
         " or sqlite:////absolute/path.db, or postgresql://user@host/db"
     )
 

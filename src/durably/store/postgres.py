@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ from psycopg import Connection, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -51,27 +53,34 @@ from ..errors import (
     RunNotFound,
     SchemaTooNew,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
+    StoreUnavailable,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
-from .base import NewRun, Owner
+from ..redact import redact
+from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
     check_claimable,
     check_requeueable,
+    dead_owners,
+    fork_conflict,
     no_doubt_error,
     overwrite_error,
     quarantined_error,
+    record_params,
+    run_from_row,
 )
 from .sqlfiles import load_queries, migrations
 
 APP_NAME = "durably"
 _Q = load_queries("postgres")
-_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 _RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
 _ATTEMPTS = 2
-CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
+CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
+OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 
 T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
@@ -127,7 +136,12 @@ class PostgresStore:
         self._listen_lock = threading.Lock()
         self._pool_min, self._pool_max = pool_min, pool_max
         self._inherited: list[object] = []
+        self._owner_conn: Conn | None = None  # holds this process's owner lock
+        self._owner_held = ""
+        self._owner_lock = threading.Lock()
         self._pid = os.getpid()
+        self._fork_lock = threading.Lock()
+        reset_after_fork(self)
         self._pool: ConnectionPool[Conn] = self._new_pool()
         try:
             self._pool.open(wait=pool_min > 0, timeout=connect_timeout_s)
@@ -147,9 +161,12 @@ class PostgresStore:
         try:
             conn: Conn = psycopg.connect(self.url, **conn_kwargs)
         except psycopg.Error as exc:
-            raise StoreError(
-                f"cannot connect to {self.where}: {_first_line(exc)}. Check that the server"
-                " is running and reachable, and that the URL (--db / DURABLY_URL) names the"
+            # Refused or unreachable may pass (a server restarting): callers may retry. A
+            # server that answered and said no (unknown role or database) will say no again.
+            cls = StoreError if _refused_for_good(exc) else StoreUnavailable
+            raise cls(
+                f"cannot connect to {self.where}: {_first_line(exc, self.url)}. Check that the"
+                " server is running and reachable, and that the URL (--db / DURABLY_URL) names the"
                 " right host, port, user, password and database"
             ) from exc
         try:
@@ -212,18 +229,28 @@ class PostgresStore:
             open=False,
         )
 
+    def _after_fork_in_child(self) -> None:
+        """Fresh locks in a forked child: a parent thread may have held them at the fork.
+        The pool and listener are swapped by :meth:`_check_fork` on first use."""
+        self._listen_lock = threading.Lock()
+        self._owner_lock = threading.Lock()
+        self._fork_lock = threading.Lock()
+
     def _check_fork(self) -> None:
-        """A forked child gets a pool, listener and lock of its own. The inherited ones
-        are kept referenced and never used or closed: closing a connection sends the
-        server a Terminate, which would end the parent's session."""
+        """A forked child gets a pool and listener of its own. The inherited ones are kept
+        referenced and never used or closed: closing a connection sends the server a
+        Terminate, which would end the parent's session."""
         if self._pid == os.getpid():
             return
-        self._inherited += [self._pool, self._listen_conn]
-        self._pid = os.getpid()
-        self._listen_conn = None
-        self._listen_lock = threading.Lock()  # the parent's may have been held at fork
-        self._pool = self._new_pool()
-        self._pool.open(wait=False)
+        with self._fork_lock:
+            if self._pid == os.getpid():
+                return  # another thread of the child swapped them meanwhile
+            self._inherited += [self._pool, self._listen_conn, self._owner_conn]
+            self._listen_conn = None
+            self._owner_conn, self._owner_held = None, ""  # the child is another owner
+            self._pool = self._new_pool()
+            self._pool.open(wait=False)
+            self._pid = os.getpid()
 
     def _call(self, op: Callable[[Conn, bool], T]) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
@@ -258,10 +285,19 @@ class PostgresStore:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _translate(self, exc: psycopg.Error) -> StoreError:
-        if isinstance(exc, psycopg.OperationalError):
-            return StoreError(
-                f"lost the connection to {self.where} ({_first_line(exc)}) and the retry"
-                " failed too; check the server. Everything committed before is safe"
+        """The driver's error as a durably error, transient or permanent (see
+        :func:`classify`)."""
+        kind = classify(exc)
+        if kind is StoreDiskFull:
+            return StoreDiskFull(
+                f"{self.where}: the server's disk is full ({_first_line(exc)}); nothing"
+                " recorded was lost. Free space on the database server, then resume the run"
+            )
+        if kind is StoreUnavailable:
+            return StoreUnavailable(
+                f"lost the connection to {self.where}, or the server aborted the"
+                f" transaction ({_first_line(exc)}), and the retry failed too; check the"
+                " server. Everything committed before is safe"
             )
         return StoreError(f"{self.where}: {_first_line(exc)}")
 
@@ -287,18 +323,52 @@ class PostgresStore:
 
         return self._call(op)
 
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` with ``records`` as its history, in one
+        transaction; raises ``RunConflict`` when the run id exists."""
+        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        params["channel"] = self._channel
+        rows = [record_params(new.run_id, r) for r in records]
+
+        def op(conn: Conn, retried: bool) -> RunRecord:
+            with conn.transaction():
+                created = conn.execute(_Q["insert_run"], params).rowcount == 1
+                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+                assert row is not None, "a run row vanished inside its own transaction"
+                run = _run(row)
+                # On a retry the first attempt may have committed: the row is ours when
+                # it carries this fork's own incarnation (drawn once, for this call).
+                if not created and not (retried and run.incarnation == new.incarnation):
+                    raise fork_conflict(new.run_id)
+                if created:
+                    for p in rows:
+                        conn.execute(_Q["insert_record"], p)
+            return run
+
+        return self._call(op)
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         row = self._call(lambda c, _: c.execute(_Q["get_run"], {"run_id": run_id}).fetchone())
         return _run(row) if row is not None else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit}
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def claim(
         self,
@@ -341,85 +411,74 @@ class PostgresStore:
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run a worker may take, or return None.
 
         Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the version this
-        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        parked with a due wake-up. ``served`` maps workflow names to the versions this
+        worker registers (None: the registration without a version); a run without a
+        version is served by any of them. ``queue_limits`` caps running runs per queue across all
         workers. Many workers claim at once without waiting on each other (``FOR UPDATE
-        SKIP LOCKED``); a run whose owner on this host died is taken over once no ordinary
-        runnable run is waiting (at the latest when its lease expires).
+        SKIP LOCKED``). Every filter is in the query; the owners of this host found dead
+        in Python go in as a list.
         """
         now = self.clock.time()
         if not served or not queues:
             return None
-        names = sorted(served)
+        pairs = served_pairs(served)
         filters: dict[str, Any] = {
-            "workflows": names,
-            "versions": [served[n] for n in names],
+            "workflows": [name for name, _ in pairs],
+            "versions": [version for _, version in pairs],
             "now": now,
         }
 
         def op(conn: Conn, _: bool) -> RunRecord | None:
             with conn.transaction():
-                filters["queues"] = self._open_queues(conn, queues, queue_limits or {}, now)
+                candidates = conn.execute(
+                    _Q["same_host_owners"],
+                    {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
+                ).fetchall()
+                filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
+                filters["queues"] = self._open_queues(
+                    conn, queues, queue_limits or {}, now, filters["dead"]
+                )
                 if not filters["queues"]:
                     return None
+                # Each pass either claims or quarantines the run it locked (which then
+                # leaves the runnable set), so the bound only guards against a bug.
                 for _scan in range(CLAIM_SCAN_MAX):
                     row = conn.execute(_Q["next_runnable"], filters).fetchone()
                     if row is None:
-                        break
+                        return None
                     taken = _take(conn, row, owner, lease_s, max_starts, now)
                     if taken is not None:
-                        return taken  # else it was quarantined: look at the next one
-                return self._take_over_dead(
-                    conn, filters, owner, lease_s, max_starts, now, owner_dead
-                )
+                        return taken
+                return None
 
         return self._call(op)
 
     def _open_queues(
-        self, conn: Conn, queues: Sequence[str], limits: dict[str, int], now: float
+        self,
+        conn: Conn,
+        queues: Sequence[str],
+        limits: dict[str, int],
+        now: float,
+        dead: list[str],
     ) -> list[str]:
-        """The queues with a free slot, holding each limited queue's lock until commit."""
+        """The queues with a free slot, holding each limited queue's lock until commit;
+        runs of the ``dead`` owners hold no slot."""
         limited = sorted(q for q in set(queues) if q in limits)
         for q in limited:  # sorted, so two workers never wait on each other in a cycle
             conn.execute(_Q["lock_queue"], {"queue": q})
         busy: dict[str, int] = {}
         if limited:
-            rows = conn.execute(_Q["running_per_queue"], {"now": now, "queues": limited})
+            params = {"now": now, "queues": limited, "dead": dead}
+            rows = conn.execute(_Q["running_per_queue"], params)
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
-
-    def _take_over_dead(
-        self,
-        conn: Conn,
-        filters: dict[str, Any],
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord | None:
-        """Take a run whose owner on this host is provably dead, locking only that run."""
-        found = conn.execute(
-            _Q["same_host_running"], {**filters, "host": owner.host + "|%", "limit": CLAIM_SCAN_MAX}
-        ).fetchall()
-        for run_id, run_owner, token in found:
-            if not owner_dead(run_owner):
-                continue
-            row = conn.execute(
-                _Q["lock_if_unchanged"], {"run_id": run_id, "owner": run_owner, "token": token}
-            ).fetchone()
-            if row is not None:
-                taken = _take(conn, row, owner, lease_s, max_starts, now)
-                if taken is not None:
-                    return taken
-        return None
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
@@ -466,15 +525,13 @@ class PostgresStore:
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
 
-        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
-        the same keys); ``resolve=(position, output_json)`` records the intent at
-        ``position`` as done with that output instead. Raises ``RunNotFound``, or
-        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
-        position holds no intent.
+        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or ``resolve`` names a position without an intent.
         """
         now = self.clock.time()
 
@@ -497,6 +554,8 @@ class PostgresStore:
                         raise no_doubt_error(run_id, resolve[0])
                 if drop_intents:
                     conn.execute(_Q["drop_intents"], {**key, "position": None})
+                for position in drop_positions:
+                    conn.execute(_Q["drop_record"], {**key, "position": position})
                 queued = conn.execute(
                     _Q["requeue_run"],
                     {
@@ -582,13 +641,14 @@ class PostgresStore:
     def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> None:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
-        On a retry, a stored record equal to ``rec`` is this call's own first attempt,
-        which committed before its connection died: that is success, not a conflict.
+        A stored record equal to ``rec`` is this very write, retried (here, or by the
+        engine after a transient error) when an earlier attempt committed before its
+        connection died: that is success, not a conflict.
         """
         current = _scalar(conn, "check_token", {"run_id": run_id})
         if current is None or current != token:
             raise LeaseLost(run_id, token)
-        if retried:
+        if retried or rec.status != "intent":
             row = conn.execute(
                 _Q["load_record"], {"run_id": run_id, "position": rec.position}
             ).fetchone()
@@ -633,19 +693,96 @@ class PostgresStore:
 
         self._call(op)
 
+    # -- liveness and time -----------------------------------------------------------
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Hold ``owner``'s session advisory lock on a connection of its own for as long as
+        this process lives; pg_stat_activity names it ``<application_name>-owner`` (by
+        default ``durably-owner``)."""
+        self._check_fork()
+        text = str(owner)
+        with self._owner_lock:
+            conn = self._owner_conn
+            if conn is not None and not conn.closed and self._owner_held == text:
+                return
+            self._drop_owner_conn()
+            kwargs = dict(self._conn_kwargs)
+            # Its own name, so that operators (and scripts ending pool sessions) can tell
+            # the lock session, whose loss stops every run of this process, from the pool.
+            app = kwargs.get("application_name") or conninfo_to_dict(self.url).get(
+                "application_name", "durably"
+            )
+            kwargs["application_name"] = f"{str(app)[:57]}-owner"
+            try:
+                conn = psycopg.connect(self.url, **kwargs)
+                conn.execute(_Q["hold_owner_lock"], {"owner": text})
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+            self._owner_conn, self._owner_held = conn, text
+
+    def owner_lock_lost(self, ping: bool = True) -> bool:
+        """True when the owner lock's connection died since :meth:`hold_owner`; the next
+        ``hold_owner`` takes the lock again on a new connection."""
+        self._check_fork()
+        with self._owner_lock:
+            conn = self._owner_conn
+            if conn is None:
+                return False
+            # An idle lock session receives nothing unless it ended (the server's FATAL
+            # on pg_terminate_backend or shutdown, a reset): without ``ping`` there is no
+            # round trip when it is silent, so every claim can afford the check.
+            if not ping and not conn.closed and not _has_input(conn):
+                return False
+            try:
+                conn.execute(_Q["ping"])
+                return False
+            except psycopg.Error:
+                self._drop_owner_conn()
+                return True
+
+    def _drop_owner_conn(self) -> None:
+        conn, self._owner_conn, self._owner_held = self._owner_conn, None, ""
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # already dead: that is why it is dropped
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """The owners whose advisory lock nobody holds (see :meth:`hold_owner`)."""
+        wanted = sorted(set(owners))
+
+        def op(conn: Conn, _: bool) -> set[str]:
+            free = set()
+            for owner in wanted:
+                with conn.transaction():  # each probe's lock ends with its transaction
+                    if _scalar(conn, "owner_lock_free", {"owner": owner}):
+                        free.add(owner)
+            return free
+
+        return self._call(op) if wanted else set()
+
+    def db_time(self) -> float | None:
+        """The server's clock (``clock_timestamp()``), in seconds since the epoch."""
+        return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
+
     def close(self) -> None:
-        """Close the pool, the listening connection, and every connection they opened."""
+        """Close the pool, the listening connection, and every connection they opened.
+
+        In a forked child that never used the store this closes nothing: everything it
+        holds is the parent's, and closing it would end the parent's sessions."""
+        if self._pid != os.getpid():
+            return
         with self._listen_lock:
             self._close_listener()
+        with self._owner_lock:
+            self._drop_owner_conn()
         self._pool.close()
 
 
 def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of ``append_record`` for one record, checked on the way in."""
-    rec.check()
-    params: dict[str, Any] = {f: getattr(rec, f) for f in _STEP_FIELDS}
-    params["input_digest"] = params.pop("digest")
-    params["run_id"] = run_id
+    params = record_params(run_id, rec)
     params["token"] = token
     return params
 
@@ -684,16 +821,49 @@ def _take(
     return _run(claimed)
 
 
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
+"""serialization failure, deadlock, admin/crash shutdown, cannot connect now, too many
+connections: the same call may succeed when tried again."""
+
+
+def classify(exc: psycopg.Error) -> type[StoreError]:
+    """``StoreDiskFull`` (SQLSTATE 53100), ``StoreUnavailable`` for errors that may pass
+    (a dropped or refused connection, a serialization failure, a deadlock, a shutdown), else
+    ``StoreError`` (permanent: a schema or data problem)."""
+    state = getattr(exc, "sqlstate", None)
+    if state == "53100":
+        return StoreDiskFull
+    if state in _TRANSIENT_SQLSTATES or (
+        isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith("08"))
+    ):
+        return StoreUnavailable
+    return StoreError
+
+
+def _refused_for_good(exc: psycopg.Error) -> bool:
+    """True when the server itself refused the connection for a reason that stays (a bad
+    role, password or database name), not because it is starting, stopping or full."""
+    text = str(exc)
+    passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
+    return "FATAL:" in text and not any(p in text for p in passing)
+
+
+def _has_input(conn: Conn) -> bool:
+    """True when the server sent something on the idle connection ``conn`` (or closed it)."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True  # no usable socket: let the ping find out
+    return bool(readable)
+
+
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
     row = conn.execute(_Q[query], params).fetchone()
     return None if row is None else row[0]
 
 
 def _run(row: Sequence[Any]) -> RunRecord:
-    try:
-        return RunRecord(*row).check()
-    except CorruptRecord as exc:
-        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+    return run_from_row(row)
 
 
 def _describe(url: str) -> str:
@@ -702,14 +872,15 @@ def _describe(url: str) -> str:
         info = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise ConfigError(
-            f"bad PostgreSQL URL: {_first_line(exc)}; write postgresql://user@host:port/dbname"
-        ) from exc
+            f"bad PostgreSQL URL: {_first_line(exc, url)}; write postgresql://user@host:port/dbname"
+        ) from None  # libpq's own message may quote the password: never chain it
     host = info.get("host") or "localhost"
     port = info.get("port") or "5432"
     return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first line of a driver message (libpq adds multi-line detail)."""
-    text = str(exc).strip()
+def _first_line(exc: BaseException, url: str | None = None) -> str:
+    """The first line of a driver message (libpq adds multi-line detail), with credentials
+    masked: libpq may echo the part of ``url`` it could not parse, password included."""
+    text = redact(str(exc).strip(), url=url)
     return re.split(r"\r?\n", text, maxsplit=1)[0] if text else type(exc).__name__

@@ -7,9 +7,21 @@ backend that the others import.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..errors import RunFinished, RunInDoubt, RunLeased, RunQuarantined, StoreError
-from ..history import IN_DOUBT, QUARANTINED, RunRecord
+from ..errors import (
+    NotADurablyDatabase,
+    RunConflict,
+    RunFinished,
+    RunInDoubt,
+    RunLeased,
+    RunQuarantined,
+    StoreError,
+)
+from ..history import IN_DOUBT, QUARANTINED, CorruptRecord, RunRecord, StepRecord
+
+_RUN_FIELDS = len(RunRecord.__slots__)
+_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 
 
 def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
@@ -41,6 +53,12 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
         " two processes may never drive one run. Wait for it to finish or for the lease to"
         " expire, or stop that process."
     )
+
+
+def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:
+    """The owners among ``candidates`` (this host's, with live leases) that are provably
+    dead: the one judgement a claim query cannot make itself, made here and passed in."""
+    return sorted({o for o in candidates if owner_dead(o)})
 
 
 def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
@@ -75,3 +93,32 @@ def overwrite_error(run_id: str, position: str) -> StoreError:
         f"run {run_id!r}: position {position} already holds a result; a result is never"
         " overwritten (this is a bug in durably; please report it)"
     )
+
+
+def fork_conflict(run_id: str) -> RunConflict:
+    """The error of a fork whose new run id is taken."""
+    return RunConflict(
+        f"run_id {run_id!r} already exists; a fork needs a new run id (leave it out and"
+        " one is drawn)"
+    )
+
+
+def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
+    """The named parameters of a record's row, checked on the way in."""
+    rec.check()
+    params: dict[str, Any] = {f: getattr(rec, f) for f in _STEP_FIELDS}
+    params["input_digest"] = params.pop("digest")
+    params["run_id"] = run_id
+    return params
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """A run row read back, checked on the way out. Every query that reads a run selects
+    every field of :class:`RunRecord` in order: a shorter row would silently default the
+    incarnation to None, and with it change every key of the run."""
+    if len(row) != _RUN_FIELDS:
+        raise AssertionError(f"a run query selected {len(row)} columns, not {_RUN_FIELDS}")
+    try:
+        return RunRecord(*row).check()
+    except CorruptRecord as exc:
+        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc

@@ -41,9 +41,10 @@ class Migration:
     sql: str
 
 
-def migrations(dialect: str) -> list[Migration]:
-    """The migrations of ``dialect`` in version order."""
-    folder = os.path.join(_SQL_DIR, dialect, "migrations")
+def migrations(dialect: str, root: str = _SQL_DIR) -> list[Migration]:
+    """The migrations of ``dialect`` in version order (under ``root``: the journal's by
+    default; the receiving side keeps a sequence of its own)."""
+    folder = os.path.join(root, dialect, "migrations")
     found = []
     for name in os.listdir(folder):
         m = re.match(r"^(\d{4})_(\w+)\.sql$", name)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -29,35 +30,46 @@ from ..errors import (
     RunNotFound,
     SchemaTooNew,
     StoreBusy,
+    StoreDiskFull,
     StoreError,
 )
 from ..history import CorruptRecord, RunRecord, StepRecord
-from .base import NewRun, Owner
+from ..redact import redact_url
+from .base import NewRun, Owner, Served, served_json
 from .rules import (
     check_claimable,
     check_requeueable,
+    dead_owners,
+    fork_conflict,
     no_doubt_error,
     overwrite_error,
     quarantined_error,
+    record_params,
+    run_from_row,
 )
 from .sqlfiles import latest_version, load_queries, migrations
 
 APP_NAME = "durably"
-CLAIM_SCAN_MAX = 64  # candidates looked at per claim attempt
+CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
+OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
+OPEN_RETRY_S = 30.0  # how long opening retries a busy journal (another process migrating)
+# SQLite's primary result codes (the low byte of an extended code).
+_BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 10, 11, 13, 14, 26
+# Free bytes below which an I/O error on the journal's disk is taken for a full disk.
+_DISK_NEARLY_FULL_BYTES = 1 << 20
 _Q = load_queries("sqlite")
-_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
 
 
 def sqlite_path(url: str) -> str:
     """The file path of a ``sqlite:///path`` URL (``:memory:`` allowed)."""
     if not url.startswith("sqlite:///"):
         raise ConfigError(
-            f"bad SQLite URL {url!r}: write sqlite:///relative/path.db or"
+            f"bad SQLite URL {redact_url(url)!r}: write sqlite:///relative/path.db or"
             " sqlite:////absolute/path.db"
         )
     path = url[len("sqlite:///") :]
     if not path:
-        raise ConfigError(f"bad SQLite URL {url!r}: it names no file")
+        raise ConfigError(f"bad SQLite URL {redact_url(url)!r}: it names no file")
     return path
 
 
@@ -87,7 +99,25 @@ class SQLiteStore:
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
+        self._open()
+
+    def _open(self) -> None:
+        """Connect and migrate, retrying while another process holds the journal locked
+        (many processes opening a fresh journal at once wait for the one migrating)."""
+        delay, deadline = 0.02, time.monotonic() + OPEN_RETRY_S
+        while True:
+            try:
+                self._open_once()
+                return
+            except StoreBusy:
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _open_once(self) -> None:
         self._conn = self._connect()
+        reset_after_fork(self)
         try:
             self._migrate()
         except BaseException as exc:
@@ -107,6 +137,8 @@ class SQLiteStore:
                 check_same_thread=False,
             )
         except sqlite3.OperationalError as exc:
+            if self._disk_full():
+                raise self._translate(exc) from exc
             raise StoreError(
                 f"cannot open the SQLite database {self.path}: {exc}; check that the folder"
                 " exists and is writable"
@@ -128,6 +160,20 @@ class SQLiteStore:
             self._inherited.append(self._conn)
             self._connect()
         return self._conn
+
+    def _before_fork(self) -> None:
+        """Make ``os.fork()`` wait for the store call in progress. SQLite keeps its file
+        locks in process-wide state that the child inherits as it is: a child forked inside
+        a write transaction could never write (and the lock itself would stay held)."""
+        self._lock.acquire()
+
+    def _after_fork_in_parent(self) -> None:
+        self._lock.release()
+
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock (the old one is the forking thread's, in a process where nothing
+        else runs). The connection is swapped by :meth:`_live` on first use."""
+        self._lock = threading.RLock()
 
     def _configure(self, synchronous: str) -> None:
         c = self._conn
@@ -201,6 +247,13 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
             try:
                 yield c
+            except sqlite3.DatabaseError as exc:
+                # Raised by a statement inside the transaction (a lock, a full disk, a
+                # row that does not decode): the caller gets a StoreError, like for
+                # BEGIN and COMMIT, never the driver's bare exception.
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    c.execute("ROLLBACK")
+                raise self._translate(exc) from exc
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
@@ -219,20 +272,48 @@ class SQLiteStore:
                 raise self._translate(exc) from exc
 
     def _translate(self, exc: sqlite3.DatabaseError) -> StoreError:
+        """The driver's error as a durably error: transient (busy, locked, disk full, an
+        I/O error) or permanent (corruption, not a database, a schema problem)."""
         text = str(exc)
-        if "locked" in text or "busy" in text:
+        raw = getattr(exc, "sqlite_errorcode", None)
+        code = raw & 0xFF if isinstance(raw, int) else None
+        if code in (_BUSY, _LOCKED) or (code is None and ("locked" in text or "busy" in text)):
             return StoreBusy(
                 f"{self.path} stayed locked by another process for more than"
                 f" {self.busy_timeout_s:g} s; nothing recorded was lost. Retry, or raise"
                 " busy_timeout_s (Engine(url, busy_timeout_s=...))"
             )
-        if "not a database" in text or "malformed" in text or "corrupt" in text:
+        if code == _FULL or (code in (_IOERR, _CANTOPEN) and self._disk_full()):
+            return StoreDiskFull(
+                f"{self.path}: the disk is full ({text}), so nothing more can be recorded;"
+                " nothing recorded was lost. Free space on its disk (or raise the database's"
+                " size limit), then resume the run"
+            )
+        if (
+            code in (_CORRUPT, _NOTADB)
+            or "malformed" in text
+            or "not a database" in text
+            or "decode to UTF-8" in text  # a hand-edited row holding invalid UTF-8
+        ):
             return NotADurablyDatabase(
                 f"{self.path} is not a SQLite database or is corrupt ({text}); restore it"
                 " from a backup or point --db / DURABLY_URL at another file. durably did"
                 " not change it."
             )
-        return StoreError(f"{self.path}: {text}")
+        err = StoreError(f"{self.path}: {text}")
+        err.transient = code == _IOERR  # a flaky disk or file system may recover
+        return err
+
+    def _disk_full(self) -> bool:
+        """True when the journal's file system has (almost) no space left: SQLite reports
+        some writes on a full disk as a plain I/O error."""
+        if self.path == ":memory:":
+            return False
+        try:
+            st = os.statvfs(os.path.dirname(os.path.abspath(self.path)))
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize < _DISK_NEARLY_FULL_BYTES
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -245,17 +326,38 @@ class SQLiteStore:
             row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
         return _run(row), created
 
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` with ``records`` as its history, in one
+        transaction; raises ``RunConflict`` when the run id exists."""
+        params = {f: getattr(new, f) for f in NewRun.__slots__}
+        params["now"] = self.clock.time()
+        with self._tx() as c:
+            if c.execute(_Q["insert_run"], params).rowcount != 1:
+                raise fork_conflict(new.run_id)
+            for rec in records:
+                c.execute(_Q["insert_record"], record_params(new.run_id, rec))
+            row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
+        return _run(row)
+
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run, or None."""
         rows = self._read(_Q["get_run"], {"run_id": run_id})
         return _run(rows[0]) if rows else None
 
     def list_runs(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 100
+        self,
+        status: str | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        rows = self._read(_Q["list_runs"], {"status": status, "workflow": workflow, "limit": limit})
-        return [_run(r) for r in rows]
+        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        return [_run(r) for r in self._read(_Q["list_runs"], params)]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
 
     def claim(
         self,
@@ -284,45 +386,44 @@ class SQLiteStore:
         lease_s: float,
         max_starts: int,
         owner_dead: Callable[[str], bool],
-        served: dict[str, str | None],
+        served: Served,
         queues: Sequence[str],
         queue_limits: dict[str, int] | None = None,
     ) -> RunRecord | None:
         """Claim the oldest runnable run a worker may take, or return None.
 
         Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the version this
-        worker serves (None: any). ``queue_limits`` caps running runs per queue across all
+        parked with a due wake-up. ``served`` maps workflow names to the versions this
+        worker registers (None: the registration without a version); a run without a
+        version is served by any of them. ``queue_limits`` caps running runs per queue across all
         workers.
         """
         now = self.clock.time()
         with self._tx() as c:
-            busy = dict(c.execute(_Q["running_per_queue"], {"now": now}).fetchall())
+            candidates = c.execute(
+                _Q["same_host_owners"],
+                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
+            ).fetchall()
+            dead = json.dumps(dead_owners([r[0] for r in candidates], owner_dead))
+            busy = dict(c.execute(_Q["running_per_queue"], {"now": now, "dead": dead}).fetchall())
             open_queues = [
                 q for q in queues if (queue_limits or {}).get(q, 1 << 30) > busy.get(q, 0)
             ]
             if not open_queues or not served:
                 return None
-            rows = c.execute(
-                _Q["runnable_runs"],
-                {
-                    "queues": json.dumps(open_queues),
-                    "workflows": json.dumps(sorted(served)),
-                    "now": now,
-                    "host": owner.host + "|%",
-                    "limit": CLAIM_SCAN_MAX,
-                },
-            ).fetchall()
-            for row in rows:
-                run = _run(row)
-                want = served.get(run.workflow)
-                if want is not None and run.version != want:
-                    continue  # versions route only when set
-                if run.status == "running" and run.owner is not None:
-                    expired = run.lease_expires_at is not None and run.lease_expires_at <= now
-                    if not expired and not owner_dead(run.owner):
-                        continue
-                taken = self._take(c, run, owner, lease_s, max_starts, now)
+            params = {
+                "queues": json.dumps(open_queues),
+                "served": json.dumps(served_json(served)),
+                "now": now,
+                "dead": dead,
+            }
+            # Each pass either claims or quarantines the run it found (which then leaves
+            # the runnable set), so the bound only guards against a bug looping forever.
+            for _scan in range(CLAIM_SCAN_MAX):
+                row = c.execute(_Q["next_runnable"], params).fetchone()
+                if row is None:
+                    return None
+                taken = self._take(c, _run(row), owner, lease_s, max_starts, now)
                 if taken is not None:
                     return taken
         return None
@@ -431,18 +532,24 @@ class SQLiteStore:
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
     ) -> None:
         for rec in records:
-            rec.check()
-            params = {f: getattr(rec, f) for f in _STEP_FIELDS}
-            params["input_digest"] = params.pop("digest")
-            params["run_id"] = run_id
+            params = record_params(run_id, rec)
             params["token"] = token
             if c.execute(_Q["append_record"], params).rowcount != 1:
                 self._refused(c, run_id, token, rec)
 
     def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> None:
+        """Explain a refused upsert: a stale token, or a result already at the position.
+
+        A stored record equal to ``rec`` is this very write, retried after an error whose
+        commit outcome was unknown: that is success, not a conflict.
+        """
         row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
         if row is None or row[0] != token:
             raise LeaseLost(run_id, token)
+        stored = c.execute(_Q["load_record"], {"run_id": run_id, "position": rec.position})
+        found = stored.fetchone()
+        if found is not None and StepRecord(*found) == rec:
+            return
         raise overwrite_error(run_id, rec.position)
 
     def finish(
@@ -483,15 +590,13 @@ class SQLiteStore:
         from_statuses: Sequence[str],
         *,
         drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
         resolve: tuple[str, str] | None = None,
     ) -> RunRecord:
-        """Queue a stuck run again (an operator's retry or skip), in one transaction.
+        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
 
-        ``drop_intents`` deletes unresolved effect intents so those steps run afresh (with
-        the same keys); ``resolve=(position, output_json)`` records the intent at
-        ``position`` as done with that output instead. Raises ``RunNotFound``, or
-        ``StoreError`` when the run's status is not one of ``from_statuses`` or the
-        position holds no intent.
+        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or ``resolve`` names a position without an intent.
         """
         now = self.clock.time()
         with self._tx() as c:
@@ -509,6 +614,8 @@ class SQLiteStore:
                     raise no_doubt_error(run_id, resolve[0])
             if drop_intents:
                 c.execute(_Q["drop_intents"], {**key, "position": None})
+            for position in drop_positions:
+                c.execute(_Q["drop_record"], {**key, "position": position})
             c.execute(
                 _Q["requeue_run"],
                 {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
@@ -516,10 +623,29 @@ class SQLiteStore:
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
 
+    # -- liveness and time: SQLite shares this host's processes and clock ---------------
+
+    def hold_owner(self, owner: Owner) -> None:
+        """Nothing to hold: SQLite judges owners by their pids (same host only)."""
+
+    def owner_lock_lost(self, ping: bool = True) -> bool:
+        """Never: there is no owner lock on SQLite."""
+        return False
+
+    def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
+        """All of them: SQLite has no lock that could show an owner alive."""
+        return set(owners)
+
+    def db_time(self) -> float | None:
+        """None: the database file has no clock but this host's."""
+        return None
+
     def close(self) -> None:
-        """Close the connection."""
+        """Close this process's connection; never one inherited across a fork (closing it
+        could checkpoint and delete the WAL the parent is still using)."""
         with self._lock:
-            self._conn.close()
+            if self._pid == os.getpid():
+                self._conn.close()
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:
@@ -545,7 +671,4 @@ def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
-    try:
-        return RunRecord(*row).check()
-    except CorruptRecord as exc:
-        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+    return run_from_row(row)

@@ -1,25 +1,6 @@
 -- Named queries for the transactional outbox on PostgreSQL.
 -- Times are epoch seconds from the outbox's injected clock.
 
--- name: schema
-CREATE TABLE IF NOT EXISTS durably_outbox (
-    id              BIGSERIAL        PRIMARY KEY,
-    key             TEXT             NOT NULL UNIQUE,
-    destination     TEXT             NOT NULL,
-    payload         TEXT             NOT NULL,
-    payload_digest  TEXT             NOT NULL,
-    status          TEXT             NOT NULL CHECK (status IN ('pending', 'delivered', 'dead')),
-    attempts        INTEGER          NOT NULL DEFAULT 0,
-    created_at      DOUBLE PRECISION NOT NULL,
-    next_attempt_at DOUBLE PRECISION NOT NULL,
-    claimed_until   DOUBLE PRECISION,
-    claim_token     TEXT,
-    last_error      TEXT,
-    delivered_at    DOUBLE PRECISION
-);
-CREATE INDEX IF NOT EXISTS durably_outbox_due
-    ON durably_outbox (status, next_attempt_at);
-
 -- name: insert
 INSERT INTO durably_outbox
     (key, destination, payload, payload_digest, status, attempts, created_at, next_attempt_at)
@@ -56,6 +37,19 @@ WHERE id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING id, key, destination, payload, attempts, created_at;
+
+-- name: hold_claim
+-- Right before a delivery: extend this relay's claim on one message, or find that another
+-- relay has taken it over (its claim ran out), in which case this relay must not deliver.
+UPDATE durably_outbox
+SET claimed_until = %(claimed_until)s
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'pending';
+
+-- name: renew_claims
+-- The relay's keeper: extend the claims of every message of the batch not yet reported.
+UPDATE durably_outbox
+SET claimed_until = %(claimed_until)s
+WHERE claim_token = %(token)s AND status = 'pending';
 
 -- name: mark_delivered
 UPDATE durably_outbox

@@ -2,26 +2,6 @@
 -- Times are epoch seconds from the store's injected clock, never the database's own clock,
 -- so tests can move time without sleeping.
 
--- name: schema
-CREATE TABLE IF NOT EXISTS durably_idempotency_keys (
-    scope            TEXT    NOT NULL,
-    key              TEXT    NOT NULL,
-    fingerprint      TEXT    NOT NULL,
-    state            TEXT    NOT NULL CHECK (state IN ('running', 'done')),
-    token            TEXT    NOT NULL,
-    attempts         INTEGER NOT NULL DEFAULT 1,
-    ok               INTEGER,
-    result           TEXT,
-    error            TEXT,
-    created_at       REAL    NOT NULL,
-    completed_at     REAL,
-    lease_expires_at REAL,
-    expires_at       REAL    NOT NULL,
-    PRIMARY KEY (scope, key)
-);
-CREATE INDEX IF NOT EXISTS durably_idempotency_keys_expires_at
-    ON durably_idempotency_keys (expires_at);
-
 -- name: insert_claim
 INSERT INTO durably_idempotency_keys
     (scope, key, fingerprint, state, token, attempts, created_at, lease_expires_at, expires_at)

@@ -29,9 +29,9 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- returns a row only when the run was created.
 WITH created AS (
 INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
-                  codec_version, status, created_at, updated_at)
+                  codec_version, incarnation, status, created_at, updated_at)
 VALUES (%(run_id)s, %(workflow)s, %(version)s, %(prompt_version)s, %(queue)s, %(input)s,
-        %(input_digest)s, %(codec_version)s, 'queued', %(now)s, %(now)s)
+        %(input_digest)s, %(codec_version)s, %(incarnation)s, 'queued', %(now)s, %(now)s)
 ON CONFLICT (run_id) DO NOTHING
 RETURNING 1
 )
@@ -41,7 +41,7 @@ SELECT pg_notify(%(channel)s, '') FROM created;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_run_for_claim
@@ -50,7 +50,7 @@ FROM runs WHERE run_id = %(run_id)s;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
+       created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs WHERE run_id = %(run_id)s
 FOR UPDATE;
 
@@ -64,12 +64,21 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent'
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version NULLS FIRST, status;
 
 -- name: claim_run
 UPDATE runs
@@ -82,7 +91,7 @@ WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at;
+          created_at, updated_at, finished_at, incarnation;
 
 -- name: quarantine_run
 UPDATE runs
@@ -161,6 +170,23 @@ DELETE FROM steps
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND status = 'intent'
   AND (%(position)s::text IS NULL OR position = %(position)s::text);
 
+-- name: drop_record
+-- A person's retry: the intent or failure at one position goes, so that step runs again
+-- (under the same key). A result is never dropped.
+DELETE FROM steps
+WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s
+  AND status IN ('intent', 'failed');
+
+-- name: insert_record
+-- A copied record of a fork's new history (not fenced: the run was created in the same
+-- transaction and nobody can hold it yet).
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+VALUES (%(run_id)s, 0, %(position)s, %(kind)s, %(name)s, %(input_digest)s, %(status)s,
+        %(output)s, %(error_type)s, %(error_message)s, %(attempts)s, %(started_at)s,
+        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s);
+
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = %(output)s, finished_at = %(now)s
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s
@@ -169,15 +195,17 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- name: requeue_run
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
+-- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
     updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at;
+          created_at, updated_at, finished_at, incarnation;
 
 -- name: lock_queue
 -- Serialises claims on one concurrency-limited queue, so two workers cannot both see a
@@ -186,53 +214,70 @@ SELECT pg_advisory_xact_lock(hashtext('durably.queue.' || current_schema()),
                              hashtext(%(queue)s));
 
 -- name: running_per_queue
+-- A run of a provably dead owner (%(dead)s) holds no slot: a claim may take it over now.
 SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > %(now)s
-  AND queue = ANY(%(queues)s::text[])
+  AND queue = ANY(%(queues)s::text[]) AND NOT owner = ANY(%(dead)s::text[])
 GROUP BY queue;
 
 -- name: next_runnable
--- The oldest run that is runnable without asking whether an owner is alive: queued,
--- running with no owner or an expired lease, or parked and due. Versions route only when
--- set (a NULL version served means any). SKIP LOCKED lets many workers claim at once,
--- each taking a different row, and LIMIT 1 locks only the row this worker takes.
+-- The oldest run this worker may take, filtered entirely here: its queue is open, its
+-- workflow served (one (workflow, version) pair per registration, NULL for the one without
+-- a version; a run without a version is served by any registration of its name: versions
+-- route only when set), and
+-- it is queued, running with no owner, an expired lease or an owner in %(dead)s (this
+-- host's owners found dead in Python), or parked and due. The status term matches the
+-- partial index runs_claimable, so finished runs are never read. SKIP LOCKED lets many
+-- workers claim at once, each taking a different row, and LIMIT 1 locks only the row
+-- this worker takes.
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
+       created_at, updated_at, finished_at, incarnation, records_at_last_start
 FROM runs
-WHERE queue = ANY(%(queues)s::text[])
+WHERE status IN ('queued', 'running', 'parked')
+  AND queue = ANY(%(queues)s::text[])
   AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
-              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
+              WHERE s.w = runs.workflow AND (runs.version IS NULL OR s.v = runs.version))
   AND (status = 'queued'
-       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s))
+       OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= %(now)s
+                                   OR owner = ANY(%(dead)s::text[])))
        OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= %(now)s))
 ORDER BY created_at, run_id
 LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
--- name: same_host_running
--- Runs with a live lease held by a process on this host: candidates for a dead-owner
--- takeover, checked in Python. Not locked: only the one taken is (lock_if_unchanged).
-SELECT run_id, owner, fencing_token FROM runs
-WHERE queue = ANY(%(queues)s::text[])
-  AND EXISTS (SELECT 1 FROM unnest(%(workflows)s::text[], %(versions)s::text[]) AS s (w, v)
-              WHERE s.w = runs.workflow AND (s.v IS NULL OR s.v = runs.version))
-  AND status = 'running' AND owner LIKE %(host)s AND lease_expires_at > %(now)s
-ORDER BY created_at, run_id
+-- name: same_host_owners
+-- The owners holding live leases on this host (%(pattern)s from Owner.host_pattern): the
+-- only ones whose liveness Python can judge (their pids are local). The IN term lets
+-- the planner use runs_claimable, which holds no finished run.
+SELECT DISTINCT owner FROM runs
+WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
+  AND lease_expires_at > %(now)s AND owner LIKE %(pattern)s
 LIMIT %(limit)s;
-
--- name: lock_if_unchanged
-SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
-       status, generation, fencing_token, owner, lease_expires_at, starts,
-       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, records_at_last_start
-FROM runs
-WHERE run_id = %(run_id)s AND status = 'running' AND owner = %(owner)s
-  AND fencing_token = %(token)s
-FOR UPDATE SKIP LOCKED;
 
 -- name: notify_work
 -- Wakes workers blocked in wait_for_work; delivered at commit, so never before the change
 -- it announces is visible.
 SELECT pg_notify(%(channel)s, '');
+
+-- name: hold_owner_lock
+-- Held for the life of the owner lock's session: while it is held, the owner's process
+-- is alive (and connected). Keyed on the schema and the owner string; a hash collision
+-- only makes a dead owner look alive (its lease then expires), never the reverse. Shared:
+-- every engine of one process (one owner) holds it at once, each on its own session, and
+-- the owner shows alive while any of them does; the probe below takes it exclusively.
+SELECT pg_advisory_lock_shared(hashtext('durably.owner.' || current_schema()),
+                               hashtext(%(owner)s));
+
+-- name: owner_lock_free
+-- True when nobody holds the owner's lock; the transaction-level lock taken to find out
+-- is released when the (autocommit) statement ends.
+SELECT pg_try_advisory_xact_lock(hashtext('durably.owner.' || current_schema()),
+                                 hashtext(%(owner)s));
+
+-- name: ping
+SELECT 1;
+
+-- name: db_time
+SELECT extract(epoch FROM clock_timestamp())::double precision;

@@ -37,11 +37,18 @@ CREATE TABLE runs (
     cancel_reason           TEXT,
     created_at              DOUBLE PRECISION NOT NULL,
     updated_at              DOUBLE PRECISION NOT NULL,
-    finished_at             DOUBLE PRECISION
+    finished_at             DOUBLE PRECISION,
+    -- Part of every idempotency key, drawn when the row is created (12 hex chars);
+    -- NULL for runs created before migration 0002, whose keys have no incarnation.
+    incarnation             TEXT
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
 CREATE INDEX runs_by_created ON runs (created_at);
+-- The claim index: only runs a claim can take, oldest first (claims never read finished
+-- runs).
+CREATE INDEX runs_claimable ON runs (created_at, run_id)
+    WHERE status IN ('queued', 'running', 'parked');
 
 -- One row per position of a run generation: an effect intent, then its result.
 CREATE TABLE steps (

@@ -2,27 +2,36 @@
 
 -- name: insert_run
 INSERT INTO runs (run_id, workflow, version, prompt_version, queue, input, input_digest,
-                  codec_version, status, created_at, updated_at)
+                  codec_version, incarnation, status, created_at, updated_at)
 VALUES (:run_id, :workflow, :version, :prompt_version, :queue, :input, :input_digest,
-        :codec_version, 'queued', :now, :now)
+        :codec_version, :incarnation, 'queued', :now, :now)
 ON CONFLICT (run_id) DO NOTHING;
 
 -- name: get_run
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
+  AND (:version IS NULL OR version = :version)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
+
+-- name: runs_by_version
+-- Runs not yet finished, counted per workflow, version and status: what each version's
+-- workers still have to drive before they can be stopped.
+SELECT workflow, version, status, count(*) FROM runs
+WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+GROUP BY workflow, version, status
+ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
 
 -- name: count_records
 SELECT count(*) FROM steps
@@ -73,6 +82,14 @@ SET status = excluded.status, output = excluded.output, error_type = excluded.er
     usage_cost_usd = excluded.usage_cost_usd
 WHERE steps.status = 'intent';
 
+-- name: load_record
+-- One position of the run's current generation (to explain a refused append).
+SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
+       s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
+       s.usage_cost_usd
+FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
+WHERE s.run_id = :run_id AND s.position = :position;
+
 -- name: check_token
 SELECT fencing_token FROM runs WHERE run_id = :run_id;
 
@@ -88,6 +105,23 @@ DELETE FROM steps
 WHERE run_id = :run_id AND generation = :generation AND status = 'intent'
   AND (:position IS NULL OR position = :position);
 
+-- name: drop_record
+-- A person's retry: the intent or failure at one position goes, so that step runs again
+-- (under the same key). A result is never dropped.
+DELETE FROM steps
+WHERE run_id = :run_id AND generation = :generation AND position = :position
+  AND status IN ('intent', 'failed');
+
+-- name: insert_record
+-- A copied record of a fork's new history (not fenced: the run was created in the same
+-- transaction and nobody can hold it yet).
+INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
+                   error_type, error_message, attempts, started_at, finished_at,
+                   usage_tokens, usage_cost_usd)
+VALUES (:run_id, 0, :position, :kind, :name, :input_digest, :status, :output,
+        :error_type, :error_message, :attempts, :started_at, :finished_at,
+        :usage_tokens, :usage_cost_usd);
+
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = :output, finished_at = :now
 WHERE run_id = :run_id AND generation = :generation AND position = :position
@@ -96,28 +130,54 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 -- name: requeue_run
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
+-- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
+    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
     updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
+-- A run of a provably dead owner (:dead) holds no slot: a claim may take it over now.
 SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > :now
+  AND owner NOT IN (SELECT value FROM json_each(:dead))
 GROUP BY queue;
 
--- name: runnable_runs
+-- name: next_runnable
+-- The oldest run this worker may take, filtered entirely here (never a fixed window read
+-- and filtered in Python, where older unclaimable runs could hide every runnable one):
+-- its queue is open, its workflow served (:served maps names to the list of versions the
+-- worker registers; a run without a version is served by any registration of its name:
+-- versions route only when set), and it is queued, running with no owner, an
+-- expired lease or an owner in :dead (this host's owners found dead in Python), or parked
+-- and due. The status term matches the partial index runs_claimable, so finished runs
+-- are never read.
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, incarnation
 FROM runs
-WHERE queue IN (SELECT value FROM json_each(:queues))
-  AND workflow IN (SELECT value FROM json_each(:workflows))
+WHERE status IN ('queued', 'running', 'parked')
+  AND queue IN (SELECT value FROM json_each(:queues))
+  AND EXISTS (SELECT 1 FROM json_each(:served) AS s
+              WHERE s.key = runs.workflow
+                AND (runs.version IS NULL
+                     OR EXISTS (SELECT 1 FROM json_each(s.value) AS v
+                                WHERE v.value = runs.version)))
   AND (status = 'queued'
        OR (status = 'running' AND (owner IS NULL OR lease_expires_at <= :now
-                                   OR owner LIKE :host))
+                                   OR owner IN (SELECT value FROM json_each(:dead))))
        OR (status = 'parked' AND wake_at IS NOT NULL AND wake_at <= :now))
 ORDER BY created_at, run_id
+LIMIT 1;
+
+-- name: same_host_owners
+-- The owners holding live leases on this host (:pattern from Owner.host_pattern): the
+-- only ones whose liveness Python can judge (their pids are local). The IN term lets
+-- the planner use runs_claimable, which holds no finished run.
+SELECT DISTINCT owner FROM runs
+WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
+  AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;

@@ -1,0 +1,153 @@
+"""``durably replay --check MODULE:ENGINE``: will today's code replay the recorded runs?
+
+Run it in CI before a deploy: it replays every recorded history (running, parked and
+finished runs) against the workflows MODULE:ENGINE registers, executing no step, calling
+no tool and writing nothing, and exits 1 when any run would diverge.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+import click
+
+from ..errors import DurablyError
+from ..history import RUN_STATUSES
+from .common import CommandError, inert, json_text, load_engine, module_db_option, term
+
+RUNS_CHECKED_MAX = 10_000_000  # bounds --limit: a check reads one history per run
+
+_AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+@click.command("replay")
+@click.argument("target", metavar="MODULE:ENGINE")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Replay recorded histories against today's code (required: the only mode).",
+)
+@click.option("--workflow", help="Only runs of this workflow.")
+@click.option(
+    "--status",
+    type=click.Choice(sorted(RUN_STATUSES)),
+    help="Only runs of this status (default: every run with a history).",
+)
+@click.option(
+    "--since",
+    metavar="T",
+    help="Only runs created since T: an ISO time (2026-11-30T06:00, UTC unless it says)"
+    " or an age such as 90m, 24h, 7d.",
+)
+@click.option(
+    "--limit",
+    default=1_000_000,
+    show_default=True,
+    type=click.IntRange(1, RUNS_CHECKED_MAX),
+    help="Check at most this many runs, newest first.",
+)
+@module_db_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay_cmd(
+    target: str,
+    check: bool,
+    workflow: str | None,
+    status: str | None,
+    since: str | None,
+    limit: int,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Replay the recorded runs of MODULE:ENGINE's database against its code, and report
+    every run that would diverge (NonDeterminism on resume) with the position and the
+    reason; exit status 1 when any would.
+
+    Each run is checked up to the end of its recorded history, by the version it
+    recorded; a new ``ctx.patched`` marker ends it (True there). Runs of a version this
+    code does not register are listed as not checked.
+    """
+    from ..replaycheck import check_runs, runs_to_check
+
+    if not check:
+        raise click.UsageError("say --check: durably replay --check MODULE:ENGINE")
+    since_t, relative = _since(since, as_json)
+    engine = load_engine(target, db)
+    try:
+        if since_t is not None and relative:
+            since_t = engine.clock.time() - since_t
+        report = check_runs(engine, runs_to_check(engine, workflow, status, since_t, limit))
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    rows = [_finding_json(f) for f in report.findings]
+    diverging = [r for r in rows if r["kind"] == "diverges"]
+    unserved = [r for r in rows if r["kind"] == "unserved"]
+    if as_json:
+        click.echo(
+            json_text(
+                {
+                    "ok": not diverging,
+                    "checked": report.checked,
+                    "diverging": diverging,
+                    "unserved": unserved,
+                }
+            )
+        )
+    else:
+        _print(report.checked, diverging, unserved)
+    if diverging:
+        sys.exit(1)
+
+
+def _finding_json(f: Any) -> dict[str, Any]:
+    return {
+        "run_id": f.run.run_id,
+        "workflow": f.run.workflow,
+        "version": f.run.version,
+        "status": f.run.status,
+        "kind": f.kind,
+        "position": f.position,
+        "reason": f.reason,
+    }
+
+
+def _print(checked: int, diverging: list[dict[str, Any]], unserved: list[dict[str, Any]]) -> None:
+    for row in diverging:
+        click.echo(
+            f"DIVERGES {term(row['run_id'])} ({term(row['workflow'])}"
+            f" version={term(row['version'] or '-')}, {row['status']}) at position"
+            f" {row['position'] or '-'}: {inert(row['reason'])}"
+        )
+    for row in unserved:
+        click.echo(f"not checked {term(row['run_id'])}: {inert(row['reason'])}")
+    verdict = "FAIL" if diverging else "ok"
+    click.echo(
+        f"{verdict}: {checked} run(s) checked, {len(diverging)} would diverge,"
+        f" {len(unserved)} not checked (version not registered here)"
+    )
+
+
+def _since(text: str | None, as_json: bool) -> tuple[float | None, bool]:
+    """``--since`` as (a Unix time, False) or (an age in seconds, True): an age is made
+    absolute on the engine's clock once the engine is loaded."""
+    if text is None:
+        return None, False
+    ago = _AGO.fullmatch(text.strip())
+    if ago:
+        return float(ago.group(1)) * _UNIT_S[ago.group(2)], True
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise CommandError(
+            f"--since {text!r}: write an ISO time (2026-11-30T06:00) or an age (90m, 24h, 7d)",
+            as_json,
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp(), False

@@ -1,0 +1,136 @@
+"""Re-opening runs: what a retry drops and what a fork copies (pure: no I/O).
+
+A person's retry of a *failed* run removes only the failures that ended it, so the failed
+step runs again under its old key while every recorded result replays. A *fork* copies
+the recorded results of another run below a top-level position into a new run (a new
+incarnation, so new keys), which goes live from that position on. The engine does the
+I/O (:meth:`durably.Engine.retry`, :meth:`durably.Engine.fork`); the decisions are here,
+where they can be read and tested on their own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from .errors import ConfigError
+from .history import FAILED, INTENT, RunRecord, StepRecord, position_key, top_level
+
+# Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
+_DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
+
+
+def failed_frontier(history: Sequence[StepRecord]) -> list[str]:
+    """The positions of the failures that ended a failed run.
+
+    A step failure that propagated out of the workflow is the last record of its scope (its
+    branch, or the top level) under the last top-level position of the history: nothing
+    ran after it there. Earlier failures that the workflow caught and went on from are
+    kept, so the run replays the same path up to the failed step. A run that failed
+    without a failed step at its frontier (the workflow itself raised) has none: its retry
+    replays everything and runs the workflow's code after the last record again.
+    """
+    if not history:
+        return []
+    last_top = max(top_level(r.position) for r in history)
+    last_in_scope: dict[str, StepRecord] = {}
+    for rec in history:
+        if top_level(rec.position) != last_top:
+            continue
+        scope = rec.position.rpartition(".")[0]
+        seen = last_in_scope.get(scope)
+        if seen is None or position_key(rec.position) > position_key(seen.position):
+            last_in_scope[scope] = rec
+    return sorted(
+        (r.position for r in last_in_scope.values() if r.status == FAILED), key=position_key
+    )
+
+
+def check_reopenable(
+    run: RunRecord, history: Sequence[StepRecord], frontier: Sequence[str]
+) -> None:
+    """Refuse a retry of a failed run that could not re-open at the step that failed it.
+
+    When the run's failure is a step's (the same error type and message) but that step is
+    not at the frontier, the workflow recorded more positions while handling the failure
+    (a ``finally`` or ``except ...: ctx.step(...); raise`` block). Its retry would replay
+    the same failure and fail again at once without running anything, and dropping the
+    later records instead would hand their positions, and keys already sent, to other
+    steps. A fork at the failed step's top-level position redoes it under new keys.
+    """
+    ending = {
+        r.position
+        for r in history
+        if r.status == FAILED
+        and (r.error_type, r.error_message) == (run.error_type, run.error_message)
+    }
+    if not ending or ending.intersection(frontier):
+        return
+    pos = min(ending, key=position_key)
+    later = [r.position for r in history if position_key(r.position) > position_key(pos)]
+    raise ConfigError(
+        f"run {run.run_id!r} failed at step {pos}, but the workflow went on recording"
+        f" after that failure (position {', '.join(later[:5])}{', ...' if len(later) > 5 else ''}:"
+        " a finally or except block), so a retry cannot re-open it at step"
+        f" {pos}: it would replay the same failure. Fork it instead: `durably fork"
+        f" {run.run_id} --at {top_level(pos)}` (engine.fork(run_id, at={top_level(pos)}))"
+        " runs from there under new keys; effects from there on happen again, so check"
+        " the receiving systems first. Nothing was changed."
+    )
+
+
+def doubt_position(reason: str | None) -> str | None:
+    """The position an ``in_doubt`` run's reason names, or None when it names none."""
+    m = _DOUBT_REASON.match(reason or "")
+    return m.group(1) if m else None
+
+
+def top_level_at(at: object) -> int:
+    """A fork's ``at`` (an int, or its digits as typed on a command line) as an int;
+    ``ConfigError`` for anything else, naming the gather to fork at for a position
+    inside one."""
+    if isinstance(at, str) and at.isascii() and at.isdigit():
+        at = int(at)
+    if isinstance(at, str) and re.fullmatch(r"\d+(\.\d+\.\d+)+", at):
+        raise ConfigError(
+            f"at={at}: fork at a top-level position; {at} is inside the gather at"
+            f" {top_level(at)}, so fork at {top_level(at)} to redo that whole gather"
+        )
+    if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+        raise ConfigError(f"at={at!r}: fork at a top-level position, an int >= 0")
+    return at
+
+
+def fork_at(at: object, history: Sequence[StepRecord]) -> int:
+    """Check a fork's ``at`` against the original's history and return it as an int.
+
+    ``at`` is a top-level position from 0 up to one past the last recorded one. Forking
+    past an effect in doubt (an intent without a result) is refused: what it did is
+    unknown, so there is no result to copy.
+    """
+    at = top_level_at(at)
+    end = 1 + max((top_level(r.position) for r in history), default=-1)
+    if at > end:
+        raise ConfigError(
+            f"at={at}: the run records positions 0..{end - 1} only; fork at {end} or earlier"
+            " (`durably runs show` lists them)"
+        )
+    doubts = sorted({top_level(r.position) for r in history if r.status == INTENT})
+    if doubts and doubts[0] < at:
+        raise ConfigError(
+            f"at={at}: position {doubts[0]} holds an effect in doubt (it may or may not have"
+            f" happened, so there is no result to copy); fork at {doubts[0]} or earlier, or"
+            " settle it first with `durably retry` or `durably skip`"
+        )
+    return at
+
+
+def fork_records(history: Sequence[StepRecord], at: int) -> list[StepRecord]:
+    """The records a fork at ``at`` copies: every recorded result (a step's output or its
+    failure, a recorded time, random number, uuid or marker) at a top-level position below
+    ``at``, with everything under it (the branches of a gather). Intents are never copied.
+    """
+    return sorted(
+        (r for r in history if r.status != INTENT and top_level(r.position) < at),
+        key=lambda r: position_key(r.position),
+    )

@@ -1,0 +1,178 @@
+"""``durably replay --check``: replay recorded histories against today's code.
+
+Each run is replayed by the registration that would drive it (its recorded version)
+with a core in check mode: recorded positions are matched exactly as on a resume, and
+the first call that would go live (a step with nothing recorded, an effect in doubt, a
+``now``/``random``/``uuid`` not yet recorded, a new ``patched`` marker) ends that run's
+check, because its recorded history ends there. Nothing is executed, no tool is called
+and nothing is written: the executor refuses any write, and the core stops before any
+call. A run whose replay raises ``NonDeterminism`` (or cannot decode what it recorded)
+would block on resume: it is reported with the position and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Coroutine, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .context import AsyncContext, Context, Executor
+from .core import RunCore, Write
+from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
+from .history import FAILED_RUN, RunRecord
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .engine import Engine, Workflow
+
+DIVERGES = "diverges"
+UNSERVED = "unserved"
+
+_POSITION = re.compile(r"(?:step|position) ([0-9]+(?:\.[0-9]+)*)")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A run the check could not replay cleanly: ``kind`` is ``diverges`` (a resume
+    would block or fail on today's code) or ``unserved`` (its version is not registered
+    in this process, so it was not checked)."""
+
+    run: RunRecord
+    kind: str
+    position: str | None
+    reason: str
+
+
+@dataclass
+class Report:
+    """What one check found: runs checked and the findings, in the order runs came."""
+
+    checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def diverging(self) -> list[Finding]:
+        """The runs that would diverge (the check fails when there is any)."""
+        return [f for f in self.findings if f.kind == DIVERGES]
+
+
+class _NoWrites(Executor):
+    """An executor that records nothing: a write means the replay went live, which the
+    check core never lets happen; should one come anyway, the run's check ends there."""
+
+    def write(self, op: Write) -> Generator[float, None, None]:
+        raise self.core.latch(ReplayEnd(op.records[0].position if op.records else "?"))
+        yield  # pragma: no cover - makes this a generator like Executor.write
+
+
+def check_runs(engine: Engine, runs: Iterable[RunRecord]) -> Report:
+    """Replay each run's recorded history against the engine's registered code."""
+    report = Report()
+    runner = _Runner()
+    try:
+        for run in runs:
+            report.checked += 1
+            found = check_run(engine, run, runner)
+            if found is not None:
+                report.findings.append(found)
+    finally:
+        runner.close()
+    return report
+
+
+def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> Finding | None:
+    """Replay one run; a :class:`Finding` when it would not replay cleanly."""
+    from .engine import _decode_input
+
+    try:
+        w = engine._for_run(run)
+    except WorkflowNotRegistered as exc:
+        return Finding(run, UNSERVED, None, str(exc))
+    history = engine.store.load_history(run.run_id, run.generation)
+    core = RunCore(run.run_id, history, engine.clock)
+    core.checking = True
+    core.token = run.fencing_token
+    core.incarnation = run.incarnation
+    ex = _NoWrites(core, engine.store, engine.clock)
+    try:
+        args, kwargs = _decode_input(w, run)
+    except DurablyError as exc:
+        return _diverges(run, exc)
+    try:
+        _replay(w, core, ex, args, kwargs, runner or _Runner())
+    except ReplayEnd:
+        pass
+    except Unwind:
+        pass  # another stop signal of the core: the history ends here too
+    except Exception as exc:
+        if core.poisoned is None and run.status != FAILED_RUN:
+            return _diverges(run, exc, f"the workflow raised {type(exc).__name__}: ")
+    else:
+        if core.poisoned is None:
+            try:
+                core.unconsumed_check()
+            except DurablyError:
+                pass  # poisoned: reported below
+    if core.poisoned is not None:
+        return _diverges(run, core.poisoned)
+    return None
+
+
+def _replay(
+    w: Workflow,
+    core: RunCore,
+    ex: Executor,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    runner: _Runner,
+) -> None:
+    if w.is_async:
+        runner.run(w.fn(AsyncContext(core, ex), *args, **kwargs))
+    else:
+        w.fn(Context(core, ex), *args, **kwargs)
+
+
+def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:
+    reason = f"{prefix}{exc}"
+    found = _POSITION.search(str(exc))
+    return Finding(run, DIVERGES, found.group(1) if found else None, reason)
+
+
+class _Runner:
+    """Runs async workflows on one event loop for the whole check (a loop per run costs
+    more than the replay), created when the first async workflow needs it."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        if self.loop is None:
+            import asyncio
+
+            self.loop = asyncio.new_event_loop()
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+
+
+def runs_to_check(
+    engine: Engine,
+    workflow: str | None,
+    status: str | None,
+    since: float | None,
+    limit: int,
+) -> Iterator[RunRecord]:
+    """The runs a check covers: every run with a history (``queued`` ones have none),
+    of ``workflow``/``status`` when given, created at or after ``since``."""
+    from .history import QUEUED
+
+    for run in engine.store.list_runs(status=status, workflow=workflow, limit=limit):
+        if run.status == QUEUED and status is None:
+            continue
+        if since is not None and run.created_at < since:
+            continue
+        yield run

@@ -1,0 +1,74 @@
+"""The engine keeps the lease of the run it drives, for as long as the run lasts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import durably
+from durably.store.base import Owner
+from durably.store.open import open_store
+
+RIVAL = Owner("another-host", 4242, "1")
+
+
+def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_run_longer_than_several_leases_keeps_its_lease(tmp_path: Path, kind: str) -> None:
+    """Time moves on a fake clock (so the test never sleeps a lease away); the engine's
+    heartbeat runs on real time, every 10 ms. After each jump of 2/3 of a lease, the
+    renewal must move ``lease_expires_at`` to a full lease from the new now, and a rival
+    on another host must still be refused; over five jumps (more than three leases), the
+    run never changes hands and its steps keep their token."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    clock = durably.FakeClock()
+    engine = durably.Engine(url, clock=clock, lease_s=30, heartbeat_s=0.01)
+    rival = open_store(url, clock)
+    expiries: list[float] = []
+
+    def lease_expires_at() -> float:
+        run = rival.get_run("long")
+        assert run is not None and run.lease_expires_at is not None
+        return run.lease_expires_at
+
+    def long_step(*, fencing_token: int) -> int:
+        for _ in range(5):
+            clock.advance(20)
+            wait_until(
+                lambda: lease_expires_at() == clock.time() + 30, 20, "the heartbeat to renew"
+            )
+            expiries.append(lease_expires_at())
+            with pytest.raises(durably.RunLeased):
+                rival.claim("long", RIVAL, 30, 10, lambda _: False)  # cannot prove death
+        return fencing_token
+
+    if kind == "sync":
+
+        @engine.workflow(name="long")
+        def wf(ctx: durably.Context) -> list[int]:
+            return [ctx.step("long", long_step), ctx.step("after", lambda: 0)]
+
+    else:
+
+        @engine.workflow(name="long")
+        async def awf(ctx: durably.AsyncContext) -> list[int]:
+            return [await ctx.step("long", long_step), await ctx.step("after", lambda: 0)]
+
+    try:
+        assert engine.run("long", run_id="long") == [1, 0]
+        assert expiries == sorted(set(expiries)) and len(expiries) == 5
+        run = engine.get_run("long")
+        assert (run.status, run.starts, run.fencing_token) == ("completed", 1, 1)
+        assert run.owner is None  # finishing gave the lease back
+    finally:
+        rival.close()
+        engine.close()
