@@ -997,7 +997,8 @@ def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
     if version is None:
         return ()
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
+        # isdecimal, not isdigit: "²" is a digit that int() refuses (and \d does not match)
+        (0, int(part)) if part.isdecimal() else (1, part)
         for part in re.split(r"(\d+)", version)
         if part
     )

@@ -107,10 +107,15 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except Unwind:
         pass  # another stop signal of the core: the history ends here too
     except Exception as exc:
-        if core.poisoned is None and run.status != FAILED_RUN:
+        # A latched stop outranks what the workflow made of it (as in the engine): code
+        # that caught the end of history and raised something else still ended there.
+        if core.poisoned is None and core.stopped is None and run.status != FAILED_RUN:
             return _diverges(run, exc, f"the workflow raised {type(exc).__name__}: ")
     else:
-        if core.poisoned is None:
+        # A workflow that swallowed the end of history (``gather(...,
+        # return_exceptions=True)``, a bare ``except:``) and returned was stopped there:
+        # positions its other branches never reached are not unused.
+        if core.poisoned is None and core.stopped is None:
             try:
                 core.unconsumed_check()
             except DurablyError:

@@ -37,6 +37,14 @@ def test_natural_sort_puts_10_after_9() -> None:
     assert version_key(None) < version_key("0")
 
 
+def test_a_version_with_a_non_decimal_digit_registers_and_runs(engine: durably.Engine) -> None:
+    # "²" is str.isdigit() but not a decimal int() reads: it sorts as text, never crashes
+    # the choice of the newest version (it did: ValueError from every engine.run).
+    wfs = _versions(engine, "1", "1²")
+    assert sorted(["1²", "1", "v²", "1.9"], key=version_key) == ["1", "1.9", "1²", "v²"]
+    assert engine.run(wfs["1"], 2) == "1²:4"
+
+
 def test_new_runs_take_the_newest_version_unless_one_is_named(engine: durably.Engine) -> None:
     flows = _versions(engine, "9", "10", None)
     assert engine.run(flows["9"], 1, run_id="a") == "10:2"
