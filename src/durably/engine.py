@@ -208,8 +208,8 @@ class Engine:
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
             check_name(wf_name, "the workflow name")
-            if version is not None:
-                check_name(version, "the workflow version")
+            _check_version(version, "version")
+            _check_version(prompt_version, "prompt_version")
             versions = self._workflows.setdefault(wf_name, {})
             existing = versions.get(version)
             if existing is not None and existing.fn is not fn:
@@ -1005,8 +1005,22 @@ def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
 
 
 def newest(versions: dict[str | None, Workflow]) -> Workflow:
-    """The registration a new run takes: the highest version by natural sort."""
-    return versions[max(versions, key=version_key)]
+    """The registration a new run takes: the highest version by natural sort (versions
+    that sort alike, "01" and "1", by their text: never by the order they registered)."""
+    return versions[max(versions, key=lambda v: (version_key(v), v or ""))]
+
+
+def _check_version(version: object, what: str) -> None:
+    """A workflow's ``version``/``prompt_version``: None, or a non-empty storable str (""
+    would sort, route and print like no version at all, yet be another one)."""
+    if version is None:
+        return
+    if not isinstance(version, str) or not version:
+        raise ConfigError(
+            f"@engine.workflow({what}=...) takes a non-empty str such as '2' (or None for"
+            f" none), got {version!r:.100}"
+        )
+    check_name(version, f"the workflow {what}")
 
 
 def _version_text(version: str | None) -> str:
