@@ -31,6 +31,11 @@ DIVERGES = "diverges"
 UNSERVED = "unserved"
 
 _POSITION = re.compile(r"(?:step|position) ([0-9]+(?:\.[0-9]+)*)")
+_BLOCKED = re.compile(r"\b([Tt])he run is blocked")
+
+
+def _would_block(m: re.Match[str]) -> str:
+    return f"{'A' if m.group(1) == 'T' else 'a'} resume would block the run"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +145,9 @@ def _replay(
 
 
 def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:
-    reason = f"{prefix}{exc}"
+    # The core's messages are written for a resume, which blocks the run; the check
+    # writes nothing, so it says what a resume would do instead of "the run is blocked".
+    reason = _BLOCKED.sub(_would_block, f"{prefix}{exc}")
     found = _POSITION.search(str(exc))
     return Finding(run, DIVERGES, found.group(1) if found else None, reason)
 

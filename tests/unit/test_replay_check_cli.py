@@ -82,6 +82,9 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
         ("r2", "1"),
     ]
     assert "inserted" in report["diverging"][0]["reason"]
+    # It says what a resume would do: the check itself blocked nothing.
+    assert all("resume would block the run" in d["reason"] for d in report["diverging"])
+    assert not any("run is blocked" in d["reason"] for d in report["diverging"])
 
     text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--workflow", "flow",
                 APP_INSERT="1")  # fmt: skip
