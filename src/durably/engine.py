@@ -514,14 +514,15 @@ class Engine:
 
     def recover(self) -> dict[str, Any]:
         """Resume every run whose owner was a process of this host that is gone (call it
-        at startup, like DBOS's recovery): runs of this engine's workflows left
+        at startup, like DBOS's recovery): runs of the workflow versions this engine
+        registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
         to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
         A run another process takes first is left to it.
         """
         results: dict[str, Any] = {}
-        for run in orphans_of_this_host(self.store, self._workflows):
+        for run in orphans_of_this_host(self.store, self.served()):
             _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
             try:
                 results[run.run_id] = self.resume(run.run_id)
