@@ -265,3 +265,51 @@ def test_async_workflows_await_patched_and_replay_it(tmp_path: Path) -> None:
         assert e.run(g, run_id="r") == [True, "s:1"]
         assert [(r.kind, r.name) for r in e.history("r")] == [(PATCHED, "p"), ("step", "s")]
         assert _check(e) == {}
+
+
+@pytest.mark.parametrize("then_raise", [True, False])
+def test_the_check_ends_where_history_ends_even_if_the_workflow_swallows_it(
+    tmp_path: Path, then_raise: bool
+) -> None:
+    """A run stopped inside ``gather(..., return_exceptions=True)``: the branch that
+    reaches the end of history ends the check, and the sibling branch's recorded steps it
+    then never replays are not "unused" (the check said this run diverges; it resumes
+    fine)."""
+    url, world = f"sqlite:///{tmp_path / 'j.db'}", World()
+    recording = [True]  # the first attempt: branch a waits for b, a death stops it
+    with durably.Engine(url, clock=durably.FakeClock()) as e:
+
+        @e.workflow(name="g")
+        async def g(ctx: durably.AsyncContext) -> list[str]:
+            import asyncio
+
+            b_done = asyncio.Event()
+
+            async def a() -> str:
+                first = await ctx.step("a1", world.tool("a1"), 1)
+                if recording[0]:
+                    await b_done.wait()
+                return first + await ctx.step("a2", world.tool("a2"), 1)
+
+            async def b() -> str:
+                first = await ctx.step("b1", world.tool("b1"), 1)
+                first += await ctx.step("b2", world.tool("b2"), 1)
+                b_done.set()
+                return first
+
+            done = await ctx.gather(a(), b(), return_exceptions=not recording[0])
+            failed = [type(x).__name__ for x in done if isinstance(x, BaseException)]
+            if failed and then_raise:  # what swallowing code might do with a stop it caught
+                raise RuntimeError(f"branches failed: {failed}")
+            return [str(x) for x in done]
+
+        # A process death inside branch a after branch b finished: history ends at 0.0.1.
+        e.fault_hook = _stop_before("0.0.1")
+        with pytest.raises(Crash):
+            e.run(g, run_id="r")
+        e.fault_hook, recording[0] = None, False
+        assert sorted(r.position for r in e.history("r")) == ["0.0.0", "0.1.0", "0.1.1"]
+        before = dict(world.calls)
+        assert _check(e) == {}
+        assert world.calls == before  # and it called no tool
+        assert e.run(g, run_id="r") == ["a1:1a2:1", "b1:1b2:1"]
