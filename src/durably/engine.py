@@ -208,8 +208,8 @@ class Engine:
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
             check_name(wf_name, "the workflow name")
-            if version is not None:
-                check_name(version, "the workflow version")
+            _check_version(version, "version")
+            _check_version(prompt_version, "prompt_version")
             versions = self._workflows.setdefault(wf_name, {})
             existing = versions.get(version)
             if existing is not None and existing.fn is not fn:
@@ -514,14 +514,15 @@ class Engine:
 
     def recover(self) -> dict[str, Any]:
         """Resume every run whose owner was a process of this host that is gone (call it
-        at startup, like DBOS's recovery): runs of this engine's workflows left
+        at startup, like DBOS's recovery): runs of the workflow versions this engine
+        registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
         to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
         A run another process takes first is left to it.
         """
         results: dict[str, Any] = {}
-        for run in orphans_of_this_host(self.store, self._workflows):
+        for run in orphans_of_this_host(self.store, self.served()):
             _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
             try:
                 results[run.run_id] = self.resume(run.run_id)
@@ -997,15 +998,30 @@ def version_key(version: str | None) -> tuple[tuple[int, int | str], ...]:
     if version is None:
         return ()
     return tuple(
-        (0, int(part)) if part.isdigit() else (1, part)
+        # isdecimal, not isdigit: "²" is a digit that int() refuses (and \d does not match)
+        (0, int(part)) if part.isdecimal() else (1, part)
         for part in re.split(r"(\d+)", version)
         if part
     )
 
 
 def newest(versions: dict[str | None, Workflow]) -> Workflow:
-    """The registration a new run takes: the highest version by natural sort."""
-    return versions[max(versions, key=version_key)]
+    """The registration a new run takes: the highest version by natural sort (versions
+    that sort alike, "01" and "1", by their text: never by the order they registered)."""
+    return versions[max(versions, key=lambda v: (version_key(v), v or ""))]
+
+
+def _check_version(version: object, what: str) -> None:
+    """A workflow's ``version``/``prompt_version``: None, or a non-empty storable str (""
+    would sort, route and print like no version at all, yet be another one)."""
+    if version is None:
+        return
+    if not isinstance(version, str) or not version:
+        raise ConfigError(
+            f"@engine.workflow({what}=...) takes a non-empty str such as '2' (or None for"
+            f" none), got {version!r:.100}"
+        )
+    check_name(version, f"the workflow {what}")
 
 
 def _version_text(version: str | None) -> str:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .clock import Clock
 from .history import RunRecord
-from .store.base import Store
+from .store.base import Served, Store, serves
 from .store.owner import Owner
 
 log = logging.getLogger("durably")
@@ -101,13 +100,16 @@ def lease_wait(store: Store, run: RunRecord, waited: LeaseWait | None) -> LeaseW
     return LeaseWait(run.run_id, run.owner, run.fencing_token, run.lease_expires_at)
 
 
-def orphans_of_this_host(store: Store, workflows: Iterable[str]) -> list[RunRecord]:
-    """Running runs of ``workflows`` whose owner was a process of this host that is gone
-    (provably dead, or of an earlier boot of this machine: those are resumed once their
-    leases expire, see :func:`lease_wait`), oldest first."""
-    names = set(workflows)
+def orphans_of_this_host(store: Store, served: Served) -> list[RunRecord]:
+    """Running runs of the workflow versions in ``served`` (as workers route them: a run
+    of a version not registered here is left to a process that registers it) whose owner
+    was a process of this host that is gone (provably dead, or of an earlier boot of this
+    machine: those are resumed once their leases expire, see :func:`lease_wait`), oldest
+    first."""
     runs = store.list_runs(status="running", limit=RECOVER_SCAN_MAX)
-    found = [r for r in runs if r.workflow in names and r.owner and _was_ours(r.owner)]
+    found = [
+        r for r in runs if serves(served, r.workflow, r.version) and r.owner and _was_ours(r.owner)
+    ]
     return sorted(found, key=lambda r: (r.created_at, r.run_id))
 
 

@@ -31,6 +31,11 @@ DIVERGES = "diverges"
 UNSERVED = "unserved"
 
 _POSITION = re.compile(r"(?:step|position) ([0-9]+(?:\.[0-9]+)*)")
+_BLOCKED = re.compile(r"\b([Tt])he run is blocked")
+
+
+def _would_block(m: re.Match[str]) -> str:
+    return f"{'A' if m.group(1) == 'T' else 'a'} resume would block the run"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +112,15 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except Unwind:
         pass  # another stop signal of the core: the history ends here too
     except Exception as exc:
-        if core.poisoned is None and run.status != FAILED_RUN:
+        # A latched stop outranks what the workflow made of it (as in the engine): code
+        # that caught the end of history and raised something else still ended there.
+        if core.poisoned is None and core.stopped is None and run.status != FAILED_RUN:
             return _diverges(run, exc, f"the workflow raised {type(exc).__name__}: ")
     else:
-        if core.poisoned is None:
+        # A workflow that swallowed the end of history (``gather(...,
+        # return_exceptions=True)``, a bare ``except:``) and returned was stopped there:
+        # positions its other branches never reached are not unused.
+        if core.poisoned is None and core.stopped is None:
             try:
                 core.unconsumed_check()
             except DurablyError:
@@ -135,7 +145,9 @@ def _replay(
 
 
 def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:
-    reason = f"{prefix}{exc}"
+    # The core's messages are written for a resume, which blocks the run; the check
+    # writes nothing, so it says what a resume would do instead of "the run is blocked".
+    reason = _BLOCKED.sub(_would_block, f"{prefix}{exc}")
     found = _POSITION.search(str(exc))
     return Finding(run, DIVERGES, found.group(1) if found else None, reason)
 

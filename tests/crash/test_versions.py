@@ -44,6 +44,9 @@ def test_a_killed_v1_run_finishes_on_v1_while_new_runs_take_v2(
     try:
         (ship_v2,) = register(v2_only, ["2"]).values()
         assert v2_only.claim_next(["default"]) is None
+        # Nor does its recovery at startup take the v1 orphan of this host (it tried it and
+        # returned a WorkflowNotRegistered for it): it is left to a v1 process.
+        assert v2_only.recover() == {}
         v2_only.start(ship_v2, "crate", run_id="new-by-worker")
         claimed = v2_only.claim_next(["default"])
         assert claimed is not None and claimed.run_id == "new-by-worker"
@@ -61,8 +64,9 @@ def test_a_killed_v1_run_finishes_on_v1_while_new_runs_take_v2(
     both = durably.Engine(journal_url, lease_s=30)
     try:
         flows = register(both, ["1", "2"])
-        # engine.run with the newest workflow object drives the old run by the
-        # version it recorded: v1 code, its recorded step replayed, not re-run.
+        # A process registering v1 recovers it: v1 code, its recorded step replayed.
+        assert both.recover() == {"old": ["v1:pack:parcel", "v1:send:parcel"]}
+        # engine.run with the newest workflow object gives the old run's v1 outcome.
         assert both.run(flows["2"], "parcel", run_id="old") == [
             "v1:pack:parcel",
             "v1:send:parcel",

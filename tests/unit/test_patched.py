@@ -298,3 +298,52 @@ def test_the_check_stops_where_a_new_gather_marker_would_be_recorded(tmp_path: P
         assert _check(new) == {}
         assert world.calls == Counter({"a": 1})  # no branch ran, no step went live
         assert len(new.history("r")) == 1  # the check wrote nothing
+
+
+@pytest.mark.parametrize("then_raise", [True, False])
+def test_the_check_ends_where_history_ends_even_if_the_workflow_swallows_it(
+    tmp_path: Path, then_raise: bool
+) -> None:
+    """A run stopped inside ``gather(..., return_exceptions=True)``: the branch that
+    reaches the end of history ends the check, and the sibling branch's recorded steps it
+    then never replays are not "unused" (the check said this run diverges; it resumes
+    fine)."""
+    url, world = f"sqlite:///{tmp_path / 'j.db'}", World()
+    recording = [True]  # the first attempt: branch a waits for b, a death stops it
+    with durably.Engine(url, clock=durably.FakeClock()) as e:
+
+        @e.workflow(name="g")
+        async def g(ctx: durably.AsyncContext) -> list[str]:
+            import asyncio
+
+            b_done = asyncio.Event()
+
+            async def a() -> str:
+                first = await ctx.step("a1", world.tool("a1"), 1)
+                if recording[0]:
+                    await b_done.wait()
+                return first + await ctx.step("a2", world.tool("a2"), 1)
+
+            async def b() -> str:
+                first = await ctx.step("b1", world.tool("b1"), 1)
+                first += await ctx.step("b2", world.tool("b2"), 1)
+                b_done.set()
+                return first
+
+            done = await ctx.gather(a(), b(), return_exceptions=not recording[0])
+            failed = [type(x).__name__ for x in done if isinstance(x, BaseException)]
+            if failed and then_raise:  # what swallowing code might do with a stop it caught
+                raise RuntimeError(f"branches failed: {failed}")
+            return [str(x) for x in done]
+
+        # A process death inside branch a after branch b finished: history ends at 0.0.1.
+        e.fault_hook = _stop_before("0.0.1")
+        with pytest.raises(Crash):
+            e.run(g, run_id="r")
+        e.fault_hook, recording[0] = None, False
+        # (position 0 is the gather's own record)
+        assert sorted(r.position for r in e.history("r")) == ["0", "0.0.0", "0.1.0", "0.1.1"]
+        before = dict(world.calls)
+        assert _check(e) == {}
+        assert world.calls == before  # and it called no tool
+        assert e.run(g, run_id="r") == ["a1:1a2:1", "b1:1b2:1"]

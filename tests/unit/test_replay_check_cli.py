@@ -82,6 +82,9 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
         ("r2", "1"),
     ]
     assert "inserted" in report["diverging"][0]["reason"]
+    # It says what a resume would do: the check itself blocked nothing.
+    assert all("resume would block the run" in d["reason"] for d in report["diverging"])
+    assert not any("run is blocked" in d["reason"] for d in report["diverging"])
 
     text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--workflow", "flow",
                 APP_INSERT="1")  # fmt: skip
@@ -135,3 +138,24 @@ def test_replay_check_filters_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "ISO time" in bad.stderr
     no_mode = _cli(tmp_path, url, "replay", "app:engine")
     assert no_mode.returncode == 2 and "--check" in no_mode.stderr
+
+
+@pytest.mark.parametrize("command", [["replay", "--check"], ["recover"]])
+def test_a_module_that_fails_to_import_is_one_clear_error_json_under_json(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "broken.py").write_text('raise RuntimeError("no API key set")\n')
+    (tmp_path / "app.py").write_text(APP)
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    for target, said in [
+        ("broken:engine", "importing broken raised RuntimeError: no API key set"),
+        ("missing_module:engine", "No module named 'missing_module'"),
+        ("app:nope", "has no attribute 'nope'"),
+    ]:
+        out = _cli(tmp_path, url, *command, target, "--json")
+        assert out.returncode == 1, out.stderr
+        assert "Traceback" not in out.stderr
+        error = json.loads(out.stdout)["error"]  # JSON, as --json promises, not text
+        assert f"cannot load {target}" in error and said in error
+        text = _cli(tmp_path, url, *command, target)
+        assert text.returncode == 1 and said in text.stderr and "Traceback" not in text.stderr

@@ -37,6 +37,39 @@ def test_natural_sort_puts_10_after_9() -> None:
     assert version_key(None) < version_key("0")
 
 
+def test_a_version_with_a_non_decimal_digit_registers_and_runs(engine: durably.Engine) -> None:
+    # "²" is str.isdigit() but not a decimal int() reads: it sorts as text, never crashes
+    # the choice of the newest version (it did: ValueError from every engine.run).
+    wfs = _versions(engine, "1", "1²")
+    assert sorted(["1²", "1", "v²", "1.9"], key=version_key) == ["1", "1.9", "1²", "v²"]
+    assert engine.run(wfs["1"], 2) == "1²:4"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("version", ""), ("version", 2), ("prompt_version", ""), ("prompt_version", 3)],
+)
+def test_a_version_must_be_a_non_empty_str(
+    engine: durably.Engine, option: str, value: object
+) -> None:
+    # "" would be another registration than None that sorts, routes and prints like it
+    # (and an int was a TypeError from deep inside): refused, saying what to write.
+    with pytest.raises(durably.ConfigError, match=f"{option}=.*non-empty str"):
+        engine.workflow(name="flow", **{option: value})(lambda ctx: 1)  # type: ignore[arg-type]
+    assert engine.served() == {}
+
+
+def test_versions_that_sort_alike_choose_the_newest_the_same_in_every_process(
+    tmp_path: Path,
+) -> None:
+    chosen = set()
+    for order in (["1", "01"], ["01", "1"]):
+        with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}") as e:
+            wfs = _versions(e, *order)
+            chosen.add(e.run(wfs["1"], 1))
+    assert len(chosen) == 1, chosen
+
+
 def test_new_runs_take_the_newest_version_unless_one_is_named(engine: durably.Engine) -> None:
     flows = _versions(engine, "9", "10", None)
     assert engine.run(flows["9"], 1, run_id="a") == "10:2"
@@ -137,6 +170,17 @@ def test_cli_lists_runs_of_a_version_and_counts_unfinished_per_version(tmp_path:
         {"workflow": "flow", "version": "1", "in_flight": 1, "by_status": {"queued": 1}},
         {"workflow": "flow", "version": "2", "in_flight": 1, "by_status": {"queued": 1}},
     ]
+    # The filters given with --by-version apply to the counts (they were ignored).
+    for flags, versions in [
+        (["--version", "1"], ["1"]),
+        (["--workflow", "flow", "--version", "2"], ["2"]),
+        (["--status", "queued"], ["1", "2"]),
+        (["--status", "running"], []),
+    ]:
+        filtered = runner.invoke(
+            main, ["runs", "list", "--db", db, "--by-version", "--json", *flags]
+        )
+        assert [row["version"] for row in json.loads(filtered.output)] == versions, flags
     table = runner.invoke(main, ["runs", "list", "--db", db, "--by-version"])
     assert "queued 1" in table.output and "version" in table.output
     shown = runner.invoke(main, ["runs", "show", "old", "--db", db])

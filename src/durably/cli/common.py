@@ -86,10 +86,11 @@ def module_db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-def load_engine(target: str, db: str | None) -> Any:
+def load_engine(target: str, db: str | None, as_json: bool = False) -> Any:
     """The ``durably.Engine`` at ``module:attr`` or ``path/to/file.py:attr``, imported with
     ``DURABLY_URL`` set to ``db`` first (so an ``Engine()`` without a URL uses it); an
-    engine bound to another URL than ``db`` is refused."""
+    engine bound to another URL than ``db`` is refused. Any failure is a
+    :class:`CommandError` (a JSON object under ``--json``)."""
     import os
 
     from ..chaos.workflow_chaos import import_target
@@ -106,13 +107,21 @@ def load_engine(target: str, db: str | None) -> Any:
     try:
         engine = getattr(import_target(module_name), attr)
     except (ImportError, AttributeError, OSError, DurablyError) as exc:
-        raise CommandError(f"cannot load {target}: {exc}") from exc
+        raise CommandError(f"cannot load {target}: {exc}", as_json) from exc
+    except Exception as exc:
+        # The module's own code failed while it was imported: say so, not a traceback.
+        raise CommandError(
+            f"cannot load {target}: importing {module_name} raised {type(exc).__name__}:"
+            f" {exc}; fix the module (importing it in Python shows the traceback)",
+            as_json,
+        ) from exc
     if not isinstance(engine, Engine):
-        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine")
+        raise CommandError(f"{target} is a {type(engine).__name__}, not a durably.Engine", as_json)
     if db and engine.url != db:
         raise CommandError(
             f"{target} is bound to {engine.url} but --db/DURABLY_URL says {db}; build the"
-            " engine with durably.Engine() (no URL) to take it from DURABLY_URL"
+            " engine with durably.Engine() (no URL) to take it from DURABLY_URL",
+            as_json,
         )
     return engine
 

@@ -24,7 +24,7 @@ def recover_cmd(target: str, db: str | None, as_json: bool) -> None:
     are retried under the same keys). Runs owned by live processes, or by processes on
     other hosts, are left alone: workers take those when their leases expire.
     """
-    engine = load_engine(target, db)
+    engine = load_engine(target, db, as_json)
     try:
         results = engine.recover()
     except DurablyError as exc:

@@ -74,7 +74,7 @@ def replay_cmd(
     if not check:
         raise click.UsageError("say --check: durably replay --check MODULE:ENGINE")
     since_t, relative = _since(since, as_json)
-    engine = load_engine(target, db)
+    engine = load_engine(target, db, as_json)
     try:
         if since_t is not None and relative:
             since_t = engine.clock.time() - since_t

@@ -43,7 +43,8 @@ def runs() -> None:
 @click.option(
     "--by-version",
     is_flag=True,
-    help="Count unfinished runs per workflow version instead (drain old workers first).",
+    help="Count unfinished runs per workflow version instead (drain old workers first);"
+    " --workflow, --version and --status filter the counts.",
 )
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
@@ -75,7 +76,8 @@ def runs_list(
     finally:
         engine.close()
     if by_version:
-        _print_by_version(counts, workflow, as_json)
+        keep = (workflow, version, status)
+        _print_by_version([c for c in counts if _matches(c, keep)], as_json)
         return
     if as_json:
         click.echo(json_text([run_json(run) for run in rows]))
@@ -102,15 +104,20 @@ def runs_list(
     _console().print(table)
 
 
-def _print_by_version(
-    counts: list[tuple[str, str | None, str, int]], workflow: str | None, as_json: bool
-) -> None:
+def _matches(
+    count: tuple[str, str | None, str, int], keep: tuple[str | None, str | None, str | None]
+) -> bool:
+    """Whether a (workflow, version, status, n) count passes the ``--workflow``,
+    ``--version`` and ``--status`` filters (None: any)."""
+    return all(want is None or have == want for have, want in zip(count[:3], keep, strict=True))
+
+
+def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: bool) -> None:
     """Unfinished runs per (workflow, version): a version with none left can lose its
     workers."""
     table: dict[tuple[str, str | None], dict[str, int]] = {}
     for wf, version, status, n in counts:
-        if workflow is None or wf == workflow:
-            table.setdefault((wf, version), {})[status] = n
+        table.setdefault((wf, version), {})[status] = n
     rows: list[dict[str, Any]] = [
         {"workflow": wf, "version": v, "in_flight": sum(by.values()), "by_status": by}
         for (wf, v), by in table.items()

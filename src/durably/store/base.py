@@ -31,6 +31,14 @@ def served_pairs(served: Served) -> list[tuple[str, str | None]]:
     )
 
 
+def serves(served: Served, workflow: str, version: str | None) -> bool:
+    """Whether a worker serving ``served`` may drive a run of ``workflow`` at ``version``:
+    the claim queries' rule (a run without a version goes to any registration of its
+    name, a versioned one only to a registration of that version)."""
+    versions = served.get(workflow)
+    return versions is not None and (version in versions if version is not None else bool(versions))
+
+
 def served_json(served: Served) -> dict[str, list[str | None]]:
     """``served`` as a JSON-ready object: name -> sorted versions (None first)."""
     out: dict[str, list[str | None]] = {}
