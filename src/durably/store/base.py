@@ -85,8 +85,16 @@ class Store(Protocol):
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered."""
+        """Runs, newest first, optionally filtered (``since``: created at or after)."""
+        ...
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs (of ``workflow`` and ``version``, created at or after ``since``)
+        have each status; statuses without runs are left out."""
         ...
 
     def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:

@@ -376,9 +376,16 @@ class PostgresStore:
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        params = {
+            "status": status,
+            "workflow": workflow,
+            "limit": limit,
+            "version": version,
+            "since": since,
+        }
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
 
@@ -386,6 +393,14 @@ class PostgresStore:
         """Unfinished runs counted per (workflow, version, status)."""
         rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs have each status."""
+        params = {"workflow": workflow, "since": since, "version": version}
+        rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
+        return {str(status): int(n) for status, n in rows}
 
     def claim(
         self,

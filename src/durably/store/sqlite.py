@@ -357,14 +357,28 @@ class SQLiteStore:
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        params = {
+            "status": status,
+            "workflow": workflow,
+            "limit": limit,
+            "version": version,
+            "since": since,
+        }
         return [_run(r) for r in self._read(_Q["list_runs"], params)]
 
     def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
         """Unfinished runs counted per (workflow, version, status)."""
         return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs have each status."""
+        params = {"workflow": workflow, "since": since, "version": version}
+        return {str(status): int(n) for status, n in self._read(_Q["count_runs"], params)}
 
     def claim(
         self,

@@ -69,6 +69,7 @@ FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::text IS NULL OR version = %(version)s::text)
+  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
 
@@ -79,6 +80,14 @@ SELECT workflow, version, status, count(*) FROM runs
 WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
 GROUP BY workflow, version, status
 ORDER BY workflow, version NULLS FIRST, status;
+
+-- name: count_runs
+-- How many runs of each status (the count line of `durably runs list`).
+SELECT status, count(*) FROM runs
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
+GROUP BY status;
 
 -- name: claim_run
 UPDATE runs

@@ -22,6 +22,7 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
+  AND (:since IS NULL OR created_at >= :since)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
 
@@ -32,6 +33,13 @@ SELECT workflow, version, status, count(*) FROM runs
 WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
 GROUP BY workflow, version, status
 ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
+
+-- name: count_runs
+-- How many runs of each status (the count line of `durably runs list`).
+SELECT status, count(*) FROM runs
+WHERE (:workflow IS NULL OR workflow = :workflow) AND (:since IS NULL OR created_at >= :since)
+  AND (:version IS NULL OR version = :version)
+GROUP BY status;
 
 -- name: count_records
 SELECT count(*) FROM steps
