@@ -723,6 +723,13 @@ class PostgresStore:
                 # One autocommit statement is its own transaction: one round trip.
                 self._append(conn, run_id, token, records, params, retried)
                 return
+            if len(params) == 1:
+                # The common write, a step's record and its events: one statement too.
+                p = {**params[0], **self._event_params(run_id, events)}
+                row = conn.execute(_Q["append_with_events"], p).fetchone()
+                if row is None or row[0] != 1:
+                    self._refused(conn, run_id, token, records[0], retried)
+                return
             with conn.transaction():
                 self._append(conn, run_id, token, records, params, retried)
                 self._write_events(conn, run_id, events)
@@ -808,20 +815,20 @@ class PostgresStore:
 
     def _write_events(self, conn: Conn, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number and insert ``events`` inside the open transaction (see write_events)."""
-        if not events:
-            return
-        conn.execute(
-            _Q["write_events"],
-            {
-                "run_id": run_id,
-                "kinds": [e.kind for e in events],
-                "positions": [e.position for e in events],
-                "datas": [e.data for e in events],
-                "ats": [e.at for e in events],
-                "dedupes": [e.dedupe for e in events],
-                "channel": self._events_channel,
-            },
-        )
+        if events:
+            conn.execute(_Q["write_events"], self._event_params(run_id, events))
+
+    def _event_params(self, run_id: str, events: Sequence[NewEvent]) -> dict[str, Any]:
+        """The parameters of write_events (and append_with_events) for ``events``."""
+        return {
+            "run_id": run_id,
+            "kinds": [e.kind for e in events],
+            "positions": [e.position for e in events],
+            "datas": [e.data for e in events],
+            "ats": [e.at for e in events],
+            "dedupes": [e.dedupe for e in events],
+            "events_channel": self._events_channel,
+        }
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Events after ``after`` (see the Store protocol); None for an unknown run."""
