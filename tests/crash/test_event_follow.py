@@ -34,9 +34,9 @@ class Follower(threading.Thread):
         deadline = time.monotonic() + WAIT_S_MAX
         while not self.ended and time.monotonic() < deadline:
             after = self.seen[-1]["cursor"] if self.seen else 0
+            tail = [str(after), "3"]  # then disconnect after 3 events
             with subprocess.Popen(
-                [sys.executable, str(HERE / "stream_follower.py"), self.url, self.run_id]
-                + [str(after), "3"],
+                [sys.executable, str(HERE / "stream_follower.py"), self.url, self.run_id, *tail],
                 stdout=subprocess.PIPE,
                 text=True,
             ) as proc:

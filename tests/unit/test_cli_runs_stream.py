@@ -116,6 +116,7 @@ def test_tail_follow_ends_when_the_run_finishes(url: str) -> None:
     """A real `durably runs tail --follow` process, following a run another thread
     drives to the end."""
     gate = threading.Event()
+    db = ["--json", "--db", url]
     with durably.Engine(url) as engine:
 
         @engine.workflow(name="ok")
@@ -124,8 +125,7 @@ def test_tail_follow_ends_when_the_run_finishes(url: str) -> None:
             return 1
 
         with subprocess.Popen(
-            [sys.executable, "-m", "durably.cli", "runs", "tail", "queued", "-f", "--json"]
-            + ["--db", url],
+            [sys.executable, "-m", "durably.cli", "runs", "tail", "queued", "-f", *db],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
