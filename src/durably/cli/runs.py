@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -29,6 +28,7 @@ from .common import (
     open_engine,
     owner_text,
     run_json,
+    since_arg,
     status_text,
     step_json,
     term,
@@ -136,27 +136,12 @@ def count_line(counts: dict[str, int], shown: int) -> str:
     return line + (f" (showing {shown:,})" if shown < total else "")
 
 
-_SINCE = re.compile(r"^(\d{1,9})([dhms])$")
-_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
-
 def since_time(text: str, now: float, as_json: bool = False) -> float:
-    """The epoch time ``--since`` names: ``30d``, ``12h``, ``15m``, ``90s`` before ``now``,
-    or an ISO-8601 date or time (UTC unless it carries an offset)."""
-    m = _SINCE.match(text.strip())
-    if m:
-        return now - int(m.group(1)) * _UNIT_S[m.group(2)]
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise CommandError(
-            f"--since {text!r}: write a span like 30d, 12h, 15m or 90s, or an ISO-8601 time"
-            " like 2026-11-30T10:00 (UTC) or 2026-11-30T10:00+02:00",
-            as_json,
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
+    """The epoch time ``--since`` names: an age (``30d``, ``12h``, ``15m``, ``90s``)
+    before ``now``, or an ISO-8601 time (UTC unless it carries an offset)."""
+    value, relative = since_arg(text, as_json)
+    assert value is not None, "since_arg returns a value for any text"
+    return now - value if relative else value
 
 
 @runs.command("tail")
