@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..events import EventPage
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
 
@@ -149,6 +150,17 @@ class Store(Protocol):
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
         failure outcome, reset the no-progress count, raise the fencing token and queue the
         run, all in one transaction. The incarnation (so every key) stays."""
+        ...
+
+    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
+        """Up to ``limit`` events of the run with cursor > ``after`` in cursor order, the
+        cursor to read on from, and whether the run was terminal with nothing left past
+        this page; None when the run does not exist."""
+        ...
+
+    def wait_for_events(self, run_id: str, timeout_s: float) -> None:
+        """Block until the run may have new events (a notification) or ``timeout_s``
+        passed. SQLite has no notifications: it just sleeps."""
         ...
 
     def hold_owner(self, owner: Owner) -> None:
