@@ -5,7 +5,7 @@ Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) a
 runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
-(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.recover`,
+(``runs list|show|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.recover`,
 :mod:`.worker`, :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
 """
 
