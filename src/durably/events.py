@@ -302,3 +302,35 @@ class Follow:
             if not self._buffer:
                 await asyncio.to_thread(self._wait, self._poll_s)
         return self._take()
+
+
+#: Most UTF-8 bytes of one event's JSON data (an emit's data past it is refused).
+EVENT_DATA_BYTES_MAX: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event on its way into a run's stream; the store gives it its cursor.
+
+    ``data`` is canonical JSON text. ``dedupe`` names this occurrence of the event within
+    its run (for example ``emit:3:0`` for the first emit at position 3, or ``t7:step.completed:3``
+    for a step result recorded under fencing token 7): a write repeated after an unknown
+    commit outcome, or an emit replayed after a crash, is stored once.
+    """
+
+    kind: str
+    position: str | None
+    data: str
+    at: float
+    dedupe: str
+
+
+def new_event(
+    kind: str, position: str | None, data: Mapping[str, Any], at: float, dedupe: str
+) -> NewEvent:
+    """A :class:`NewEvent` with ``data`` encoded as canonical JSON (None values left out,
+    so "(if any)" fields are simply absent)."""
+    from . import codec  # lazy: codec is imported by every writer anyway
+
+    clean = {k: v for k, v in data.items() if v is not None}
+    return NewEvent(kind, position, codec.dumps(clean, f"event {kind}"), at, dedupe)
