@@ -18,6 +18,7 @@ from ..events import (
     LEASE_LOST,
     LEASE_TAKEN,
     RUN_BLOCKED,
+    RUN_CANCELLED,
     RUN_COMPLETED,
     RUN_CREATED,
     RUN_FAILED,
@@ -31,7 +32,16 @@ from ..events import (
     NewEvent,
     new_event,
 )
-from ..history import BLOCKED, COMPLETED, FAILED_RUN, IN_DOUBT, PARKED, TERMINAL, RunRecord
+from ..history import (
+    BLOCKED,
+    CANCELLED,
+    COMPLETED,
+    FAILED_RUN,
+    IN_DOUBT,
+    PARKED,
+    TERMINAL,
+    RunRecord,
+)
 
 # The run status a release or finish moves to -> the event it writes.
 _STATUS_EVENTS = {
@@ -40,6 +50,7 @@ _STATUS_EVENTS = {
     BLOCKED: RUN_BLOCKED,
     IN_DOUBT: RUN_IN_DOUBT,
     PARKED: RUN_PARKED,
+    CANCELLED: RUN_CANCELLED,
 }
 
 

@@ -90,7 +90,7 @@ CREATE TABLE signals (
 -- dedupe names the event's occurrence (e.g. an emit's position and index), so a write
 -- repeated after an unknown commit outcome, or an emit replayed, is stored once.
 CREATE TABLE events (
-    run_id   TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    run_id   TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE ON UPDATE CASCADE,
     cursor   BIGINT NOT NULL,
     kind     TEXT NOT NULL,
     position TEXT,
