@@ -718,10 +718,12 @@ class Engine:
                         f" data, then `durably retry {run_id}` (recorded steps replay)"
                     )
                 ) from None
-            records = core.take_pending()
+            records, events = core.take_pending(), core.take_events()
             self._record(
                 core,
-                lambda: self.store.finish(run_id, core.token, COMPLETED, records, outcome=out),
+                lambda: self.store.finish(
+                    run_id, core.token, COMPLETED, records, outcome=out, events=events
+                ),
             )
         except BaseException as exc:
             self._conclude_error(att, exc)
@@ -745,16 +747,22 @@ class Engine:
                 raise signal
             if core.poisoned is not None:
                 reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
-                self._record(core, lambda: self.store.release(run_id, token, BLOCKED, reason))
+                events = core.take_events()
+                self._record(
+                    core, lambda: self.store.release(run_id, token, BLOCKED, reason, events=events)
+                )
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
             if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
                 why = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
-                self._record(core, lambda: self.store.release(run_id, token, IN_DOUBT, why))
+                events = core.take_events()
+                self._record(
+                    core, lambda: self.store.release(run_id, token, IN_DOUBT, why, events=events)
+                )
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
             if isinstance(signal, Exception):
-                records = core.take_pending()
+                records, events = core.take_pending(), core.take_events()
                 self._record(
                     core,
                     lambda: self.store.finish(
@@ -764,6 +772,7 @@ class Engine:
                         records,
                         error_type=_failure_type(signal),
                         error_message=_failure_message(signal),
+                        events=events,
                     ),
                 )
                 raise WorkflowFailed(

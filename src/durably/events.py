@@ -85,111 +85,117 @@ class EventKind:
     stream_only: bool = False
 
 
-_STEP_FIELDS: Final = {
-    "name": "the step's name",
-    "attempt": "the attempt number, from 1",
-}
-
 #: The one table of event kinds. docs/events.md shows the same table (a test compares).
 EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     EventKind(
         RUN_CREATED,
-        "the run was created (queued or about to run in this process)",
-        {"workflow": "the workflow's name", "queue": "the queue (if any)"},
+        "the run was created (queued, or about to run in the creating process)",
+        {"workflow": "the workflow's name", "queue": "its queue"},
     ),
     EventKind(
         RUN_STARTED,
-        "a process began (or resumed) executing the run",
-        {"owner": "the executing process's owner record (worker, pid, host)"},
+        "a process claimed the run and starts (or resumes) executing it",
+        {"owner": "the claiming process (worker, pid, host)", "starts": "starts so far"},
     ),
     EventKind(
         RUN_PARKED,
-        "the run released its process to wait (timer, signal, approval)",
-        {"reason": "what it waits for"},
+        "the run gave up its process to wait (a timer, a signal, an approval)",
+        {"reason": "what it waits for", "wake_at": "when it wakes (if timed)"},
     ),
     EventKind(
         RUN_RESUMED,
-        "an operator re-opened the run (retry, skip, recover)",
-        {"reason": "the command that re-opened it", "position": "its position (if any)"},
+        "the run was queued again after it stopped: an operator's retry or skip",
+        {"previous": "the status it left", "reason": "retry or skip"},
     ),
-    EventKind(RUN_COMPLETED, "the run finished with an output", {}),
+    EventKind(RUN_COMPLETED, "the run finished and its result was recorded", {}),
     EventKind(
         RUN_FAILED,
-        "the run failed",
+        "the run failed (the workflow raised)",
         {"error_type": "the exception type", "error_message": "its message"},
     ),
-    EventKind(RUN_CANCELLED, "the run was cancelled", {"reason": "why (if any)"}),
+    EventKind(RUN_CANCELLED, "the run was cancelled", {"reason": "why"}),
     EventKind(
         RUN_BLOCKED,
-        "the run stopped and needs a person (non-determinism, incompatible code)",
-        {"error_type": "the exception type", "error_message": "its message"},
+        "the run stopped for a person: the code no longer matches its history, or data"
+        " cannot be stored or decoded",
+        {"reason": "what is wrong and what to do"},
     ),
     EventKind(
         RUN_QUARANTINED,
-        "the run crashed its process too often without progress",
-        {"starts": "starts without progress", "error_message": "the last error (if any)"},
+        "the run was started too often without progress and is no longer claimed",
+        {"starts": "starts without progress"},
     ),
     EventKind(
         RUN_IN_DOUBT,
-        "an effect may or may not have happened and nothing can tell",
-        {"position": "the step's position", "name": "the step's name"},
+        "an effect may or may not have happened, and nothing can tell which",
+        {"reason": "which step, and what to do"},
     ),
     EventKind(
         STEP_STARTED,
-        "a step attempt began (stream-only: rides with the next durable write)",
-        {**_STEP_FIELDS, "key": "the idempotency key (if any)"},
+        "a step began executing (stream-only: rides with the next durable write)",
+        {
+            "name": "the step's name",
+            "attempt": "the execution number, from 1 (crashed executions count)",
+            "key": "the step's idempotency key",
+        },
         stream_only=True,
     ),
     EventKind(
         STEP_COMPLETED,
-        "a step's result was journaled",
+        "a step's result was recorded",
         {
-            **_STEP_FIELDS,
-            "duration_ms": "wall time of the attempt in milliseconds",
-            "key": "the idempotency key (if any)",
-            "tokens": "tokens the step reported (if any)",
-            "cost_usd": "cost the step reported (if any)",
+            "name": "the step's name",
+            "attempt": "executions it took",
+            "duration_ms": "milliseconds from its start to its result",
+            "key": "the step's idempotency key",
+            "tokens": "tokens it reported (if any)",
+            "cost_usd": "cost it reported (if any)",
         },
     ),
     EventKind(
         STEP_FAILED,
-        "a step's final failure was journaled",
+        "a step's final failure was recorded",
         {
-            **_STEP_FIELDS,
-            "duration_ms": "wall time of the attempt in milliseconds",
+            "name": "the step's name",
+            "attempt": "executions it took",
+            "duration_ms": "milliseconds from its start to its failure",
+            "key": "the step's idempotency key",
             "error_type": "the exception type",
             "error_message": "its message",
         },
     ),
     EventKind(
         STEP_RETRIED,
-        "a step attempt failed and will be retried",
+        "a step attempt failed and will be retried (stream-only)",
         {
-            **_STEP_FIELDS,
+            "name": "the step's name",
+            "attempt": "the attempt that failed",
             "error_type": "the exception type",
             "error_message": "its message",
             "delay_s": "seconds until the next attempt",
         },
+        stream_only=True,
     ),
     EventKind(
         LEASE_TAKEN,
-        "a process claimed the run's lease",
-        {"owner": "the claiming process's owner record", "token": "the fencing token"},
+        "a process took the run's lease",
+        {"owner": "the new holder", "token": "its fencing token", "lease_s": "lease length"},
     ),
     EventKind(
         LEASE_LOST,
-        "the previous holder lost the lease while it was still alive (written by the taker)",
-        {"owner": "the previous holder's owner record", "token": "its fencing token"},
+        "the previous holder was judged gone before its lease ran out (written by the taker)",
+        {"owner": "the previous holder", "token": "its fencing token"},
     ),
     EventKind(
         LEASE_EXPIRED,
         "the previous holder's lease ran out (written by whoever takes over)",
-        {"owner": "the previous holder's owner record", "token": "its fencing token"},
+        {"owner": "the previous holder", "token": "its fencing token", "expired_at": "when"},
     ),
     EventKind(
         USER,
-        "ctx.emit(kind, data): recorded once per position, even under replay",
+        "ctx.emit(kind, data): attached to the current position, once, even under replay",
         {"kind": "the caller's kind", "data": "the caller's JSON data"},
+        stream_only=True,
     ),
 )
 
@@ -296,3 +302,35 @@ class Follow:
             if not self._buffer:
                 await asyncio.to_thread(self._wait, self._poll_s)
         return self._take()
+
+
+#: Most UTF-8 bytes of one event's JSON data (an emit's data past it is refused).
+EVENT_DATA_BYTES_MAX: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event on its way into a run's stream; the store gives it its cursor.
+
+    ``data`` is canonical JSON text. ``dedupe`` names this occurrence of the event within
+    its run (for example ``emit:3:0`` for the first emit at position 3, or ``t7:step.completed:3``
+    for a step result recorded under fencing token 7): a write repeated after an unknown
+    commit outcome, or an emit replayed after a crash, is stored once.
+    """
+
+    kind: str
+    position: str | None
+    data: str
+    at: float
+    dedupe: str
+
+
+def new_event(
+    kind: str, position: str | None, data: Mapping[str, Any], at: float, dedupe: str
+) -> NewEvent:
+    """A :class:`NewEvent` with ``data`` encoded as canonical JSON (None values left out,
+    so "(if any)" fields are simply absent)."""
+    from . import codec  # lazy: codec is imported by every writer anyway
+
+    clean = {k: v for k, v in data.items() if v is not None}
+    return NewEvent(kind, position, codec.dumps(clean, f"event {kind}"), at, dedupe)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..events import EventPage
+from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
 
@@ -111,16 +111,26 @@ class Store(Protocol):
         status: str | None = None,
         park_reason: str | None = None,
         wake_at: float | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Give up the lease (fenced), optionally moving to a non-terminal status."""
+        """Give up the lease (fenced), optionally moving to a non-terminal status; the
+        status's event and ``events`` are written with it when the token holds."""
         ...
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation of a run, in one query."""
         ...
 
-    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
-        """Write records in one transaction, fenced; a result replaces an intent."""
+    def append(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Write records in one transaction, fenced; a result replaces an intent. The
+        ``events`` that describe them (numbered after the run's newest, each stored once
+        by its dedupe name) commit in the same transaction."""
         ...
 
     def finish(
@@ -132,8 +142,11 @@ class Store(Protocol):
         outcome: str | None = None,
         error_type: str | None = None,
         error_message: str | None = None,
+        park_reason: str | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write the last records and the run's outcome in one fenced transaction."""
+        """Write the last records, ``events`` and the run's outcome (with its event) in
+        one fenced transaction."""
         ...
 
     def requeue(

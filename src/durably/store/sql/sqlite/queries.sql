@@ -166,3 +166,28 @@ SELECT DISTINCT owner FROM runs
 WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
   AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;
+
+-- name: seen_events
+-- Which of the events about to be written (:dedupes, a JSON array) the run has already:
+-- a write repeated after an unknown outcome, or an emit replayed, is stored once.
+SELECT dedupe FROM events
+WHERE run_id = :run_id AND dedupe IN (SELECT value FROM json_each(:dedupes));
+
+-- name: last_event
+SELECT last_event FROM runs WHERE run_id = :run_id;
+
+-- name: insert_event
+INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
+VALUES (:run_id, :cursor, :kind, :position, :data, :at, :dedupe);
+
+-- name: set_last_event
+UPDATE runs SET last_event = :last_event WHERE run_id = :run_id;
+
+-- name: run_status
+SELECT status FROM runs WHERE run_id = :run_id;
+
+-- name: read_events
+SELECT cursor, kind, position, at, data FROM events
+WHERE run_id = :run_id AND cursor > :after
+ORDER BY cursor
+LIMIT :limit;
