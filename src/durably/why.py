@@ -75,7 +75,6 @@ class Facts:
     activity: StepActivity | None = None
     queue: QueueView | None = None
     last_error: tuple[str, str] | None = None
-    events_read: bool = False
     blocked_type: str | None = None
 
 
@@ -182,8 +181,6 @@ def _where(f: Facts) -> tuple[str, dict[str, Any]]:
         text = f"step {last.position} {last.name} in flight"
     else:
         text = f"past step {last.position} {last.name}"
-    if not f.events_read:
-        text += " (no event stream here to say more)"
     return text, {"position": last.position, "step": last.name}
 
 
@@ -215,7 +212,7 @@ def _orphaned(f: Facts) -> _Built:
     )
     where, more = _where(f)
     facts.update(more)
-    return "orphaned", f"{text}; it stopped at {where}", facts
+    return "orphaned", f"{text}; it was at {where}", facts
 
 
 def _in_doubt(f: Facts) -> _Built:
@@ -253,10 +250,8 @@ def _quarantined(f: Facts) -> _Built:
     text = f"quarantined after {n} start{'s' if n != 1 else ''} without progress"
     if f.last_error is not None:
         text += f"; last error {f.last_error[0]}: {quote(f.last_error[1])}"
-    elif f.events_read:
-        text += "; no error recorded (its process died each time: a crash, OOM or SIGKILL)"
     else:
-        text += "; no error on its rows (its process died each time: a crash, OOM or SIGKILL)"
+        text += "; no error recorded (its process died each time: a crash, OOM or SIGKILL)"
     text += f" — fix the cause, then `durably retry {run.run_id}`"
     facts: dict[str, Any] = {
         "starts": run.starts,
@@ -358,12 +353,16 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
     queue = queue_view(engine.store, run, now) if run.status == "queued" else None
     events = read_events(engine, run_id)
-    activity = step_activity(events) if events is not None else None
-    last_error = last_error_of(events, history) if events is not None else None
-    if last_error is None:
-        last_error = _failed_record_error(history)
-    blocked = blocked_type(events or [])
-    return Facts(run, history, now, gone, activity, queue, last_error, events is not None, blocked)
+    return Facts(
+        run,
+        history,
+        now,
+        gone,
+        step_activity(events),
+        queue,
+        last_error_of(events, history),
+        blocked_type(events),
+    )
 
 
 def queue_view(store: Store, run: RunRecord, now: float) -> QueueView:
@@ -379,11 +378,8 @@ def queue_view(store: Store, run: RunRecord, now: float) -> QueueView:
     return QueueView(ahead, len(holders), capped=len(queued) >= QUEUE_SCAN_MAX)
 
 
-def read_events(engine: Engine, run_id: str) -> list[Event] | None:
-    """The run's events (at most :data:`EVENTS_SCAN_MAX`), or None for a store without
-    an event stream."""
-    if getattr(engine.store, "read_events", None) is None:
-        return None
+def read_events(engine: Engine, run_id: str) -> list[Event]:
+    """The run's events, oldest first (at most :data:`EVENTS_SCAN_MAX`)."""
     out: list[Event] = []
     cursor = 0
     while len(out) < EVENTS_SCAN_MAX:

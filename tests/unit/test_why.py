@@ -367,3 +367,21 @@ def test_unknown_run_is_a_clear_error(engine: durably.Engine, journal_url: str) 
 def test_no_journal_is_a_clear_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["runs", "why", "x", "--db", f"sqlite:///{tmp_path}/no.db"])
     assert res.exit_code == 1 and "no journal at" in res.output
+
+
+def test_docs_table_lists_every_state_with_a_real_test() -> None:
+    from durably import why as why_module
+
+    root = Path(__file__).parents[2]
+    rows = [
+        line.split(" | ")
+        for line in (root / "docs" / "why.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
+    states = [cells[0].removeprefix("| ").strip("`") for cells in rows]
+    assert len(states) == len(set(states))  # one row per state
+    assert set(states) == {*why_module._BUILDERS, "orphaned"}
+    sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
+    for cells in rows:
+        for name in re.findall(r"`(test_\w+)`", cells[-1]):
+            assert any(f"def {name}(" in src for src in sources), name
