@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from . import events as ev_kinds
 from .events import Event
 from .history import FAILED, INTENT, OK, STEP, RunRecord, StepRecord, position_key
-from .ownership import describe_owner, orphaned, owner_dead
+from .ownership import describe_owner, owner_dead
 from .reopen import failed_frontier
 
 if TYPE_CHECKING:
@@ -55,10 +55,10 @@ class StepActivity:
 @dataclass(frozen=True, slots=True)
 class QueueView:
     """The queue in front of a queued run: runs ahead of it (``capped`` when the count hit
-    :data:`QUEUE_SCAN_MAX`) and the live processes holding runs of its queue now."""
+    :data:`QUEUE_SCAN_MAX`) and the live workers serving its queue."""
 
     ahead: int
-    holders: int
+    workers: int
     capped: bool = False
 
 
@@ -121,18 +121,15 @@ def _queued(f: Facts) -> _Built:
     if q is not None:
         more = "at least " if q.capped else ""
         ahead = f"{more}{q.ahead} run{'s' if q.ahead != 1 else ''} ahead"
-        if q.holders:
-            serving = (
-                f"{q.holders} worker process{'es' if q.holders != 1 else ''} holding runs"
-                " of it now (idle workers are not recorded)"
-            )
+        if q.workers:
+            serving = f"{q.workers} worker{'s' if q.workers != 1 else ''} serving it"
         else:
             serving = (
-                "no worker holds a run of it now (idle workers are not recorded: is"
-                f" `durably worker` running with --queue {run.queue}?)"
+                f"no live worker serves it (start one: `durably worker MODULE:ENGINE --queue"
+                f" {run.queue}`)"
             )
         text = f"{text}, {ahead}, {serving}"
-        facts.update(runs_ahead=q.ahead, runs_ahead_capped=q.capped, queue_holders=q.holders)
+        facts.update(runs_ahead=q.ahead, runs_ahead_capped=q.capped, workers=q.workers)
     return "queued", text, facts
 
 
@@ -351,7 +348,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     run: RunRecord = engine.get_run(run_id)
     history = engine.history(run_id)
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
-    queue = queue_view(engine.store, run, now) if run.status == "queued" else None
+    queue = queue_view(engine.store, run) if run.status == "queued" else None
     events = read_events(engine, run_id)
     return Facts(
         run,
@@ -365,17 +362,19 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     )
 
 
-def queue_view(store: Store, run: RunRecord, now: float) -> QueueView:
+def queue_view(store: Store, run: RunRecord) -> QueueView:
     """Runs of ``run``'s queue that a worker takes before it (queued earlier; workers take
-    the oldest first), and the live processes holding runs of that queue now."""
+    the oldest first), and the live workers serving that queue (their rows in the
+    journal, less those whose pid is provably gone)."""
     queued = store.list_runs(status="queued", limit=QUEUE_SCAN_MAX)
     me = (run.created_at, run.run_id)
     ahead = sum(1 for r in queued if r.queue == run.queue and (r.created_at, r.run_id) < me)
-    running = store.list_runs(status="running", limit=QUEUE_SCAN_MAX)
-    holders = {
-        r.owner for r in running if r.queue == run.queue and r.owner and not orphaned(r, now)
-    }
-    return QueueView(ahead, len(holders), capped=len(queued) >= QUEUE_SCAN_MAX)
+    workers = [
+        owner
+        for owner, queues in store.live_workers()
+        if run.queue in queues and not owner_dead(owner)
+    ]
+    return QueueView(ahead, len(workers), capped=len(queued) >= QUEUE_SCAN_MAX)
 
 
 def read_events(engine: Engine, run_id: str) -> list[Event]:

@@ -1,6 +1,7 @@
 """``durably runs why`` on a run whose process was really SIGKILLed: orphaned (the owner's
 pid is gone), whether or not its lease has expired yet; then, once resumed, in doubt (the
-killed process was inside an effect with neither key nor reconcile)."""
+killed process was inside an effect with neither key nor reconcile). And a queued run's
+workers: a real ``durably worker`` counts while it lives, not once SIGKILLed."""
 
 from __future__ import annotations
 
@@ -89,3 +90,36 @@ def test_orphaned_with_an_expired_lease(
         " takes it over",
         got["sentence"],
     )
+
+
+def test_a_killed_worker_no_longer_serves(journal_url: str) -> None:
+    engine = durably.Engine(journal_url)
+
+    @engine.workflow(name="other")  # not served by the worker: the run stays queued
+    def other(ctx: durably.Context) -> int:
+        return 1
+
+    engine.start(other, run_id="waiting", queue="q")
+    env = {**os.environ, "DURABLY_URL": journal_url}
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "durably.cli", "worker", "why_worker_app:engine", "--queue", "q"],
+        env=env,
+        cwd=HERE,
+    )
+    try:
+        for _ in range(1200):  # until the worker wrote its row (no timed assertion)
+            if engine.store.live_workers():
+                break
+            time.sleep(0.05)
+        got = _why(journal_url, "waiting")
+        assert got["workers"] == 1
+        assert got["sentence"].endswith("0 runs ahead, 1 worker serving it")
+    finally:
+        worker.kill()
+        worker.wait(60)
+    # Its row outlives it until its lease-long beat expires, but its pid is gone.
+    assert engine.store.live_workers()
+    got = _why(journal_url, "waiting")
+    assert got["workers"] == 0 and "no live worker serves it" in got["sentence"]
+    engine.close()

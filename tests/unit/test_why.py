@@ -229,7 +229,7 @@ def test_in_doubt(engine: durably.Engine, journal_url: str) -> None:
     )
 
 
-def test_queued_with_runs_ahead_and_a_worker_holding_one(
+def test_queued_with_runs_ahead_and_a_worker_serving_it(
     engine: durably.Engine, journal_url: str
 ) -> None:
     inside, release = threading.Event(), threading.Event()
@@ -254,17 +254,16 @@ def test_queued_with_runs_ahead_and_a_worker_holding_one(
         engine.start(wf, run_id="elsewhere", queue="other")  # another queue: not ahead
         got = why(journal_url, "c")
         assert got["state"] == "queued" and got["runs_ahead"] == 2
-        assert got["queue_holders"] == 1
+        assert got["workers"] == 1
         assert re.fullmatch(
-            r"queued since \d\d:\d\d:\d\d UTC on queue 'q', 2 runs ahead, 1 worker process"
-            r" holding runs of it now \(idle workers are not recorded\)",
+            r"queued since \d\d:\d\d:\d\d UTC on queue 'q', 2 runs ahead, 1 worker serving it",
             got["sentence"],
         )
         alone = why(journal_url, "elsewhere")
-        assert alone["runs_ahead"] == 0 and alone["queue_holders"] == 0
+        assert alone["runs_ahead"] == 0 and alone["workers"] == 0
         assert alone["sentence"].endswith(
-            "0 runs ahead, no worker holds a run of it now (idle workers are not recorded: is"
-            " `durably worker` running with --queue other?)"
+            "0 runs ahead, no live worker serves it (start one: `durably worker MODULE:ENGINE"
+            " --queue other`)"
         )
     finally:
         release.set()
