@@ -1,7 +1,7 @@
 """A store wrapper that makes recording calls fail, for tests of the failure domains.
 
-``FlakyStore(inner)`` delegates everything to ``inner``; ``append``, ``finish`` and
-``release`` first consult a plan: scripted failures (``fail(method, times, kind)``) or
+``FlakyStore(inner)`` delegates everything to ``inner``; ``claim``, ``append``, ``finish``
+and ``release`` first consult a plan: scripted failures (``fail(method, times, kind)``) or
 random ones (``rate``), each raised *before* the real call (nothing written) or *after* it
 (written, but the caller is told it failed: a commit whose outcome is unknown, as when a
 connection drops during COMMIT). The errors are the ones the real stores raise.
@@ -27,7 +27,10 @@ KINDS = {
     "full": lambda: StoreDiskFull("injected: the disk is full"),
     "corrupt": lambda: StoreError("injected: a permanent store error"),
 }
-FAULTY = ("append", "finish", "release")
+FAULTY = ("claim", "append", "finish", "release")
+# Random failures (``rate``) hit the recording calls only: the crash tests' seeds were
+# chosen with those, and a claim's failures are scripted (``fail("claim", ...)``).
+RANDOM_FAULTY = ("append", "finish", "release")
 
 
 class FlakyStore:
@@ -60,7 +63,7 @@ class FlakyStore:
             queued = self.script.get(method)
             if queued:
                 return queued.pop(0)
-            if self.rate and self.rng.random() < self.rate:
+            if method in RANDOM_FAULTY and self.rate and self.rng.random() < self.rate:
                 kind = self.rng.choice(["busy", "dropped", "full"])
                 return kind, self.rng.random() < 0.5
         return None
@@ -77,6 +80,9 @@ class FlakyStore:
         if after:
             getattr(self.inner, method)(*args, **kwargs)
         raise KINDS[kind]()
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("claim", *args, **kwargs)
 
     def append(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("append", *args, **kwargs)

@@ -39,6 +39,7 @@ from .errors import (
     RunQuarantined,
     SerializationError,
     StaleLease,
+    StoreError,
     StoreFailed,
     WorkflowFailed,
     WorkflowNotRegistered,
@@ -525,7 +526,12 @@ class Engine:
         return self._conclude(att, result)
 
     async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
-        att = self._begin(w, run, claimed)
+        import asyncio
+
+        # Claiming and concluding may wait out a failing store (retry backoff, up to
+        # store_retry_s; a dead owner's lease): in a worker thread, so the event loop and
+        # the other runs on it go on meanwhile.
+        att = await asyncio.to_thread(self._begin, w, run, claimed)
         if not isinstance(att, _Attempt):
             return att.value
         try:
@@ -534,9 +540,9 @@ class Engine:
             else:
                 result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
-            self._conclude_error(att, exc)
+            await asyncio.to_thread(self._conclude_error, att, exc)
             raise
-        return self._conclude(att, result)
+        return await asyncio.to_thread(self._conclude, att, result)
 
     def _forget(self, att: _Attempt) -> None:
         att.heartbeat.stop()
@@ -624,19 +630,29 @@ class Engine:
         """Claim the run; when a dead-looking owner on another host holds its lease, wait
         for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
         me, where = str(self._owner_now()), (self.url, run_id)
+        unknown = False  # an earlier attempt failed: it may have claimed the run for us
 
         def gone(owner: str) -> bool:
-            # A lease this process could not give back (its store failed) has no live owner.
-            return (owner == me and where in _UNRELEASED) or owner_dead(owner)
+            # A lease this process could not give back (its store failed), or took in an
+            # attempt whose reply was lost (the commit went through, the connection did
+            # not), has no live driver: taking it over raises the token, which fences it.
+            mine = owner == me and (unknown or where in _UNRELEASED)
+            return mine or owner_dead(owner)
+
+        def claim() -> RunRecord:
+            nonlocal unknown
+            try:
+                return self.store.claim(
+                    run_id, self._owner_now(), self.lease_s, self.max_starts, gone
+                )
+            except StoreError:
+                unknown = True
+                raise
 
         waited: LeaseWait | None = None
         while True:
             try:
-                run = self._store_call(
-                    lambda: self.store.claim(
-                        run_id, self._owner_now(), self.lease_s, self.max_starts, gone
-                    )
-                )
+                run = self._store_call(claim)
                 _UNRELEASED.discard(where)
                 return run
             except RunLeased:

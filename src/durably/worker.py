@@ -199,8 +199,11 @@ class Worker:
             self.engine.execute_claimed(run)
             log.info("durably worker: run %s completed", run.run_id)
             self._count("completed")
-        except StaleLease:
-            log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+        except StaleLease as exc:
+            if exc.reason is None:
+                log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+            else:  # its own deadline passed (a pause): maybe no one else has it yet
+                log.warning("durably worker: lost run %s: %s", run.run_id, exc)
             self._count("stale")
         except WorkflowFailed as exc:
             log.info("durably worker: run %s failed: %s", run.run_id, exc)

@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 import durably
@@ -167,14 +168,20 @@ def make_engine(url: str | None = None) -> durably.Engine:
     return engine
 
 
-_engine: durably.Engine | None = None
+def lazy_engine(make: Callable[[], durably.Engine]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that builds ``engine`` with ``make`` on first access, so
+    importing the module (as ``durably worker module:engine`` does) opens no database
+    before the worker asks for it."""
+    built: list[durably.Engine] = []
+
+    def module_getattr(name: str) -> Any:
+        if name != "engine":
+            raise AttributeError(name)
+        if not built:
+            built.append(make())
+        return built[0]
+
+    return module_getattr
 
 
-def __getattr__(name: str) -> Any:
-    # Built on first access, so importing this module never opens a database.
-    global _engine
-    if name == "engine":
-        if _engine is None:
-            _engine = make_engine()
-        return _engine
-    raise AttributeError(name)
+__getattr__ = lazy_engine(make_engine)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,3 +19,56 @@ def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+class Forwarder:
+    """A TCP port that refuses connections until :meth:`open`, then forwards them to the
+    PostgreSQL server: a database that is not up yet when the worker starts."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()  # nothing listens here until open()
+        self.sock: socket.socket | None = None
+        self.conns: list[socket.socket] = []
+
+    def open(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        for s in [self.sock, *self.conns]:
+            if s is not None:
+                s.close()
+
+    def drop(self) -> int:
+        """Cut every connection open now (both ends, mid-query or mid-reply, as a dying
+        network would); new connections are still forwarded. Returns how many it cut."""
+        cut, self.conns = self.conns, []
+        for s in cut:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        return len(cut) // 2
+
+    def _accept(self) -> None:
+        assert self.sock is not None
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.conns += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)

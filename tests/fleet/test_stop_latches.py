@@ -6,15 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet_support import Spawn, wait_until
+from fleet_support import Forwarder, Spawn, wait_until
 
 import durably
 from durably.store.base import Owner
@@ -90,55 +88,14 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
         worker.send_signal(signal.SIGCONT)
         time.sleep(3.0)  # its heartbeat waits on the lock; its own deadline has passed
     wait_until(lambda: log_says(tmp_path, "lost run p"), 60, "the worker to give up")
+    # The log says why: its own deadline, not "another worker" (it cannot know that).
+    assert log_says(tmp_path, "past its lease deadline"), (tmp_path / "worker-0.log").read_text()
     assert executions(world_path, worker.pid) == ["first"]  # "next" never ran there
     worker.kill()  # else it would claim the run again once released, legitimately
     worker.wait(30)
     engine.store.release("p", taken.fencing_token)
     assert engine.resume("p") == "done"
     assert executions(world_path, os.getpid()) == ["next"]
-
-
-class Forwarder:
-    """A TCP port that refuses connections until :meth:`open`, then forwards them to the
-    PostgreSQL server: a database that is not up yet when the worker starts."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()  # nothing listens here until open()
-        self.sock: socket.socket | None = None
-        self.conns: list[socket.socket] = []
-
-    def open(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", self.port))
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self) -> None:
-        for s in [self.sock, *self.conns]:
-            if s is not None:
-                s.close()
-
-    def _accept(self) -> None:
-        assert self.sock is not None
-        while True:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            self.conns += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                dst.sendall(data)
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
 
 
 @pytest.mark.postgres

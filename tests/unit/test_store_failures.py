@@ -8,6 +8,7 @@ real SIGSTOP, real SIGKILLs with a flaky store) live in tests/fleet and tests/cr
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 import durably
+from durably.clock import SystemClock
 from durably.history import FAILED_RUN
 from tests.store_faults import FlakyStore
 
@@ -149,6 +151,23 @@ def test_a_store_error_at_finish_never_fails_a_run_that_returned(
     assert engine.get_run("r").status == "completed"
     assert tools.count == Counter({"a": 1, "b": 1, "c": 1})  # the resume replayed
     assert caught == []
+
+
+@pytest.mark.parametrize("kind", ["dropped", "busy"])
+def test_a_claim_that_committed_but_lost_its_reply_is_retried_not_refused(
+    engine: durably.Engine, kind: str
+) -> None:
+    # The claim commits, then the caller hears a transient error (the connection dropped
+    # during COMMIT): the engine's retry finds the run leased to this very process, which
+    # is not driving it. It must take it over, not raise RunLeased ("being driven by"
+    # itself) and leave the run held, undriven, for lease_s.
+    tools, caught = Tools(), []
+    wf = make_three_steps(engine, tools, caught)
+    flaky(engine).fail("claim", 1, kind, after=True)
+    assert engine.run(wf, run_id="r") == ["a", "b", "c"]
+    run = engine.get_run("r")
+    assert run.status == "completed" and run.fencing_token == 2  # the retry took it over
+    assert tools.count == Counter({"a": 1, "b": 1, "c": 1})
 
 
 def test_when_recording_a_failure_fails_the_lease_is_still_released(
@@ -327,3 +346,40 @@ def test_sqlite_errors_are_classified(tmp_path: Path) -> None:
     with pytest.raises(durably.NotADurablyDatabase) as corrupt:
         SQLiteStore(f"sqlite:///{path}", durably.FakeClock())
     assert not corrupt.value.transient
+
+
+def test_run_async_waits_out_a_failing_store_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry backoff of a claim and of a finish must not block the event loop (other
+    # runs and tasks on it stall for up to store_retry_s), as a step's write does not.
+    on_loop: list[float] = []
+    real_sleep = SystemClock.sleep
+
+    def sleep(self: SystemClock, seconds: float) -> None:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(seconds)
+        except RuntimeError:
+            pass  # a worker thread: the loop goes on
+        real_sleep(self, seconds)
+
+    monkeypatch.setattr(SystemClock, "sleep", sleep)
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", store_retry_s=5)
+    engine.store = store = FlakyStore(engine.store)  # type: ignore[assignment]
+    tools = Tools()
+
+    @engine.workflow(name="one")
+    async def one(ctx: durably.AsyncContext) -> str:
+        return await ctx.step("a", tools.keyed("a"))
+
+    try:
+        store.fail("claim", 2, "busy")
+        store.fail("append", 2, "dropped")
+        store.fail("finish", 2, "full")
+        assert asyncio.run(engine.run_async(one, run_id="r")) == "a"
+        assert store.injected == Counter({"claim:busy": 2, "append:dropped": 2, "finish:full": 2})
+    finally:
+        engine.close()
+    assert on_loop == []
+    assert tools.count == Counter({"a": 1})
