@@ -31,6 +31,8 @@ except ImportError:
 
 from durably.otel import export_run, follow_run
 
+from .live_runs import running
+
 
 class RateLimitError(Exception):
     """What a model API raises when called too often."""
@@ -180,9 +182,7 @@ def test_follow_run_exports_live_and_resumes_from_its_cursor(
 ) -> None:
     gate = threading.Event()
     wf = _agent(engine, gate)
-    runner = threading.Thread(target=engine.run, args=(wf,), kwargs={"run_id": "live"})
-    runner.start()
-    try:
+    with running(engine, wf, "live", gate):
         # A follower that stops early: it exported the steps committed so far.
         _wait_until(lambda: any(e.kind == "step.completed" for e in engine.events("live").events))
         early = export_run(engine, "live", tracer_provider=provider)
@@ -191,9 +191,6 @@ def test_follow_run_exports_live_and_resumes_from_its_cursor(
         exporter.clear()
         gate.set()
         last = follow_run(engine, "live", tracer_provider=provider, after=early)
-    finally:
-        gate.set()
-        runner.join(60)
     assert last == engine.events("live").cursor
     spans = exporter.get_finished_spans()
     # Resumed after its cursor: only what came later, each once.
@@ -206,14 +203,9 @@ def test_an_unfinished_run_ends_at_its_latest_event(
 ) -> None:
     gate = threading.Event()
     wf = _agent(engine, gate)
-    runner = threading.Thread(target=engine.run, args=(wf,), kwargs={"run_id": "open"})
-    runner.start()
-    try:
+    with running(engine, wf, "open", gate):
         _wait_until(lambda: bool(engine.history("open")))
         export_run(engine, "open", tracer_provider=provider)
-    finally:
-        gate.set()
-        runner.join(60)
     (run,) = _by_name(exporter.get_finished_spans())["durably run agent"]
     assert run.attributes is not None and run.attributes["durably.run.finished"] is False
 

@@ -22,6 +22,8 @@ import durably
 from durably.cli import main as cli
 from durably.worker import Worker
 
+from .live_runs import running
+
 
 class Crash(BaseException):
     """Stands in for a process death inside one process (real deaths: tests/crash)."""
@@ -285,14 +287,9 @@ def test_running_at_an_effect_in_flight(engine: durably.Engine, journal_url: str
         ctx.step("plan", lambda: 1)
         return ctx.step("charge", charge, 100)
 
-    thread = threading.Thread(target=engine.run, args=(wf,), kwargs={"run_id": "live"})
-    thread.start()
-    try:
+    with running(engine, wf, "live", release):
         assert inside.wait(60)
         got = why(journal_url, "live")
-    finally:
-        release.set()
-        thread.join(60)
     assert got["state"] == "running" and got["owner_pid"] is not None
     assert got["position"] == "1" and got["step"] == "charge" and got["attempt"] == 1
     assert re.fullmatch(
@@ -324,14 +321,9 @@ def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) 
         ctx.step("plan", lambda: 1)
         return ctx.step("call_model", call_model, "hi")
 
-    thread = threading.Thread(target=engine.run, args=(wf,), kwargs={"run_id": "live"})
-    thread.start()
-    try:
+    with running(engine, wf, "live", release):
         assert inside.wait(60)
         got = why(journal_url, "live")
-    finally:
-        release.set()
-        thread.join(60)
     assert got["state"] == "running" and got["owner_pid"] is not None
     assert got["position"] == "1" and got["step"] == "call_model" and got["attempt"] == 2
     assert got["retry_error_type"].endswith("RateLimitError")
