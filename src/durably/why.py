@@ -116,8 +116,9 @@ _Built = tuple[str, str, dict[str, Any]]
 
 def _queued(f: Facts) -> _Built:
     run, q = f.run, f.queue
-    text = f"queued since {clock_text(run.created_at)} on queue {run.queue!r}"
-    facts: dict[str, Any] = {"queued_at": run.created_at}
+    # updated_at: when it was queued (a retried run was created long before).
+    text = f"queued since {clock_text(run.updated_at)} on queue {run.queue!r}"
+    facts: dict[str, Any] = {"queued_at": run.updated_at}
     if q is not None:
         more = "at least " if q.capped else ""
         ahead = f"{more}{q.ahead} run{'s' if q.ahead != 1 else ''} ahead"

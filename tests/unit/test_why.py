@@ -86,6 +86,10 @@ def test_failed_at_a_step(engine: durably.Engine, journal_url: str) -> None:
         "failed at step 1 charge: ValueError: card declined — `durably retry f1` re-opens it"
         " at that step"
     )
+    engine.retry("f1")  # queued again: since the retry, not since its creation
+    got = why(journal_url, "f1")
+    run = engine.get_run("f1")
+    assert got["state"] == "queued" and got["queued_at"] == run.updated_at > run.created_at
 
 
 def test_failed_in_the_workflow_code(engine: durably.Engine, journal_url: str) -> None:
