@@ -623,6 +623,10 @@ class Engine:
         pid = os.getpid()
         if self._owner is None or self._owner[0] != pid:  # a forked child is a new owner
             self._owner = (pid, Owner.current())
+        # A lock session that ended since the last look (the keeper looks only every
+        # heartbeat) stops the runs driven now, before the lock is taken again below:
+        # else the new session would hide the gap and the next claim would be stopped.
+        self._keeper.check_owner_lock(ping=False)
         self.store.hold_owner(self._owner[1])
         return self._owner[1]
 
@@ -1003,13 +1007,20 @@ class _LeaseKeeper:
                 t.start()
         return _Heartbeat(self, core)
 
-    def _owner_lock_lost(self, cores: list[RunCore]) -> bool:
+    def check_owner_lock(self, ping: bool = True) -> bool:
+        """Look whether the owner lock's connection died (see :meth:`_owner_lock_lost`);
+        the keeper pings it, a claim only looks (no round trip)."""
+        with self._lock:
+            cores = list(self._cores.values())
+        return self._owner_lock_lost(cores, ping)
+
+    def _owner_lock_lost(self, cores: list[RunCore], ping: bool) -> bool:
         """When the connection holding this process's owner lock (PostgreSQL) died, others
         may see the lock free and judge this process dead-looking: every run it drives
         counts as having lost its lease (latched in the core, so it stops at its next
         step). Runs claimed later take the lock again on a new connection."""
         try:
-            lost = self._store.owner_lock_lost()
+            lost = self._store.owner_lock_lost(ping)
         except DurablyError:
             return False
         if lost:
@@ -1034,10 +1045,10 @@ class _LeaseKeeper:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every_s):
+            if self.check_owner_lock():
+                continue
             with self._lock:
                 cores = list(self._cores.values())
-            if self._owner_lock_lost(cores):
-                continue
             for core in cores:
                 asked_at = self._clock.time()
                 try:

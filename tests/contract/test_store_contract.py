@@ -419,6 +419,20 @@ def test_claim_next_takes_over_only_this_hosts_dead_owners(store: Store) -> None
     assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["default"]) is None
 
 
+def test_a_dead_owners_run_holds_no_slot_of_a_limited_queue(store: Store) -> None:
+    # The slot is the dead run's own: counting it kept the queue shut until the lease
+    # expired, so the run "taken over at once" was taken only then.
+    store.create_run(versioned("orphan", queue="mail"))
+    store.create_run(versioned("queued", queue="mail"))
+    gone = Owner("node", 7, "1", HERE.host_id)
+    store.claim("orphan", gone, 30, 10, alive)
+    pid_7_gone = lambda o: o.startswith("node|7|")  # noqa: E731
+    got = store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["mail"], {"mail": 1})
+    assert got is not None and got.run_id == "orphan" and got.owner == str(HERE)
+    # The limit still holds: the slot is taken now.
+    assert store.claim_next(HERE, 30, 10, pid_7_gone, {"wf": None}, ["mail"], {"mail": 1}) is None
+
+
 def test_unversioned_runs_route_the_same_on_every_store(store: Store, clock: FakeClock) -> None:
     # A run without a version is served by a worker serving any version of its workflow,
     # never by one pinned to a version; a versioned run by both kinds that match.

@@ -90,6 +90,129 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
     engine.close()
 
 
+def _terminate_owner_session(engine: durably.Engine, pg_url: str) -> str:
+    """Kill the engine's owner-lock session as an operator would; returns the owner."""
+    me = str(engine._owner_now())  # holds the lock (a claim does this first)
+    store = engine.store
+    assert isinstance(store, PostgresStore) and store._owner_conn is not None
+    assert store.owners_without_lock([me]) == set()
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (store._owner_conn.info.backend_pid,))
+    _wait(lambda: store.owners_without_lock([me]) == {me}, "the lock to be free")
+    return me
+
+
+def test_a_lock_session_killed_while_idle_is_taken_again_before_the_next_claim(
+    pg_url: str,
+) -> None:
+    """Killed before any run (the lease keeper has not started): the next claim takes the
+    lock again, so its run is shown alive and is not stopped as if its lease were lost."""
+    with durably.Engine(pg_url, lease_s=10.0, heartbeat_s=0.5) as engine:
+        held: list[bool] = []
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            me = str(engine._owner_now())
+            held.append(ctx.step("held", lambda: not engine.store.owners_without_lock([me])))
+            # Long enough for the keeper to beat while the run is driven.
+            ctx.step("nap", lambda: time.sleep(2 * engine.heartbeat_s) or 1)
+            return "done"
+
+        _terminate_owner_session(engine, pg_url)
+        assert engine.run(wf, run_id="r") == "done"
+        assert held == [True]
+
+
+def test_a_claim_after_the_lock_session_died_stops_the_runs_driven_then(pg_url: str) -> None:
+    """The loss is noticed at the next claim too, not only at the keeper's next beat (a
+    minute away here): runs driven while the lock was free stop, the new one runs."""
+    engine = durably.Engine(pg_url, lease_s=180.0)
+    in_b, release_b = threading.Event(), threading.Event()
+
+    @engine.workflow(name="slow")
+    def slow(ctx: durably.Context) -> str:
+        ctx.step("b", lambda: in_b.set() or release_b.wait(WAIT_S))
+        ctx.step("c", lambda: "c")
+        return "done"
+
+    @engine.workflow(name="quick")
+    def quick(ctx: durably.Context) -> int:
+        return int(ctx.step("one", lambda: 1))
+
+    outcome: list[BaseException | str] = []
+    t = threading.Thread(target=lambda: _drive(engine, slow, "r1", outcome))
+    t.start()
+    try:
+        assert in_b.wait(WAIT_S)
+        me = _terminate_owner_session(engine, pg_url)
+        assert engine.run(quick, run_id="r2") == 1
+        assert engine._active["r1"].core.lease_lost
+        assert engine.store.owners_without_lock([me]) == set()  # held again
+    finally:
+        release_b.set()
+        t.join(WAIT_S)
+        engine.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], durably.StaleLease), outcome
+
+
+def _drive(engine: durably.Engine, wf: Any, run_id: str, out: list[BaseException | str]) -> None:
+    try:
+        out.append(engine.run(wf, run_id=run_id))
+    except BaseException as exc:
+        out.append(exc)
+
+
+def test_two_engines_of_one_process_both_hold_its_owner_lock(pg_url: str) -> None:
+    """One process is one owner: a second engine on the same journal takes the same
+    owner's lock on its own session. It must not wait for the first engine's session
+    (forever: that session lives as long as the first engine)."""
+    first, second = durably.Engine(pg_url), durably.Engine(pg_url)
+    for eng in (first, second):
+
+        @eng.workflow(name="wf")
+        def wf(ctx: durably.Context) -> int:
+            return int(ctx.step("one", lambda: 1))
+
+    assert first.run("wf", run_id="r1") == 1
+    out: list[BaseException | str] = []
+    t = threading.Thread(target=_drive, args=(second, "wf", "r2", out), daemon=True)
+    t.start()
+    t.join(WAIT_S)
+    hung = t.is_alive()
+    if hung:  # free the blocked session, so the engines can close and the test ends
+        store = first.store
+        assert isinstance(store, PostgresStore) and store._owner_conn is not None
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_cancel_backend(pid) FROM pg_stat_activity"
+                " WHERE %s = ANY(pg_blocking_pids(pid))",
+                (store._owner_conn.info.backend_pid,),
+            )
+        t.join(WAIT_S)
+    assert not hung and out == [1]
+    me = str(first._owner_now())
+    first.close()
+    # The process still shows alive: the second engine holds the lock too.
+    assert second.store.owners_without_lock([me]) == set()
+    second.close()
+
+
+def test_the_lease_keeper_keeps_the_idle_lock_session_from_idle_timeouts(pg_url: str) -> None:
+    """The lock session runs no query of its own: the keeper's ping at every beat is what
+    keeps a server's idle_session_timeout (or a NAT's idle cut) from ending it, and with
+    it every run the process drives."""
+    url = pg_url + "%20-cidle_session_timeout%3D2000"  # 2 s, for this test's sessions
+    with durably.Engine(url, lease_s=10.0, heartbeat_s=0.3) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            for i in range(6):  # 3 s in all: past the idle timeout, many beats
+                ctx.step(f"nap{i}", lambda: time.sleep(0.5) or 1)
+            return "done"
+
+        assert engine.run(wf, run_id="r") == "done"
+
+
 def test_worker_warns_when_its_clock_is_off_the_databases(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

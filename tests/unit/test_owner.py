@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,28 @@ def test_this_process_is_alive_and_a_gone_pid_of_this_host_is_dead() -> None:
     assert not me.provably_dead()
     gone = Owner(me.host, gone_pid(), "1", me.host_id)
     assert gone.provably_dead()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_killed_owner_its_parent_has_not_reaped_is_dead() -> None:
+    # A worker SIGKILLed under a supervisor that has not waited for it yet is a zombie:
+    # its pid still answers kill(0), but it runs no code, so its runs are taken over now.
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        me = Owner.current()
+        started = owner_mod._process_start(p.pid)
+        assert started is not None
+        victim = Owner(me.host, p.pid, started, me.host_id)
+        assert not victim.provably_dead()
+        p.kill()
+        deadline = time.monotonic() + 60
+        while owner_mod._process_stat(p.pid) not in ((s, started) for s in ("Z", "X")):
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.01)
+        assert victim.provably_dead()
+    finally:
+        p.kill()
+        p.wait()
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["machine id", "boot id"])

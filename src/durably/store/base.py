@@ -182,10 +182,12 @@ class Store(Protocol):
         own; SQLite has no such thing (a no-op). Idempotent."""
         ...
 
-    def owner_lock_lost(self) -> bool:
+    def owner_lock_lost(self, ping: bool = True) -> bool:
         """True when the connection holding this process's owner lock died since
         ``hold_owner`` (the lock is free, so others may judge this process dead-looking:
-        it must treat that as losing its leases). Always False on SQLite."""
+        it must treat that as losing its leases). ``ping=False`` looks without a round
+        trip (it sees a session the server ended, not a silent network cut); a ping also
+        keeps the idle session from idle timeouts. Always False on SQLite."""
         ...
 
     def owners_without_lock(self, owners: Sequence[str]) -> set[str]:

@@ -29,6 +29,7 @@ _PID = re.compile(rf"[0-9]{{1,{PID_DIGITS_MAX}}}")
 # and cannot contain the owner string's separator.
 _HOST_ID = re.compile(rf"[0-9A-Za-z.:-]{{1,{HOST_ID_CHARS_MAX}}}")
 _UNSAFE = re.compile(r"[^0-9A-Za-z.:-]")
+_EXITED = ("Z", "X")  # /proc/<pid>/stat states of a process that has exited
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +109,14 @@ class Owner:
             return True
         except (PermissionError, OverflowError, ValueError):
             return False  # exists, owned by someone else (or a pid this OS cannot name)
-        started = _process_start(self.pid)
+        stat = _process_stat(self.pid)
+        if stat is None:
+            return False
+        state, started = stat
+        if started == self.started and state in _EXITED:
+            return True  # a zombie its parent has not reaped yet: it runs no code
         # A pid reused by a newer process means the owner itself is gone.
-        return started is not None and self.started != "?" and started != self.started
+        return self.started != "?" and started != self.started
 
 
 def host_label() -> str:
@@ -167,6 +173,13 @@ def _read_first(paths: tuple[str, ...]) -> str:
 
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux), else None."""
+    stat = _process_stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _process_stat(pid: int) -> tuple[str, str] | None:
+    """The process's state letter and start time in clock ticks since boot (Linux), else
+    None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
@@ -174,4 +187,4 @@ def _process_start(pid: int) -> str | None:
         return None
     # The command name (field 2) may hold spaces; fields after its ')' are fixed.
     rest = data[data.rfind(b")") + 2 :].split()
-    return rest[19].decode() if len(rest) > 19 else None
+    return (rest[0].decode(), rest[19].decode()) if len(rest) > 19 else None

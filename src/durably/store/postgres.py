@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -446,14 +447,16 @@ class PostgresStore:
 
         def op(conn: Conn, _: bool) -> RunRecord | None:
             with conn.transaction():
-                filters["queues"] = self._open_queues(conn, queues, queue_limits or {}, now)
-                if not filters["queues"]:
-                    return None
                 candidates = conn.execute(
                     _Q["same_host_owners"],
                     {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
                 ).fetchall()
                 filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
+                filters["queues"] = self._open_queues(
+                    conn, queues, queue_limits or {}, now, filters["dead"]
+                )
+                if not filters["queues"]:
+                    return None
                 # Each pass either claims or quarantines the run it locked (which then
                 # leaves the runnable set), so the bound only guards against a bug.
                 for _scan in range(CLAIM_SCAN_MAX):
@@ -468,15 +471,22 @@ class PostgresStore:
         return self._call(op)
 
     def _open_queues(
-        self, conn: Conn, queues: Sequence[str], limits: dict[str, int], now: float
+        self,
+        conn: Conn,
+        queues: Sequence[str],
+        limits: dict[str, int],
+        now: float,
+        dead: list[str],
     ) -> list[str]:
-        """The queues with a free slot, holding each limited queue's lock until commit."""
+        """The queues with a free slot, holding each limited queue's lock until commit;
+        runs of the ``dead`` owners hold no slot."""
         limited = sorted(q for q in set(queues) if q in limits)
         for q in limited:  # sorted, so two workers never wait on each other in a cycle
             conn.execute(_Q["lock_queue"], {"queue": q})
         busy: dict[str, int] = {}
         if limited:
-            rows = conn.execute(_Q["running_per_queue"], {"now": now, "queues": limited})
+            params = {"now": now, "queues": limited, "dead": dead}
+            rows = conn.execute(_Q["running_per_queue"], params)
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
 
@@ -852,13 +862,18 @@ class PostgresStore:
                 raise self._translate(exc) from exc
             self._owner_conn, self._owner_held = conn, text
 
-    def owner_lock_lost(self) -> bool:
+    def owner_lock_lost(self, ping: bool = True) -> bool:
         """True when the owner lock's connection died since :meth:`hold_owner`; the next
         ``hold_owner`` takes the lock again on a new connection."""
         self._check_fork()
         with self._owner_lock:
             conn = self._owner_conn
             if conn is None:
+                return False
+            # An idle lock session receives nothing unless it ended (the server's FATAL
+            # on pg_terminate_backend or shutdown, a reset): without ``ping`` there is no
+            # round trip when it is silent, so every claim can afford the check.
+            if not ping and not conn.closed and not _has_input(conn):
                 return False
             try:
                 conn.execute(_Q["ping"])
@@ -972,6 +987,15 @@ def _refused_for_good(exc: psycopg.Error) -> bool:
     text = str(exc)
     passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
     return "FATAL:" in text and not any(p in text for p in passing)
+
+
+def _has_input(conn: Conn) -> bool:
+    """True when the server sent something on the idle connection ``conn`` (or closed it)."""
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True  # no usable socket: let the ping find out
+    return bool(readable)
 
 
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:

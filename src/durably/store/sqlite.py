@@ -401,21 +401,22 @@ class SQLiteStore:
         """
         now = self.clock.time()
         with self._tx() as c:
-            busy = dict(c.execute(_Q["running_per_queue"], {"now": now}).fetchall())
+            candidates = c.execute(
+                _Q["same_host_owners"],
+                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
+            ).fetchall()
+            dead = json.dumps(dead_owners([r[0] for r in candidates], owner_dead))
+            busy = dict(c.execute(_Q["running_per_queue"], {"now": now, "dead": dead}).fetchall())
             open_queues = [
                 q for q in queues if (queue_limits or {}).get(q, 1 << 30) > busy.get(q, 0)
             ]
             if not open_queues or not served:
                 return None
-            candidates = c.execute(
-                _Q["same_host_owners"],
-                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
-            ).fetchall()
             params = {
                 "queues": json.dumps(open_queues),
                 "served": json.dumps(served),
                 "now": now,
-                "dead": json.dumps(dead_owners([r[0] for r in candidates], owner_dead)),
+                "dead": dead,
             }
             # Each pass either claims or quarantines the run it found (which then leaves
             # the runnable set), so the bound only guards against a bug looping forever.
@@ -700,7 +701,7 @@ class SQLiteStore:
     def hold_owner(self, owner: Owner) -> None:
         """Nothing to hold: SQLite judges owners by their pids (same host only)."""
 
-    def owner_lock_lost(self) -> bool:
+    def owner_lock_lost(self, ping: bool = True) -> bool:
         """Never: there is no owner lock on SQLite."""
         return False
 

@@ -205,9 +205,10 @@ SELECT pg_advisory_xact_lock(hashtext('durably.queue.' || current_schema()),
                              hashtext(%(queue)s));
 
 -- name: running_per_queue
+-- A run of a provably dead owner (%(dead)s) holds no slot: a claim may take it over now.
 SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > %(now)s
-  AND queue = ANY(%(queues)s::text[])
+  AND queue = ANY(%(queues)s::text[]) AND NOT owner = ANY(%(dead)s::text[])
 GROUP BY queue;
 
 -- name: next_runnable
@@ -252,8 +253,11 @@ SELECT pg_notify(%(channel)s, '');
 -- name: hold_owner_lock
 -- Held for the life of the owner lock's session: while it is held, the owner's process
 -- is alive (and connected). Keyed on the schema and the owner string; a hash collision
--- only makes a dead owner look alive (its lease then expires), never the reverse.
-SELECT pg_advisory_lock(hashtext('durably.owner.' || current_schema()), hashtext(%(owner)s));
+-- only makes a dead owner look alive (its lease then expires), never the reverse. Shared:
+-- every engine of one process (one owner) holds it at once, each on its own session, and
+-- the owner shows alive while any of them does; the probe below takes it exclusively.
+SELECT pg_advisory_lock_shared(hashtext('durably.owner.' || current_schema()),
+                               hashtext(%(owner)s));
 
 -- name: owner_lock_free
 -- True when nobody holds the owner's lock; the transaction-level lock taken to find out

@@ -130,8 +130,10 @@ SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
+-- A run of a provably dead owner (:dead) holds no slot: a claim may take it over now.
 SELECT queue, count(*) FROM runs
 WHERE status = 'running' AND owner IS NOT NULL AND lease_expires_at > :now
+  AND owner NOT IN (SELECT value FROM json_each(:dead))
 GROUP BY queue;
 
 -- name: next_runnable
