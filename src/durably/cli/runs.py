@@ -1,4 +1,4 @@
-"""``durably runs list|show``: inspect runs and their journals.
+"""``durably runs list|show|why``: inspect runs and their journals.
 
 Everything these commands print from the journal (run ids, workflow and step names, error
 messages, outcomes, park reasons) goes through :func:`.common.term`: error messages are
@@ -335,3 +335,36 @@ def _console() -> Any:
     from rich.console import Console
 
     return Console(emoji=False, highlight=False)
+
+
+# -- durably runs why ----------------------------------------------------------------------
+
+
+@runs.command("why")
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure).',
+)
+def runs_why(run_id: str, db: str, as_json: bool) -> None:
+    """Say in one sentence why RUN is where it is: queued behind whom, running which step
+    and attempt, orphaned, in doubt, blocked, quarantined, failed where, completed. The
+    states and their sentences are listed in docs/why.md."""
+    import time
+
+    from ..why import explain, gather
+
+    engine = open_engine(db, as_json)
+    try:
+        why = explain(gather(engine, run_id, time.time()))
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json_text(why.as_json()))
+        return
+    _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)

@@ -244,6 +244,21 @@ class Store(Protocol):
         of death: a dropped connection frees a lock too."""
         ...
 
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Record that worker ``owner`` (this process) serves ``queues`` and is alive for
+        ``ttl_s`` more seconds; also prunes rows of workers dead for a day."""
+        ...
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove worker ``owner``'s row (it stopped)."""
+        ...
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """``(owner, queues)`` of every worker whose last beat has not expired, at most
+        ``rules.WORKERS_MAX``. A live row is no proof of life: a worker killed since its
+        last beat keeps its row until it expires."""
+        ...
+
     def db_time(self) -> float | None:
         """The database server's clock (seconds since the epoch), or None when the
         database has no clock of its own (SQLite runs on this host)."""

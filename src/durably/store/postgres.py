@@ -63,6 +63,7 @@ from ..redact import redact
 from . import stream
 from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
+    WORKERS_MAX,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -72,6 +73,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    worker_params,
+    worker_rows,
 )
 from .sqlfiles import load_queries, migrations
 
@@ -937,6 +940,27 @@ class PostgresStore:
             return free
 
         return self._call(op) if wanted else set()
+
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Upsert this worker's row (see the Store protocol)."""
+        params = worker_params(owner, queues, self.clock.time(), ttl_s)
+
+        def op(conn: Conn, _: bool) -> None:
+            with conn.transaction():
+                conn.execute(_Q["prune_workers"], params)
+                conn.execute(_Q["beat_worker"], params)
+
+        self._call(op)
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove this worker's row."""
+        self._call(lambda c, _: c.execute(_Q["drop_worker"], {"owner": str(owner)}))
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Workers whose last beat has not expired."""
+        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
+        rows = self._call(lambda c, _: c.execute(_Q["live_workers"], params).fetchall())
+        return worker_rows(rows)
 
     def db_time(self) -> float | None:
         """The server's clock (``clock_timestamp()``), in seconds since the epoch."""

@@ -39,6 +39,7 @@ from ..redact import redact_url
 from . import stream
 from .base import NewRun, Owner, Served, served_json
 from .rules import (
+    WORKERS_MAX,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -48,6 +49,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    worker_params,
+    worker_rows,
 )
 from .sqlfiles import latest_version, load_queries, migrations
 
@@ -728,6 +731,23 @@ class SQLiteStore:
     def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
         """All of them: SQLite has no lock that could show an owner alive."""
         return set(owners)
+
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Upsert this worker's row (see the Store protocol)."""
+        params = worker_params(owner, queues, self.clock.time(), ttl_s)
+        with self._tx() as c:
+            c.execute(_Q["prune_workers"], params)
+            c.execute(_Q["beat_worker"], params)
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove this worker's row."""
+        with self._tx() as c:
+            c.execute(_Q["drop_worker"], {"owner": str(owner)})
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Workers whose last beat has not expired."""
+        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
+        return worker_rows(self._read(_Q["live_workers"], params))
 
     def db_time(self) -> float | None:
         """None: the database file has no clock but this host's."""

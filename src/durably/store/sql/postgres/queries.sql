@@ -374,3 +374,19 @@ WITH appended AS (
 )
 SELECT (SELECT count(*) FROM appended),
        (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped);
+
+-- name: beat_worker
+-- A worker's row, written at its start and on every beat; started_at stays its first.
+INSERT INTO workers (owner, queues, started_at, beat_at, expires_at)
+VALUES (%(owner)s, %(queues)s, %(now)s, %(now)s, %(expires_at)s)
+ON CONFLICT (owner) DO UPDATE
+SET queues = excluded.queues, beat_at = excluded.beat_at, expires_at = excluded.expires_at;
+
+-- name: prune_workers
+DELETE FROM workers WHERE expires_at < %(before)s;
+
+-- name: drop_worker
+DELETE FROM workers WHERE owner = %(owner)s;
+
+-- name: live_workers
+SELECT owner, queues FROM workers WHERE expires_at > %(now)s ORDER BY owner LIMIT %(limit)s;

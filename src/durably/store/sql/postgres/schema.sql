@@ -109,3 +109,13 @@ CREATE TABLE blobs (
     size       BIGINT NOT NULL,
     created_at DOUBLE PRECISION NOT NULL
 );
+
+-- Live workers (owner string -> the queues it serves, as a JSON array); a row past
+-- expires_at is a worker that died.
+CREATE TABLE workers (
+    owner      TEXT PRIMARY KEY,
+    queues     TEXT NOT NULL,
+    started_at DOUBLE PRECISION NOT NULL,
+    beat_at    DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);

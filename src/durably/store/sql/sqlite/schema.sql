@@ -105,3 +105,13 @@ CREATE TABLE blobs (
     size       INTEGER NOT NULL,
     created_at REAL NOT NULL
 ) WITHOUT ROWID;
+
+-- Live workers (owner string -> the queues it serves, as a JSON array); a row past
+-- expires_at is a worker that died.
+CREATE TABLE workers (
+    owner      TEXT PRIMARY KEY,
+    queues     TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    beat_at    REAL NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
