@@ -14,7 +14,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/activate
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
-	$(BIN)/python -m pip install --quiet -e '.[dev,plot]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,plot,otel]'
 	touch $@ $(VENV)/.installed-demo
 
 ## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its
@@ -23,7 +23,7 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/demo.py
 	$(BIN)/durably chaos --plot demo-output/chaos.png
 
-## test: install with dev extras, then ruff, mypy (strict) and pytest
+## test: install with dev (and otel) extras, then ruff, mypy (strict) and pytest
 test: $(VENV)/.installed-dev lint typecheck pytest
 
 lint: $(VENV)/.installed-dev

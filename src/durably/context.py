@@ -87,7 +87,8 @@ class Executor:
         core = self.core
         with recording(core):
             yield from retry.attempts(
-                lambda: self.store.append(core.run_id, core.token, op.records), self.store_retry_s
+                lambda: self.store.append(core.run_id, core.token, op.records, op.events),
+                self.store_retry_s,
             )
 
 
@@ -368,6 +369,13 @@ class Context:
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
 
+    def emit(self, kind: str, data: Any = None) -> None:
+        """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
+        the run's event stream, at the current position. It consumes no position and
+        costs no commit of its own (it rides with the next recorded step); an emit that
+        replays after a crash is not stored twice."""
+        self._core.emit(kind, data)
+
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
         return self._core.now()
@@ -424,6 +432,11 @@ class AsyncContext:
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+
+    def emit(self, kind: str, data: Any = None) -> None:
+        """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
+        not awaited: it does no I/O."""
+        self._core.emit(kind, data)
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""

@@ -28,6 +28,16 @@ from .errors import (
     StepFailed,
     Unwind,
 )
+from .events import (
+    EVENT_DATA_BYTES_MAX,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_RETRIED,
+    STEP_STARTED,
+    USER,
+    NewEvent,
+    new_event,
+)
 from .history import (
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
@@ -53,6 +63,8 @@ from .steps import StepSignature, Usage, signature_of
 if TYPE_CHECKING:
     import uuid as _uuid
 
+EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
+
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
 ``recorded``; called only for live (not replayed) steps, and only when set."""
@@ -74,9 +86,12 @@ class Call:
 
 @dataclass(slots=True)
 class Write:
-    """Operation: append ``records`` to the journal in one fenced transaction."""
+    """Operation: append ``records`` to the journal in one fenced transaction, with the
+    ``events`` that describe them (and any stream-only events buffered since the last
+    write, which so cost no commit of their own)."""
 
     records: list[StepRecord]
+    events: list[NewEvent] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -217,6 +232,10 @@ class RunCore:
         self._legacy_gathers: frozenset[str] | None = None
         # Set by ``durably replay --check``: the first live action stops the replay.
         self.checking = False
+        # Stream-only events waiting to ride with the next durable write, and how many
+        # emits each position has had (an emit's identity: replay dedupes by it).
+        self.events: list[NewEvent] = []
+        self.emits: dict[str, int] = {}
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -345,6 +364,43 @@ class RunCore:
         """Buffered clock/random records, to ride with the next durable write."""
         out, self.pending = self.pending, []
         return out
+
+    # -- the event stream ----------------------------------------------------------------
+
+    def take_events(self) -> list[NewEvent]:
+        """Buffered stream-only events, to ride with the next durable write."""
+        out, self.events = self.events, []
+        return out
+
+    def step_event(self, kind: str, pos: str, data: dict[str, Any], tail: str = "") -> NewEvent:
+        """A step event of this claim (its dedupe carries the fencing token: a write
+        retried after an unknown outcome stores it once; a later claim's is another)."""
+        dedupe = f"t{self.token}:{kind}:{pos}{tail}"
+        return new_event(kind, pos, data, self.clock.time(), dedupe)
+
+    def emit(self, kind: Any, data: Any = None) -> None:
+        """Buffer a user event at the current position (the one the next recording call
+        takes). It consumes no position; its identity is (position, index among the
+        position's emits), so a replay that emits it again stores nothing new."""
+        self.guard()
+        if not isinstance(kind, str) or not kind:
+            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
+        check_name(kind, "ctx.emit: the kind")
+        if len(self.events) >= EVENTS_BUFFERED_MAX:
+            raise ConfigError(
+                f"ctx.emit: {EVENTS_BUFFERED_MAX:,} events buffered without a step in between;"
+                " events ride with the next recorded step, so record one (or emit less)"
+            )
+        scope = SCOPE.get()
+        if scope is None or scope.core is not self:
+            scope = self.root
+        pos = f"{scope.prefix}{scope.next}"
+        index = self.emits.get(pos, 0)
+        text = codec.dumps(
+            {"kind": kind, "data": data}, f"ctx.emit({kind!r})", EVENT_DATA_BYTES_MAX
+        )
+        self.emits[pos] = index + 1
+        self.events.append(NewEvent(USER, pos, text, self.clock.time(), f"emit:{pos}:{index}"))
 
     # -- deterministic values ------------------------------------------------------------
 
@@ -562,12 +618,15 @@ class RunCore:
                 return reconciled
         self.fault(pos, name, "before", sig)
         pending = self.take_pending()
+        started_data = {"name": name, "attempt": crashed + 1, "key": key}
+        self.events.append(self.step_event(STEP_STARTED, pos, started_data))
         if sig.options.effect:
             # A re-execution rewrites the intent with one more execution started.
             intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
             pending.append(intent.replace(started_at=started))
         if pending:
-            yield Write(pending)
+            # step.started rides with the intent: no commit of its own.
+            yield Write(pending, self.take_events())
         return (
             yield from self._attempts(
                 pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed
@@ -653,7 +712,17 @@ class RunCore:
                 )
             exc = out.error
             if opts.retryable(exc, attempt):
-                yield Wait(opts.delay_s(key, attempt))
+                delay_s = opts.delay_s(key, attempt)
+                retried = {
+                    "name": name,
+                    "attempt": crashed + attempt,
+                    "error_type": type_name(exc),
+                    "error_message": storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+                    "delay_s": delay_s,
+                }
+                event = self.step_event(STEP_RETRIED, pos, retried, f":{crashed + attempt}")
+                self.events.append(event)
+                yield Wait(delay_s)
                 continue
             now = self.clock.time()
             rec = StepRecord(
@@ -671,7 +740,16 @@ class RunCore:
                 *_usage_cols(spent),
             )
             self.fault(pos, name, "effect", sig)
-            yield Write([*self.take_pending(), rec])
+            failed = {
+                "name": name,
+                "attempt": rec.attempts,
+                "duration_ms": _ms(now - started),
+                "key": key,
+                "error_type": rec.error_type,
+                "error_message": rec.error_message,
+            }
+            events = [*self.take_events(), self.step_event(STEP_FAILED, pos, failed)]
+            yield Write([*self.take_pending(), rec], events)
             self.fault(pos, name, "recorded", sig)
             raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
@@ -710,9 +788,24 @@ class RunCore:
             self.clock.time(),
             *_usage_cols(usage),
         )
-        yield Write([*self.take_pending(), rec])
+        done = {
+            "name": name,
+            "attempt": attempts,
+            "duration_ms": _ms((rec.finished_at or started) - started),
+            "key": idempotency_key(self.run_id, self.incarnation, pos),
+            "tokens": rec.usage_tokens,
+            "cost_usd": rec.usage_cost_usd,
+        }
+        events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
+        yield Write([*self.take_pending(), rec], events)
         self.fault(pos, name, "recorded", sig)
         return _decode(self, text, sig, pos, name)
+
+
+def _ms(seconds: float | None) -> float:
+    """Seconds as milliseconds, rounded to a microsecond (never negative: a clock that
+    stepped back reads as 0)."""
+    return round(max(0.0, seconds or 0.0) * 1000, 3)
 
 
 def _add_usage(total: Usage, more: Usage) -> None:

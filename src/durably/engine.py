@@ -46,6 +46,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
 from .history import (
     BLOCKED,
     CANCELLED,
@@ -86,6 +87,7 @@ DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
 LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
+EVENTS_PAGE_MAX = 10_000  # most events one engine.events call returns
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 
 _log = logging.getLogger("durably")
@@ -336,6 +338,33 @@ class Engine:
         run = self.get_run(run_id)
         return sorted(
             self.store.load_history(run_id, run.generation), key=lambda r: position_key(r.position)
+        )
+
+    def events(self, run_id: str, after: int = 0, limit: int = 1000) -> EventPage:
+        """One page of the run's event stream: events with cursor > ``after``, oldest
+        first, at most ``limit``; pass the page's ``cursor`` as ``after`` to read on
+        (no gap, no repeat). Raises ``RunNotFound``."""
+        _check_cursor(after, limit)
+        page = self._store_call(lambda: self.store.read_events(run_id, after, limit))
+        if page is None:
+            raise RunNotFound(
+                f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
+            )
+        return page
+
+    def follow(self, run_id: str, after: int = 0, poll_s: float = FOLLOW_POLL_S_DEFAULT) -> Follow:
+        """Follow the run's stream live: one object for both ``for`` and ``async for``,
+        yielding every event after ``after`` and ending once the run finishes. Woken by
+        LISTEN/NOTIFY on PostgreSQL, a ``poll_s`` poll on SQLite. Raises ``RunNotFound``
+        (at once, not on the first ``next``)."""
+        self.events(run_id, after, 1)  # fail fast on an unknown run or a bad cursor
+        if not poll_s > 0:
+            raise ConfigError(f"poll_s must be a positive number of seconds, got {poll_s!r}")
+        return Follow(
+            read=lambda cursor: self.events(run_id, cursor),
+            wait=lambda timeout_s: self.store.wait_for_events(run_id, timeout_s),
+            after=after,
+            poll_s=poll_s,
         )
 
     def start(
@@ -785,10 +814,12 @@ class Engine:
                         f" data, then `durably retry {run_id}` (recorded steps replay)"
                     )
                 ) from None
-            records = core.take_pending()
+            records, events = core.take_pending(), core.take_events()
             self._record(
                 core,
-                lambda: self.store.finish(run_id, core.token, COMPLETED, records, outcome=out),
+                lambda: self.store.finish(
+                    run_id, core.token, COMPLETED, records, outcome=out, events=events
+                ),
             )
         except BaseException as exc:
             self._conclude_error(att, exc)
@@ -812,16 +843,22 @@ class Engine:
                 raise signal
             if core.poisoned is not None:
                 reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
-                self._record(core, lambda: self.store.release(run_id, token, BLOCKED, reason))
+                events = core.take_events()
+                self._record(
+                    core, lambda: self.store.release(run_id, token, BLOCKED, reason, events=events)
+                )
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
             if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
                 why = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
-                self._record(core, lambda: self.store.release(run_id, token, IN_DOUBT, why))
+                events = core.take_events()
+                self._record(
+                    core, lambda: self.store.release(run_id, token, IN_DOUBT, why, events=events)
+                )
                 raise RunInDoubt(f"run {run_id!r} is in doubt: {core.in_doubt}") from None
             if isinstance(signal, Exception):
-                records = core.take_pending()
+                records, events = core.take_pending(), core.take_events()
                 self._record(
                     core,
                     lambda: self.store.finish(
@@ -831,6 +868,7 @@ class Engine:
                         records,
                         error_type=_failure_type(signal),
                         error_message=_failure_message(signal),
+                        events=events,
                     ),
                 )
                 raise WorkflowFailed(
@@ -934,6 +972,16 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     if run.status == IN_DOUBT:
         raise RunInDoubt(f"run {run.run_id!r} is in doubt: {run.park_reason}")
     return None
+
+
+def _check_cursor(after: object, limit: object) -> None:
+    """Refuse a cursor or limit that is not a non-negative int, saying what to pass."""
+    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        raise ConfigError(
+            f"after must be an event cursor (an int >= 0, e.g. a page's .cursor), got {after!r}"
+        )
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= EVENTS_PAGE_MAX:
+        raise ConfigError(f"limit must be an int from 1 to {EVENTS_PAGE_MAX}, got {limit!r}")
 
 
 def _unregistered(run: RunRecord) -> Workflow:

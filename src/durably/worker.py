@@ -83,6 +83,7 @@ class Worker:
         self.drain_s = drain_s
         self.clock_check_s = clock_check_s
         self._next_clock_check = 0.0  # monotonic; 0 checks at the first loop
+        self._next_beat = 0.0  # monotonic; 0 writes the worker's row at the first loop
         self.stats = WorkerStats()
         self._stopping = threading.Event()
         self._slots = threading.Semaphore(concurrency)
@@ -110,6 +111,7 @@ class Worker:
         try:
             while not self._stopping.is_set():
                 self._maybe_check_clock()
+                self._maybe_beat()
                 if max_runs is not None and self.stats.claimed >= max_runs:
                     break
                 if not self._slots.acquire(timeout=self.poll_interval_s):
@@ -123,7 +125,27 @@ class Worker:
                 self._start(pool, run)
         finally:
             self._drain(pool)
+            self._unregister()
         return self.stats
+
+    def _maybe_beat(self) -> None:
+        """Keep this worker's row in the journal's ``workers`` table alive (written at
+        start, then every third of a lease), so `durably runs why` can say how many
+        workers serve a queue; a dead worker's row expires after one lease."""
+        if time.monotonic() < self._next_beat:
+            return
+        self._next_beat = time.monotonic() + self.engine.lease_s / 3
+        try:
+            me = self.engine._owner_now()
+            self.engine.store.beat_worker(me, self.queues, self.engine.lease_s)
+        except DurablyError as exc:
+            log.warning("durably worker: cannot record this worker as alive (%s)", exc)
+
+    def _unregister(self) -> None:
+        try:
+            self.engine.store.drop_worker(self.engine._owner_now())
+        except DurablyError as exc:  # its row expires instead
+            log.warning("durably worker: cannot remove this worker's row (%s)", exc)
 
     def _maybe_check_clock(self) -> None:
         """Compare clocks with the database at start and every ``clock_check_s``: leases

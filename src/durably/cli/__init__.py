@@ -5,9 +5,9 @@ Every command takes ``--db URL`` (or the ``DURABLY_URL`` environment variable) a
 runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
-(``runs list|show``), :mod:`.recovery` (``retry``, ``skip``, ``fork``), :mod:`.recover`,
-:mod:`.worker`, :mod:`.replay` (``replay --check``), :mod:`.migrate`, :mod:`.proof`
-(``chaos``, ``simulate``, ``bench``).
+(``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
+:mod:`.recover`, :mod:`.worker`, :mod:`.replay` (``replay --check``), :mod:`.migrate`,
+:mod:`.proof` (``chaos``, ``simulate``, ``bench``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ no tool and writing nothing, and exits 1 when any run would diverge.
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import Any
 
@@ -15,12 +14,17 @@ import click
 
 from ..errors import DurablyError
 from ..history import RUN_STATUSES
-from .common import CommandError, inert, json_text, load_engine, module_db_option, term
+from .common import (
+    CommandError,
+    inert,
+    json_text,
+    load_engine,
+    module_db_option,
+    since_arg,
+    term,
+)
 
 RUNS_CHECKED_MAX = 10_000_000  # bounds --limit: a check reads one history per run
-
-_AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 @click.command("replay")
@@ -73,7 +77,7 @@ def replay_cmd(
 
     if not check:
         raise click.UsageError("say --check: durably replay --check MODULE:ENGINE")
-    since_t, relative = _since(since, as_json)
+    since_t, relative = since_arg(since, as_json)
     engine = load_engine(target, db, as_json)
     try:
         if since_t is not None and relative:
@@ -129,25 +133,3 @@ def _print(checked: int, diverging: list[dict[str, Any]], unserved: list[dict[st
         f"{verdict}: {checked} run(s) checked, {len(diverging)} would diverge,"
         f" {len(unserved)} not checked (version not registered here)"
     )
-
-
-def _since(text: str | None, as_json: bool) -> tuple[float | None, bool]:
-    """``--since`` as (a Unix time, False) or (an age in seconds, True): an age is made
-    absolute on the engine's clock once the engine is loaded."""
-    if text is None:
-        return None, False
-    ago = _AGO.fullmatch(text.strip())
-    if ago:
-        return float(ago.group(1)) * _UNIT_S[ago.group(2)], True
-    import datetime as dt
-
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise CommandError(
-            f"--since {text!r}: write an ISO time (2026-11-30T06:00) or an age (90m, 24h, 7d)",
-            as_json,
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp(), False

@@ -1,4 +1,4 @@
-"""``durably runs list|show``: inspect runs and their journals.
+"""``durably runs list|show|why``: inspect runs and their journals.
 
 Everything these commands print from the journal (run ids, workflow and step names, error
 messages, outcomes, park reasons) goes through :func:`.common.term`: error messages are
@@ -7,11 +7,16 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import click
 
 from ..errors import DurablyError
+from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
 from ..redact import redact_url
 from .common import (
@@ -23,11 +28,14 @@ from .common import (
     open_engine,
     owner_text,
     run_json,
+    since_arg,
     status_text,
     step_json,
     term,
     ts,
 )
+
+DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
 
 
 @click.group()
@@ -46,6 +54,11 @@ def runs() -> None:
     help="Count unfinished runs per workflow version instead (drain old workers first);"
     " --workflow, --version and --status filter the counts.",
 )
+@click.option(
+    "--since",
+    help="Only runs created in the last 30d, 12h, 15m or 90s, or since an ISO-8601 time"
+    " (2026-11-30T10:00, UTC unless it names an offset).",
+)
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
     "--json",
@@ -59,17 +72,25 @@ def runs_list(
     workflow: str | None,
     version: str | None,
     by_version: bool,
+    since: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """List runs, newest first (``--by-version``: unfinished runs per version)."""
+    """List runs, newest first, with a count of runs per status under the table
+    (``--by-version``: unfinished runs per version instead)."""
+    start = None if since is None else since_time(since, time.time(), as_json)
     engine = open_engine(db, as_json)
     try:
         if by_version:
             counts = engine.store.runs_by_version()
         else:
             rows = engine.store.list_runs(
-                status=status, workflow=workflow, limit=limit, version=version
+                status=status, workflow=workflow, limit=limit, version=version, since=start
+            )
+            per_status = (
+                {}
+                if as_json
+                else engine.store.count_runs(workflow=workflow, since=start, version=version)
             )
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
@@ -101,7 +122,113 @@ def runs_list(
             ts(run.created_at),
             ts(run.updated_at),
         )
-    _console().print(table)
+    console = _console()
+    console.print(table)
+    console.print(count_line(per_status, len(rows)))
+
+
+def count_line(counts: dict[str, int], shown: int) -> str:
+    """``12 runs: 8 completed, 3 running, 1 failed (showing 10)``: the runs matching the
+    filters other than --status and --limit, by status, most first."""
+    total = sum(counts.values())
+    parts = ", ".join(
+        f"{n:,} {term(status)}" for status, n in sorted(counts.items(), key=lambda x: (-x[1], x[0]))
+    )
+    line = f"{total:,} run{'s' if total != 1 else ''}" + (f": {parts}" if parts else "")
+    return line + (f" (showing {shown:,})" if shown < total else "")
+
+
+def since_time(text: str, now: float, as_json: bool = False) -> float:
+    """The epoch time ``--since`` names: an age (``30d``, ``12h``, ``15m``, ``90s``)
+    before ``now``, or an ISO-8601 time (UTC unless it carries an offset)."""
+    value, relative = since_arg(text, as_json)
+    assert value is not None, "since_arg returns a value for any text"
+    return now - value if relative else value
+
+
+@runs.command("tail")
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new events until the run finishes."
+)
+@click.option(
+    "--after",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0),
+    help="Print only events after this cursor (the first column; resume where you left off).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON object per event and line (an {"error": ...} object on failure).',
+)
+def runs_tail(run_id: str, db: str, follow: bool, after: int, as_json: bool) -> None:
+    """Print a run's event stream, one line per event: cursor, time (UTC), kind,
+    position, data. With --follow, keep printing as the run goes on (Ctrl-C to stop)."""
+    engine = open_engine(db, as_json)
+    console = None if as_json else _console()
+    try:
+        events: Iterable[Event] = (
+            engine.follow(run_id, after=after) if follow else _pages(engine, run_id, after)
+        )
+        for event in events:
+            if console is None:
+                click.echo(json_text(event_json(event)))
+            else:
+                console.print(event_line(event), soft_wrap=True)
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    except KeyboardInterrupt:
+        pass  # a person stopped following: not an error
+    finally:
+        engine.close()
+
+
+def _pages(engine: Any, run_id: str, after: int) -> Iterator[Event]:
+    """Every event committed so far after ``after``, page by page."""
+    while True:
+        page = engine.events(run_id, after=after)
+        yield from page.events
+        if not page.events:
+            return
+        after = page.cursor
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """One event as the JSON object ``runs tail --json`` prints."""
+    return {
+        "run_id": event.run_id,
+        "cursor": event.cursor,
+        "kind": event.kind,
+        "position": event.position,
+        "at": event.at,
+        "data": event.data,
+    }
+
+
+def event_line(event: Event) -> str:
+    """One event as a rich line: every piece of journal text goes through term()."""
+    clock = dt.datetime.fromtimestamp(event.at, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+    data = dict(event.data)
+    if event.kind == USER:
+        kind = f"user:{data.pop('kind', '')}"
+        data = {"data": data.get("data")}
+    else:
+        kind = event.kind
+    body = " ".join(f"{term(k)}={term(_short(v))}" for k, v in data.items())
+    return (
+        f"[dim]{event.cursor:>6}  {clock}[/]  [bold]{term(kind):<16}[/]"
+        f" {term(event.position or '-'):>6}  {body}"
+    )
+
+
+def _short(value: Any) -> str:
+    """A data value as one bounded line of text."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= DATA_CHARS_SHOWN else text[: DATA_CHARS_SHOWN - 1] + "…"
 
 
 def _matches(
@@ -208,3 +335,36 @@ def _console() -> Any:
     from rich.console import Console
 
     return Console(emoji=False, highlight=False)
+
+
+# -- durably runs why ----------------------------------------------------------------------
+
+
+@runs.command("why")
+@click.argument("run_id")
+@db_option
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure).',
+)
+def runs_why(run_id: str, db: str, as_json: bool) -> None:
+    """Say in one sentence why RUN is where it is: queued behind whom, running which step
+    and attempt, orphaned, in doubt, blocked, quarantined, failed where, completed. The
+    states and their sentences are listed in docs/why.md."""
+    import time
+
+    from ..why import explain, gather
+
+    engine = open_engine(db, as_json)
+    try:
+        why = explain(gather(engine, run_id, time.time()))
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json_text(why.as_json()))
+        return
+    _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)

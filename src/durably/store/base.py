@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
 
@@ -92,8 +93,16 @@ class Store(Protocol):
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered."""
+        """Runs, newest first, optionally filtered (``since``: created at or after)."""
+        ...
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs (of ``workflow`` and ``version``, created at or after ``since``)
+        have each status; statuses without runs are left out."""
         ...
 
     def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
@@ -150,16 +159,26 @@ class Store(Protocol):
         status: str | None = None,
         park_reason: str | None = None,
         wake_at: float | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Give up the lease (fenced), optionally moving to a non-terminal status."""
+        """Give up the lease (fenced), optionally moving to a non-terminal status; the
+        status's event and ``events`` are written with it when the token holds."""
         ...
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation of a run, in one query."""
         ...
 
-    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
-        """Write records in one transaction, fenced; a result replaces an intent."""
+    def append(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Write records in one transaction, fenced; a result replaces an intent. The
+        ``events`` that describe them (numbered after the run's newest, each stored once
+        by its dedupe name) commit in the same transaction."""
         ...
 
     def finish(
@@ -171,8 +190,11 @@ class Store(Protocol):
         outcome: str | None = None,
         error_type: str | None = None,
         error_message: str | None = None,
+        park_reason: str | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write the last records and the run's outcome in one fenced transaction."""
+        """Write the last records, ``events`` and the run's outcome (with its event) in
+        one fenced transaction."""
         ...
 
     def requeue(
@@ -189,6 +211,17 @@ class Store(Protocol):
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
         failure outcome, reset the no-progress count, raise the fencing token and queue the
         run, all in one transaction. The incarnation (so every key) stays."""
+        ...
+
+    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
+        """Up to ``limit`` events of the run with cursor > ``after`` in cursor order, the
+        cursor to read on from, and whether the run was terminal with nothing left past
+        this page; None when the run does not exist."""
+        ...
+
+    def wait_for_events(self, run_id: str, timeout_s: float) -> None:
+        """Block until the run may have new events (a notification) or ``timeout_s``
+        passed. SQLite has no notifications: it just sleeps."""
         ...
 
     def hold_owner(self, owner: Owner) -> None:
@@ -209,6 +242,21 @@ class Store(Protocol):
         """The owners among ``owners`` that nothing shows alive: PostgreSQL, those whose
         advisory lock is free; SQLite, all of them (it has no lock to show). Never proof
         of death: a dropped connection frees a lock too."""
+        ...
+
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Record that worker ``owner`` (this process) serves ``queues`` and is alive for
+        ``ttl_s`` more seconds; also prunes rows of workers dead for a day."""
+        ...
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove worker ``owner``'s row (it stopped)."""
+        ...
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """``(owner, queues)`` of every worker whose last beat has not expired, at most
+        ``rules.WORKERS_MAX``. A live row is no proof of life: a worker killed since its
+        last beat keeps its row until it expires."""
         ...
 
     def db_time(self) -> float | None:

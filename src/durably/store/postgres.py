@@ -57,10 +57,13 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
+from ..events import EventPage, NewEvent
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
+from . import stream
 from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
+    WORKERS_MAX,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -70,6 +73,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    worker_params,
+    worker_rows,
 )
 from .sqlfiles import load_queries, migrations
 
@@ -134,6 +139,10 @@ class PostgresStore:
         self._channel = "durably_" + hashlib.sha256(self.schema.encode()).hexdigest()[:32]
         self._listen_conn: Conn | None = None
         self._listen_lock = threading.Lock()
+        # Followers of run event streams: a channel and a listening connection of their own.
+        self._events_channel = "durably_ev_" + self._channel[len("durably_") :]
+        self._events_listener: Conn | None = None
+        self._events_lock = threading.Lock()
         self._pool_min, self._pool_max = pool_min, pool_max
         self._inherited: list[object] = []
         self._owner_conn: Conn | None = None  # holds this process's owner lock
@@ -233,6 +242,7 @@ class PostgresStore:
         """Fresh locks in a forked child: a parent thread may have held them at the fork.
         The pool and listener are swapped by :meth:`_check_fork` on first use."""
         self._listen_lock = threading.Lock()
+        self._events_lock = threading.Lock()
         self._owner_lock = threading.Lock()
         self._fork_lock = threading.Lock()
 
@@ -245,8 +255,13 @@ class PostgresStore:
         with self._fork_lock:
             if self._pid == os.getpid():
                 return  # another thread of the child swapped them meanwhile
-            self._inherited += [self._pool, self._listen_conn, self._owner_conn]
-            self._listen_conn = None
+            self._inherited += [
+                self._pool,
+                self._listen_conn,
+                self._events_listener,
+                self._owner_conn,
+            ]
+            self._listen_conn = self._events_listener = None
             self._owner_conn, self._owner_held = None, ""  # the child is another owner
             self._pool = self._new_pool()
             self._pool.open(wait=False)
@@ -312,6 +327,9 @@ class PostgresStore:
         def op(conn: Conn, retried: bool) -> tuple[RunRecord, bool]:
             with conn.transaction():
                 created = conn.execute(_Q["insert_run"], params).rowcount == 1
+                if created:
+                    event = stream.created(new.workflow, new.queue, params["now"])
+                    self._write_events(conn, new.run_id, [event])
                 row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
             assert row is not None, "a run row vanished inside its own transaction"
             run = _run(row)
@@ -344,6 +362,8 @@ class PostgresStore:
                 if created:
                     for p in rows:
                         conn.execute(_Q["insert_record"], p)
+                    event = stream.created(new.workflow, new.queue, params["now"])
+                    self._write_events(conn, new.run_id, [event])
             return run
 
         return self._call(op)
@@ -359,9 +379,16 @@ class PostgresStore:
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        params = {
+            "status": status,
+            "workflow": workflow,
+            "limit": limit,
+            "version": version,
+            "since": since,
+        }
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
 
@@ -369,6 +396,14 @@ class PostgresStore:
         """Unfinished runs counted per (workflow, version, status)."""
         rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs have each status."""
+        params = {"workflow": workflow, "since": since, "version": version}
+        rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
+        return {str(status): int(n) for status, n in rows}
 
     def claim(
         self,
@@ -398,7 +433,7 @@ class PostgresStore:
                     return run
                 # One rule for both stores (shared so they cannot drift apart).
                 check_claimable(run, now, owner_dead)
-                return _take(conn, row, owner, lease_s, max_starts, now)
+                return self._take(conn, row, owner, lease_s, max_starts, now)
 
         run = self._call(op)
         if run is None:
@@ -453,7 +488,7 @@ class PostgresStore:
                     row = conn.execute(_Q["next_runnable"], filters).fetchone()
                     if row is None:
                         return None
-                    taken = _take(conn, row, owner, lease_s, max_starts, now)
+                    taken = self._take(conn, row, owner, lease_s, max_starts, now)
                     if taken is not None:
                         return taken
                 return None
@@ -480,6 +515,47 @@ class PostgresStore:
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
 
+    def _take(
+        self,
+        conn: Conn,
+        row: Sequence[Any],
+        owner: Owner,
+        lease_s: float,
+        max_starts: int,
+        now: float,
+    ) -> RunRecord | None:
+        """Claim the run of ``row`` (locked, with records_at_last_start last) inside the open
+        transaction; None when it is quarantined instead."""
+        run = _run(row[:_RUN_FIELDS])
+        records = int(
+            _scalar(conn, "count_records", {"run_id": run.run_id, "generation": run.generation})
+        )
+        # Progress = results recorded since the previous start; a run that keeps dying at the
+        # same place stops being restarted after max_starts starts.
+        stalled = 1 if records > row[_RUN_FIELDS] else run.starts_without_progress + 1
+        if stalled > max_starts:
+            conn.execute(
+                _Q["quarantine_run"],
+                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
+            )
+            self._write_events(conn, run.run_id, [stream.quarantined(run, stalled - 1, now)])
+            return None
+        self._write_events(conn, run.run_id, stream.claimed(run, str(owner), lease_s, now))
+        claimed = conn.execute(
+            _Q["claim_run"],
+            {
+                "run_id": run.run_id,
+                "owner": str(owner),
+                "lease_expires_at": now + lease_s,
+                "starts_without_progress": stalled,
+                "records": records,
+                "now": now,
+                "expected_token": run.fencing_token,
+            },
+        ).fetchone()
+        assert claimed is not None, "a claim lost a row it held FOR UPDATE"
+        return _run(claimed)
+
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
 
@@ -505,14 +581,20 @@ class PostgresStore:
 
     def _listener(self) -> Conn | None:
         """The connection LISTENing on this schema's channel, opened on first use."""
-        if self._listen_conn is None or self._listen_conn.closed:
-            try:
-                conn: Conn = psycopg.connect(self.url, **self._conn_kwargs)
-            except psycopg.Error:
-                return None
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            self._listen_conn = conn
+        self._listen_conn = self._listen(self._listen_conn, self._channel)
         return self._listen_conn
+
+    def _listen(self, conn: Conn | None, channel: str) -> Conn | None:
+        """``conn`` while it is open, else a new connection LISTENing on ``channel`` (None
+        when none can be opened now: the caller waits out its time and tries again)."""
+        if conn is not None and not conn.closed:
+            return conn
+        try:
+            conn = psycopg.connect(self.url, **self._conn_kwargs)
+        except psycopg.Error:
+            return None
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        return conn
 
     def _close_listener(self) -> None:
         conn, self._listen_conn = self._listen_conn, None
@@ -565,6 +647,7 @@ class PostgresStore:
                     },
                 ).fetchone()
                 conn.execute(_Q["notify_work"], {"channel": self._channel})
+                self._write_events(conn, run_id, [stream.resumed(run, resolve is not None, now)])
             assert queued is not None, "requeue lost a row it held FOR UPDATE"
             return _run(queued)
 
@@ -582,18 +665,34 @@ class PostgresStore:
         status: str | None = None,
         park_reason: str | None = None,
         wake_at: float | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing."""
+        """Give up the lease, optionally parking the run; a stale token changes nothing.
+        ``events`` (and the new status's own event) are written when the token holds."""
+        now = self.clock.time()
+        changed = [
+            *events,
+            *stream.status_changed(status, token, now, park_reason, wake_at=wake_at),
+        ]
         params = {
             "run_id": run_id,
             "token": token,
             "status": status,
             "park_reason": park_reason,
             "wake_at": wake_at,
-            "now": self.clock.time(),
+            "now": now,
             "channel": self._channel,
         }
-        self._call(lambda c, _: c.execute(_Q["release_run"], params))
+
+        def op(conn: Conn, _: bool) -> None:
+            if not changed:  # a plain give-back: one autocommit statement
+                conn.execute(_Q["release_run"], params)
+                return
+            with conn.transaction():
+                if conn.execute(_Q["release_run"], params).fetchone() is not None:
+                    self._write_events(conn, run_id, changed)
+
+        self._call(op)
 
     # -- history -------------------------------------------------------------------------
 
@@ -609,19 +708,34 @@ class PostgresStore:
                 " it from a backup"
             ) from exc
 
-    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
-        """Write records in one fenced transaction; raises LeaseLost on a stale token."""
+    def append(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Write records (and the events that describe them) in one fenced transaction;
+        raises LeaseLost on a stale token."""
         if not records:
             return
         params = [_record_params(run_id, token, r) for r in records]
 
         def op(conn: Conn, retried: bool) -> None:
-            if len(params) == 1:
+            if len(params) == 1 and not events:
                 # One autocommit statement is its own transaction: one round trip.
                 self._append(conn, run_id, token, records, params, retried)
                 return
+            if len(params) == 1:
+                # The common write, a step's record and its events: one statement too.
+                p = {**params[0], **self._event_params(run_id, events)}
+                row = conn.execute(_Q["append_with_events"], p).fetchone()
+                if row is None or row[0] != 1:
+                    self._refused(conn, run_id, token, records[0], retried)
+                return
             with conn.transaction():
                 self._append(conn, run_id, token, records, params, retried)
+                self._write_events(conn, run_id, events)
 
         self._call(op)
 
@@ -666,9 +780,15 @@ class PostgresStore:
         error_type: str | None = None,
         error_message: str | None = None,
         park_reason: str | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write the last records and the outcome in one fenced transaction."""
+        """Write the last records, ``events`` and the outcome (with its event) in one
+        fenced transaction."""
         now = self.clock.time()
+        changed = [
+            *events,
+            *stream.status_changed(status, token, now, park_reason, error_type, error_message),
+        ]
         params = [_record_params(run_id, token, r) for r in records]
         finish = {
             "run_id": run_id,
@@ -690,8 +810,67 @@ class PostgresStore:
                 # by it, so it matches again and writes the same values.
                 if conn.execute(_Q["finish_run"], finish).rowcount != 1:
                     raise LeaseLost(run_id, token)
+                self._write_events(conn, run_id, changed)
 
         self._call(op)
+
+    # -- the event stream -----------------------------------------------------------------
+
+    def _write_events(self, conn: Conn, run_id: str, events: Sequence[NewEvent]) -> None:
+        """Number and insert ``events`` inside the open transaction (see write_events)."""
+        if events:
+            conn.execute(_Q["write_events"], self._event_params(run_id, events))
+
+    def _event_params(self, run_id: str, events: Sequence[NewEvent]) -> dict[str, Any]:
+        """The parameters of write_events (and append_with_events) for ``events``."""
+        return {
+            "run_id": run_id,
+            "kinds": [e.kind for e in events],
+            "positions": [e.position for e in events],
+            "datas": [e.data for e in events],
+            "ats": [e.at for e in events],
+            "dedupes": [e.dedupe for e in events],
+            "events_channel": self._events_channel,
+        }
+
+    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
+        """Events after ``after`` (see the Store protocol); None for an unknown run."""
+        params = {"run_id": run_id, "after": after, "limit": limit}
+
+        def op(conn: Conn, _: bool) -> tuple[str | None, list[tuple[Any, ...]]]:
+            # The status first: events are read after it, so a terminal status means the
+            # page holds every event (a run's events commit in cursor order).
+            status = _scalar(conn, "run_status", params)
+            if status is None:
+                return None, []
+            return str(status), conn.execute(_Q["read_events"], params).fetchall()
+
+        status, rows = self._call(op)
+        return None if status is None else stream.page(run_id, status, rows, after, limit)
+
+    def wait_for_events(self, run_id: str, timeout_s: float) -> None:
+        """Block until the run's events may have grown (a NOTIFY naming it) or
+        ``timeout_s`` passed. Followers listen on a connection of their own, apart from
+        the workers' wake-ups: neither must swallow the other's notifications."""
+        self._check_fork()
+        deadline = time.monotonic() + timeout_s
+        if not self._events_lock.acquire(timeout=max(0.0, timeout_s)):
+            return  # another thread is listening; it has waited the time for us
+        try:
+            conn = self._events_listener = self._listen(self._events_listener, self._events_channel)
+            while conn is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                for note in conn.notifies(timeout=left, stop_after=1):
+                    if note.payload == run_id:
+                        return
+        except psycopg.Error:
+            _close(self._events_listener)
+            self._events_listener = None
+        finally:
+            self._events_lock.release()
+        time.sleep(max(0.0, deadline - time.monotonic()))
 
     # -- liveness and time -----------------------------------------------------------
 
@@ -762,6 +941,27 @@ class PostgresStore:
 
         return self._call(op) if wanted else set()
 
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Upsert this worker's row (see the Store protocol)."""
+        params = worker_params(owner, queues, self.clock.time(), ttl_s)
+
+        def op(conn: Conn, _: bool) -> None:
+            with conn.transaction():
+                conn.execute(_Q["prune_workers"], params)
+                conn.execute(_Q["beat_worker"], params)
+
+        self._call(op)
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove this worker's row."""
+        self._call(lambda c, _: c.execute(_Q["drop_worker"], {"owner": str(owner)}))
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Workers whose last beat has not expired."""
+        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
+        rows = self._call(lambda c, _: c.execute(_Q["live_workers"], params).fetchall())
+        return worker_rows(rows)
+
     def db_time(self) -> float | None:
         """The server's clock (``clock_timestamp()``), in seconds since the epoch."""
         return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
@@ -775,9 +975,21 @@ class PostgresStore:
             return
         with self._listen_lock:
             self._close_listener()
+        with self._events_lock:
+            _close(self._events_listener)
+            self._events_listener = None
         with self._owner_lock:
             self._drop_owner_conn()
         self._pool.close()
+
+
+def _close(conn: Conn | None) -> None:
+    """Close ``conn`` (if any), quietly: it is dropped because it failed or is done."""
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass  # already dead
 
 
 def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
@@ -785,40 +997,6 @@ def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
     params = record_params(run_id, rec)
     params["token"] = token
     return params
-
-
-def _take(
-    conn: Conn, row: Sequence[Any], owner: Owner, lease_s: float, max_starts: int, now: float
-) -> RunRecord | None:
-    """Claim the run of ``row`` (locked, with records_at_last_start last) inside the open
-    transaction; None when it is quarantined instead."""
-    run = _run(row[:_RUN_FIELDS])
-    records = int(
-        _scalar(conn, "count_records", {"run_id": run.run_id, "generation": run.generation})
-    )
-    # Progress = results recorded since the previous start; a run that keeps dying at the
-    # same place stops being restarted after max_starts starts.
-    stalled = 1 if records > row[_RUN_FIELDS] else run.starts_without_progress + 1
-    if stalled > max_starts:
-        conn.execute(
-            _Q["quarantine_run"],
-            {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
-        )
-        return None
-    claimed = conn.execute(
-        _Q["claim_run"],
-        {
-            "run_id": run.run_id,
-            "owner": str(owner),
-            "lease_expires_at": now + lease_s,
-            "starts_without_progress": stalled,
-            "records": records,
-            "now": now,
-            "expected_token": run.fencing_token,
-        },
-    ).fetchone()
-    assert claimed is not None, "a claim lost a row it held FOR UPDATE"
-    return _run(claimed)
 
 
 _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})

@@ -122,3 +122,39 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         return RunRecord(*row).check()
     except CorruptRecord as exc:
         raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+
+
+WORKERS_MAX = 10_000
+"""Most live workers one ``live_workers`` call returns."""
+WORKER_ROWS_KEPT_S = 86_400.0
+"""How long a dead worker's row stays (for people reading the table) before a beat
+prunes it."""
+
+
+def worker_params(owner: object, queues: Sequence[str], now: float, ttl_s: float) -> dict[str, Any]:
+    """The parameters of ``beat_worker``: the queues as a JSON array."""
+    import json
+
+    return {
+        "owner": str(owner),
+        "queues": json.dumps(list(queues)),
+        "now": now,
+        "expires_at": now + ttl_s,
+        "before": now - WORKER_ROWS_KEPT_S,
+    }
+
+
+def worker_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(owner, queues)`` of rows read from ``workers``; a crafted row's queues that are
+    not a JSON array of strings count as none (the row is shown, never trusted)."""
+    import json
+
+    out = []
+    for owner, text in rows:
+        try:
+            queues = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            queues = None
+        ok = isinstance(queues, list) and all(isinstance(q, str) for q in queues)
+        out.append((str(owner), tuple(queues) if ok and queues is not None else ()))
+    return out

@@ -33,10 +33,13 @@ from ..errors import (
     StoreDiskFull,
     StoreError,
 )
+from ..events import EventPage, NewEvent
 from ..history import CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
+from . import stream
 from .base import NewRun, Owner, Served, served_json
 from .rules import (
+    WORKERS_MAX,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -46,6 +49,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    worker_params,
+    worker_rows,
 )
 from .sqlfiles import latest_version, load_queries, migrations
 
@@ -323,6 +328,9 @@ class SQLiteStore:
         params["now"] = self.clock.time()
         with self._tx() as c:
             created = c.execute(_Q["insert_run"], params).rowcount == 1
+            if created:
+                event = stream.created(new.workflow, new.queue, params["now"])
+                self._write_events(c, new.run_id, [event])
             row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
         return _run(row), created
 
@@ -336,6 +344,8 @@ class SQLiteStore:
                 raise fork_conflict(new.run_id)
             for rec in records:
                 c.execute(_Q["insert_record"], record_params(new.run_id, rec))
+            event = stream.created(new.workflow, new.queue, params["now"])
+            self._write_events(c, new.run_id, [event])
             row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
         return _run(row)
 
@@ -350,14 +360,28 @@ class SQLiteStore:
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
+        since: float | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first."""
-        params = {"status": status, "workflow": workflow, "limit": limit, "version": version}
+        params = {
+            "status": status,
+            "workflow": workflow,
+            "limit": limit,
+            "version": version,
+            "since": since,
+        }
         return [_run(r) for r in self._read(_Q["list_runs"], params)]
 
     def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
         """Unfinished runs counted per (workflow, version, status)."""
         return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
+
+    def count_runs(
+        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+    ) -> dict[str, int]:
+        """How many runs have each status."""
+        params = {"workflow": workflow, "since": since, "version": version}
+        return {str(status): int(n) for status, n in self._read(_Q["count_runs"], params)}
 
     def claim(
         self,
@@ -454,7 +478,9 @@ class SQLiteStore:
                 _Q["quarantine_run"],
                 {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
             )
+            self._write_events(c, run.run_id, [stream.quarantined(run, stalled - 1, now)])
             return None
+        self._write_events(c, run.run_id, stream.claimed(run, str(owner), lease_s, now))
         c.execute(
             _Q["claim_run"],
             {
@@ -485,10 +511,13 @@ class SQLiteStore:
         status: str | None = None,
         park_reason: str | None = None,
         wake_at: float | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing."""
+        """Give up the lease, optionally parking the run; a stale token changes nothing.
+        ``events`` (and the new status's own event) are written when the token holds."""
+        now = self.clock.time()
         with self._tx() as c:
-            c.execute(
+            n = c.execute(
                 _Q["release_run"],
                 {
                     "run_id": run_id,
@@ -496,9 +525,12 @@ class SQLiteStore:
                     "status": status,
                     "park_reason": park_reason,
                     "wake_at": wake_at,
-                    "now": self.clock.time(),
+                    "now": now,
                 },
-            )
+            ).rowcount
+            if n == 1:
+                changed = stream.status_changed(status, token, now, park_reason, wake_at=wake_at)
+                self._write_events(c, run_id, [*events, *changed])
 
     # -- history -------------------------------------------------------------------------
 
@@ -513,9 +545,16 @@ class SQLiteStore:
                 " the file from a backup"
             ) from exc
 
-    def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
-        """Write records in one fenced transaction; raises LeaseLost on a stale token."""
-        if len(records) == 1:
+    def append(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+    ) -> None:
+        """Write records (and the events that describe them) in one fenced transaction;
+        raises LeaseLost on a stale token."""
+        if len(records) == 1 and not events:
             # The common case, one step result: the fenced upsert is a single statement,
             # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
             # around it would only add two round trips through the library.
@@ -527,6 +566,34 @@ class SQLiteStore:
             return
         with self._tx() as c:
             self._append(c, run_id, token, records)
+            self._write_events(c, run_id, events)
+
+    def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
+        """Number ``events`` after the run's newest and insert them, inside the open write
+        transaction (whose lock orders them); one already stored (same dedupe) is skipped."""
+        if not events:
+            return
+        params = {"run_id": run_id, "dedupes": stream.dedupes(events)}
+        seen = {r[0] for r in c.execute(_Q["seen_events"], params)}
+        last = int(c.execute(_Q["last_event"], {"run_id": run_id}).fetchone()[0])
+        for e in events:
+            if e.dedupe in seen:
+                continue
+            seen.add(e.dedupe)
+            last += 1
+            c.execute(
+                _Q["insert_event"],
+                {
+                    "run_id": run_id,
+                    "cursor": last,
+                    "kind": e.kind,
+                    "position": e.position,
+                    "data": e.data,
+                    "at": e.at,
+                    "dedupe": e.dedupe,
+                },
+            )
+        c.execute(_Q["set_last_event"], {"run_id": run_id, "last_event": last})
 
     def _append(
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
@@ -562,8 +629,10 @@ class SQLiteStore:
         error_type: str | None = None,
         error_message: str | None = None,
         park_reason: str | None = None,
+        events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write the last records and the outcome in one fenced transaction."""
+        """Write the last records, ``events`` and the outcome (with its event) in one
+        fenced transaction."""
         now = self.clock.time()
         with self._tx() as c:
             self._append(c, run_id, token, records)
@@ -583,6 +652,10 @@ class SQLiteStore:
             ).rowcount
             if n != 1:
                 raise LeaseLost(run_id, token)
+            changed = stream.status_changed(
+                status, token, now, park_reason, error_type, error_message
+            )
+            self._write_events(c, run_id, [*events, *changed])
 
     def requeue(
         self,
@@ -620,8 +693,31 @@ class SQLiteStore:
                 _Q["requeue_run"],
                 {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
             )
+            self._write_events(c, run_id, [stream.resumed(run, resolve is not None, now)])
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
+
+    # -- the event stream -----------------------------------------------------------------
+
+    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
+        """Events after ``after`` (see the Store protocol); None for an unknown run."""
+        with self._lock:  # one read transaction: status and events from one snapshot
+            try:
+                c = self._live()
+                c.execute("BEGIN")
+                try:
+                    row = c.execute(_Q["run_status"], {"run_id": run_id}).fetchone()
+                    params = {"run_id": run_id, "after": after, "limit": limit}
+                    rows = c.execute(_Q["read_events"], params).fetchall() if row else []
+                finally:
+                    c.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                raise self._translate(exc) from exc
+        return None if row is None else stream.page(run_id, row[0], rows, after, limit)
+
+    def wait_for_events(self, run_id: str, timeout_s: float) -> None:
+        """SQLite has no notifications: followers poll, so this just waits."""
+        time.sleep(timeout_s)
 
     # -- liveness and time: SQLite shares this host's processes and clock ---------------
 
@@ -635,6 +731,23 @@ class SQLiteStore:
     def owners_without_lock(self, owners: Sequence[str]) -> set[str]:
         """All of them: SQLite has no lock that could show an owner alive."""
         return set(owners)
+
+    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
+        """Upsert this worker's row (see the Store protocol)."""
+        params = worker_params(owner, queues, self.clock.time(), ttl_s)
+        with self._tx() as c:
+            c.execute(_Q["prune_workers"], params)
+            c.execute(_Q["beat_worker"], params)
+
+    def drop_worker(self, owner: Owner) -> None:
+        """Remove this worker's row."""
+        with self._tx() as c:
+            c.execute(_Q["drop_worker"], {"owner": str(owner)})
+
+    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
+        """Workers whose last beat has not expired."""
+        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
+        return worker_rows(self._read(_Q["live_workers"], params))
 
     def db_time(self) -> float | None:
         """None: the database file has no clock but this host's."""

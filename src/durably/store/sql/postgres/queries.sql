@@ -69,6 +69,7 @@ FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::text IS NULL OR version = %(version)s::text)
+  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
 
@@ -79,6 +80,14 @@ SELECT workflow, version, status, count(*) FROM runs
 WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
 GROUP BY workflow, version, status
 ORDER BY workflow, version NULLS FIRST, status;
+
+-- name: count_runs
+-- How many runs of each status (the count line of `durably runs list`).
+SELECT status, count(*) FROM runs
+WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
+  AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
+  AND (%(version)s::text IS NULL OR version = %(version)s::text)
+GROUP BY status;
 
 -- name: claim_run
 UPDATE runs
@@ -281,3 +290,103 @@ SELECT 1;
 
 -- name: db_time
 SELECT extract(epoch FROM clock_timestamp())::double precision;
+
+-- name: write_events
+-- Numbers the events after the run's newest and inserts them, in one round trip. The
+-- run row is locked first (FOR NO KEY UPDATE, held to commit), so a run's events commit
+-- in cursor order: a reader going by cursor never sees a later event before an earlier
+-- one. An event already stored (same dedupe: a write repeated after an unknown outcome,
+-- an emit replayed) is skipped. Followers of the run are woken at commit.
+WITH locked AS (
+    SELECT last_event FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE
+), fresh AS (
+    SELECT e.kind, e.position, e.data, e.at, e.dedupe, e.ord
+    FROM unnest(%(kinds)s::text[], %(positions)s::text[], %(datas)s::text[],
+                %(ats)s::double precision[], %(dedupes)s::text[])
+         WITH ORDINALITY AS e (kind, position, data, at, dedupe, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM events x
+                      WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe)
+), inserted AS (
+    INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
+    SELECT %(run_id)s, locked.last_event + row_number() OVER (ORDER BY fresh.ord),
+           fresh.kind, fresh.position, fresh.data, fresh.at, fresh.dedupe
+    FROM fresh, locked
+    RETURNING cursor
+), bumped AS (
+    UPDATE runs SET last_event = (SELECT max(cursor) FROM inserted)
+    WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM inserted)
+    RETURNING run_id
+)
+SELECT pg_notify(%(events_channel)s, run_id) FROM bumped;
+
+-- name: run_status
+SELECT status FROM runs WHERE run_id = %(run_id)s;
+
+-- name: read_events
+SELECT cursor, kind, position, at, data FROM events
+WHERE run_id = %(run_id)s AND cursor > %(after)s
+ORDER BY cursor
+LIMIT %(limit)s;
+
+-- name: append_with_events
+-- append_record and write_events in one statement, so the common write (one step record
+-- and its events) stays one autocommit round trip. The events are written only when the
+-- record was (a refused append writes nothing); returns the number of records written.
+WITH appended AS (
+    INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status,
+                       output, error_type, error_message, attempts, started_at,
+                       finished_at, usage_tokens, usage_cost_usd)
+    SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)s::text,
+           %(input_digest)s::text, %(status)s::text, %(output)s::text, %(error_type)s::text,
+           %(error_message)s::text, %(attempts)s::integer, %(started_at)s::double precision,
+           %(finished_at)s::double precision, %(usage_tokens)s::bigint,
+           %(usage_cost_usd)s::double precision
+    FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
+    FOR KEY SHARE OF runs
+    ON CONFLICT (run_id, generation, position) DO UPDATE
+    SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+        error_message = excluded.error_message, attempts = excluded.attempts,
+        finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+        usage_cost_usd = excluded.usage_cost_usd
+    WHERE steps.status = 'intent'
+    RETURNING 1
+), locked AS (
+    SELECT last_event FROM runs
+    WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM appended)
+    FOR NO KEY UPDATE
+), fresh AS (
+    SELECT e.kind, e.position, e.data, e.at, e.dedupe, e.ord
+    FROM unnest(%(kinds)s::text[], %(positions)s::text[], %(datas)s::text[],
+                %(ats)s::double precision[], %(dedupes)s::text[])
+         WITH ORDINALITY AS e (kind, position, data, at, dedupe, ord)
+    WHERE NOT EXISTS (SELECT 1 FROM events x
+                      WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe)
+), inserted AS (
+    INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
+    SELECT %(run_id)s, locked.last_event + row_number() OVER (ORDER BY fresh.ord),
+           fresh.kind, fresh.position, fresh.data, fresh.at, fresh.dedupe
+    FROM fresh, locked
+    RETURNING cursor
+), bumped AS (
+    UPDATE runs SET last_event = (SELECT max(cursor) FROM inserted)
+    WHERE run_id = %(run_id)s AND EXISTS (SELECT 1 FROM inserted)
+    RETURNING run_id
+)
+SELECT (SELECT count(*) FROM appended),
+       (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped);
+
+-- name: beat_worker
+-- A worker's row, written at its start and on every beat; started_at stays its first.
+INSERT INTO workers (owner, queues, started_at, beat_at, expires_at)
+VALUES (%(owner)s, %(queues)s, %(now)s, %(now)s, %(expires_at)s)
+ON CONFLICT (owner) DO UPDATE
+SET queues = excluded.queues, beat_at = excluded.beat_at, expires_at = excluded.expires_at;
+
+-- name: prune_workers
+DELETE FROM workers WHERE expires_at < %(before)s;
+
+-- name: drop_worker
+DELETE FROM workers WHERE owner = %(owner)s;
+
+-- name: live_workers
+SELECT owner, queues FROM workers WHERE expires_at > %(now)s ORDER BY owner LIMIT %(limit)s;

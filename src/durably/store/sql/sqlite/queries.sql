@@ -22,6 +22,7 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
+  AND (:since IS NULL OR created_at >= :since)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
 
@@ -32,6 +33,13 @@ SELECT workflow, version, status, count(*) FROM runs
 WHERE status NOT IN ('completed', 'failed', 'cancelled', 'continued')
 GROUP BY workflow, version, status
 ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
+
+-- name: count_runs
+-- How many runs of each status (the count line of `durably runs list`).
+SELECT status, count(*) FROM runs
+WHERE (:workflow IS NULL OR workflow = :workflow) AND (:since IS NULL OR created_at >= :since)
+  AND (:version IS NULL OR version = :version)
+GROUP BY status;
 
 -- name: count_records
 SELECT count(*) FROM steps
@@ -181,3 +189,44 @@ SELECT DISTINCT owner FROM runs
 WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
   AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;
+
+-- name: seen_events
+-- Which of the events about to be written (:dedupes, a JSON array) the run has already:
+-- a write repeated after an unknown outcome, or an emit replayed, is stored once.
+SELECT dedupe FROM events
+WHERE run_id = :run_id AND dedupe IN (SELECT value FROM json_each(:dedupes));
+
+-- name: last_event
+SELECT last_event FROM runs WHERE run_id = :run_id;
+
+-- name: insert_event
+INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
+VALUES (:run_id, :cursor, :kind, :position, :data, :at, :dedupe);
+
+-- name: set_last_event
+UPDATE runs SET last_event = :last_event WHERE run_id = :run_id;
+
+-- name: run_status
+SELECT status FROM runs WHERE run_id = :run_id;
+
+-- name: read_events
+SELECT cursor, kind, position, at, data FROM events
+WHERE run_id = :run_id AND cursor > :after
+ORDER BY cursor
+LIMIT :limit;
+
+-- name: beat_worker
+-- A worker's row, written at its start and on every beat; started_at stays its first.
+INSERT INTO workers (owner, queues, started_at, beat_at, expires_at)
+VALUES (:owner, :queues, :now, :now, :expires_at)
+ON CONFLICT (owner) DO UPDATE
+SET queues = excluded.queues, beat_at = excluded.beat_at, expires_at = excluded.expires_at;
+
+-- name: prune_workers
+DELETE FROM workers WHERE expires_at < :before;
+
+-- name: drop_worker
+DELETE FROM workers WHERE owner = :owner;
+
+-- name: live_workers
+SELECT owner, queues FROM workers WHERE expires_at > :now ORDER BY owner LIMIT :limit;

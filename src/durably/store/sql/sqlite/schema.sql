@@ -36,7 +36,10 @@ CREATE TABLE runs (
     finished_at             REAL,
     -- Part of every idempotency key, drawn when the row is created (12 hex chars);
     -- NULL for runs created before migration 0002, whose keys have no incarnation.
-    incarnation             TEXT
+    incarnation             TEXT,
+    -- The cursor of the run's newest event (0: none yet). The next event takes the
+    -- next number under this row's lock, so a run's events commit in cursor order.
+    last_event              INTEGER NOT NULL DEFAULT 0
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
@@ -77,17 +80,23 @@ CREATE TABLE signals (
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 
--- The per-run append-only event stream read with a cursor (never on the fsync path).
+-- The run's append-only event stream. cursor numbers the run's events 1, 2, 3, ... in
+-- commit order (taken from runs.last_event under the run's row lock: an identity column
+-- commits out of order on PostgreSQL, and a reader going by it would miss events).
+-- dedupe names the event's occurrence (e.g. an emit's position and index), so a write
+-- repeated after an unknown commit outcome, or an emit replayed, is stored once.
 CREATE TABLE events (
-    cursor   INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id   TEXT NOT NULL,
-    position TEXT,
+    run_id   TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE ON UPDATE CASCADE,
+    cursor   INTEGER NOT NULL,
     kind     TEXT NOT NULL,
+    position TEXT,
     data     TEXT NOT NULL,
-    at       REAL NOT NULL
-);
+    at       REAL NOT NULL,
+    dedupe   TEXT NOT NULL,
+    PRIMARY KEY (run_id, cursor)
+) WITHOUT ROWID;
 
-CREATE INDEX events_by_run ON events (run_id, cursor);
+CREATE UNIQUE INDEX events_once ON events (run_id, dedupe);
 
 -- Large payloads by content hash; histories keep the hash.
 CREATE TABLE blobs (
@@ -95,4 +104,14 @@ CREATE TABLE blobs (
     data       BLOB NOT NULL,
     size       INTEGER NOT NULL,
     created_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- Live workers (owner string -> the queues it serves, as a JSON array); a row past
+-- expires_at is a worker that died.
+CREATE TABLE workers (
+    owner      TEXT PRIMARY KEY,
+    queues     TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    beat_at    REAL NOT NULL,
+    expires_at REAL NOT NULL
 ) WITHOUT ROWID;

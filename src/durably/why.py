@@ -1,0 +1,460 @@
+"""``durably runs why``: one plain sentence saying why a run is where it is.
+
+:func:`explain` is pure: it builds the sentence from facts (the run row, its history, what
+the event stream says about the step in flight, the queue ahead of it), so every row of
+the table in ``docs/why.md`` is a unit of its own. :func:`gather` reads those facts from an
+engine. The sentence quotes journal text (names, error messages, park reasons) as it is:
+a terminal printer escapes it (``durably.cli.common.term``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import events as ev_kinds
+from .events import Event
+from .history import FAILED, INTENT, OK, STEP, RunRecord, StepRecord, position_key
+from .ownership import describe_owner, owner_dead
+from .reopen import failed_frontier
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .store.base import Store
+
+QUEUE_SCAN_MAX = 10_000
+"""Runs of one status looked at to count a queue (beyond it the count is "at least")."""
+EVENTS_SCAN_MAX = 100_000
+"""Events read to find the step in flight and the last error (a bound on one ``why``)."""
+QUOTE_CHARS_MAX = 300
+"""Longest piece of journal text (an error message) quoted in a sentence."""
+
+# A NonDeterminism always starts so (core.py); every other blocking reason is a value the
+# journal cannot store or read back (SerializationError).
+_NONDETERMINISM = re.compile(r"^step ([0-9.]+): history has ")
+
+
+@dataclass(frozen=True, slots=True)
+class StepActivity:
+    """What the event stream says about the latest step: its position, name, the attempt
+    running (1 for the first), the retry budget when known, and the error of the attempt
+    before (a retried step)."""
+
+    position: str
+    name: str
+    attempt: int = 1
+    attempts_max: int | None = None
+    retry_error_type: str | None = None
+    retry_error_message: str | None = None
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """The queue in front of a queued run: runs ahead of it (``capped`` when the count hit
+    :data:`QUEUE_SCAN_MAX`) and the live workers serving its queue."""
+
+    ahead: int
+    workers: int
+    capped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """Everything :func:`explain` reads. ``owner_gone``: the owner is provably dead (judged
+    by the caller, since that looks at this host's processes). ``last_error``: the last
+    error type and message the stream recorded (for a quarantined run)."""
+
+    run: RunRecord
+    history: Sequence[StepRecord] = ()
+    now: float = 0.0
+    owner_gone: bool = False
+    activity: StepActivity | None = None
+    queue: QueueView | None = None
+    last_error: tuple[str, str] | None = None
+    blocked_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """A run's state (a row of the table in docs/why.md), its sentence, and the facts the
+    sentence was built from (for ``--json``)."""
+
+    state: str
+    sentence: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """``{"state", "sentence", ...facts}`` for ``durably runs why --json``."""
+        return {"state": self.state, "sentence": self.sentence, **self.facts}
+
+
+def explain(f: Facts) -> Why:
+    """The sentence for the run in ``f``; see docs/why.md for the table of states."""
+    run = f.run
+    base: dict[str, Any] = {"run_id": run.run_id, "status": run.status, "queue": run.queue}
+    builder = _BUILDERS.get(run.status, _other)
+    if run.status == "running" and (f.owner_gone or orphaned_row(run, f.now)):
+        builder = _orphaned
+    state, sentence, facts = builder(f)
+    return Why(state, sentence, {**base, **facts})
+
+
+def orphaned_row(run: RunRecord, now: float) -> bool:
+    """True when a running run's row alone shows nobody drives it (no owner, or its lease
+    expired); a provably dead owner is the caller's judgement (``Facts.owner_gone``)."""
+    return run.status == "running" and (
+        run.owner is None or run.lease_expires_at is None or run.lease_expires_at <= now
+    )
+
+
+_Built = tuple[str, str, dict[str, Any]]
+
+
+def _queued(f: Facts) -> _Built:
+    run, q = f.run, f.queue
+    # updated_at: when it was queued (a retried run was created long before).
+    text = f"queued since {clock_text(run.updated_at)} on queue {run.queue!r}"
+    facts: dict[str, Any] = {"queued_at": run.updated_at}
+    if q is not None:
+        more = "at least " if q.capped else ""
+        ahead = f"{more}{q.ahead} run{'s' if q.ahead != 1 else ''} ahead"
+        if q.workers:
+            serving = f"{q.workers} worker{'s' if q.workers != 1 else ''} serving it"
+        else:
+            serving = (
+                f"no live worker serves it (start one: `durably worker MODULE:ENGINE --queue"
+                f" {run.queue}`)"
+            )
+        text = f"{text}, {ahead}, {serving}"
+        facts.update(runs_ahead=q.ahead, runs_ahead_capped=q.capped, workers=q.workers)
+    return "queued", text, facts
+
+
+def _running(f: Facts) -> _Built:
+    run = f.run
+    host, pid = describe_owner(run.owner)
+    text = f"running on pid {pid} at host {host}" if pid is not None else "running"
+    if run.lease_expires_at is not None:
+        text += f" (lease until {clock_text(run.lease_expires_at)})"
+    facts: dict[str, Any] = {
+        "owner_host": host or None,
+        "owner_pid": pid,
+        "lease_expires_at": run.lease_expires_at,
+    }
+    where, more = _where(f)
+    facts.update(more)
+    return "running", f"{text}, {where}", facts
+
+
+def _where(f: Facts) -> tuple[str, dict[str, Any]]:
+    """Which step a live run is at: the stream's step in flight (with its attempt), else
+    the last record of its history."""
+    act = f.activity
+    if act is not None and not act.finished:
+        text = f"step {act.position} {act.name}"
+        if act.attempt > 1 or act.attempts_max is not None:
+            text += f", attempt {act.attempt}"
+            if act.attempts_max is not None:
+                text += f" of {act.attempts_max}"
+        if act.retry_error_type is not None:
+            text += f" after {act.retry_error_type}"
+            if act.retry_error_message:
+                text += f": {quote(act.retry_error_message)}"
+        facts = {
+            "position": act.position,
+            "step": act.name,
+            "attempt": act.attempt,
+            "attempts_max": act.attempts_max,
+            "retry_error_type": act.retry_error_type,
+        }
+        return text, facts
+    last = _last_record(f.history)
+    if last is None:
+        return "before its first step", {"position": None, "step": None}
+    if last.status == INTENT:
+        text = f"step {last.position} {last.name} in flight"
+    else:
+        text = f"past step {last.position} {last.name}"
+    return text, {"position": last.position, "step": last.name}
+
+
+def _orphaned(f: Facts) -> _Built:
+    run = f.run
+    host, pid = describe_owner(run.owner)
+    facts: dict[str, Any] = {
+        "owner_host": host or None,
+        "owner_pid": pid,
+        "owner_gone": f.owner_gone,
+        "lease_expires_at": run.lease_expires_at,
+    }
+    if run.owner is None or pid is None:
+        who = "it has no owner" if run.owner is None else "its owner is not one durably wrote"
+    elif f.owner_gone:
+        who = f"owner pid {pid} on {host} is gone"
+    else:
+        who = f"owner pid {pid} on {host} shows no life"
+    lease = run.lease_expires_at
+    if lease is None:
+        lease_text = "no lease"
+    elif lease <= f.now:
+        lease_text = f"lease expired {seconds(f.now - lease)} ago"
+    else:
+        lease_text = f"lease until {clock_text(lease)} (not waited for: the owner is gone)"
+    text = (
+        f"orphaned: {who}, {lease_text}; the next claim takes it over (or `durably recover`"
+        " on that host)"
+    )
+    where, more = _where(f)
+    facts.update(more)
+    return "orphaned", f"{text}; it was at {where}", facts
+
+
+def _in_doubt(f: Facts) -> _Built:
+    run = f.run
+    reason = run.park_reason or "no reason recorded"
+    text = (
+        f"in doubt: {quote(reason)} — inspect the target, then `durably retry {run.run_id}`"
+        f" or `durably skip {run.run_id} --output JSON`"
+    )
+    return "in_doubt", text, {"reason": reason}
+
+
+def _blocked(f: Facts) -> _Built:
+    run = f.run
+    reason = run.park_reason or "no reason recorded"
+    m = _NONDETERMINISM.match(reason)
+    if m is not None or f.blocked_type == "NonDeterminism":
+        at = f" at step {m.group(1)}" if m is not None else ""
+        text = (
+            f"blocked: NonDeterminism{at}: {quote(reason)} — deploy the old"
+            f" code, or patch it (`ctx.patched`), then `durably retry {run.run_id}`"
+        )
+        return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
+    kind = f.blocked_type or "SerializationError"
+    text = (
+        f"blocked: {kind}: {quote(reason)} — change the code to return and"
+        f" pass storable data, then `durably retry {run.run_id}` (recorded steps replay)"
+    )
+    return "blocked", text, {"blocked_by": kind, "reason": reason}
+
+
+def _quarantined(f: Facts) -> _Built:
+    run = f.run
+    n = run.starts_without_progress
+    text = f"quarantined after {n} start{'s' if n != 1 else ''} without progress"
+    if f.last_error is not None:
+        text += f"; last error {f.last_error[0]}: {quote(f.last_error[1])}"
+    else:
+        text += "; no error recorded (its process died each time: a crash, OOM or SIGKILL)"
+    text += f" — fix the cause, then `durably retry {run.run_id}`"
+    facts: dict[str, Any] = {
+        "starts": run.starts,
+        "starts_without_progress": n,
+        "last_error_type": None if f.last_error is None else f.last_error[0],
+        "last_error_message": None if f.last_error is None else f.last_error[1],
+    }
+    return "quarantined", text, facts
+
+
+def _failed(f: Facts) -> _Built:
+    run = f.run
+    error = f"{run.error_type}: {quote(run.error_message or '')}"
+    frontier = failed_frontier(f.history)
+    facts: dict[str, Any] = {"error_type": run.error_type, "error_message": run.error_message}
+    if frontier:
+        pos = frontier[0]
+        name = next(r.name for r in f.history if r.position == pos)
+        facts.update(position=pos, step=name)
+        text = (
+            f"failed at step {pos} {name}: {error} — `durably retry {run.run_id}` re-opens it"
+            " at that step"
+        )
+        return "failed", text, facts
+    last = _last_record(f.history)
+    after = "before its first step" if last is None else f"after step {last.position}"
+    text = (
+        f"failed: the workflow raised {error} {after} — `durably retry {run.run_id}` replays"
+        " the recorded steps and runs its code from there again"
+    )
+    return "failed", text, facts
+
+
+def _completed(f: Facts) -> _Built:
+    run = f.run
+    steps = sum(1 for r in f.history if r.kind == STEP and r.status == OK)
+    took = "" if run.finished_at is None else f" in {seconds(run.finished_at - run.created_at)}"
+    text = (
+        f"completed at {clock_text(run.finished_at or run.updated_at)}{took} after {steps}"
+        f" recorded step{'s' if steps != 1 else ''}; nothing left to do"
+    )
+    return "completed", text, {"steps": steps, "finished_at": run.finished_at}
+
+
+def _other(f: Facts) -> _Built:
+    # parked, cancelled, continued: their rows come with the issues that produce them.
+    run = f.run
+    reason = f": {quote(run.park_reason)}" if run.park_reason else ""
+    text = f"{run.status}{reason} (since {clock_text(run.updated_at)})"
+    return run.status, text, {"reason": run.park_reason}
+
+
+_BUILDERS = {
+    "queued": _queued,
+    "running": _running,
+    "in_doubt": _in_doubt,
+    "blocked": _blocked,
+    "quarantined": _quarantined,
+    "failed": _failed,
+    "completed": _completed,
+}
+
+
+def _last_record(history: Sequence[StepRecord]) -> StepRecord | None:
+    return max(history, key=lambda r: position_key(r.position), default=None)
+
+
+def clock_text(t: float) -> str:
+    """A time of day for a sentence (UTC, with the date when it is not today's)."""
+    when = dt.datetime.fromtimestamp(t, dt.UTC)
+    today = dt.datetime.now(dt.UTC).date()
+    fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
+    return when.strftime(fmt)
+
+
+def seconds(s: float) -> str:
+    """A duration for people: ``12 s``, ``4 min``, ``3.0 h``."""
+    s = max(0.0, s)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def quote(text: str) -> str:
+    """Journal text cut for a sentence (escaping is the printer's job)."""
+    return text if len(text) <= QUOTE_CHARS_MAX else text[:QUOTE_CHARS_MAX] + "..."
+
+
+# -- reading the facts -------------------------------------------------------------------
+
+
+def gather(engine: Engine, run_id: str, now: float) -> Facts:
+    """The facts :func:`explain` needs about ``run_id``, read through ``engine`` (raises
+    ``RunNotFound`` for an unknown run)."""
+    run: RunRecord = engine.get_run(run_id)
+    history = engine.history(run_id)
+    gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
+    queue = queue_view(engine.store, run) if run.status == "queued" else None
+    events = read_events(engine, run_id)
+    return Facts(
+        run,
+        history,
+        now,
+        gone,
+        step_activity(events),
+        queue,
+        last_error_of(events, history),
+        blocked_type(events),
+    )
+
+
+def queue_view(store: Store, run: RunRecord) -> QueueView:
+    """Runs of ``run``'s queue that a worker takes before it (queued earlier; workers take
+    the oldest first), and the live workers serving that queue (their rows in the
+    journal, less those whose pid is provably gone)."""
+    queued = store.list_runs(status="queued", limit=QUEUE_SCAN_MAX)
+    me = (run.created_at, run.run_id)
+    ahead = sum(1 for r in queued if r.queue == run.queue and (r.created_at, r.run_id) < me)
+    workers = [
+        owner
+        for owner, queues in store.live_workers()
+        if run.queue in queues and not owner_dead(owner)
+    ]
+    return QueueView(ahead, len(workers), capped=len(queued) >= QUEUE_SCAN_MAX)
+
+
+def read_events(engine: Engine, run_id: str) -> list[Event]:
+    """The run's events, oldest first (at most :data:`EVENTS_SCAN_MAX`)."""
+    out: list[Event] = []
+    cursor = 0
+    while len(out) < EVENTS_SCAN_MAX:
+        page = engine.events(run_id, after=cursor, limit=1000)
+        out.extend(page.events)
+        if not page.events or page.cursor == cursor:
+            break
+        cursor = page.cursor
+    return out
+
+
+def step_activity(events: Iterable[Event]) -> StepActivity | None:
+    """The latest step the stream shows: started, retried (with the error that caused the
+    retry) or finished."""
+    act: StepActivity | None = None
+    for ev in events:
+        kind = ev.kind
+        data = ev.data if isinstance(ev.data, dict) else {}
+        if kind == ev_kinds.STEP_STARTED:
+            act = StepActivity(
+                str(ev.position),
+                str(data.get("name", "?")),
+                _int(data.get("attempt"), 1),
+                _int_or_none(data.get("attempts_max")),
+            )
+        elif kind == ev_kinds.STEP_RETRIED:
+            act = StepActivity(
+                str(ev.position),
+                str(data.get("name", act.name if act else "?")),
+                _int(data.get("attempt"), 1) + 1,
+                _int_or_none(data.get("attempts_max")),
+                _str_or_none(data.get("error_type")),
+                _str_or_none(data.get("error_message")),
+            )
+        elif kind in (ev_kinds.STEP_COMPLETED, ev_kinds.STEP_FAILED) and act is not None:
+            act = StepActivity(act.position, act.name, act.attempt, act.attempts_max, finished=True)
+    return act
+
+
+def last_error_of(events: Iterable[Event], history: Sequence[StepRecord]) -> tuple[str, str] | None:
+    """The last error type and message in the stream (a failed or retried step, a failed
+    run); the history's last failed record when the stream has none."""
+    found: tuple[str, str] | None = None
+    for ev in events:
+        data = ev.data if isinstance(ev.data, dict) else {}
+        etype = data.get("error_type")
+        if isinstance(etype, str):
+            found = (etype, str(data.get("error_message") or ""))
+    return found if found is not None else _failed_record_error(history)
+
+
+def blocked_type(events: Iterable[Event]) -> str | None:
+    """The error type of the run's last ``run.blocked`` event, if any."""
+    found: str | None = None
+    for ev in events:
+        if ev.kind == ev_kinds.RUN_BLOCKED and isinstance(ev.data.get("error_type"), str):
+            found = ev.data["error_type"]
+    return found
+
+
+def _failed_record_error(history: Sequence[StepRecord]) -> tuple[str, str] | None:
+    failed = [r for r in history if r.status == FAILED and r.error_type]
+    if not failed:
+        return None
+    last = max(failed, key=lambda r: position_key(r.position))
+    return (last.error_type or "", last.error_message or "")
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None

@@ -1,0 +1,382 @@
+"""``durably runs why``: each row of docs/why.md, produced by a real run on both stores.
+
+Every state here is reached through the engine's own paths (a step that really fails, a
+deploy that really changes the code, a process death that really repeats until the run is
+quarantined); the orphan after a real SIGKILL is in tests/crash/test_why_orphan.py. The
+sentence is read through the real command (``durably runs why --json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import durably
+from durably.cli import main as cli
+from durably.worker import Worker
+
+from .live_runs import running
+
+
+class Crash(BaseException):
+    """Stands in for a process death inside one process (real deaths: tests/crash)."""
+
+
+class RateLimitError(Exception):
+    """What a model API raises when called too often."""
+
+
+def why(url: str, run_id: str) -> dict[str, Any]:
+    """``durably runs why RUN --json`` as data."""
+    res = CliRunner().invoke(cli, ["runs", "why", run_id, "--db", url, "--json"])
+    assert res.exit_code == 0, res.output
+    data: dict[str, Any] = json.loads(res.output)
+    return data
+
+
+def why_text(url: str, run_id: str) -> str:
+    res = CliRunner().invoke(cli, ["runs", "why", run_id, "--db", url])
+    assert res.exit_code == 0, res.output
+    return " ".join(res.output.split())  # rich wraps long lines
+
+
+@pytest.fixture
+def engine(journal_url: str) -> Iterator[durably.Engine]:
+    e = durably.Engine(journal_url)
+    yield e
+    e.close()
+
+
+def test_completed(engine: durably.Engine, journal_url: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> int:
+        ctx.step("a", lambda: 1)
+        return ctx.step("b", lambda: 2)
+
+    engine.run(wf, run_id="done")
+    got = why(journal_url, "done")
+    assert got["state"] == "completed" and got["steps"] == 2
+    assert re.fullmatch(
+        r"completed at \d\d:\d\d:\d\d UTC in \d+ s after 2 recorded steps; nothing left to do",
+        got["sentence"],
+    )
+
+
+def test_failed_at_a_step(engine: durably.Engine, journal_url: str) -> None:
+    def charge() -> None:
+        raise ValueError("card declined")
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.step("charge", charge)
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="f1")
+    got = why(journal_url, "f1")
+    assert got["state"] == "failed" and got["position"] == "1" and got["step"] == "charge"
+    assert got["sentence"] == (
+        "failed at step 1 charge: ValueError: card declined — `durably retry f1` re-opens it"
+        " at that step"
+    )
+    engine.retry("f1")  # queued again: since the retry, not since its creation
+    got = why(journal_url, "f1")
+    run = engine.get_run("f1")
+    assert got["state"] == "queued" and got["queued_at"] == run.updated_at > run.created_at
+
+
+def test_failed_in_the_workflow_code(engine: durably.Engine, journal_url: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        raise KeyError("no such plan")
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="f2")
+    got = why(journal_url, "f2")
+    assert got["state"] == "failed" and got["error_type"] == "KeyError"
+    assert got["sentence"].startswith(
+        "failed: the workflow raised KeyError: 'no such plan' after step 0 — `durably retry f2`"
+    )
+
+
+def test_blocked_by_nondeterminism(journal_url: str) -> None:
+    old = durably.Engine(journal_url)
+
+    @old.workflow(name="wf")
+    def v1(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.step("open_ticket", _crash)
+
+    with pytest.raises(Crash):
+        old.run(v1, run_id="nd")
+    old.close()
+    new = durably.Engine(journal_url)  # a deploy renamed the first step
+
+    @new.workflow(name="wf")
+    def v2(ctx: durably.Context) -> None:
+        ctx.step("make_plan", lambda: 1)
+
+    with pytest.raises(durably.NonDeterminism):
+        new.run(v2, run_id="nd")
+    new.close()
+    got = why(journal_url, "nd")
+    assert got["state"] == "blocked" and got["blocked_by"] == "NonDeterminism"
+    assert got["sentence"].startswith(
+        "blocked: NonDeterminism at step 0: step 0: history has 'plan'("
+    )
+    assert got["sentence"].endswith(
+        "— deploy the old code, or patch it (`ctx.patched`), then `durably retry nd`"
+    )
+
+
+def test_blocked_by_a_serialization_error(engine: durably.Engine, journal_url: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> object:
+        ctx.step("plan", lambda: 1)
+        return object()  # not storable: the run blocks, it does not fail
+
+    with pytest.raises(durably.SerializationError):
+        engine.run(wf, run_id="ser")
+    got = why(journal_url, "ser")
+    assert got["state"] == "blocked" and got["blocked_by"] == "SerializationError"
+    assert got["sentence"].startswith("blocked: SerializationError: workflow 'wf' result:")
+    assert got["sentence"].endswith(
+        "— change the code to return and pass storable data, then `durably retry ser`"
+        " (recorded steps replay)"
+    )
+
+
+def _crash() -> None:
+    raise Crash("the process dies here")
+
+
+def test_quarantined_with_its_last_error(journal_url: str) -> None:
+    engine = durably.Engine(journal_url, max_starts=2)
+
+    def flaky() -> None:
+        raise ConnectionError("upstream reset")
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        try:
+            ctx.step("fetch", flaky)
+        except durably.StepFailed:
+            pass
+        ctx.step("dies", _crash)
+
+    for _ in range(3):  # start 1 records the failure; starts 2 and 3 make no progress
+        with pytest.raises(Crash):
+            engine.run(wf, run_id="q1")
+    with pytest.raises(durably.RunQuarantined):
+        engine.run(wf, run_id="q1")
+    engine.close()
+    got = why(journal_url, "q1")
+    assert got["state"] == "quarantined" and got["last_error_type"] == "ConnectionError"
+    assert got["sentence"] == (
+        "quarantined after 2 starts without progress; last error ConnectionError: upstream"
+        " reset — fix the cause, then `durably retry q1`"
+    )
+
+
+def test_quarantined_without_an_error(journal_url: str) -> None:
+    engine = durably.Engine(journal_url, max_starts=1)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("dies", _crash)
+
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="q2")
+    with pytest.raises(durably.RunQuarantined):
+        engine.run(wf, run_id="q2")
+    engine.close()
+    got = why(journal_url, "q2")
+    assert got["state"] == "quarantined" and got["last_error_type"] is None
+    assert got["sentence"].startswith("quarantined after 1 start without progress; no error")
+    assert "(its process died each time: a crash, OOM or SIGKILL)" in got["sentence"]
+
+
+def test_in_doubt(engine: durably.Engine, journal_url: str) -> None:
+    calls: list[str] = []
+
+    @durably.step(effect=True)
+    def charge(amount: int) -> str:
+        calls.append("charged")
+        if len(calls) == 1:
+            raise Crash("died after charging, before recording")
+        return "ok"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: 1)
+        return ctx.step("charge", charge, 100)
+
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="doubt")
+    with pytest.raises(durably.RunInDoubt):
+        engine.run(wf, run_id="doubt")
+    assert calls == ["charged"]  # never charged twice
+    got = why(journal_url, "doubt")
+    assert got["state"] == "in_doubt"
+    assert got["sentence"].startswith(
+        "in doubt: step 1 'charge' was in flight when its process died: its effect may or"
+        " may not have happened, and it takes no idempotency_key and has no reconcile."
+    )
+    assert got["sentence"].endswith(
+        "— inspect the target, then `durably retry doubt` or `durably skip doubt --output JSON`"
+    )
+
+
+def test_queued_with_runs_ahead_and_a_worker_serving_it(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> int:
+        inside.set()
+        assert release.wait(60)
+        return 1
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> int:
+        return ctx.step("hold", hold)
+
+    worker = Worker(engine, concurrency=1, queues=("q",), poll_interval_s=0.05, drain_s=5)
+    thread = threading.Thread(target=worker.run)
+    engine.start(wf, run_id="first", queue="q")
+    thread.start()
+    try:
+        assert inside.wait(60)  # the worker holds "first"; the rest wait behind it
+        for run_id in ("a", "b", "c"):
+            engine.start(wf, run_id=run_id, queue="q")
+        engine.start(wf, run_id="elsewhere", queue="other")  # another queue: not ahead
+        got = why(journal_url, "c")
+        assert got["state"] == "queued" and got["runs_ahead"] == 2
+        assert got["workers"] == 1
+        assert re.fullmatch(
+            r"queued since \d\d:\d\d:\d\d UTC on queue 'q', 2 runs ahead, 1 worker serving it",
+            got["sentence"],
+        )
+        alone = why(journal_url, "elsewhere")
+        assert alone["runs_ahead"] == 0 and alone["workers"] == 0
+        assert alone["sentence"].endswith(
+            "0 runs ahead, no live worker serves it (start one: `durably worker MODULE:ENGINE"
+            " --queue other`)"
+        )
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(60)
+
+
+def test_running_at_an_effect_in_flight(engine: durably.Engine, journal_url: str) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    @durably.step(effect=True)
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        inside.set()
+        assert release.wait(60)
+        return "ok"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: 1)
+        return ctx.step("charge", charge, 100)
+
+    with running(engine, wf, "live", release):
+        assert inside.wait(60)
+        got = why(journal_url, "live")
+    assert got["state"] == "running" and got["owner_pid"] is not None
+    assert got["position"] == "1" and got["step"] == "charge" and got["attempt"] == 1
+    assert re.fullmatch(
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 1 charge",
+        got["sentence"],
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="step.retried is committed with the step's next durable write (its result or"
+    " failure), not when the retry happens, so no reader sees attempt 2 while it runs",
+)
+def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) -> None:
+    inside, release = threading.Event(), threading.Event()
+    attempts: list[int] = []
+
+    @durably.step(retries=4, backoff=0)
+    def call_model(prompt: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RateLimitError("429: slow down")
+        inside.set()
+        assert release.wait(60)
+        return "answer"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: 1)
+        return ctx.step("call_model", call_model, "hi")
+
+    with running(engine, wf, "live", release):
+        assert inside.wait(60)
+        got = why(journal_url, "live")
+    assert got["state"] == "running" and got["owner_pid"] is not None
+    assert got["position"] == "1" and got["step"] == "call_model" and got["attempt"] == 2
+    assert got["retry_error_type"].endswith("RateLimitError")
+    assert re.fullmatch(
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 1"
+        r" call_model, attempt 2 after \S*RateLimitError: 429: slow down",
+        got["sentence"],
+    )
+
+
+def test_journal_text_is_escaped(engine: durably.Engine, journal_url: str) -> None:
+    def boom() -> None:
+        raise ValueError("[bold red]x[/] \x1b[2J cleared")
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("boom", boom)
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="esc")
+    text = why_text(journal_url, "esc")
+    assert "[bold red]x[/]" in text and "\\x1b[2J" in text and "\x1b" not in text
+
+
+def test_unknown_run_is_a_clear_error(engine: durably.Engine, journal_url: str) -> None:
+    engine.close()
+    res = CliRunner().invoke(cli, ["runs", "why", "nope", "--db", journal_url, "--json"])
+    assert res.exit_code == 1
+    assert "nope" in json.loads(res.output)["error"]
+
+
+def test_no_journal_is_a_clear_error(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["runs", "why", "x", "--db", f"sqlite:///{tmp_path}/no.db"])
+    assert res.exit_code == 1 and "no journal at" in res.output
+
+
+def test_docs_table_lists_every_state_with_a_real_test() -> None:
+    from durably import why as why_module
+
+    root = Path(__file__).parents[2]
+    rows = [
+        line.split(" | ")
+        for line in (root / "docs" / "why.md").read_text().splitlines()
+        if line.startswith("| `")
+    ]
+    states = [cells[0].removeprefix("| ").strip("`") for cells in rows]
+    assert len(states) == len(set(states))  # one row per state
+    assert set(states) == {*why_module._BUILDERS, "orphaned"}
+    sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
+    for cells in rows:
+        for name in re.findall(r"`(test_\w+)`", cells[-1]):
+            assert any(f"def {name}(" in src for src in sources), name
