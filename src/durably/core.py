@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import codec
+from . import codec, inputs
 from .clock import Clock
 from .errors import (
     ConfigError,
@@ -199,6 +199,14 @@ class RunCore:
         self.in_doubt: str | None = None
         # Set by ``durably replay --check``: the first live action stops the replay.
         self.checking = False
+        # Reads recorded input blobs (the store's get_blobs), only to explain a mismatch.
+        self.fetch_blobs: inputs.Fetch | None = None
+        # Blobs this attempt has written (or sent to be written): not sent again.
+        self.known_blobs: set[str] = set()
+        # The run's recorded prompt version and the code's, when the workflow declares one.
+        self.prompt_versions: tuple[str | None, str | None] = (None, None)
+        # The manifest of the step going live at each position (its records carry it).
+        self.manifests: dict[str, inputs.Manifest] = {}
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -265,24 +273,53 @@ class RunCore:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
 
-    def recorded(self, pos: str, kind: str, name: str, digest: str) -> StepRecord | None:
-        """The record at ``pos`` after checking it matches what the code asks for."""
+    def recorded(
+        self, pos: str, kind: str, name: str, digest: str, call: Any = None
+    ) -> StepRecord | None:
+        """The record at ``pos`` after checking it matches what the code asks for
+        (``call``: the step's ``(fn, args, kwargs)``, to explain differing inputs)."""
         rec = self.history.get(pos)
         if rec is None:
             return None
         self.consumed.add(pos)
         if rec.kind != kind or rec.name != name or rec.digest != digest:
-            what = "inputs differ" if rec.name == name and rec.kind == kind else "steps differ"
+            same = rec.name == name and rec.kind == kind
+            what = "inputs differ" if same else "steps differ"
+            detail = self._inputs_diff(rec, call) if same else ""
             raise self.poison(
                 NonDeterminism(
                     f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                    f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
-                    " history: revert the change, or let old runs finish on workers that"
-                    " serve their version first. The run is blocked; nothing recorded was"
-                    " lost, and it resumes once the code matches."
+                    f" {name!r}({digest[:12]}) ({what}).{detail}{self._prompt_note()} The"
+                    " code no longer matches this run's history: revert the change, or let"
+                    " old runs finish on workers that serve their version first. The run is"
+                    " blocked; nothing recorded was lost, and it resumes once the code"
+                    " matches."
                 )
             )
         return rec
+
+    def _inputs_diff(self, rec: StepRecord, call: Any) -> str:
+        """How the recorded inputs differ from ``call``'s ("" when they were not kept)."""
+        if call is None or rec.inputs is None or self.fetch_blobs is None:
+            return ""
+        fn, args, kwargs = call
+        try:
+            now = inputs.build(args, kwargs, set())
+            return " " + inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
+        except Exception as exc:  # an explanation must never hide the NonDeterminism
+            return f" (the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
+
+    def _prompt_note(self) -> str:
+        """What to do when the prompt version changed under this run."""
+        old, new = self.prompt_versions
+        if old == new or new is None:
+            return ""
+        return (
+            f" The prompt changed under this run: it recorded prompt version {old!r}, the"
+            f" code has {new!r}. Finish the run on the old version (a worker serving it),"
+            " put the new prompt behind ctx.patched(...), or fork the run to start it on"
+            " the new prompt."
+        )
 
     def unconsumed_check(self) -> None:
         """After the workflow returned: every recorded position must have been asked for."""
@@ -440,12 +477,14 @@ class RunCore:
             digest = codec.digest(name, args, kwargs)
         except SerializationError as exc:
             raise self.poison(exc) from None
-        rec = self.recorded(pos, STEP, name, digest)
+        rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
         if rec is not None and rec.status == OK:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
         self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
+        # Its inputs are kept with its records (built only here: replay never pays for it).
+        self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs)
         key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
@@ -464,7 +503,7 @@ class RunCore:
         if sig.options.effect:
             # A re-execution rewrites the intent with one more execution started.
             intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
-            pending.append(intent.replace(started_at=started))
+            pending.append(self._with_inputs(intent.replace(started_at=started)))
         if pending:
             yield Write(pending)
         return (
@@ -570,7 +609,7 @@ class RunCore:
                 *_usage_cols(spent),
             )
             self.fault(pos, name, "effect", sig)
-            yield Write([*self.take_pending(), rec])
+            yield Write([*self.take_pending(), self._with_inputs(rec)])
             self.fault(pos, name, "recorded", sig)
             raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
@@ -609,9 +648,19 @@ class RunCore:
             self.clock.time(),
             *_usage_cols(usage),
         )
-        yield Write([*self.take_pending(), rec])
+        yield Write([*self.take_pending(), self._with_inputs(rec)])
         self.fault(pos, name, "recorded", sig)
         return _decode(self, text, sig, pos, name)
+
+    def _with_inputs(self, rec: StepRecord) -> StepRecord:
+        """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
+        record of a position carries them; a later one, e.g. the result after its
+        intent, only the manifest)."""
+        m = self.manifests.get(rec.position)
+        if m is None:
+            return rec
+        blobs, m.blobs = tuple(m.blobs), []
+        return rec.replace(inputs=m.text, blobs=blobs)
 
 
 def _add_usage(total: Usage, more: Usage) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 # Record kinds: each consumes one position in program order.
@@ -119,6 +119,11 @@ class StepRecord:
     finished_at: float | None = None
     usage_tokens: int | None = None
     usage_cost_usd: float | None = None
+    # What a step was called with: a manifest of blob digests (durably.inputs), or None.
+    inputs: str | None = None
+    # Blobs to write with the record, in its transaction: (digest, text) pairs. Not a
+    # column and not part of the record's identity (a blob already stored is left out).
+    blobs: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
@@ -214,6 +219,7 @@ _STEP_TYPES: Final = {
     "finished_at": _F + _N,
     "usage_tokens": _I + _N,
     "usage_cost_usd": _F + _N,
+    "inputs": _S + _N,
 }
 _RUN_TYPES: Final = {
     **dict.fromkeys(("run_id", "workflow", "queue", "input", "input_digest", "status"), _S),

@@ -477,3 +477,28 @@ def test_runs_filter_by_version_and_count_unfinished_per_version(
         ("wf", "1", "queued", 1),
         ("wf", "1", "running", 1),
     ]
+
+
+def test_blobs_are_written_with_their_record_once_by_digest(store: Store) -> None:
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    a, b = hashlib.sha256(b'"a"').hexdigest(), hashlib.sha256(b'"b"').hexdigest()
+    first = rec("0").replace(inputs='{"args":[],"kwargs":{}}', blobs=((a, '"a"'), (b, '"b"')))
+    store.append("r1", 1, [first])
+    # The same blob again (another step, a retried write): stored once, nothing refused.
+    store.append("r1", 1, [rec("1").replace(blobs=((a, '"a"'),))])
+    store.append("r1", 1, [first])
+    assert store.get_blobs([a, b, DIGEST]) == {a: '"a"', b: '"b"'}
+    assert store.get_blobs([]) == {}
+    history = {r.position: r for r in store.load_history("r1", 0)}
+    assert history["0"].inputs == '{"args":[],"kwargs":{}}' and history["1"].inputs is None
+
+
+def test_blobs_of_a_refused_append_are_not_written(store: Store) -> None:
+    """A stale token writes nothing: neither the record nor the blobs it carries."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    c = hashlib.sha256(b'"c"').hexdigest()
+    with pytest.raises(LeaseLost):
+        store.append("r1", 0, [rec("0").replace(blobs=((c, '"c"'),))])
+    assert store.get_blobs([c]) == {}

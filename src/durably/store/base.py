@@ -158,6 +158,11 @@ class Store(Protocol):
         """All records of one generation of a run, in one query."""
         ...
 
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests`` (content hashes), as text by digest; a
+        digest not stored is left out."""
+        ...
+
     def append(self, run_id: str, token: int, records: Sequence[StepRecord]) -> None:
         """Write records in one transaction, fenced; a result replaces an intent."""
         ...

@@ -116,14 +116,14 @@ SELECT pg_notify(%(channel)s, '') FROM released;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
-       attempts, started_at, finished_at, usage_tokens, usage_cost_usd
+       attempts, started_at, finished_at, usage_tokens, usage_cost_usd, inputs
 FROM steps WHERE run_id = %(run_id)s AND generation = %(generation)s;
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
 SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
        s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
-       s.usage_cost_usd
+       s.usage_cost_usd, s.inputs
 FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 
@@ -135,12 +135,12 @@ WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 -- when the claim has raised the token.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)s::text,
        %(input_digest)s::text, %(status)s::text, %(output)s::text, %(error_type)s::text,
        %(error_message)s::text, %(attempts)s::integer, %(started_at)s::double precision,
        %(finished_at)s::double precision, %(usage_tokens)s::bigint,
-       %(usage_cost_usd)s::double precision
+       %(usage_cost_usd)s::double precision, %(inputs)s::text
 FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
 FOR KEY SHARE OF runs
 ON CONFLICT (run_id, generation, position) DO UPDATE
@@ -182,10 +182,10 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- transaction and nobody can hold it yet).
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 VALUES (%(run_id)s, 0, %(position)s, %(kind)s, %(name)s, %(input_digest)s, %(status)s,
         %(output)s, %(error_type)s, %(error_message)s, %(attempts)s, %(started_at)s,
-        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s);
+        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s, %(inputs)s);
 
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = %(output)s, finished_at = %(now)s
@@ -281,3 +281,12 @@ SELECT 1;
 
 -- name: db_time
 SELECT extract(epoch FROM clock_timestamp())::double precision;
+
+-- name: put_blob
+-- A payload by content hash: each distinct value is stored once.
+INSERT INTO blobs (digest, data, size, created_at)
+VALUES (%(digest)s, %(data)s, %(size)s, %(now)s)
+ON CONFLICT (digest) DO NOTHING;
+
+-- name: get_blobs
+SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);

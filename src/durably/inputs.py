@@ -1,0 +1,199 @@
+"""Step inputs kept by content hash.
+
+A step record names what the step was called with as a small *manifest*; the payloads
+go to the store's blob table keyed by their sha256, each distinct value once. A list
+argument (a conversation) is a chain of nodes, one per item, each node naming the
+previous node and its item's hash, so the manifest of an n-message conversation is one
+digest and a turn that adds one message adds one message blob and one node blob, never
+the conversation again. The step's input digest is unchanged: it stays the digest of the
+canonical values (storing inputs never changes a step's identity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from . import codec
+
+# A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
+Fetch = Callable[[Sequence[str]], Mapping[str, str]]
+
+# How much of a differing value the NonDeterminism message shows.
+DIFF_LINES_MAX: Final = 12
+DIFF_LINE_CHARS_MAX: Final = 160
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Manifest:
+    """The manifest of one call's arguments and the blobs it needs written."""
+
+    __slots__ = ("blobs", "item_hashes", "text")
+
+    def __init__(self, text: str, blobs: list[tuple[str, str]], item_hashes: dict[str, Any]):
+        self.text = text
+        self.blobs = blobs
+        # Per argument: the item hashes of a list, or the hash of a single value.
+        self.item_hashes = item_hashes
+
+
+def build(args: Sequence[Any], kwargs: Mapping[str, Any], known: set[str]) -> Manifest:
+    """The manifest of ``args`` / ``kwargs``; blobs whose digest is in ``known`` (already
+    written by this process) are left out, and new ones are added to it."""
+    blobs: list[tuple[str, str]] = []
+    hashes: dict[str, Any] = {}
+
+    def keep(text: str) -> str:
+        d = _sha(text)
+        if d not in known:
+            known.add(d)
+            blobs.append((d, text))
+        return d
+
+    def ref(key: str, value: Any) -> dict[str, Any]:
+        data = codec.to_json(value)
+        if isinstance(data, list):
+            items = [keep(codec.canonical(item)) for item in data]
+            hashes[key] = items
+            node: str | None = None
+            for h in items:
+                node = keep(codec.canonical({"i": h, "p": node}))
+            return {"l": node, "n": len(items)}
+        h = keep(codec.canonical(data))
+        hashes[key] = h
+        return {"b": h}
+
+    manifest = {
+        "args": [ref(str(i), a) for i, a in enumerate(args)],
+        "kwargs": {k: ref(k, v) for k, v in kwargs.items()},
+    }
+    return Manifest(codec.canonical(manifest), blobs, hashes)
+
+
+def _fetch_one(fetch: Fetch, digest: str) -> str:
+    found = fetch([digest]).get(digest)
+    if found is None:
+        raise LookupError(f"blob {digest[:12]} is missing from the store")
+    return found
+
+
+def item_hashes(ref: Mapping[str, Any], fetch: Fetch) -> Any:
+    """The item hashes of a list reference (walking its chain), or a value's hash."""
+    if "b" in ref:
+        return ref["b"]
+    out: list[str] = []
+    node = ref["l"]
+    while node is not None:
+        data = json.loads(_fetch_one(fetch, node))
+        out.append(data["i"])
+        node = data["p"]
+    out.reverse()
+    return out
+
+
+def _refs(text: str) -> dict[str, Mapping[str, Any]]:
+    m = json.loads(text)
+    refs: dict[str, Mapping[str, Any]] = {str(i): r for i, r in enumerate(m["args"])}
+    refs.update(m["kwargs"])
+    return refs
+
+
+def load(text: str, fetch: Fetch) -> dict[str, Any]:
+    """The recorded arguments of a manifest as plain JSON data, by argument (positional
+    ones by index as a string, keyword ones by name)."""
+    out: dict[str, Any] = {}
+    for key, r in _refs(text).items():
+        hashes = item_hashes(r, fetch)
+        if isinstance(hashes, str):
+            out[key] = json.loads(_fetch_one(fetch, hashes))
+        else:
+            texts = fetch(hashes) if hashes else {}
+            out[key] = [json.loads(texts[h]) for h in hashes]
+    return out
+
+
+def _arg_name(fn: Any, key: str) -> str:
+    """``key`` named for a person: a positional index becomes its parameter's name."""
+    if not key.isdigit():
+        return repr(key)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+        p = params[int(key)]
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return f"{p.name!r} (argument {key})"
+    except (TypeError, ValueError, IndexError):
+        pass
+    return f"argument {key}"
+
+
+def _pretty(data: Any) -> list[str]:
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False)
+    return [line[:DIFF_LINE_CHARS_MAX] for line in text.splitlines()]
+
+
+def _short_diff(old: Any, new: Any) -> str:
+    import difflib  # only on the error path: kept out of `import durably`
+
+    lines = list(difflib.unified_diff(_pretty(old), _pretty(new), "recorded", "current", n=1))
+    shown = lines[2:][:DIFF_LINES_MAX]
+    more = len(lines) - 2 - len(shown)
+    tail = [f"  ... {more} more line(s)"] if more > 0 else []
+    return "\n".join(["  " + line for line in shown] + tail)
+
+
+def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
+    """A short account of how the current inputs differ from the recorded manifest:
+    which argument and, for a conversation, which message, with a diff of that value."""
+    refs = _refs(recorded)
+    now = current.item_hashes
+    for key in sorted(set(refs) | set(now), key=lambda k: (not k.isdigit(), k.zfill(9))):
+        where = _arg_name(fn, key)
+        if key not in now:
+            return f"{where} was passed when recorded and is not passed now"
+        if key not in refs:
+            return f"{where} is passed now and was not when recorded"
+        old = item_hashes(refs[key], fetch)
+        new = now[key]
+        if old == new:
+            continue
+        if isinstance(old, list) and isinstance(new, list):
+            return _list_diff(where, old, new, current, fetch)
+        if isinstance(old, str) and isinstance(new, str):
+            return f"{where} differs:\n" + _short_diff(
+                json.loads(_fetch_one(fetch, old)), _blob_value(current, new)
+            )
+        return f"{where} was a {_shape(old)} when recorded and is a {_shape(new)} now"
+    return "the recorded inputs match the arguments: the step name or codec version differs"
+
+
+def _shape(h: Any) -> str:
+    return "list" if isinstance(h, list) else "single value"
+
+
+def _blob_value(current: Manifest, digest: str) -> Any:
+    for d, text in current.blobs:
+        if d == digest:
+            return json.loads(text)
+    return "<unchanged value>"
+
+
+def _list_diff(where: str, old: list[str], new: list[str], current: Manifest, fetch: Fetch) -> str:
+    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a != b:
+            # current.blobs may lack an item this process wrote before; fetch it then.
+            now = _blob_value(current, b)
+            if now == "<unchanged value>":
+                now = json.loads(_fetch_one(fetch, b))
+            return (
+                f"{where}: message {i} of {len(old)} recorded / {len(new)} now differs:\n"
+                + _short_diff(json.loads(_fetch_one(fetch, a)), now)
+            )
+    if len(new) > len(old):
+        return f"{where}: {len(new) - len(old)} message(s) added after message {len(old) - 1}"
+    return f"{where}: {len(old) - len(new)} message(s) fewer than recorded ({len(old)})"
