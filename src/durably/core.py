@@ -35,6 +35,7 @@ from .history import (
     INTENT,
     NOW,
     OK,
+    OUTPUT_INLINE_BYTES_MAX,
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
@@ -205,6 +206,8 @@ class RunCore:
         self.known_blobs: set[str] = set()
         # The run's recorded prompt version and the code's, when the workflow declares one.
         self.prompt_versions: tuple[str | None, str | None] = (None, None)
+        # Step outputs longer than this go to the blob table (see OUTPUT_INLINE_BYTES_MAX).
+        self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
         # The manifest of the step going live at each position (its records carry it).
         self.manifests: dict[str, inputs.Manifest] = {}
 
@@ -634,13 +637,14 @@ class RunCore:
                 )
             ) from None
         self.fault(pos, name, "effect", sig)
+        stored, blob = inputs.output_ref(text, self.output_inline_max)
         rec = StepRecord(
             pos,
             STEP,
             name,
             digest,
             OK,
-            text,
+            stored,
             None,
             None,
             attempts,
@@ -648,7 +652,10 @@ class RunCore:
             self.clock.time(),
             *_usage_cols(usage),
         )
-        yield Write([*self.take_pending(), self._with_inputs(rec)])
+        rec = self._with_inputs(rec)
+        if blob is not None:
+            rec = rec.replace(blobs=(*rec.blobs, blob))
+        yield Write([*self.take_pending(), rec])
         self.fault(pos, name, "recorded", sig)
         return _decode(self, text, sig, pos, name)
 
@@ -678,6 +685,7 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
+        text = inputs.resolve_output(text, core.fetch_blobs)
         return codec.loads(text or "null", sig.return_hint)
     except SerializationError as exc:
         raise core.poison(

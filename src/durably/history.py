@@ -78,6 +78,9 @@ assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHAR
 
 STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest step output (and recorded now/random/uuid value), as canonical JSON."""
+OUTPUT_INLINE_BYTES_MAX: Final = 64 * 1024
+"""A step output longer than this (UTF-8 bytes of its JSON) goes to the blob table; the
+record keeps a reference, read only when a replay reaches the step."""
 RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest run input (the workflow's arguments), as canonical JSON."""
 RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024

@@ -18,9 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from . import codec
+from .errors import SerializationError
 
 # A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
 Fetch = Callable[[Sequence[str]], Mapping[str, str]]
+
+# A single value whose canonical text is at most this long is kept in the manifest itself:
+# a digest would be as long, and a blob row would cost the step a write.
+INLINE_CHARS_MAX: Final = 64
 
 # How much of a differing value the NonDeterminism message shows.
 DIFF_LINES_MAX: Final = 12
@@ -34,9 +39,16 @@ def _sha(text: str) -> str:
 class Manifest:
     """The manifest of one call's arguments and the blobs it needs written."""
 
-    __slots__ = ("blobs", "item_hashes", "text")
+    __slots__ = ("blobs", "item_hashes", "refs", "text")
 
-    def __init__(self, text: str, blobs: list[tuple[str, str]], item_hashes: dict[str, Any]):
+    def __init__(
+        self,
+        refs: dict[str, dict[str, Any]],
+        text: str,
+        blobs: list[tuple[str, str]],
+        item_hashes: dict[str, Any],
+    ):
+        self.refs = refs  # by argument: positional ones by index as a string
         self.text = text
         self.blobs = blobs
         # Per argument: the item hashes of a list, or the hash of a single value.
@@ -65,15 +77,19 @@ def build(args: Sequence[Any], kwargs: Mapping[str, Any], known: set[str]) -> Ma
             for h in items:
                 node = keep(codec.canonical({"i": h, "p": node}))
             return {"l": node, "n": len(items)}
-        h = keep(codec.canonical(data))
+        text = codec.canonical(data)
+        if len(text) <= INLINE_CHARS_MAX:
+            hashes[key] = _sha(text)
+            return {"v": data}
+        h = keep(text)
         hashes[key] = h
         return {"b": h}
 
-    manifest = {
-        "args": [ref(str(i), a) for i, a in enumerate(args)],
-        "kwargs": {k: ref(k, v) for k, v in kwargs.items()},
-    }
-    return Manifest(codec.canonical(manifest), blobs, hashes)
+    positional = [ref(str(i), a) for i, a in enumerate(args)]
+    named = {k: ref(k, v) for k, v in kwargs.items()}
+    refs = {**{str(i): r for i, r in enumerate(positional)}, **named}
+    text = codec.canonical({"args": positional, "kwargs": named})
+    return Manifest(refs, text, blobs, hashes)
 
 
 def _fetch_one(fetch: Fetch, digest: str) -> str:
@@ -85,6 +101,8 @@ def _fetch_one(fetch: Fetch, digest: str) -> str:
 
 def item_hashes(ref: Mapping[str, Any], fetch: Fetch) -> Any:
     """The item hashes of a list reference (walking its chain), or a value's hash."""
+    if "v" in ref:
+        return _sha(codec.canonical(ref["v"]))
     if "b" in ref:
         return ref["b"]
     out: list[str] = []
@@ -109,6 +127,9 @@ def load(text: str, fetch: Fetch) -> dict[str, Any]:
     ones by index as a string, keyword ones by name)."""
     out: dict[str, Any] = {}
     for key, r in _refs(text).items():
+        if "v" in r:
+            out[key] = r["v"]
+            continue
         hashes = item_hashes(r, fetch)
         if isinstance(hashes, str):
             out[key] = json.loads(_fetch_one(fetch, hashes))
@@ -149,9 +170,17 @@ def _short_diff(old: Any, new: Any) -> str:
 
 def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
     """A short account of how the current inputs differ from the recorded manifest:
-    which argument and, for a conversation, which message, with a diff of that value."""
+    which argument and, for a conversation, which message, with a diff of that value
+    (``current`` built with no blob left out: its new values are not in the store)."""
     refs = _refs(recorded)
     now = current.item_hashes
+    texts = dict(current.blobs)
+
+    def now_fetch(digests: Sequence[str]) -> Mapping[str, str]:
+        found = {d: texts[d] for d in digests if d in texts}
+        missing = [d for d in digests if d not in found]
+        return {**fetch(missing), **found} if missing else found
+
     for key in sorted(set(refs) | set(now), key=lambda k: (not k.isdigit(), k.zfill(9))):
         where = _arg_name(fn, key)
         if key not in now:
@@ -163,10 +192,10 @@ def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
         if old == new:
             continue
         if isinstance(old, list) and isinstance(new, list):
-            return _list_diff(where, old, new, current, fetch)
+            return _list_diff(where, old, new, fetch, now_fetch)
         if isinstance(old, str) and isinstance(new, str):
             return f"{where} differs:\n" + _short_diff(
-                json.loads(_fetch_one(fetch, old)), _blob_value(current, new)
+                _value(refs[key], fetch), _value(current.refs[key], now_fetch)
             )
         return f"{where} was a {_shape(old)} when recorded and is a {_shape(new)} now"
     return "the recorded inputs match the arguments: the step name or codec version differs"
@@ -176,24 +205,51 @@ def _shape(h: Any) -> str:
     return "list" if isinstance(h, list) else "single value"
 
 
-def _blob_value(current: Manifest, digest: str) -> Any:
-    for d, text in current.blobs:
-        if d == digest:
-            return json.loads(text)
-    return "<unchanged value>"
+def _value(ref: Mapping[str, Any], fetch: Fetch) -> Any:
+    """The value of a single-value reference (inline, or a blob)."""
+    if "v" in ref:
+        return ref["v"]
+    return json.loads(_fetch_one(fetch, ref["b"]))
 
 
-def _list_diff(where: str, old: list[str], new: list[str], current: Manifest, fetch: Fetch) -> str:
+def _list_diff(where: str, old: list[str], new: list[str], fetch: Fetch, now_fetch: Fetch) -> str:
     for i, (a, b) in enumerate(zip(old, new, strict=False)):
         if a != b:
-            # current.blobs may lack an item this process wrote before; fetch it then.
-            now = _blob_value(current, b)
-            if now == "<unchanged value>":
-                now = json.loads(_fetch_one(fetch, b))
             return (
                 f"{where}: message {i} of {len(old)} recorded / {len(new)} now differs:\n"
-                + _short_diff(json.loads(_fetch_one(fetch, a)), now)
+                + _short_diff(
+                    json.loads(_fetch_one(fetch, a)), json.loads(_fetch_one(now_fetch, b))
+                )
             )
     if len(new) > len(old):
         return f"{where}: {len(new) - len(old)} message(s) added after message {len(old) - 1}"
     return f"{where}: {len(old) - len(new)} message(s) fewer than recorded ({len(old)})"
+
+
+# A step output kept in the blob table is recorded as this one-key object. No stored
+# value can look like it: the codec writes a user dict whose only key starts with "$" as
+# {"$dict": ...}.
+_OUTPUT_REF_PREFIX: Final = '{"$blob":"'
+
+
+def output_ref(text: str, inline_max: int) -> tuple[str, tuple[str, str] | None]:
+    """What a step record stores for output ``text``: the text itself, or, above
+    ``inline_max`` UTF-8 bytes, a reference plus the ``(digest, text)`` blob to write."""
+    if len(text) * 4 <= inline_max or len(text.encode("utf-8")) <= inline_max:
+        return text, None
+    d = _sha(text)
+    return f'{_OUTPUT_REF_PREFIX}{d}"}}', (d, text)
+
+
+def resolve_output(text: str | None, fetch: Fetch | None) -> str | None:
+    """A recorded output's JSON text, read from the blob table when it was kept there
+    (only now, when the workflow reaches the step: replay reads blobs lazily)."""
+    if text is None or not text.startswith(_OUTPUT_REF_PREFIX):
+        return text
+    if fetch is None:
+        raise SerializationError("a step output is kept in the blob table, unreadable here")
+    d = json.loads(text)["$blob"]
+    found = fetch([d]).get(d)
+    if found is None:
+        raise SerializationError(f"the step output blob {d[:12]} is missing from the store")
+    return found

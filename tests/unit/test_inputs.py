@@ -163,3 +163,71 @@ def test_runs_show_inputs_prints_what_each_step_was_called_with(journal_url: str
     assert steps[1]["inputs"] == {"0": [message(0), message(1)]}
     plain = CliRunner().invoke(main, ["runs", "show", "r", "--db", journal_url, "--json"])
     assert "inputs" not in json.loads(plain.output)["steps"][0]
+
+
+def test_large_outputs_go_to_the_blob_table_and_are_read_only_when_reached(
+    engine: durably.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durably.history import OUTPUT_INLINE_BYTES_MAX
+
+    big = "y" * (OUTPUT_INLINE_BYTES_MAX + 1)
+    seen: list[str] = []
+
+    @engine.workflow(name="big")
+    def wf(ctx: durably.Context, stop_after_first: bool) -> int:
+        first = ctx.step("fetch", lambda: big)
+        seen.append(first)
+        if stop_after_first:
+            return 0
+        return len(ctx.step("small", lambda: "z"))
+
+    half_done_at = {"0": "recorded"}
+
+    def hook(run_id: str, pos: str, name: str, window: str) -> None:
+        if half_done_at.get(pos) == window:
+            raise Crash(pos)
+
+    engine.fault_hook = hook
+    with pytest.raises(Crash):
+        engine.run(wf, False, run_id="r")
+    engine.fault_hook = None
+    (rec,) = engine.store.load_history("r", 0)
+    assert rec.output is not None and len(rec.output) < 100  # a reference, not the payload
+    fetched: list[list[str]] = []
+    real = engine.store.get_blobs
+
+    def counting(digests: Any) -> Any:
+        fetched.append(list(digests))
+        return real(digests)
+
+    monkeypatch.setattr(engine.store, "get_blobs", counting)
+    assert engine.run(wf, False, run_id="r") == 1
+    assert seen[-1] == big and len(fetched) == 1  # read once, when the replay reached it
+
+
+@pytest.mark.parametrize("long", [False, True], ids=["inline", "blob"])
+def test_changed_prompt_argument_is_shown_whatever_its_size(
+    engine: durably.Engine, long: bool
+) -> None:
+    rules = " Rules: " + "r" * 300 if long else ""
+
+    def plan(prompt: str, task: str) -> str:
+        return "plan"
+
+    def register(prompt: str) -> Any:
+        @engine.workflow(name="a")
+        def agent(ctx: durably.Context) -> str:
+            for task in ("a", "b", "c", "d"):
+                ctx.step("plan", plan, prompt, task=task)
+            return "done"
+
+        return agent
+
+    half_done(engine, register("Be careful." + rules), "r")
+    engine._workflows.pop("a", None)
+    register("Be fast." + rules)
+    with pytest.raises(durably.NonDeterminism) as err:
+        engine.run("a", run_id="r")
+    text = str(err.value)
+    assert "'prompt' (argument 0) differs" in text
+    assert '-"Be careful.' in text and '+"Be fast.' in text
