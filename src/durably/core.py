@@ -289,16 +289,18 @@ class RunCore:
             same = rec.name == name and rec.kind == kind
             what = "inputs differ" if same else "steps differ"
             detail = self._inputs_diff(rec, call) if same else ""
-            raise self.poison(
-                NonDeterminism(
-                    f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                    f" {name!r}({digest[:12]}) ({what}).{detail}{self._prompt_note()} The"
-                    " code no longer matches this run's history: revert the change, or let"
-                    " old runs finish on workers that serve their version first. The run is"
-                    " blocked; nothing recorded was lost, and it resumes once the code"
-                    " matches."
-                )
-            )
+            parts = [
+                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
+                f" {name!r}({digest[:12]}) ({what}).",
+                detail,
+                self._prompt_note(),
+                "The code no longer matches this run's history: revert the change, or let"
+                " old runs finish on workers that serve their version first. The run is"
+                " blocked; nothing recorded was lost, and it resumes once the code matches.",
+            ]
+            # A diff takes lines of its own; without one the message stays one line.
+            sep = "\n" if detail else " "
+            raise self.poison(NonDeterminism(sep.join(p for p in parts if p)))
         return rec
 
     def _inputs_diff(self, rec: StepRecord, call: Any) -> str:
@@ -308,9 +310,9 @@ class RunCore:
         fn, args, kwargs = call
         try:
             now = inputs.build(args, kwargs, set())
-            return " " + inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
+            return inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
         except Exception as exc:  # an explanation must never hide the NonDeterminism
-            return f" (the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
+            return f"(the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
 
     def _prompt_note(self) -> str:
         """What to do when the prompt version changed under this run."""
@@ -318,7 +320,7 @@ class RunCore:
         if old == new or new is None:
             return ""
         return (
-            f" The prompt changed under this run: it recorded prompt version {old!r}, the"
+            f"The prompt changed under this run: it recorded prompt version {old!r}, the"
             f" code has {new!r}. Finish the run on the old version (a worker serving it),"
             " put the new prompt behind ctx.patched(...), or fork the run to start it on"
             " the new prompt."
@@ -663,7 +665,12 @@ class RunCore:
         """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
         record of a position carries them; a later one, e.g. the result after its
         intent, only the manifest)."""
-        m = self.manifests.get(rec.position)
+        # A result or failure is the position's last record: its manifest can go.
+        m = (
+            self.manifests.get(rec.position)
+            if rec.status == INTENT
+            else self.manifests.pop(rec.position, None)
+        )
         if m is None:
             return rec
         blobs, m.blobs = tuple(m.blobs), []

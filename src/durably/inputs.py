@@ -161,7 +161,9 @@ def _pretty(data: Any) -> list[str]:
 def _short_diff(old: Any, new: Any) -> str:
     import difflib  # only on the error path: kept out of `import durably`
 
-    lines = list(difflib.unified_diff(_pretty(old), _pretty(new), "recorded", "current", n=1))
+    lines = list(
+        difflib.unified_diff(_pretty(old), _pretty(new), "recorded", "current", n=1, lineterm="")
+    )
     shown = lines[2:][:DIFF_LINES_MAX]
     more = len(lines) - 2 - len(shown)
     tail = [f"  ... {more} more line(s)"] if more > 0 else []

@@ -113,7 +113,7 @@ def test_changed_message_names_the_argument_and_message(engine: durably.Engine) 
     text = str(err.value)
     assert "inputs differ" in text
     assert "'messages' (argument 0): message 1 of 2 recorded / 2 now differs" in text
-    assert "turn 1 edited" in text and "-" in text and "+" in text
+    assert "+ \"content\": \"turn 1 edited\"" in text and "- \"content\": \"turn 1 x" in text
     assert engine.get_run("r").status == BLOCKED
 
 
