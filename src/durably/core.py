@@ -206,6 +206,10 @@ class RunCore:
         self.known_blobs: set[str] = set()
         # The run's recorded prompt version and the code's, when the workflow declares one.
         self.prompt_versions: tuple[str | None, str | None] = (None, None)
+        # The digest rule of the run (codec.CODEC_VERSION when it was created) and the
+        # hashes of the list items (messages) its steps were passed, computed once each.
+        self.codec_version = codec.CODEC_VERSION
+        self.item_hashes = codec.ItemHashes()
         # Step outputs longer than this go to the blob table (see OUTPUT_INLINE_BYTES_MAX).
         self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
         # The manifest of the step going live at each position (its records carry it).
@@ -479,7 +483,7 @@ class RunCore:
         sig = signature_of(fn)
         pos = self.take()
         try:
-            digest = codec.digest(name, args, kwargs)
+            digest = codec.digest(name, args, kwargs, self.codec_version, self.item_hashes)
         except SerializationError as exc:
             raise self.poison(exc) from None
         rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
@@ -489,7 +493,7 @@ class RunCore:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
         self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
         # Its inputs are kept with its records (built only here: replay never pays for it).
-        self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs)
+        self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
         key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:

@@ -739,6 +739,7 @@ class Engine:
             core.token = run.fencing_token
             core.incarnation = run.incarnation
             core.fetch_blobs = self.store.get_blobs
+            core.codec_version = run.codec_version
             core.prompt_versions = (run.prompt_version, w.prompt_version)
             # The driver's own view of its lease, on the engine's clock: every live step
             # checks it first (no I/O), so a process stopped past its lease runs no step.

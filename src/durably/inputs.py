@@ -55,9 +55,16 @@ class Manifest:
         self.item_hashes = item_hashes
 
 
-def build(args: Sequence[Any], kwargs: Mapping[str, Any], known: set[str]) -> Manifest:
+def build(
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    known: set[str],
+    items: codec.ItemHashes | None = None,
+) -> Manifest:
     """The manifest of ``args`` / ``kwargs``; blobs whose digest is in ``known`` (already
-    written by this process) are left out, and new ones are added to it."""
+    written by this process) are left out, and new ones are added to it. ``items``
+    remembers list items' hashes between calls (a conversation's messages)."""
+    cache = items if items is not None else codec.ItemHashes()
     blobs: list[tuple[str, str]] = []
     hashes: dict[str, Any] = {}
 
@@ -68,15 +75,21 @@ def build(args: Sequence[Any], kwargs: Mapping[str, Any], known: set[str]) -> Ma
             blobs.append((d, text))
         return d
 
+    def item(value: Any) -> str:
+        h, text = cache.item(value)
+        if h not in known:
+            known.add(h)
+            blobs.append((h, text if text is not None else codec.canonical(codec.to_json(value))))
+        return h
+
     def ref(key: str, value: Any) -> dict[str, Any]:
-        data = codec.to_json(value)
-        if isinstance(data, list):
-            items = [keep(codec.canonical(item)) for item in data]
-            hashes[key] = items
+        if isinstance(value, list):
+            hashes[key] = [item(v) for v in value]
             node: str | None = None
-            for h in items:
+            for h in hashes[key]:
                 node = keep(codec.canonical({"i": h, "p": node}))
-            return {"l": node, "n": len(items)}
+            return {"l": node, "n": len(value)}
+        data = codec.to_json(value)
         text = codec.canonical(data)
         if len(text) <= INLINE_CHARS_MAX:
             hashes[key] = _sha(text)

@@ -101,6 +101,7 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     core.token = run.fencing_token
     core.incarnation = run.incarnation
     core.fetch_blobs = engine.store.get_blobs
+    core.codec_version = run.codec_version
     core.prompt_versions = (run.prompt_version, w.prompt_version)
     ex = _NoWrites(core, engine.store, engine.clock)
     try:
