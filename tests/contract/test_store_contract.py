@@ -502,3 +502,20 @@ def test_blobs_of_a_refused_append_are_not_written(store: Store) -> None:
     with pytest.raises(LeaseLost):
         store.append("r1", 0, [rec("0").replace(blobs=((c, '"c"'),))])
     assert store.get_blobs([c]) == {}
+
+
+def test_a_result_over_an_intent_without_inputs_takes_its_inputs_and_a_retry_is_accepted(
+    store: Store,
+) -> None:
+    """An intent recorded before inputs were kept, resolved by a result that carries
+    them: the row takes the result's inputs, so the same write retried (its first
+    commit's outcome unknown) matches the stored row instead of looking like an
+    overwrite."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    store.append("r1", 1, [rec("0", INTENT, None)])
+    result = rec("0").replace(inputs='{"args":[{"v":1}],"kwargs":{}}')
+    store.append("r1", 1, [result])
+    store.append("r1", 1, [result])  # the retry
+    (row,) = store.load_history("r1", 0)
+    assert row == result

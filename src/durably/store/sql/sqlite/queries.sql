@@ -79,7 +79,9 @@ ON CONFLICT (run_id, generation, position) DO UPDATE
 SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-    usage_cost_usd = excluded.usage_cost_usd
+    usage_cost_usd = excluded.usage_cost_usd,
+    -- A result keeps the inputs its intent recorded unless it brings its own.
+    inputs = coalesce(excluded.inputs, steps.inputs)
 WHERE steps.status = 'intent';
 
 -- name: load_record
