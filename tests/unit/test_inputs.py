@@ -308,3 +308,23 @@ def test_runs_recorded_under_codec_version_1_keep_their_rule(
     assert engine.get_run("new").codec_version == 2
     old, new = engine.store.load_history("old", 0), engine.store.load_history("new", 0)
     assert old[0].digest != new[0].digest  # the same call, digested by each run's rule
+
+
+def test_runs_show_inputs_names_an_unreadable_manifest_and_shows_the_rest(tmp_path: Any) -> None:
+    import json
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from durably.cli import main
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url) as e:
+        e.run(chat(e, "chat", 2), run_id="r")
+    with sqlite3.connect(tmp_path / "j.db") as conn:
+        conn.execute("UPDATE steps SET inputs = 'not json' WHERE position = '0'")
+    out = CliRunner().invoke(main, ["runs", "show", "r", "--db", url, "--inputs", "--json"])
+    assert out.exit_code == 0, out.output
+    steps = json.loads(out.output)["steps"]
+    assert "recorded inputs unreadable" in steps[0]["inputs"]["error"]
+    assert steps[1]["inputs"] == {"0": [message(0), message(1)]}

@@ -181,11 +181,16 @@ def _step_inputs(engine: Any, steps: list[StepRecord]) -> dict[str, Any]:
     """The recorded arguments of each step that kept them, by position."""
     from .. import inputs
 
-    return {
-        s.position: inputs.load(s.inputs, engine.store.get_blobs)
-        for s in steps
-        if s.inputs is not None
-    }
+    out: dict[str, Any] = {}
+    for s in steps:
+        if s.inputs is None:
+            continue
+        try:
+            out[s.position] = inputs.load(s.inputs, engine.store.get_blobs)
+        except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
+            # A hand-edited row or a deleted blob: say so for this step, show the others.
+            out[s.position] = {"error": f"recorded inputs unreadable: {type(exc).__name__}: {exc}"}
+    return out
 
 
 def _print_inputs(steps: list[StepRecord], args: dict[str, Any]) -> None:
