@@ -666,9 +666,14 @@ class RunCore:
                     "error_type": type_name(exc),
                     "error_message": storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
                     "delay_s": delay_s,
+                    # The last attempt this execution may make, counted like ``attempt``.
+                    "attempts_max": crashed + opts.retries + 1,
                 }
                 event = self.step_event(STEP_RETRIED, pos, retried, f":{crashed + attempt}")
-                self.events.append(event)
+                # Committed now, before the backoff, so a reader sees the retry while it
+                # waits and runs (`runs why`: "attempt 2 of 5 after ..."). The failure path
+                # only: a step that succeeds first time pays no commit for its events.
+                yield Write(self.take_pending(), [*self.take_events(), event])
                 yield Wait(delay_s)
                 continue
             now = self.clock.time()

@@ -166,15 +166,16 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     ),
     EventKind(
         STEP_RETRIED,
-        "a step attempt failed and will be retried (stream-only)",
+        "a step attempt failed and will be retried (committed at once, before the backoff)",
         {
             "name": "the step's name",
             "attempt": "the attempt that failed",
             "error_type": "the exception type",
             "error_message": "its message",
             "delay_s": "seconds until the next attempt",
+            "attempts_max": "the last attempt the step may make (its retries + 1, after"
+            " crashed executions)",
         },
-        stream_only=True,
     ),
     EventKind(
         LEASE_TAKEN,

@@ -13,7 +13,7 @@ import pytest
 
 import durably
 from durably.clock import FakeClock
-from durably.errors import ConfigError, LeaseLost, RunNotFound
+from durably.errors import ConfigError, LeaseLost, RunNotFound, StaleLease
 from durably.events import EVENT_KINDS, USER, Event, new_event
 from durably.history import CANCELLED, PARKED, StepRecord
 from durably.store.owner import Owner
@@ -264,9 +264,12 @@ def test_emit_refuses_bad_input_with_a_clear_message(engine: durably.Engine) -> 
         engine.run(wf, "k", False, run_id="bad-data")
 
 
+@pytest.mark.parametrize("with_record", [True, False], ids=["record", "events-alone"])
 def test_a_write_repeated_after_an_unknown_outcome_stores_its_events_once(
-    engine: durably.Engine, clock: FakeClock
+    engine: durably.Engine, clock: FakeClock, with_record: bool
 ) -> None:
+    # Events alone: a step's retry commits its events with no record; the token fences
+    # them all the same.
     store = engine.store
 
     @engine.workflow()
@@ -276,13 +279,52 @@ def test_a_write_repeated_after_an_unknown_outcome_stores_its_events_once(
     engine.start(idle, run_id="r")
     run = store.claim("r", other_owner(), 300, 10, lambda _: False)
     rec = StepRecord("0", "step", "s", "d" * 64, "ok", "1", started_at=1.0, finished_at=2.0)
+    records = [rec] if with_record else []
     ev = new_event("step.completed", "0", {"name": "s"}, clock.time(), "t1:step.completed:0")
-    store.append("r", run.fencing_token, [rec], [ev])
-    store.append("r", run.fencing_token, [rec], [ev])  # the same write, again
+    store.append("r", run.fencing_token, records, [ev])
+    store.append("r", run.fencing_token, records, [ev])  # the same write, again
     assert kinds(engine, "r").count("step.completed") == 1
+    stale = new_event("step.completed", "1", {"name": "s"}, clock.time(), "stale")
     with pytest.raises(LeaseLost):  # a stale holder writes no event at all
-        store.append("r", run.fencing_token - 1, [rec.replace(position="1")], [ev])
+        store.append(
+            "r", run.fencing_token - 1, [rec.replace(position="1")][: len(records)], [stale]
+        )
     assert len(all_events(engine, "r")) == 4
+
+
+def test_a_retry_is_committed_before_its_backoff_and_a_stale_one_refused(
+    engine: durably.Engine,
+) -> None:
+    seen: list[list[str]] = []
+
+    @durably.step(retries=2, backoff=0)
+    def flaky() -> str:
+        seen.append(kinds(engine, "r"))  # what any reader sees while this attempt runs
+        if len(seen) == 1:
+            raise Flaky("first try fails")
+        return "ok"
+
+    @engine.workflow()
+    def wf(ctx: durably.Context) -> str:
+        return ctx.step("flaky", flaky)
+
+    assert engine.run(wf, run_id="r") == "ok"
+    assert seen[1][-2:] == ["step.started", "step.retried"]  # attempt 2 sees attempt 1's
+    retried = next(e for e in all_events(engine, "r") if e.kind == "step.retried").data
+    assert (retried["attempt"], retried["attempts_max"]) == (1, 3)
+
+    @engine.workflow()
+    def taken(ctx: durably.Context) -> str:
+        return ctx.step("flaky", flaky_then_taken)
+
+    def flaky_then_taken() -> str:
+        # Another process takes the run over while this attempt runs: its retry is refused.
+        engine.store.claim("t", other_owner(), 300, 10, lambda _: True)
+        raise Flaky("first try fails")
+
+    with pytest.raises(StaleLease):  # the refused write latched the lease-lost stop
+        engine.run(taken, run_id="t")
+    assert "step.retried" not in kinds(engine, "t")
 
 
 def test_follow_yields_a_live_run_in_sync_and_async(engine: durably.Engine) -> None:

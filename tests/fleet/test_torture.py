@@ -34,6 +34,7 @@ import durably
 
 CHAOS_S = float(os.environ.get("DURABLY_TORTURE_S", "12"))
 RUNS = max(24, int(CHAOS_S * 5))
+TAG_PREFIX = "durably-torture-"
 WORKERS = 3
 LEASE_S = 1.5
 SETTLED = ("completed", "in_doubt")
@@ -117,10 +118,22 @@ def proxy(journal_url: str) -> Iterator[Forwarder | None]:
 
 
 @pytest.fixture
-def fleet(journal_url: str, proxy: Forwarder | None, tmp_path: Path) -> Iterator[Fleet]:
+def tagged_url(journal_url: str) -> str:
+    """The journal URL with an application_name of this test's own on PostgreSQL, so the
+    chaos terminates this fleet's sessions only, never another test run's on the server."""
+    if not journal_url.startswith("postgresql"):
+        return journal_url
+    import uuid
+
+    sep = "&" if "?" in journal_url else "?"
+    return f"{journal_url}{sep}application_name={TAG_PREFIX}{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def fleet(tagged_url: str, proxy: Forwarder | None, tmp_path: Path) -> Iterator[Fleet]:
     world = str(tmp_path / "world.db")
     torture_app.init_world(world)
-    url = journal_url
+    url = tagged_url
     if proxy is not None:
         host, port = proxy.target
         assert f"@{host}:{port}/" in url, "the proxy rewrites a postgresql://user@host:port/ URL"
@@ -131,13 +144,17 @@ def fleet(journal_url: str, proxy: Forwarder | None, tmp_path: Path) -> Iterator
 
 
 def terminate_sessions(url: str, rng: random.Random) -> int:
-    """Terminate one or two random durably sessions of the test's server."""
+    """Terminate one or two random sessions of this test's fleet (its pools, listeners and
+    owner-lock sessions, named after ``url``'s application_name)."""
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
+    app = str(conninfo_to_dict(url)["application_name"])
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'durably%%'"
-            " AND pid <> pg_backend_pid()"
+            "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s"
+            " AND pid <> pg_backend_pid()",
+            (f"{app}%",),
         ).fetchall()
         victims = rng.sample([r[0] for r in rows], min(len(rows), rng.randint(1, 2)))
         for pid in victims:
@@ -146,11 +163,11 @@ def terminate_sessions(url: str, rng: random.Random) -> int:
 
 
 def test_torture_workers_under_random_kills_stops_and_dropped_connections(
-    fleet: Fleet, proxy: Forwarder | None, journal_url: str
+    fleet: Fleet, proxy: Forwarder | None, tagged_url: str
 ) -> None:
     seed = int(os.environ.get("DURABLY_TORTURE_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
-    engine = torture_app.make_engine(journal_url)
+    engine = torture_app.make_engine(tagged_url)
     try:
         # Runs start all along the chaos, so it lands on runs in every phase.
         ids = [engine.start("torture", i).run_id for i in range(RUNS // 4)]
@@ -163,7 +180,7 @@ def test_torture_workers_under_random_kills_stops_and_dropped_connections(
         if proxy is not None:
 
             def terminate() -> None:
-                fleet.terminated += terminate_sessions(journal_url, rng)
+                fleet.terminated += terminate_sessions(tagged_url, rng)
 
             def cut() -> None:
                 fleet.cut += proxy.drop()

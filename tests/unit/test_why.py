@@ -302,11 +302,6 @@ def test_running_at_an_effect_in_flight(engine: durably.Engine, journal_url: str
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="step.retried is committed with the step's next durable write (its result or"
-    " failure), not when the retry happens, so no reader sees attempt 2 while it runs",
-)
 def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) -> None:
     inside, release = threading.Event(), threading.Event()
     attempts: list[int] = []
@@ -330,10 +325,11 @@ def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) 
         got = why(journal_url, "live")
     assert got["state"] == "running" and got["owner_pid"] is not None
     assert got["position"] == "1" and got["step"] == "call_model" and got["attempt"] == 2
+    assert got["attempts_max"] == 5  # retries=4: five attempts in all
     assert got["retry_error_type"].endswith("RateLimitError")
     assert re.fullmatch(
         r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 1"
-        r" call_model, attempt 2 after \S*RateLimitError: 429: slow down",
+        r" call_model, attempt 2 of 5 after \S*RateLimitError: 429: slow down",
         got["sentence"],
     )
 

@@ -183,7 +183,9 @@ class Store(Protocol):
     ) -> None:
         """Write records in one transaction, fenced; a result replaces an intent. The
         records' blobs, and the ``events`` that describe them (numbered after the run's
-        newest, each stored once by its dedupe name), commit in the same transaction."""
+        newest, each stored once by its dedupe name), commit in the same transaction.
+        ``records`` may be empty: the events alone are written, fenced all the same
+        (LeaseLost on a stale token)."""
         ...
 
     def finish(

@@ -718,11 +718,19 @@ class PostgresStore:
     ) -> None:
         """Write records (their blobs, and the events that describe them) in one fenced
         transaction; raises LeaseLost on a stale token."""
-        if not records:
+        if not records and not events:
             return
         params = [_record_params(run_id, token, r) for r in records]
 
         def op(conn: Conn, retried: bool) -> None:
+            if not records:
+                # Events alone (a step's retry): fenced by the token, read under the run
+                # row's lock so that a claim (FOR UPDATE) cannot raise it before commit.
+                with conn.transaction():
+                    if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
+                        raise LeaseLost(run_id, token)
+                    self._write_events(conn, run_id, events)
+                return
             if len(params) == 1 and not events and not records[0].blobs:
                 # One autocommit statement is its own transaction: one round trip.
                 self._append(conn, run_id, token, records, params, retried)

@@ -566,6 +566,11 @@ class SQLiteStore:
                     raise self._translate(exc) from exc
             return
         with self._tx() as c:
+            if not records:
+                # Events alone (a step's retry): fenced by the token check instead.
+                row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+                if row is None or row[0] != token:
+                    raise LeaseLost(run_id, token)
             self._append(c, run_id, token, records)
             self._write_events(c, run_id, events)
 

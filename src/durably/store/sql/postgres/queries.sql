@@ -164,6 +164,10 @@ WHERE steps.status = 'intent';
 -- name: check_token
 SELECT fencing_token FROM runs WHERE run_id = %(run_id)s;
 
+-- name: lock_token
+-- The token of a run whose row this transaction locks to its commit (a claim waits).
+SELECT fencing_token FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+
 -- name: finish_run
 -- A finished run frees a slot of its queue: wake waiting workers. One row when fenced in.
 WITH finished AS (
