@@ -29,7 +29,13 @@ from typing import Any
 
 from .errors import SerializationError
 
-CODEC_VERSION = 1
+CODEC_VERSION = 2
+"""The digest rule new runs record. 1: sha256 of ``1:`` and the canonical JSON of ``[name,
+args, kwargs]``. 2: the same, except that an argument that is a list (a conversation) is
+written as ``{"$items": sha256 of its items' sha256s}``, so a replay hashes each message
+once (:class:`ItemHashes`), not the whole conversation at every turn; arguments without a
+list digest as under 1. A run keeps the rule it recorded."""
+CODEC_VERSIONS = (1, 2)
 
 _TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
     "$bytes": lambda v: base64.b64decode(v),
@@ -228,10 +234,28 @@ def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:
     return loads(dumps(value, where), hint)
 
 
-def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str:
-    """The input digest of a step: sha256 over the codec version and canonical JSON."""
+def digest(
+    name: str,
+    args: tuple[Any, ...] | list[Any],
+    kwargs: dict[str, Any],
+    version: int = 1,
+    items: ItemHashes | None = None,
+) -> str:
+    """The input digest of a step: sha256 over the codec version and canonical JSON, by
+    the rule of codec ``version`` (see :data:`CODEC_VERSION`); ``items`` caches the
+    hashes of list items between calls (version 2)."""
+    if version not in CODEC_VERSIONS:
+        raise SerializationError(
+            f"step {name!r}: this run was recorded with codec version {version}, which this"
+            f" durably does not know (it knows {CODEC_VERSIONS}); upgrade durably"
+        )
+    has_list = version >= 2 and (
+        any(isinstance(a, list) for a in args) or any(isinstance(v, list) for v in kwargs.values())
+    )
+    cache = items if items is not None else ItemHashes()
+    arg = cache.argument if has_list else to_json
     try:
-        data = [name, [to_json(a) for a in args], {k: to_json(v) for k, v in kwargs.items()}]
+        data = [name, [arg(a) for a in args], {k: arg(v) for k, v in kwargs.items()}]
     except SerializationError:
         _name_bad_argument(name, args, kwargs)  # the slow path says which argument
         raise
@@ -240,13 +264,79 @@ def digest(name: str, args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any])
             f"step {name!r}: an argument is nested too deeply to encode ({exc}); pass flatter data"
         ) from None
     try:
-        text = f"{CODEC_VERSION}:{canonical(data)}"
+        text = f"{2 if has_list else 1}:{canonical(data)}"
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
         raise SerializationError(
             f"step {name!r}: cannot encode its arguments to JSON ({type(exc).__name__}:"
             f" {str(exc)[:200]}); pass plain data of bounded size and depth, valid UTF-8"
         ) from None
+
+
+class _NotPlain(Exception):
+    """A value that is not plain JSON data (its hash is not cached)."""
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of plain JSON data sharing its (immutable) scalars; raises _NotPlain."""
+    t = type(value)
+    if t is dict:
+        if not all(type(k) is str for k in value):
+            raise _NotPlain
+        return {k: _snapshot(v) for k, v in value.items()}
+    if t is list:
+        return [_snapshot(v) for v in value]
+    if t in (str, int, float, bool) or value is None:
+        return value
+    raise _NotPlain
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types throughout (1, 1.0 and True encode differently)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return len(a) == len(b) and all(k in b and _same(v, b[k]) for k, v in a.items())
+    if type(a) is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a is b or bool(a == b)
+
+
+class ItemHashes:
+    """The sha256 of list items' canonical JSON, remembered per item object.
+
+    A conversation passed to a step every turn holds the same message objects: hashing
+    each once keeps a replay's digest work per turn flat. An entry is used only while
+    the object still equals (types included) the snapshot taken when it was hashed, so
+    a message changed in place is hashed again; only plain JSON data (dicts, lists,
+    scalars) is remembered. The entry keeps the object alive, so its id is not reused.
+    """
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, Any, str]] = {}
+
+    def item(self, value: Any) -> tuple[str, str | None]:
+        """``(hash, text)`` of ``value``'s canonical JSON; text is None when the hash
+        came from the cache (the caller already had it)."""
+        entry = self._by_id.get(id(value))
+        if entry is not None and entry[0] is value and _same(entry[1], value):
+            return entry[2], None
+        text = canonical(to_json(value))
+        h = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        try:
+            self._by_id[id(value)] = (value, _snapshot(value), h)
+        except (_NotPlain, RecursionError):
+            pass
+        return h, text
+
+    def argument(self, value: Any) -> Any:
+        """An argument as version 2 writes it: a list by its items' hashes."""
+        if not isinstance(value, list):
+            return to_json(value)
+        joined = "".join(self.item(v)[0] for v in value)
+        return {"$items": hashlib.sha256(joined.encode("ascii")).hexdigest()}
 
 
 def _name_bad_argument(

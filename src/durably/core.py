@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import codec
+from . import codec, inputs
 from .clock import Clock
 from .errors import (
     ConfigError,
@@ -46,6 +46,7 @@ from .history import (
     INTENT,
     NOW,
     OK,
+    OUTPUT_INLINE_BYTES_MAX,
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
@@ -236,6 +237,20 @@ class RunCore:
         # emits each position has had (an emit's identity: replay dedupes by it).
         self.events: list[NewEvent] = []
         self.emits: dict[str, int] = {}
+        # Reads recorded input blobs (the store's get_blobs), only to explain a mismatch.
+        self.fetch_blobs: inputs.Fetch | None = None
+        # Blobs this attempt has written (or sent to be written): not sent again.
+        self.known_blobs: set[str] = set()
+        # The run's recorded prompt version and the code's, when the workflow declares one.
+        self.prompt_versions: tuple[str | None, str | None] = (None, None)
+        # The digest rule of the run (codec.CODEC_VERSION when it was created) and the
+        # hashes of the list items (messages) its steps were passed, computed once each.
+        self.codec_version = codec.CODEC_VERSION
+        self.item_hashes = codec.ItemHashes()
+        # Step outputs longer than this go to the blob table (see OUTPUT_INLINE_BYTES_MAX).
+        self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
+        # The manifest of the step going live at each position (its records carry it).
+        self.manifests: dict[str, inputs.Manifest] = {}
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -301,29 +316,60 @@ class RunCore:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
 
-    def recorded(self, pos: str, kind: str, name: str, digest: str) -> StepRecord | None:
-        """The record at ``pos`` after checking it matches what the code asks for."""
+    def recorded(
+        self, pos: str, kind: str, name: str, digest: str, call: Any = None
+    ) -> StepRecord | None:
+        """The record at ``pos`` after checking it matches what the code asks for
+        (``call``: the step's ``(fn, args, kwargs)``, to explain differing inputs)."""
         rec = self.history.get(pos)
         if rec is None:
             return None
         self.consumed.add(pos)
         if rec.kind != kind or rec.name != name or rec.digest != digest:
-            what = "inputs differ" if rec.name == name and rec.kind == kind else "steps differ"
-            raise self.poison(
-                NonDeterminism(
-                    f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                    f" {name!r}({digest[:12]}) ({what}). The code no longer matches this run's"
-                    " history: revert the change, or let old runs finish on workers that"
-                    " serve their version first. The run is blocked; nothing recorded was"
-                    " lost, and it resumes once the code matches."
-                )
-            )
+            same = rec.name == name and rec.kind == kind
+            what = "inputs differ" if same else "steps differ"
+            detail = self._inputs_diff(rec, call) if same else ""
+            parts = [
+                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
+                f" {name!r}({digest[:12]}) ({what}).",
+                detail,
+                self._prompt_note(),
+                "The code no longer matches this run's history: revert the change, or let"
+                " old runs finish on workers that serve their version first. The run is"
+                " blocked; nothing recorded was lost, and it resumes once the code matches.",
+            ]
+            # A diff takes lines of its own; without one the message stays one line.
+            sep = "\n" if detail else " "
+            raise self.poison(NonDeterminism(sep.join(p for p in parts if p)))
         return rec
 
     def check_dropped(self) -> None:
         """Raise (and poison) if the workflow dropped a recording call without awaiting it."""
         if self.dropped is not None:
             raise self.poison(ConfigError(self.dropped))
+
+    def _inputs_diff(self, rec: StepRecord, call: Any) -> str:
+        """How the recorded inputs differ from ``call``'s ("" when they were not kept)."""
+        if call is None or rec.inputs is None or self.fetch_blobs is None:
+            return ""
+        fn, args, kwargs = call
+        try:
+            now = inputs.build(args, kwargs, set())
+            return inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
+        except Exception as exc:  # an explanation must never hide the NonDeterminism
+            return f"(the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
+
+    def _prompt_note(self) -> str:
+        """What to do when the prompt version changed under this run."""
+        old, new = self.prompt_versions
+        if old == new or new is None:
+            return ""
+        return (
+            f"The prompt changed under this run: it recorded prompt version {old!r}, the"
+            f" code has {new!r}. Finish the run on the old version (a worker serving it),"
+            " put the new prompt behind ctx.patched(...), or fork the run to start it on"
+            " the new prompt."
+        )
 
     def unconsumed_check(self) -> None:
         """After the workflow returned: nothing it created was left unawaited, and every
@@ -574,15 +620,17 @@ class RunCore:
         scope = self.scope()
         pos = scope.take()
         try:
-            digest = codec.digest(name, args, kwargs)
+            digest = codec.digest(name, args, kwargs, self.codec_version, self.item_hashes)
         except SerializationError as exc:
             raise self.poison(exc) from None
-        rec = self.recorded(pos, STEP, name, digest)
+        rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
         if rec is not None and rec.status == OK:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
         self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
+        # Its inputs are kept with its records (built only here: replay never pays for it).
+        self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
         # Live from here on, and the driver may run other code meanwhile: the scope is
         # busy until this step is recorded (a replayed step never yields, so it never is).
         scope.busy = f"step {pos} {name!r}"
@@ -623,7 +671,7 @@ class RunCore:
         if sig.options.effect:
             # A re-execution rewrites the intent with one more execution started.
             intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
-            pending.append(intent.replace(started_at=started))
+            pending.append(self._with_inputs(intent.replace(started_at=started)))
         if pending:
             # step.started rides with the intent: no commit of its own.
             yield Write(pending, self.take_events())
@@ -754,7 +802,7 @@ class RunCore:
                 "error_message": rec.error_message,
             }
             events = [*self.take_events(), self.step_event(STEP_FAILED, pos, failed)]
-            yield Write([*self.take_pending(), rec], events)
+            yield Write([*self.take_pending(), self._with_inputs(rec)], events)
             self.fault(pos, name, "recorded", sig)
             raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
@@ -779,13 +827,14 @@ class RunCore:
                 )
             ) from None
         self.fault(pos, name, "effect", sig)
+        stored, blob = inputs.output_ref(text, self.output_inline_max)
         rec = StepRecord(
             pos,
             STEP,
             name,
             digest,
             OK,
-            text,
+            stored,
             None,
             None,
             attempts,
@@ -802,9 +851,27 @@ class RunCore:
             "cost_usd": rec.usage_cost_usd,
         }
         events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
+        rec = self._with_inputs(rec)
+        if blob is not None:
+            rec = rec.replace(blobs=(*rec.blobs, blob))
         yield Write([*self.take_pending(), rec], events)
         self.fault(pos, name, "recorded", sig)
         return _decode(self, text, sig, pos, name)
+
+    def _with_inputs(self, rec: StepRecord) -> StepRecord:
+        """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
+        record of a position carries them; a later one, e.g. the result after its
+        intent, only the manifest)."""
+        # A result or failure is the position's last record: its manifest can go.
+        m = (
+            self.manifests.get(rec.position)
+            if rec.status == INTENT
+            else self.manifests.pop(rec.position, None)
+        )
+        if m is None:
+            return rec
+        blobs, m.blobs = tuple(m.blobs), []
+        return rec.replace(inputs=m.text, blobs=blobs)
 
 
 def _ms(seconds: float | None) -> float:
@@ -828,6 +895,7 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
+        text = inputs.resolve_output(text, core.fetch_blobs)
         return codec.loads(text or "null", sig.return_hint)
     except SerializationError as exc:
         raise core.poison(

@@ -767,6 +767,9 @@ class Engine:
             core = RunCore(run.run_id, history, self.clock, self.fault_hook)
             core.token = run.fencing_token
             core.incarnation = run.incarnation
+            core.fetch_blobs = self.store.get_blobs
+            core.codec_version = run.codec_version
+            core.prompt_versions = (run.prompt_version, w.prompt_version)
             # The driver's own view of its lease, on the engine's clock: every live step
             # checks it first (no I/O), so a process stopped past its lease runs no step.
             core.lease_deadline = run.lease_expires_at

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 # Record kinds: each consumes one position in program order.
@@ -81,6 +81,9 @@ assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHAR
 
 STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest step output (and recorded now/random/uuid value), as canonical JSON."""
+OUTPUT_INLINE_BYTES_MAX: Final = 64 * 1024
+"""A step output longer than this (UTF-8 bytes of its JSON) goes to the blob table; the
+record keeps a reference, read only when a replay reaches the step."""
 RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest run input (the workflow's arguments), as canonical JSON."""
 RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
@@ -122,6 +125,11 @@ class StepRecord:
     finished_at: float | None = None
     usage_tokens: int | None = None
     usage_cost_usd: float | None = None
+    # What a step was called with: a manifest of blob digests (durably.inputs), or None.
+    inputs: str | None = None
+    # Blobs to write with the record, in its transaction: (digest, text) pairs. Not a
+    # column and not part of the record's identity (a blob already stored is left out).
+    blobs: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
@@ -217,6 +225,7 @@ _STEP_TYPES: Final = {
     "finished_at": _F + _N,
     "usage_tokens": _I + _N,
     "usage_cost_usd": _F + _N,
+    "inputs": _S + _N,
 }
 _RUN_TYPES: Final = {
     **dict.fromkeys(("run_id", "workflow", "queue", "input", "input_digest", "status"), _S),

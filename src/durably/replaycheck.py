@@ -100,6 +100,9 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     core.checking = True
     core.token = run.fencing_token
     core.incarnation = run.incarnation
+    core.fetch_blobs = engine.store.get_blobs
+    core.codec_version = run.codec_version
+    core.prompt_versions = (run.prompt_version, w.prompt_version)
     ex = _NoWrites(core, engine.store, engine.clock)
     try:
         args, kwargs = _decode_input(w, run)

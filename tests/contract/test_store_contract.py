@@ -8,6 +8,7 @@ import pytest
 
 from durably.clock import FakeClock
 from durably.errors import LeaseLost, RunLeased, RunNotFound, RunQuarantined, StoreError
+from durably.events import NewEvent, new_event
 from durably.history import COMPLETED, FAILED, INTENT, OK, STEP, RunRecord, StepRecord
 from durably.store.base import NewRun, Owner, Served, Store
 
@@ -477,3 +478,96 @@ def test_runs_filter_by_version_and_count_unfinished_per_version(
         ("wf", "1", "queued", 1),
         ("wf", "1", "running", 1),
     ]
+
+
+def test_blobs_are_written_with_their_record_once_by_digest(store: Store) -> None:
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    a, b = hashlib.sha256(b'"a"').hexdigest(), hashlib.sha256(b'"b"').hexdigest()
+    first = rec("0").replace(inputs='{"args":[],"kwargs":{}}', blobs=((a, '"a"'), (b, '"b"')))
+    store.append("r1", 1, [first])
+    # The same blob again (another step, a retried write): stored once, nothing refused.
+    store.append("r1", 1, [rec("1").replace(blobs=((a, '"a"'),))])
+    store.append("r1", 1, [first])
+    assert store.get_blobs([a, b, DIGEST]) == {a: '"a"', b: '"b"'}
+    assert store.get_blobs([]) == {}
+    history = {r.position: r for r in store.load_history("r1", 0)}
+    assert history["0"].inputs == '{"args":[],"kwargs":{}}' and history["1"].inputs is None
+
+
+def test_blobs_of_a_refused_append_are_not_written(store: Store) -> None:
+    """A stale token writes nothing: neither the record nor the blobs it carries."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    c = hashlib.sha256(b'"c"').hexdigest()
+    with pytest.raises(LeaseLost):
+        store.append("r1", 0, [rec("0").replace(blobs=((c, '"c"'),))])
+    assert store.get_blobs([c]) == {}
+
+
+def test_a_result_over_an_intent_without_inputs_takes_its_inputs_and_a_retry_is_accepted(
+    store: Store,
+) -> None:
+    """An intent recorded before inputs were kept, resolved by a result that carries
+    them: the row takes the result's inputs, so the same write retried (its first
+    commit's outcome unknown) matches the stored row instead of looking like an
+    overwrite."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    store.append("r1", 1, [rec("0", INTENT, None)])
+    result = rec("0").replace(inputs='{"args":[{"v":1}],"kwargs":{}}')
+    store.append("r1", 1, [result])
+    store.append("r1", 1, [result])  # the retry
+    (row,) = store.load_history("r1", 0)
+    assert row == result
+
+
+def step_event(kind: str, pos: str) -> NewEvent:
+    return new_event(kind, pos, {"name": f"s{pos}"}, 1.0, f"t1:{kind}:{pos}")
+
+
+def step_events(store: Store, run_id: str) -> list[tuple[str, str | None]]:
+    page = store.read_events(run_id, 0, 100)
+    assert page is not None
+    return [(e.kind, e.position) for e in page.events if e.kind.startswith("step.")]
+
+
+def test_a_record_with_blobs_and_events_commits_them_in_one_transaction(store: Store) -> None:
+    """A step's intent carries its blobs (issue 13) and its step.started event (issue 10):
+    one append writes both or, fenced out, neither; a retried write stores each once."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    d = hashlib.sha256(b'"d"').hexdigest()
+    intent = rec("0", INTENT, None).replace(inputs='{"args":[],"kwargs":{}}', blobs=((d, '"d"'),))
+    started = step_event("step.started", "0")
+    with pytest.raises(LeaseLost):
+        store.append("r1", 0, [intent], [started])
+    assert store.get_blobs([d]) == {} and step_events(store, "r1") == []
+    store.append("r1", 1, [intent], [started])
+    store.append("r1", 1, [intent], [started])  # the same write, its outcome unknown
+    assert store.get_blobs([d]) == {d: '"d"'}
+    assert step_events(store, "r1") == [("step.started", "0")]
+    # The result, with its event and no blobs (PostgreSQL: the one-statement path).
+    store.append(
+        "r1", 1, [rec("0").replace(inputs=intent.inputs)], [step_event("step.completed", "0")]
+    )
+    (row,) = store.load_history("r1", 0)
+    assert row.status == OK and row.inputs == intent.inputs
+    assert step_events(store, "r1") == [("step.started", "0"), ("step.completed", "0")]
+
+
+def test_a_result_with_events_over_an_intent_without_inputs_takes_its_inputs(
+    store: Store,
+) -> None:
+    """As a result without events: the row takes the result's inputs, so the retried
+    write (with its events) matches the stored row and its event is stored once."""
+    store.create_run(new_run())
+    store.claim("r1", ME, 30, 10, alive)
+    store.append("r1", 1, [rec("0", INTENT, None)])
+    result = rec("0").replace(inputs='{"args":[{"v":1}],"kwargs":{}}')
+    done = step_event("step.completed", "0")
+    store.append("r1", 1, [result], [done])
+    store.append("r1", 1, [result], [done])  # the retry
+    (row,) = store.load_history("r1", 0)
+    assert row == result
+    assert step_events(store, "r1") == [("step.completed", "0")]

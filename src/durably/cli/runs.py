@@ -272,21 +272,64 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     is_flag=True,
     help='Print JSON instead of tables (an {"error": ...} object on failure).',
 )
-def runs_show(run_id: str, db: str, as_json: bool) -> None:
+@click.option(
+    "--inputs",
+    "with_inputs",
+    is_flag=True,
+    help="Also show what each step was called with (its recorded arguments).",
+)
+def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
     """Show one run and its journal: position, name, status, duration, key, attempts,
-    tokens and cost."""
+    tokens and cost (and with --inputs, each step's arguments)."""
     engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
+        args = _step_inputs(engine, steps) if with_inputs else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json_text({"run": run_json(run), "steps": [step_json(run, s) for s in steps]}))
+        shown = [step_json(run, s) for s in steps]
+        if with_inputs:
+            for row, s in zip(shown, steps, strict=True):
+                row["inputs"] = args.get(s.position)
+        click.echo(json_text({"run": run_json(run), "steps": shown}))
         return
     _print_run(run, steps)
+    _print_inputs(steps, args)
+
+
+# -- runs show --inputs ------------------------------------------------------------------
+
+
+def _step_inputs(engine: Any, steps: list[StepRecord]) -> dict[str, Any]:
+    """The recorded arguments of each step that kept them, by position."""
+    from .. import inputs
+
+    out: dict[str, Any] = {}
+    for s in steps:
+        if s.inputs is None:
+            continue
+        try:
+            out[s.position] = inputs.load(s.inputs, engine.store.get_blobs)
+        except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
+            # A hand-edited row or a deleted blob: say so for this step, show the others.
+            out[s.position] = {"error": f"recorded inputs unreadable: {type(exc).__name__}: {exc}"}
+    return out
+
+
+def _print_inputs(steps: list[StepRecord], args: dict[str, Any]) -> None:
+    import json
+
+    console = _console()
+    for s in steps:
+        if s.position in args:
+            text = json.dumps(args[s.position], indent=1, ensure_ascii=False, sort_keys=True)
+            console.print(f"step {term(s.position)} {term(s.name)} inputs:", soft_wrap=True)
+            for line in text.splitlines():  # term() escapes newlines: one line at a time
+                console.print(term(line), soft_wrap=True)
 
 
 def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:

@@ -169,6 +169,11 @@ class Store(Protocol):
         """All records of one generation of a run, in one query."""
         ...
 
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests`` (content hashes), as text by digest; a
+        digest not stored is left out."""
+        ...
+
     def append(
         self,
         run_id: str,
@@ -177,9 +182,10 @@ class Store(Protocol):
         events: Sequence[NewEvent] = (),
     ) -> None:
         """Write records in one transaction, fenced; a result replaces an intent. The
-        ``events`` that describe them (numbered after the run's newest, each stored once
-        by its dedupe name) commit in the same transaction. ``records`` may be empty:
-        the events alone are written, fenced all the same (LeaseLost on a stale token)."""
+        records' blobs, and the ``events`` that describe them (numbered after the run's
+        newest, each stored once by its dedupe name), commit in the same transaction.
+        ``records`` may be empty: the events alone are written, fenced all the same
+        (LeaseLost on a stale token)."""
         ...
 
     def finish(

@@ -64,6 +64,7 @@ from . import stream
 from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
     WORKERS_MAX,
+    blob_params,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -715,8 +716,8 @@ class PostgresStore:
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write records (and the events that describe them) in one fenced transaction;
-        raises LeaseLost on a stale token."""
+        """Write records (their blobs, and the events that describe them) in one fenced
+        transaction; raises LeaseLost on a stale token."""
         if not records and not events:
             return
         params = [_record_params(run_id, token, r) for r in records]
@@ -730,12 +731,13 @@ class PostgresStore:
                         raise LeaseLost(run_id, token)
                     self._write_events(conn, run_id, events)
                 return
-            if len(params) == 1 and not events:
+            if len(params) == 1 and not events and not records[0].blobs:
                 # One autocommit statement is its own transaction: one round trip.
                 self._append(conn, run_id, token, records, params, retried)
                 return
-            if len(params) == 1:
-                # The common write, a step's record and its events: one statement too.
+            if len(params) == 1 and not records[0].blobs:
+                # The common write, a step's record and its events: one statement too. A
+                # record with blobs takes the transaction below (its blobs go first).
                 p = {**params[0], **self._event_params(run_id, events)}
                 row = conn.execute(_Q["append_with_events"], p).fetchone()
                 if row is None or row[0] != 1:
@@ -757,6 +759,11 @@ class PostgresStore:
         retried: bool,
     ) -> None:
         for rec, p in zip(records, params, strict=True):
+            if rec.blobs:
+                # The record's blobs first, in its transaction: no record names a missing
+                # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
+                with conn.cursor() as cur:
+                    cur.executemany(_Q["put_blob"], blob_params(rec, self.clock.time()))
             if conn.execute(_Q["append_record"], p).rowcount != 1:
                 self._refused(conn, run_id, token, rec, retried)
 
@@ -777,6 +784,12 @@ class PostgresStore:
             if row is not None and StepRecord(*row) == rec:
                 return
         raise overwrite_error(run_id, rec.position)
+
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
+        params = {"digests": list(digests)}
+        rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
+        return {d: bytes(data).decode("utf-8") for d, data in rows}
 
     def finish(
         self,

@@ -21,7 +21,8 @@ from ..errors import (
 from ..history import IN_DOUBT, QUARANTINED, CorruptRecord, RunRecord, StepRecord
 
 _RUN_FIELDS = len(RunRecord.__slots__)
-_STEP_FIELDS: tuple[str, ...] = StepRecord.__slots__
+# Every column of a step row (the blobs a record carries go to the blobs table).
+_STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")
 
 
 def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
@@ -110,6 +111,15 @@ def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
     params["input_digest"] = params.pop("digest")
     params["run_id"] = run_id
     return params
+
+
+def blob_params(rec: StepRecord, now: float) -> list[dict[str, Any]]:
+    """The ``put_blob`` parameters of the blobs ``rec`` carries (UTF-8 bytes)."""
+    out = []
+    for digest, text in rec.blobs:
+        data = text.encode("utf-8")
+        out.append({"digest": digest, "data": data, "size": len(data), "now": now})
+    return out
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

@@ -40,6 +40,7 @@ from . import stream
 from .base import NewRun, Owner, Served, served_json
 from .rules import (
     WORKERS_MAX,
+    blob_params,
     check_claimable,
     check_requeueable,
     dead_owners,
@@ -552,9 +553,9 @@ class SQLiteStore:
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
     ) -> None:
-        """Write records (and the events that describe them) in one fenced transaction;
-        raises LeaseLost on a stale token."""
-        if len(records) == 1 and not events:
+        """Write records (their blobs, and the events that describe them) in one fenced
+        transaction; raises LeaseLost on a stale token."""
+        if len(records) == 1 and not events and not records[0].blobs:
             # The common case, one step result: the fenced upsert is a single statement,
             # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
             # around it would only add two round trips through the library.
@@ -603,8 +604,12 @@ class SQLiteStore:
     def _append(
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
     ) -> None:
+        now = self.clock.time()
         for rec in records:
             params = record_params(run_id, rec)
+            # The record's blobs first, in its transaction: no record names a missing blob.
+            if rec.blobs:
+                c.executemany(_Q["put_blob"], blob_params(rec, now))
             params["token"] = token
             if c.execute(_Q["append_record"], params).rowcount != 1:
                 self._refused(c, run_id, token, rec)
@@ -623,6 +628,11 @@ class SQLiteStore:
         if found is not None and StepRecord(*found) == rec:
             return
         raise overwrite_error(run_id, rec.position)
+
+    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
+        rows = self._read(_Q["get_blobs"], {"digests": json.dumps(list(digests))})
+        return {d: bytes(data).decode("utf-8") for d, data in rows}
 
     def finish(
         self,

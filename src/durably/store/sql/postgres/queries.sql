@@ -125,14 +125,14 @@ SELECT pg_notify(%(channel)s, '') FROM released;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
-       attempts, started_at, finished_at, usage_tokens, usage_cost_usd
+       attempts, started_at, finished_at, usage_tokens, usage_cost_usd, inputs
 FROM steps WHERE run_id = %(run_id)s AND generation = %(generation)s;
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
 SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
        s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
-       s.usage_cost_usd
+       s.usage_cost_usd, s.inputs
 FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 
@@ -144,19 +144,21 @@ WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 -- when the claim has raised the token.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)s::text,
        %(input_digest)s::text, %(status)s::text, %(output)s::text, %(error_type)s::text,
        %(error_message)s::text, %(attempts)s::integer, %(started_at)s::double precision,
        %(finished_at)s::double precision, %(usage_tokens)s::bigint,
-       %(usage_cost_usd)s::double precision
+       %(usage_cost_usd)s::double precision, %(inputs)s::text
 FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
 FOR KEY SHARE OF runs
 ON CONFLICT (run_id, generation, position) DO UPDATE
 SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-    usage_cost_usd = excluded.usage_cost_usd
+    usage_cost_usd = excluded.usage_cost_usd,
+    -- A result keeps the inputs its intent recorded unless it brings its own.
+    inputs = coalesce(excluded.inputs, steps.inputs)
 WHERE steps.status = 'intent';
 
 -- name: check_token
@@ -195,10 +197,10 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- transaction and nobody can hold it yet).
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 VALUES (%(run_id)s, 0, %(position)s, %(kind)s, %(name)s, %(input_digest)s, %(status)s,
         %(output)s, %(error_type)s, %(error_message)s, %(attempts)s, %(started_at)s,
-        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s);
+        %(finished_at)s, %(usage_tokens)s, %(usage_cost_usd)s, %(inputs)s);
 
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = %(output)s, finished_at = %(now)s
@@ -334,24 +336,27 @@ LIMIT %(limit)s;
 
 -- name: append_with_events
 -- append_record and write_events in one statement, so the common write (one step record
--- and its events) stays one autocommit round trip. The events are written only when the
+-- and its events) stays one autocommit round trip; a record with blobs is not written
+-- here (its blobs go first, in a transaction). The events are written only when the
 -- record was (a refused append writes nothing); returns the number of records written.
 WITH appended AS (
     INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status,
                        output, error_type, error_message, attempts, started_at,
-                       finished_at, usage_tokens, usage_cost_usd)
+                       finished_at, usage_tokens, usage_cost_usd, inputs)
     SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)s::text,
            %(input_digest)s::text, %(status)s::text, %(output)s::text, %(error_type)s::text,
            %(error_message)s::text, %(attempts)s::integer, %(started_at)s::double precision,
            %(finished_at)s::double precision, %(usage_tokens)s::bigint,
-           %(usage_cost_usd)s::double precision
+           %(usage_cost_usd)s::double precision, %(inputs)s::text
     FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
     FOR KEY SHARE OF runs
     ON CONFLICT (run_id, generation, position) DO UPDATE
     SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
         error_message = excluded.error_message, attempts = excluded.attempts,
         finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-        usage_cost_usd = excluded.usage_cost_usd
+        usage_cost_usd = excluded.usage_cost_usd,
+        -- As append_record: a result keeps its intent's inputs unless it brings its own.
+        inputs = coalesce(excluded.inputs, steps.inputs)
     WHERE steps.status = 'intent'
     RETURNING 1
 ), locked AS (
@@ -394,3 +399,12 @@ DELETE FROM workers WHERE owner = %(owner)s;
 
 -- name: live_workers
 SELECT owner, queues FROM workers WHERE expires_at > %(now)s ORDER BY owner LIMIT %(limit)s;
+
+-- name: put_blob
+-- A payload by content hash: each distinct value is stored once.
+INSERT INTO blobs (digest, data, size, created_at)
+VALUES (%(digest)s, %(data)s, %(size)s, %(now)s)
+ON CONFLICT (digest) DO NOTHING;
+
+-- name: get_blobs
+SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);

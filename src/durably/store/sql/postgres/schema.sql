@@ -70,6 +70,8 @@ CREATE TABLE steps (
     finished_at    DOUBLE PRECISION,
     usage_tokens   BIGINT,
     usage_cost_usd DOUBLE PRECISION,
+    -- What the step was called with: a manifest of blob digests (durably.inputs).
+    inputs         TEXT,
     PRIMARY KEY (run_id, generation, position)
 );
 

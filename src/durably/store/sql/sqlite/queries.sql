@@ -70,7 +70,7 @@ WHERE run_id = :run_id AND fencing_token = :token;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
-       attempts, started_at, finished_at, usage_tokens, usage_cost_usd
+       attempts, started_at, finished_at, usage_tokens, usage_cost_usd, inputs
 FROM steps WHERE run_id = :run_id AND generation = :generation;
 
 -- name: append_record
@@ -78,23 +78,25 @@ FROM steps WHERE run_id = :run_id AND generation = :generation;
 -- intent, never another result.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 SELECT :run_id, generation, :position, :kind, :name, :input_digest, :status, :output,
        :error_type, :error_message, :attempts, :started_at, :finished_at,
-       :usage_tokens, :usage_cost_usd
+       :usage_tokens, :usage_cost_usd, :inputs
 FROM runs WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id, generation, position) DO UPDATE
 SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-    usage_cost_usd = excluded.usage_cost_usd
+    usage_cost_usd = excluded.usage_cost_usd,
+    -- A result keeps the inputs its intent recorded unless it brings its own.
+    inputs = coalesce(excluded.inputs, steps.inputs)
 WHERE steps.status = 'intent';
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
 SELECT s.position, s.kind, s.name, s.input_digest, s.status, s.output, s.error_type,
        s.error_message, s.attempts, s.started_at, s.finished_at, s.usage_tokens,
-       s.usage_cost_usd
+       s.usage_cost_usd, s.inputs
 FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = :run_id AND s.position = :position;
 
@@ -125,10 +127,10 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 -- transaction and nobody can hold it yet).
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
-                   usage_tokens, usage_cost_usd)
+                   usage_tokens, usage_cost_usd, inputs)
 VALUES (:run_id, 0, :position, :kind, :name, :input_digest, :status, :output,
         :error_type, :error_message, :attempts, :started_at, :finished_at,
-        :usage_tokens, :usage_cost_usd);
+        :usage_tokens, :usage_cost_usd, :inputs);
 
 -- name: resolve_intent
 UPDATE steps SET status = 'ok', output = :output, finished_at = :now
@@ -230,3 +232,12 @@ DELETE FROM workers WHERE owner = :owner;
 
 -- name: live_workers
 SELECT owner, queues FROM workers WHERE expires_at > :now ORDER BY owner LIMIT :limit;
+
+-- name: put_blob
+-- A payload by content hash: each distinct value is stored once.
+INSERT INTO blobs (digest, data, size, created_at)
+VALUES (:digest, :data, :size, :now)
+ON CONFLICT (digest) DO NOTHING;
+
+-- name: get_blobs
+SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));

@@ -66,6 +66,8 @@ CREATE TABLE steps (
     finished_at    REAL,
     usage_tokens   INTEGER,
     usage_cost_usd REAL,
+    -- What the step was called with: a manifest of blob digests (durably.inputs).
+    inputs         TEXT,
     PRIMARY KEY (run_id, generation, position)
 ) WITHOUT ROWID;
 

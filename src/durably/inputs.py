@@ -1,0 +1,270 @@
+"""Step inputs kept by content hash.
+
+A step record names what the step was called with as a small *manifest*; the payloads
+go to the store's blob table keyed by their sha256, each distinct value once. A list
+argument (a conversation) is a chain of nodes, one per item, each node naming the
+previous node and its item's hash, so the manifest of an n-message conversation is one
+digest and a turn that adds one message adds one message blob and one node blob, never
+the conversation again. The step's input digest is unchanged: it stays the digest of the
+canonical values (storing inputs never changes a step's identity).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from . import codec
+from .errors import SerializationError
+
+# A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
+Fetch = Callable[[Sequence[str]], Mapping[str, str]]
+
+# A single value whose canonical text is at most this long is kept in the manifest itself:
+# a digest would be as long, and a blob row would cost the step a write.
+INLINE_CHARS_MAX: Final = 64
+
+# How much of a differing value the NonDeterminism message shows.
+DIFF_LINES_MAX: Final = 12
+DIFF_LINE_CHARS_MAX: Final = 160
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Manifest:
+    """The manifest of one call's arguments and the blobs it needs written."""
+
+    __slots__ = ("blobs", "item_hashes", "refs", "text")
+
+    def __init__(
+        self,
+        refs: dict[str, dict[str, Any]],
+        text: str,
+        blobs: list[tuple[str, str]],
+        item_hashes: dict[str, Any],
+    ):
+        self.refs = refs  # by argument: positional ones by index as a string
+        self.text = text
+        self.blobs = blobs
+        # Per argument: the item hashes of a list, or the hash of a single value.
+        self.item_hashes = item_hashes
+
+
+def build(
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    known: set[str],
+    items: codec.ItemHashes | None = None,
+) -> Manifest:
+    """The manifest of ``args`` / ``kwargs``; blobs whose digest is in ``known`` (already
+    written by this process) are left out, and new ones are added to it. ``items``
+    remembers list items' hashes between calls (a conversation's messages)."""
+    cache = items if items is not None else codec.ItemHashes()
+    blobs: list[tuple[str, str]] = []
+    hashes: dict[str, Any] = {}
+
+    def keep(text: str) -> str:
+        d = _sha(text)
+        if d not in known:
+            known.add(d)
+            blobs.append((d, text))
+        return d
+
+    def item(value: Any) -> str:
+        h, text = cache.item(value)
+        if h not in known:
+            known.add(h)
+            blobs.append((h, text if text is not None else codec.canonical(codec.to_json(value))))
+        return h
+
+    def ref(key: str, value: Any) -> dict[str, Any]:
+        if isinstance(value, list):
+            hashes[key] = [item(v) for v in value]
+            node: str | None = None
+            for h in hashes[key]:
+                node = keep(codec.canonical({"i": h, "p": node}))
+            return {"l": node, "n": len(value)}
+        data = codec.to_json(value)
+        text = codec.canonical(data)
+        if len(text) <= INLINE_CHARS_MAX:
+            hashes[key] = _sha(text)
+            return {"v": data}
+        h = keep(text)
+        hashes[key] = h
+        return {"b": h}
+
+    positional = [ref(str(i), a) for i, a in enumerate(args)]
+    named = {k: ref(k, v) for k, v in kwargs.items()}
+    refs = {**{str(i): r for i, r in enumerate(positional)}, **named}
+    text = codec.canonical({"args": positional, "kwargs": named})
+    return Manifest(refs, text, blobs, hashes)
+
+
+def _fetch_one(fetch: Fetch, digest: str) -> str:
+    found = fetch([digest]).get(digest)
+    if found is None:
+        raise LookupError(f"blob {digest[:12]} is missing from the store")
+    return found
+
+
+def item_hashes(ref: Mapping[str, Any], fetch: Fetch) -> Any:
+    """The item hashes of a list reference (walking its chain), or a value's hash."""
+    if "v" in ref:
+        return _sha(codec.canonical(ref["v"]))
+    if "b" in ref:
+        return ref["b"]
+    out: list[str] = []
+    node = ref["l"]
+    while node is not None:
+        data = json.loads(_fetch_one(fetch, node))
+        out.append(data["i"])
+        node = data["p"]
+    out.reverse()
+    return out
+
+
+def _refs(text: str) -> dict[str, Mapping[str, Any]]:
+    m = json.loads(text)
+    refs: dict[str, Mapping[str, Any]] = {str(i): r for i, r in enumerate(m["args"])}
+    refs.update(m["kwargs"])
+    return refs
+
+
+def load(text: str, fetch: Fetch) -> dict[str, Any]:
+    """The recorded arguments of a manifest as plain JSON data, by argument (positional
+    ones by index as a string, keyword ones by name)."""
+    out: dict[str, Any] = {}
+    for key, r in _refs(text).items():
+        if "v" in r:
+            out[key] = r["v"]
+            continue
+        hashes = item_hashes(r, fetch)
+        if isinstance(hashes, str):
+            out[key] = json.loads(_fetch_one(fetch, hashes))
+        else:
+            texts = fetch(hashes) if hashes else {}
+            out[key] = [json.loads(texts[h]) for h in hashes]
+    return out
+
+
+def _arg_name(fn: Any, key: str) -> str:
+    """``key`` named for a person: a positional index becomes its parameter's name."""
+    if not key.isdigit():
+        return repr(key)
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+        p = params[int(key)]
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return f"{p.name!r} (argument {key})"
+    except (TypeError, ValueError, IndexError):
+        pass
+    return f"argument {key}"
+
+
+def _pretty(data: Any) -> list[str]:
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False)
+    return [line[:DIFF_LINE_CHARS_MAX] for line in text.splitlines()]
+
+
+def _short_diff(old: Any, new: Any) -> str:
+    import difflib  # only on the error path: kept out of `import durably`
+
+    lines = list(
+        difflib.unified_diff(_pretty(old), _pretty(new), "recorded", "current", n=1, lineterm="")
+    )
+    shown = lines[2:][:DIFF_LINES_MAX]
+    more = len(lines) - 2 - len(shown)
+    tail = [f"  ... {more} more line(s)"] if more > 0 else []
+    return "\n".join(["  " + line for line in shown] + tail)
+
+
+def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
+    """A short account of how the current inputs differ from the recorded manifest:
+    which argument and, for a conversation, which message, with a diff of that value
+    (``current`` built with no blob left out: its new values are not in the store)."""
+    refs = _refs(recorded)
+    now = current.item_hashes
+    texts = dict(current.blobs)
+
+    def now_fetch(digests: Sequence[str]) -> Mapping[str, str]:
+        found = {d: texts[d] for d in digests if d in texts}
+        missing = [d for d in digests if d not in found]
+        return {**fetch(missing), **found} if missing else found
+
+    for key in sorted(set(refs) | set(now), key=lambda k: (not k.isdigit(), k.zfill(9))):
+        where = _arg_name(fn, key)
+        if key not in now:
+            return f"{where} was passed when recorded and is not passed now"
+        if key not in refs:
+            return f"{where} is passed now and was not when recorded"
+        old = item_hashes(refs[key], fetch)
+        new = now[key]
+        if old == new:
+            continue
+        if isinstance(old, list) and isinstance(new, list):
+            return _list_diff(where, old, new, fetch, now_fetch)
+        if isinstance(old, str) and isinstance(new, str):
+            return f"{where} differs:\n" + _short_diff(
+                _value(refs[key], fetch), _value(current.refs[key], now_fetch)
+            )
+        return f"{where} was a {_shape(old)} when recorded and is a {_shape(new)} now"
+    return "the recorded inputs match the arguments: the step name or codec version differs"
+
+
+def _shape(h: Any) -> str:
+    return "list" if isinstance(h, list) else "single value"
+
+
+def _value(ref: Mapping[str, Any], fetch: Fetch) -> Any:
+    """The value of a single-value reference (inline, or a blob)."""
+    if "v" in ref:
+        return ref["v"]
+    return json.loads(_fetch_one(fetch, ref["b"]))
+
+
+def _list_diff(where: str, old: list[str], new: list[str], fetch: Fetch, now_fetch: Fetch) -> str:
+    for i, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a != b:
+            return (
+                f"{where}: message {i} of {len(old)} recorded / {len(new)} now differs:\n"
+                + _short_diff(
+                    json.loads(_fetch_one(fetch, a)), json.loads(_fetch_one(now_fetch, b))
+                )
+            )
+    if len(new) > len(old):
+        return f"{where}: {len(new) - len(old)} message(s) added after message {len(old) - 1}"
+    return f"{where}: {len(old) - len(new)} message(s) fewer than recorded ({len(old)})"
+
+
+# A step output kept in the blob table is recorded as this one-key object. No stored
+# value can look like it: the codec writes a user dict whose only key starts with "$" as
+# {"$dict": ...}.
+_OUTPUT_REF_PREFIX: Final = '{"$blob":"'
+
+
+def output_ref(text: str, inline_max: int) -> tuple[str, tuple[str, str] | None]:
+    """What a step record stores for output ``text``: the text itself, or, above
+    ``inline_max`` UTF-8 bytes, a reference plus the ``(digest, text)`` blob to write."""
+    if len(text) * 4 <= inline_max or len(text.encode("utf-8")) <= inline_max:
+        return text, None
+    d = _sha(text)
+    return f'{_OUTPUT_REF_PREFIX}{d}"}}', (d, text)
+
+
+def resolve_output(text: str | None, fetch: Fetch | None) -> str | None:
+    """A recorded output's JSON text, read from the blob table when it was kept there
+    (only now, when the workflow reaches the step: replay reads blobs lazily)."""
+    if text is None or not text.startswith(_OUTPUT_REF_PREFIX):
+        return text
+    if fetch is None:
+        raise SerializationError("a step output is kept in the blob table, unreadable here")
+    d = json.loads(text)["$blob"]
+    found = fetch([d]).get(d)
+    if found is None:
+        raise SerializationError(f"the step output blob {d[:12]} is missing from the store")
+    return found
