@@ -33,20 +33,28 @@ class Forwarder:
         probe.close()  # nothing listens here until open()
         self.sock: socket.socket | None = None
         self.conns: list[socket.socket] = []
+        # The accept thread may take a connection while close() runs: the lock and the
+        # flag make sure every socket it opens is either closed by close() or by itself.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def open(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", self.port))
         threading.Thread(target=self._accept, daemon=True).start()
 
     def close(self) -> None:
-        for s in [self.sock, *self.conns]:
+        with self._lock:
+            self._closed = True
+            socks, self.conns = [self.sock, *self.conns], []
+        for s in socks:
             if s is not None:
                 s.close()
 
     def drop(self) -> int:
         """Cut every connection open now (both ends, mid-query or mid-reply, as a dying
         network would); new connections are still forwarded. Returns how many it cut."""
-        cut, self.conns = self.conns, []
+        with self._lock:
+            cut, self.conns = self.conns, []
         for s in cut:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
@@ -60,8 +68,17 @@ class Forwarder:
                 client, _ = self.sock.accept()
             except OSError:
                 return
-            server = socket.create_connection(self.target)
-            self.conns += [client, server]
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    server.close()
+                    return
+                self.conns += [client, server]
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
