@@ -284,12 +284,18 @@ def test_a_write_repeated_after_an_unknown_outcome_stores_its_events_once(
     store.append("r", run.fencing_token, records, [ev])
     store.append("r", run.fencing_token, records, [ev])  # the same write, again
     assert kinds(engine, "r").count("step.completed") == 1
+    # A repeat before a new event in one write: the new one takes the next cursor, no gap.
+    also = new_event(USER, "0", {"n": 1}, clock.time(), "t1:emit:0:0")
+    store.append("r", run.fencing_token, [], [ev, also])
+    cursors = [e.cursor for e in all_events(engine, "r")]
+    assert cursors == list(range(1, len(cursors) + 1))
+    assert kinds(engine, "r").count(USER) == 1
     stale = new_event("step.completed", "1", {"name": "s"}, clock.time(), "stale")
     with pytest.raises(LeaseLost):  # a stale holder writes no event at all
         store.append(
             "r", run.fencing_token - 1, [rec.replace(position="1")][: len(records)], [stale]
         )
-    assert len(all_events(engine, "r")) == 4
+    assert len(all_events(engine, "r")) == 5
 
 
 def test_a_retry_is_committed_before_its_backoff_and_a_stale_one_refused(

@@ -576,30 +576,29 @@ class SQLiteStore:
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number ``events`` after the run's newest and insert them, inside the open write
-        transaction (whose lock orders them); one already stored (same dedupe) is skipped."""
+        transaction (whose lock orders them); one already stored (same dedupe) is skipped.
+
+        One statement per event, plus one to move the run's cursor: each insert takes its
+        cursor from ``runs.last_event`` in SQL and lets the unique dedupe index skip a
+        repeat, so the step's write needs no reads through the library (the stream is on
+        every step's path; docs/benchmarks.md has the cost).
+        """
         if not events:
             return
-        params = {"run_id": run_id, "dedupes": stream.dedupes(events)}
-        seen = {r[0] for r in c.execute(_Q["seen_events"], params)}
-        last = int(c.execute(_Q["last_event"], {"run_id": run_id}).fetchone()[0])
+        added = 0
         for e in events:
-            if e.dedupe in seen:
-                continue
-            seen.add(e.dedupe)
-            last += 1
-            c.execute(
-                _Q["insert_event"],
-                {
-                    "run_id": run_id,
-                    "cursor": last,
-                    "kind": e.kind,
-                    "position": e.position,
-                    "data": e.data,
-                    "at": e.at,
-                    "dedupe": e.dedupe,
-                },
-            )
-        c.execute(_Q["set_last_event"], {"run_id": run_id, "last_event": last})
+            params = {
+                "run_id": run_id,
+                "offset": added + 1,
+                "kind": e.kind,
+                "position": e.position,
+                "data": e.data,
+                "at": e.at,
+                "dedupe": e.dedupe,
+            }
+            added += c.execute(_Q["insert_event"], params).rowcount
+        if added:
+            c.execute(_Q["advance_last_event"], {"run_id": run_id, "added": added})
 
     def _append(
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]

@@ -115,11 +115,6 @@ def resumed(run: RunRecord, skipped: bool, now: float) -> NewEvent:
     return new_event(RUN_RESUMED, None, data, now, f"t{run.fencing_token + 1}:{RUN_RESUMED}")
 
 
-def dedupes(events: Sequence[NewEvent]) -> str:
-    """The events' dedupe names as a JSON array (a query parameter)."""
-    return json.dumps([e.dedupe for e in events])
-
-
 def page(
     run_id: str, status: str, rows: Sequence[Sequence[Any]], after: int, limit: int
 ) -> EventPage:

@@ -192,21 +192,17 @@ WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
   AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;
 
--- name: seen_events
--- Which of the events about to be written (:dedupes, a JSON array) the run has already:
--- a write repeated after an unknown outcome, or an emit replayed, is stored once.
-SELECT dedupe FROM events
-WHERE run_id = :run_id AND dedupe IN (SELECT value FROM json_each(:dedupes));
-
--- name: last_event
-SELECT last_event FROM runs WHERE run_id = :run_id;
-
 -- name: insert_event
+-- The event takes the cursor :offset past the run's newest (read under the write lock
+-- the transaction holds). One already stored under its dedupe (a write repeated after an
+-- unknown outcome, or an emit replayed) is skipped: stored once, and no cursor spent.
 INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
-VALUES (:run_id, :cursor, :kind, :position, :data, :at, :dedupe);
+SELECT :run_id, last_event + :offset, :kind, :position, :data, :at, :dedupe
+FROM runs WHERE run_id = :run_id
+ON CONFLICT (run_id, dedupe) DO NOTHING;
 
--- name: set_last_event
-UPDATE runs SET last_event = :last_event WHERE run_id = :run_id;
+-- name: advance_last_event
+UPDATE runs SET last_event = last_event + :added WHERE run_id = :run_id;
 
 -- name: run_status
 SELECT status FROM runs WHERE run_id = :run_id;
