@@ -16,6 +16,7 @@ import contextvars
 import datetime as dt
 import inspect
 import threading
+from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
@@ -530,11 +531,13 @@ class _Recording(Coroutine[Any, Any, T]):
         self._inner: Coroutine[Any, Any, T] | None = None
         self._used = False
 
+    @abstractmethod
     def _call(self) -> str:
-        raise NotImplementedError
+        """How the call reads in code, e.g. ``ctx.now()`` (for error messages)."""
 
+    @abstractmethod
     def _run(self) -> Coroutine[Any, Any, T]:
-        raise NotImplementedError
+        """The coroutine that records the call, created on first use."""
 
     def _start(self) -> Coroutine[Any, Any, T]:
         if self._inner is None:
