@@ -22,7 +22,13 @@ PATCHED: Final = "patched"
 # A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
 # digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
 GATHER: Final = "gather"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, "sleep", "signal", "approval"})
+# Where a run-wide stop (a cancel, a crossed budget) reached the workflow: recorded at the
+# position that would have gone live, so a replay raises it at the same place and the
+# workflow unwinds (cleans up, compensates) along the same path.
+HALT: Final = "halt"
+KINDS: Final = frozenset(
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, "sleep", "signal", "approval"}
+)
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed.
