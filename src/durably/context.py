@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
+from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write, cancelled_error
 from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -80,6 +80,9 @@ class Executor:
         """Append records, fenced by the core's token; yields the pauses to wait between
         attempts after a transient store error.
 
+        When the append reports a cancel asked for, the core is asked to halt the
+        workflow with ``Cancelled`` at its next position that would go live.
+
         A store error never reaches the workflow as an ordinary exception: a refused
         append (another owner) or a store that still fails after the retries latches a stop
         in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
@@ -87,10 +90,18 @@ class Executor:
         """
         core = self.core
         with recording(core):
-            yield from retry.attempts(
+            cancel = yield from retry.attempts(
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
+            if cancel and core.halt_requested is None:
+                # The append saw the cancel flag (no query of its own): read the reason
+                # once, and the workflow stops at its next position that would go live.
+                run = yield from retry.attempts(
+                    lambda: self.store.get_run(core.run_id), self.store_retry_s
+                )
+                reason = run.cancel_reason if run is not None else None
+                core.request_halt(cancelled_error(core.run_id, reason))
 
 
 @contextlib.contextmanager
