@@ -22,10 +22,16 @@ PATCHED: Final = "patched"
 # A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
 # digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
 GATHER: Final = "gather"
+# Where a run-wide stop (a cancel, a crossed budget) reached the workflow: recorded at the
+# position that would have gone live, so a replay raises it at the same place and the
+# workflow unwinds (cleans up, compensates) along the same path.
+HALT: Final = "halt"
 # A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
 # time taken from the recorded clock when the timer was first reached.
 SLEEP: Final = "sleep"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, SLEEP, "signal", "approval"})
+KINDS: Final = frozenset(
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, "signal", "approval"}
+)
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
