@@ -35,9 +35,7 @@ def test_unknown_run_raises_run_not_found(store: Store) -> None:
         store.request_cancel("nope", "why")
 
 
-def test_a_running_run_gets_the_flag_and_appends_report_it(
-    store: Store, clock: FakeClock
-) -> None:
+def test_a_running_run_gets_the_flag_and_appends_report_it(store: Store, clock: FakeClock) -> None:
     store.create_run(new_run())
     token = store.claim("r1", ME, 30, 10, alive).fencing_token
     assert store.append("r1", token, [rec("0")]) is False

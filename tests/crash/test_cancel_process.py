@@ -54,7 +54,7 @@ def cancel_cmd(url: str, run_id: str, *extra: str) -> subprocess.CompletedProces
 
 
 def _outcome(proc: subprocess.Popen[str], folder: Path) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     data: dict[str, Any] = json.loads((folder / "outcome.json").read_text())
     return data

@@ -9,16 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import durably
-from durably.events import RUN_CANCEL_REQUESTED, RUN_CANCELLED
-from durably.history import CANCEL_REASON_CHARS_MAX, HALT
-from durably.store.base import Owner
 from durably import codec
-from durably.history import StepRecord
+from durably.events import RUN_CANCEL_REQUESTED, RUN_CANCELLED
+from durably.history import CANCEL_REASON_CHARS_MAX, HALT, StepRecord
+from durably.store.base import Owner
 from durably.store.rules import CANCEL_ERROR_TYPE
 from durably.worker import Worker
 

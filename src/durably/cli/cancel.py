@@ -13,8 +13,7 @@ from .common import CommandError, db_option, inert, json_text, open_engine, run_
 @click.argument("run_id")
 @click.option(
     "--reason",
-    help="Why (recorded with the run, shown by runs show and runs why; at most 2,000"
-    " characters).",
+    help="Why (recorded with the run, shown by runs show and runs why; at most 2,000 characters).",
 )
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")

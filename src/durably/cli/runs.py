@@ -353,8 +353,7 @@ def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
     if run.cancel_requested_at is not None and not run.terminal:
         said = f": {term(run.cancel_reason)}" if run.cancel_reason else " (no reason given)"
         console.print(
-            f"cancel requested at {ts(run.cancel_requested_at)}{said}; unwinding at its next"
-            " step"
+            f"cancel requested at {ts(run.cancel_requested_at)}{said}; unwinding at its next step"
         )
     if run.park_reason:
         console.print(f"why: {term(run.park_reason)}")
