@@ -138,3 +138,20 @@ def test_a_finished_run_raises_run_finished(store: Store) -> None:
     with pytest.raises(RunFinished, match="already finished"):
         store.request_cancel("r1", "too late")
     assert store.get_run("r1").cancel_requested_at is None  # type: ignore[union-attr]
+
+
+def test_a_halt_marker_takes_a_waiting_position_whole(store: Store, clock: FakeClock) -> None:
+    """A cancel reaching a timer whose wait is in progress records its halt there: the
+    position becomes the halt (kind, name, digest, output), so a replay raises it."""
+    from durably.history import HALT, SLEEP, WAITING, StepRecord
+
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    waiting = StepRecord("0", SLEEP, "durably.sleep", "a" * 64, WAITING, '{"wake_at":9}', None)
+    store.append("r1", token, [waiting])
+    halt = StepRecord("0", HALT, "durably.cancel", "b" * 64, "ok", '{"reason":null}', None)
+    halt = halt.replace(started_at=5.0, finished_at=5.0)
+    store.finish("r1", token, CANCELLED, [halt], error_type=CANCEL_ERROR_TYPE)
+    run = store.get_run("r1")
+    assert run is not None
+    assert store.load_history("r1", run.generation) == [halt]

@@ -121,3 +121,75 @@ def test_cancel_errors_are_clear(journal_url: str) -> None:
     finished = cancel_cmd(journal_url, "done")
     assert finished.returncode == 1
     assert "already finished (completed)" in finished.stderr
+
+
+def _wait_status(url: str, run_id: str, status: str, timeout_s: float = 60) -> durably.RunRecord:
+    deadline = time.monotonic() + timeout_s
+    with durably.Engine(url) as e:
+        while True:
+            run = e.get_run(run_id)
+            if run.status == status:
+                return run
+            assert time.monotonic() < deadline, f"run {run_id} stayed {run.status}"
+            time.sleep(0.05)
+
+
+def test_cancel_while_parked_in_an_engine_run_waiting_in_process(
+    journal_url: str, tmp_path: Path
+) -> None:
+    """The run sleeps an hour inside another process's engine.run (waiting in-process, no
+    lease held); a cancel from a third process wakes it at once: it replays, unwinds at
+    the timer and ends cancelled within seconds."""
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    proc = _start(journal_url, "p", folder, "sleep")
+    try:
+        _wait_for(folder / "sleeping", proc)
+        parked = _wait_status(journal_url, "p", "parked")
+        assert parked.wake_at is not None and parked.wake_at > time.time() + 3000
+        asked = time.monotonic()
+        done = cancel_cmd(journal_url, "p", "--reason", "stop waiting")
+        assert done.returncode == 0, done.stderr
+        assert "will be cancelled: stop waiting" in done.stdout
+        outcome = _outcome(proc, folder)
+        took = time.monotonic() - asked
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert took < 20, took  # woken, not left to its hour (SQLite looks every second)
+    assert outcome["raised"] == "Cancelled" and outcome["reason"] == "stop waiting"
+    assert not (folder / "b-ran").exists()
+    with durably.Engine(journal_url) as e:
+        run = e.get_run("p")
+        assert run.status == "cancelled" and run.error_message == "stop waiting"
+        assert [(r.position, r.kind) for r in e.history("p")] == [("0", "step"), ("1", "halt")]
+
+
+def test_cancel_a_parked_run_with_no_process_then_a_worker_unwinds_it(
+    journal_url: str, tmp_path: Path
+) -> None:
+    from durably.worker import Worker
+
+    ran: list[str] = []
+    with durably.Engine(journal_url, park_wait_s=0) as e:
+
+        @e.workflow(name="agent")
+        def agent(ctx: durably.Context) -> str:
+            ctx.step("a", lambda: ran.append("a") or "a")
+            ctx.sleep(3600)
+            return str(ctx.step("b", lambda: ran.append("b") or "b"))
+
+        with pytest.raises(durably.RunParked):
+            e.run(agent, run_id="p")  # parks; nothing waits for it
+        assert e.get_run("p").status == "parked"
+        done = cancel_cmd(journal_url, "p", "--reason", "abandon", "--json")
+        assert done.returncode == 0, done.stderr
+        said = json.loads(done.stdout)
+        assert said["status"] == "parked" and said["ended_at_once"] is False
+        assert said["wake_at"] <= time.time()  # due now, so a worker takes it
+        stats = Worker(e, concurrency=1, poll_interval_s=0.05).run(max_runs=1)
+        assert stats.cancelled == 1
+        run = e.get_run("p")
+        assert run.status == "cancelled" and run.error_message == "abandon"
+    assert ran == ["a"]

@@ -296,3 +296,68 @@ def test_blocked_runs_end_at_once_without_cleanup(engine: durably.Engine) -> Non
     run = engine.cancel("r", reason="abandon")
     assert run.status == "cancelled" and run.error_message == "abandon"
     assert "cleanup" in (run.park_reason or "") and cleanup == []
+
+
+def test_cancel_while_parked_wakes_and_unwinds_at_the_timer(
+    url: str, clock: durably.FakeClock, other: durably.Engine
+) -> None:
+    ran: list[str] = []
+    with durably.Engine(url, clock=clock, park_wait_s=0) as e:
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            ctx.step("a", lambda: ran.append("a") or "a")
+            ctx.sleep(3600)
+            return str(ctx.step("b", lambda: ran.append("b") or "b"))
+
+        with pytest.raises(durably.RunParked):
+            e.run(w, run_id="r")
+        clock.advance(10)
+        run = other.cancel("r", reason="stop waiting")
+        assert run.status == "parked" and run.wake_at == clock.time()  # due now
+        with pytest.raises(durably.Cancelled, match="stop waiting"):
+            e.resume("r")
+    assert ran == ["a"]
+    hist = other.history("r")
+    # The halt took the timer's position whole (its wait was in progress).
+    assert [(r.position, r.kind, r.status) for r in hist] == [
+        ("0", "step", "ok"),
+        ("1", HALT, "ok"),
+    ]
+    assert other.get_run("r").status == "cancelled"
+
+
+def test_a_cancel_seen_before_a_timer_stops_it_without_parking(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.step("a", lambda: other.cancel("r", reason="no wait") and "a")
+        ctx.sleep(3600)
+        return "done"
+
+    with pytest.raises(durably.Cancelled, match="no wait"):
+        engine.run(w, run_id="r")
+    assert "run.parked" not in kinds(engine, "r")
+    assert [r.kind for r in engine.history("r")] == ["step", HALT]
+
+
+def test_a_cancel_racing_a_park_wakes_the_run_at_once(
+    engine: durably.Engine, url: str, clock: durably.FakeClock
+) -> None:
+    """The cancel lands after the run's last append but before its park: the park finds
+    the flag and sets the wake time to now, so engine.run replays and unwinds at once."""
+    with durably.Engine(url, clock=clock) as canceller:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            ctx.step("a", lambda: "a")
+            canceller.cancel("r", reason="raced")  # no append follows before the park
+            ctx.sleep(3600)
+            return "done"
+
+        before = clock.time()
+        with pytest.raises(durably.Cancelled, match="raced"):
+            engine.run(w, run_id="r")
+    assert clock.time() - before < 3600  # it never waited out the hour
+    assert [r.kind for r in engine.history("r")] == ["step", HALT]
