@@ -361,3 +361,35 @@ def test_a_cancel_racing_a_park_wakes_the_run_at_once(
             engine.run(w, run_id="r")
     assert clock.time() - before < 3600  # it never waited out the hour
     assert [r.kind for r in engine.history("r")] == ["step", HALT]
+
+
+def test_runs_show_says_a_cancel_is_requested_then_its_reason(
+    engine: durably.Engine, url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    def show(run_id: str) -> str:
+        res = CliRunner().invoke(cli, ["runs", "show", run_id, "--db", url])
+        assert res.exit_code == 0, res.output
+        return " ".join(res.output.split())
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> int:
+        return 1
+
+    engine.start(w, run_id="r")
+    engine.store.claim("r", Owner("elsewhere", 1, "0", ""), 300, 10, lambda _: False)
+    said = CliRunner().invoke(cli, ["cancel", "r", "--db", url, "--reason", "[bold]dup[/]\x1b"])
+    assert said.exit_code == 0, said.output
+    assert "will be cancelled" in said.output and "\x1b" not in said.output
+    text = show("r")
+    assert "status=running" in text
+    assert "cancel requested at " in text and "[bold]dup[/]\\x1b; unwinding at its next step" in text
+    engine.start(w, run_id="q")
+    CliRunner().invoke(cli, ["cancel", "q", "--db", url, "--reason", "not needed"])
+    text = show("q")
+    assert "status=cancelled" in text and "cancelled: not needed" in text
+    assert "cancel requested" not in text
+    assert "why: cancelled while queued" in text
