@@ -386,7 +386,8 @@ def test_runs_show_says_a_cancel_is_requested_then_its_reason(
     assert "will be cancelled" in said.output and "\x1b" not in said.output
     text = show("r")
     assert "status=running" in text
-    assert "cancel requested at " in text and "[bold]dup[/]\\x1b; unwinding at its next step" in text
+    assert "cancel requested at " in text
+    assert "[bold]dup[/]\\x1b; unwinding at its next step" in text
     engine.start(w, run_id="q")
     CliRunner().invoke(cli, ["cancel", "q", "--db", url, "--reason", "not needed"])
     text = show("q")
