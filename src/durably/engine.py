@@ -603,8 +603,9 @@ class Engine:
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
-        A run another process takes first is left to it.
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
+        another process takes first is left to it.
         """
         results: dict[str, Any] = {}
         for run in orphans_of_this_host(self.store, self.served()):
@@ -635,10 +636,11 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False
+        followed = False  # True once this call waited for the run: a claim may race it
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
+                followed = True
             try:
                 if w.is_async:
                     import asyncio
@@ -664,6 +666,7 @@ class Engine:
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)
+                followed = True
             try:
                 if w.is_async:
                     return await self._drive_async(w, run)
