@@ -67,6 +67,7 @@ from .rules import (
     blob_params,
     check_claimable,
     check_requeueable,
+    check_signalable,
     dead_owners,
     fork_conflict,
     no_doubt_error,
@@ -834,6 +835,48 @@ class PostgresStore:
                 self._write_events(conn, run_id, changed)
 
         self._call(op)
+
+    # -- signals -------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, data: str) -> int:
+        """Store a signal for the run and return its per-run number (see the Store
+        protocol); not fenced: any process may signal."""
+        now = self.clock.time()
+        params = {"run_id": run_id, "name": name, "data": data, "now": now}
+
+        def op(conn: Conn, _: bool) -> int:
+            with conn.transaction():
+                status = _scalar(conn, "lock_run_for_signal", params)
+                check_signalable(run_id, status, self.where)
+                seq = int(_scalar(conn, "next_signal_seq", params))
+                conn.execute(_Q["insert_signal"], {**params, "seq": seq})
+                self._write_events(conn, run_id, [stream.signal_received(name, seq, now)])
+            return seq
+
+        return self._call(op)
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
+        the Store protocol). A retry after a lost connection finds what the first attempt
+        consumed, if it committed, by ``consumer``."""
+        params = {"run_id": run_id, "name": name, "consumer": consumer}
+
+        def op(conn: Conn, _: bool) -> tuple[int, str] | None:
+            with conn.transaction():
+                # Under the run row's lock, so a claim cannot raise the token before commit.
+                if _scalar(conn, "lock_token", params) != token:
+                    raise LeaseLost(run_id, token)
+                found = conn.execute(_Q["taken_signal"], params).fetchone()
+                if found is None:
+                    found = conn.execute(_Q["oldest_signal"], params).fetchone()
+                    if found is None:
+                        return None
+                    conn.execute(_Q["consume_signal"], {**params, "seq": found[0]})
+            return int(found[0]), str(found[1])
+
+        return self._call(op)
 
     # -- the event stream -----------------------------------------------------------------
 

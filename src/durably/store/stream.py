@@ -27,6 +27,7 @@ from ..events import (
     RUN_QUARANTINED,
     RUN_RESUMED,
     RUN_STARTED,
+    SIGNAL_RECEIVED,
     Event,
     EventPage,
     NewEvent,
@@ -113,6 +114,13 @@ def resumed(run: RunRecord, skipped: bool, now: float) -> NewEvent:
     """``run.resumed`` for an operator's requeue of ``run`` (before the change)."""
     data = {"previous": run.status, "reason": "skip" if skipped else "retry"}
     return new_event(RUN_RESUMED, None, data, now, f"t{run.fencing_token + 1}:{RUN_RESUMED}")
+
+
+def signal_received(name: str, seq: int, now: float) -> NewEvent:
+    """``signal.received`` for signal ``seq`` of the run (its data stays out: it may hold
+    secrets, and the stream is read by dashboards and followers)."""
+    data = {"name": name, "seq": seq}
+    return new_event(SIGNAL_RECEIVED, None, data, now, f"signal:{seq}")
 
 
 def page(

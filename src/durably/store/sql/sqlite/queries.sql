@@ -237,3 +237,28 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));
+
+-- name: next_signal_seq
+-- The run's next signal number (1, 2, ...), read inside the write transaction that
+-- inserts it (SQLite's single writer is the run's lock).
+SELECT coalesce(max(seq), 0) + 1 FROM signals WHERE run_id = :run_id;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, seq, name, data, sent_at)
+VALUES (:run_id, :seq, :name, :data, :now);
+
+-- name: taken_signal
+-- The signal a wait at :consumer consumed already (its reply was lost, or the process
+-- died before the wait's record was written): handed out again, never a second one.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by = :consumer
+ORDER BY seq LIMIT 1;
+
+-- name: oldest_signal
+-- FIFO per name: the oldest signal of :name nobody consumed yet.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by IS NULL
+ORDER BY seq LIMIT 1;
+
+-- name: consume_signal
+UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq;
