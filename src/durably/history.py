@@ -84,6 +84,9 @@ STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 OUTPUT_INLINE_BYTES_MAX: Final = 64 * 1024
 """A step output longer than this (UTF-8 bytes of its JSON) goes to the blob table; the
 record keeps a reference, read only when a replay reaches the step."""
+SIGNAL_DATA_BYTES_MAX: Final = 64 * 1024
+"""Largest signal data (``engine.signal(run_id, name, data)``), as canonical JSON: a
+signal carries a decision or a reference, never bulk data."""
 RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest run input (the workflow's arguments), as canonical JSON."""
 RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
