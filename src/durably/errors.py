@@ -227,9 +227,21 @@ class StoreFailed(Unwind):
 
 
 class Parked(Unwind):
-    """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver."""
+    """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver.
 
-    def __init__(self, reason: str, wake_at: float | None) -> None:
+    ``signal`` names the signal a ``wait_for_signal`` waits for (a signal of that name
+    wakes the parked run); ``why`` is the park reason shown to people, when the parking
+    call words it itself."""
+
+    def __init__(
+        self,
+        reason: str,
+        wake_at: float | None,
+        signal: str | None = None,
+        why: str | None = None,
+    ) -> None:
         self.reason = reason
         self.wake_at = wake_at
+        self.signal = signal
+        self.why = why
         super().__init__(f"parked ({reason})")

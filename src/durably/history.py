@@ -22,14 +22,18 @@ PATCHED: Final = "patched"
 # A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
 # digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
 GATHER: Final = "gather"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, "sleep", "signal", "approval"})
+# A ``ctx.wait_for_signal``'s record: ``waiting`` while it waits, then ``ok`` with the
+# signal it consumed or its timeout.
+SIGNAL: Final = "signal"
+KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, "sleep", SIGNAL, "approval"})
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed.
 OK: Final = "ok"
 FAILED: Final = "failed"
 INTENT: Final = "intent"
-RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT})
+WAITING = "waiting"  # a wait in progress (its output holds what it waits until)
+RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT, WAITING})
 
 # Run statuses (DESIGN.md, "Run status").
 QUEUED: Final = "queued"

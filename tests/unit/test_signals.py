@@ -1,0 +1,264 @@
+"""Signals: engine.signal and ctx.wait_for_signal on a real SQLite journal, fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durably
+from durably.events import SIGNAL_RECEIVED
+from durably.history import BLOCKED, OK, SIGNAL, SIGNAL_DATA_BYTES_MAX
+
+
+@pytest.fixture
+def clock() -> durably.FakeClock:
+    return durably.FakeClock()
+
+
+@pytest.fixture
+def engine(tmp_path: Path, clock: durably.FakeClock) -> Iterator[durably.Engine]:
+    e = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", clock=clock)
+    yield e
+    e.close()
+
+
+class Spy:
+    """Counts store calls that consume signals (replay must make none)."""
+
+    def __init__(self, engine: durably.Engine) -> None:
+        self.takes: list[tuple[str, str]] = []
+        real = engine.store.take_signal
+
+        def take(run_id: str, token: int, name: str, consumer: str) -> Any:
+            self.takes.append((name, consumer))
+            return real(run_id, token, name, consumer)
+
+        engine.store.take_signal = take  # type: ignore[method-assign]
+
+
+# -- engine.signal -------------------------------------------------------------------------
+
+
+def test_signal_returns_per_run_sequence_numbers(engine: durably.Engine) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        return None
+
+    engine.start(wf, run_id="a")
+    engine.start(wf, run_id="b")
+    assert engine.signal("a", "approve", {"by": "ana"}) == 1
+    assert engine.signal("a", "approve") == 2
+    assert engine.signal("b", "other", [1, 2]) == 1
+    kinds = [(e.kind, e.data) for e in engine.events("a").events if e.kind == SIGNAL_RECEIVED]
+    assert kinds == [(SIGNAL_RECEIVED, {"name": "approve", "seq": 1})] * 1 + [
+        (SIGNAL_RECEIVED, {"name": "approve", "seq": 2})
+    ]
+
+
+def test_signal_to_unknown_or_finished_run_raises(engine: durably.Engine) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        return "done"
+
+    with pytest.raises(durably.RunNotFound, match="durably runs list"):
+        engine.signal("missing", "approve")
+    engine.run(wf, run_id="r")
+    with pytest.raises(durably.RunFinished, match="already completed.*nothing was sent"):
+        engine.signal("r", "approve")
+
+
+def test_signal_checks_its_name_and_data(engine: durably.Engine) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        return None
+
+    engine.start(wf, run_id="r")
+    with pytest.raises(durably.ConfigError, match="non-empty str"):
+        engine.signal("r", "")
+    with pytest.raises(durably.ConfigError, match="NAME_BYTES_MAX"):
+        engine.signal("r", "x" * 300)
+    with pytest.raises(durably.SerializationError, match="Nothing was sent"):
+        engine.signal("r", "big", "x" * SIGNAL_DATA_BYTES_MAX)
+    with pytest.raises(durably.SerializationError, match="Nothing was sent"):
+        engine.signal("r", "obj", object())
+    assert engine.signal("r", "ok", "x" * (SIGNAL_DATA_BYTES_MAX - 2)) == 1  # "..." fits
+
+
+# -- ctx.wait_for_signal -------------------------------------------------------------------
+
+
+def test_signal_sent_before_the_wait_is_consumed_once(engine: durably.Engine) -> None:
+    spy = Spy(engine)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> list[Any]:
+        first = ctx.wait_for_signal("go", timeout_s=0, default="none")
+        second = ctx.wait_for_signal("go", timeout_s=0, default="none")
+        return [first, second]
+
+    engine.start(wf, run_id="r")
+    engine.signal("r", "go", {"n": 1})
+    assert engine.resume("r") == [{"n": 1}, "none"]
+    recs = engine.history("r")
+    assert [(r.kind, r.name, r.status) for r in recs] == [
+        (SIGNAL, "wait_for_signal:go", OK),
+        (SIGNAL, "wait_for_signal:go", OK),
+    ]
+    assert [r.output for r in recs] == ['{"data":{"n":1},"seq":1}', '{"timeout":true}']
+    assert spy.takes == [("go", "0"), ("go", "1")]
+
+
+def test_two_signals_of_one_name_are_consumed_in_order(engine: durably.Engine) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> list[Any]:
+        return [ctx.wait_for_signal("go", timeout_s=0) for _ in range(3)]
+
+    engine.start(wf, run_id="r")
+    engine.signal("r", "go", "first")
+    engine.signal("r", "other", "not this one")
+    engine.signal("r", "go", "second")
+    assert engine.resume("r") == ["first", "second", None]
+
+
+def test_replay_returns_the_recorded_signal_without_io(engine: durably.Engine) -> None:
+    crash = {"on": True}
+
+    def after() -> int:
+        if crash["on"]:
+            raise _Crash  # the process dies after the wait was recorded
+        return 1
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        got = ctx.wait_for_signal("go", timeout_s=0, default="late")
+        ctx.step("after", after)
+        return got
+
+    engine.start(wf, run_id="r")
+    engine.signal("r", "go", "payload")
+    engine.signal("r", "go", "spare")
+    with pytest.raises(_Crash):
+        engine.resume("r")
+    spy = Spy(engine)
+    crash["on"] = False
+    assert engine.resume("r") == "payload"  # replayed: not "spare", and no store call
+    assert spy.takes == []
+
+
+def test_timeout_zero_returns_default_and_records_the_timeout(engine: durably.Engine) -> None:
+    marker = object()
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> bool:
+        return ctx.wait_for_signal("go", timeout_s=0, default=marker) is marker
+
+    assert engine.run(wf, run_id="r") is True
+    assert engine.history("r")[0].output == '{"timeout":true}'
+
+
+def test_a_changed_signal_name_is_non_determinism_naming_both(engine: durably.Engine) -> None:
+    name = {"v": "approve"}
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        got = ctx.wait_for_signal(name["v"], timeout_s=0)
+        ctx.step("boom", _crash)
+        return got
+
+    engine.start(wf, run_id="r")
+    with pytest.raises(_Crash):
+        engine.resume("r")
+    name["v"] = "reject"
+    with pytest.raises(durably.NonDeterminism) as err:
+        engine.resume("r")
+    assert "'wait_for_signal:approve'" in str(err.value)
+    assert "'wait_for_signal:reject'" in str(err.value)
+    assert engine.get_run("r").status == BLOCKED
+
+
+class _Crash(BaseException):
+    pass
+
+
+def _crash() -> None:
+    raise _Crash
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("",), "non-empty str"),
+        (("go", -1), "timeout_s must be None"),
+        (("go", float("nan")), "timeout_s must be None"),
+        (("go", "10"), "timeout_s must be None"),
+    ],
+)
+def test_bad_arguments_block_the_run(engine: durably.Engine, args: tuple[Any, ...], match: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        try:
+            ctx.wait_for_signal(*args)
+        except durably.ConfigError:
+            pass  # caught: the run is blocked all the same
+        return "went on"
+
+    with pytest.raises(durably.ConfigError, match=match):
+        engine.run(wf, run_id="r")
+    assert engine.get_run("r").status == BLOCKED
+
+
+def test_async_wait_for_signal(engine: durably.Engine) -> None:
+    @engine.workflow(name="awf")
+    async def awf(ctx: durably.AsyncContext) -> list[Any]:
+        a = await ctx.wait_for_signal("go", timeout_s=0)
+        b = await asyncio.wait_for(ctx.wait_for_signal("go", timeout_s=0, default="d"), 5)
+        return [a, b]
+
+    engine.start(awf, run_id="r")
+    engine.signal("r", "go", 7)
+    assert engine.resume("r") == [7, "d"]
+
+
+def test_async_wait_for_signal_without_await_blocks_the_run(engine: durably.Engine) -> None:
+    @engine.workflow(name="awf")
+    async def awf(ctx: durably.AsyncContext) -> Any:
+        got = ctx.wait_for_signal("go", timeout_s=0)
+        return bool(got)
+
+    with pytest.raises(durably.ConfigError, match=r"ctx\.wait_for_signal\('go'\) was used"):
+        engine.run(awf, run_id="r")
+    assert engine.get_run("r").status == BLOCKED
+
+
+def test_a_crash_between_taking_and_recording_takes_the_same_signal_again(
+    tmp_path: Path, clock: durably.FakeClock
+) -> None:
+    """The wait's record rides with the next write; a process death before it leaves the
+    signal consumed by the wait's position, which hands it out again (never the next)."""
+    armed = {"on": True}
+
+    def hook(run_id: str, pos: str, name: str, window: str) -> None:
+        if armed["on"] and (pos, window) == ("1", "before"):
+            raise _Crash  # after the take, before the wait's record is written
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, clock=clock, fault_hook=hook) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            got = ctx.wait_for_signal("go", timeout_s=0)
+            ctx.step("after", lambda: 1)
+            return got
+
+        engine.start(wf, run_id="r")
+        engine.signal("r", "go", "first")
+        engine.signal("r", "go", "second")
+        with pytest.raises(_Crash):
+            engine.resume("r")
+        assert engine.history("r") == []  # nothing recorded: the take was all
+        armed["on"] = False
+        assert engine.resume("r") == "first"
