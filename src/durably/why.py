@@ -10,14 +10,26 @@ a terminal printer escapes it (``durably.cli.common.term``).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev_kinds
 from .events import Event
-from .history import FAILED, INTENT, OK, STEP, RunRecord, StepRecord, position_key
+from .history import (
+    FAILED,
+    INTENT,
+    OK,
+    SIGNAL,
+    STEP,
+    WAITING,
+    RunRecord,
+    StepRecord,
+    position_key,
+)
 from .ownership import describe_owner, owner_dead
 from .reopen import failed_frontier
 
@@ -294,6 +306,38 @@ def _completed(f: Facts) -> _Built:
     return "completed", text, {"steps": steps, "finished_at": run.finished_at}
 
 
+def _parked(f: Facts) -> _Built:
+    """A parked run: what its wait in progress (the ``waiting`` record) waits for."""
+    run = f.run
+    wait = _signal_wait(f.history)
+    if wait is None:
+        return _other(f)
+    name, since, deadline = wait
+    until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
+    command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
+    text = (
+        f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until}); it"
+        f" holds no process or worker slot — send it: `{command}`"
+    )
+    facts = {"signal": name, "since": since, "deadline": deadline, "reason": run.park_reason}
+    return "signal", text, facts
+
+
+def _signal_wait(history: Sequence[StepRecord]) -> tuple[str, float, float | None] | None:
+    """``(name, since, deadline)`` of the signal wait in progress, if the last waiting
+    record is one (its name is ``wait_for_signal:NAME``, its output the deadline)."""
+    waits = [r for r in history if r.status == WAITING]
+    last = max(waits, key=lambda r: position_key(r.position), default=None)
+    if last is None or last.kind != SIGNAL:
+        return None
+    try:
+        deadline = json.loads(last.output or "null")["deadline"]
+    except (ValueError, TypeError, KeyError):
+        deadline = None  # a damaged row: the run's replay blocks on it, not this sentence
+    name = last.name.removeprefix("wait_for_signal:")
+    return name, last.started_at, deadline if isinstance(deadline, (int, float)) else None
+
+
 def _other(f: Facts) -> _Built:
     # parked, cancelled, continued: their rows come with the issues that produce them.
     run = f.run
@@ -301,6 +345,20 @@ def _other(f: Facts) -> _Built:
     text = f"{run.status}{reason} (since {clock_text(run.updated_at)})"
     return run.status, text, {"reason": run.park_reason}
 
+
+STATES = (
+    "queued",
+    "running",
+    "orphaned",
+    "in_doubt",
+    "blocked",
+    "quarantined",
+    "failed",
+    "completed",
+    "signal",
+)
+"""Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
+each); other statuses get the status and its recorded reason."""
 
 _BUILDERS = {
     "queued": _queued,
@@ -310,6 +368,7 @@ _BUILDERS = {
     "quarantined": _quarantined,
     "failed": _failed,
     "completed": _completed,
+    "parked": _parked,
 }
 
 
