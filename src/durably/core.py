@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from . import codec, inputs
 from .clock import Clock
 from .errors import (
+    BudgetExceeded,
+    Cancelled,
     ConfigError,
     DurablyError,
     LeaseLost,
@@ -43,6 +45,7 @@ from .history import (
     FAILED,
     GATHER,
     GATHER_DEPTH_MAX,
+    HALT,
     INTENT,
     NOW,
     OK,
@@ -188,6 +191,9 @@ class Scope:
             raise self.core.poison(_too_many(f"{self.prefix}{self.next}"))
         pos = f"{self.prefix}{self.next}"
         self.next += 1
+        rec = self.core.history.get(pos)
+        if rec is not None and rec.kind == HALT:
+            raise self.core.replay_halt(rec)
         return pos
 
 
@@ -263,6 +269,14 @@ class RunCore:
         self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
         # The manifest of the step going live at each position (its records carry it).
         self.manifests: dict[str, inputs.Manifest] = {}
+        # A run-wide stop that must reach the workflow as an ordinary exception (a cancel,
+        # a crossed budget): requested by the driver or the ledger, delivered at the next
+        # position that would go live (``live``), then latched in ``halted``. While
+        # ``compensating`` is above zero (a saga's compensations), it neither is
+        # delivered nor stops recording calls.
+        self.halt_requested: DurablyError | None = None
+        self.halted: DurablyError | None = None
+        self.compensating = 0
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -278,10 +292,61 @@ class RunCore:
         return self.scope().take()
 
     def live(self, pos: str) -> None:
-        """Called where the run would go on live (nothing recorded at ``pos``): under
-        ``replay --check`` the run's recorded history ends here, so the replay stops."""
+        """Called where the run would go on live (nothing recorded at ``pos``, or only a
+        wait in progress): under ``replay --check`` the run's recorded history ends here,
+        so the replay stops; a requested halt (cancel, budget) is delivered here."""
         if self.checking:
             raise self.latch(ReplayEnd(pos))
+        if self.halt_requested is not None and self.halted is None and not self.compensating:
+            raise self._deliver_halt(pos, self.halt_requested)
+
+    def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
+        """Ask for ``exc`` to stop the workflow at its next position that goes live (the
+        first request wins). Replayed positions are not affected: they return what they
+        recorded, so the workflow reaches the same point it reached before."""
+        if self.halt_requested is None:
+            self.halt_requested = exc
+
+    def _deliver_halt(self, pos: str, exc: DurablyError) -> DurablyError:
+        """Record a halt marker at ``pos`` (riding with the next write: the outcome, or a
+        compensation's record), latch ``exc`` and return it for ``raise``."""
+        name = HALT_NAMES[Cancelled if isinstance(exc, Cancelled) else BudgetExceeded]
+        reason = getattr(exc, "reason", None)
+        text = codec.dumps({"message": str(exc), "reason": reason}, f"halt at {pos}")
+        now = self.clock.time()
+        self.pending.append(
+            StepRecord(
+                pos, HALT, name, _halt_digest(name), OK, text, started_at=now, finished_at=now
+            )
+        )
+        self.consumed.add(pos)
+        self.halted = exc
+        return exc
+
+    def replay_halt(self, rec: StepRecord) -> DurablyError:
+        """The halt recorded at ``rec.position`` (a replay reached it): latch it again and
+        return it for ``raise``."""
+        self.consumed.add(rec.position)
+        if self.halted is None:
+            cls = _HALT_TYPES.get(rec.name)
+            try:
+                data = codec.loads(rec.output or "null")
+                message, reason = str(data["message"]), data.get("reason")
+            except (SerializationError, KeyError, TypeError, AttributeError):
+                message, reason = f"run {self.run_id!r}: halted at {rec.position}", None
+            if cls is None:
+                raise self.poison(
+                    NonDeterminism(
+                        f"step {rec.position}: history has an unknown halt {rec.name!r};"
+                        " the run is blocked (a newer durably wrote it, or the row was edited)"
+                    )
+                )
+            self.halted = (
+                Cancelled(message, reason if isinstance(reason, str) else None)
+                if cls is Cancelled
+                else BudgetExceeded(message)
+            )
+        return self.halted
 
     def poison(self, exc: DurablyError) -> DurablyError:
         """Remember a determinism or encoding error: the run ends ``blocked`` even if the
@@ -310,8 +375,9 @@ class RunCore:
         if lost:
             self.latch(LeaseLost(self.run_id, self.token))
 
-    def guard(self) -> None:
-        """Refuse to go on after poisoning, after a stop signal, or past the lease deadline.
+    def guard(self, halt: bool = True) -> None:
+        """Refuse to go on after poisoning, after a stop signal, past the lease deadline,
+        or (``halt``, unless compensating) after a delivered halt (cancel, budget).
 
         The deadline check is local (no I/O): a process stopped past its lease (SIGSTOP, a
         long pause) may have been replaced by another owner, so it never starts another
@@ -327,6 +393,8 @@ class RunCore:
         if self.stopped is not None:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
+        if halt and self.halted is not None and not self.compensating:
+            raise self.halted.with_traceback(None)
 
     def recorded(
         self, pos: str, kind: str, name: str, digest: str, call: Any = None
@@ -439,8 +507,9 @@ class RunCore:
     def emit(self, kind: Any, data: Any = None) -> None:
         """Buffer a user event at the current position (the one the next recording call
         takes). It consumes no position; its identity is (position, index among the
-        position's emits), so a replay that emits it again stores nothing new."""
-        self.guard()
+        position's emits), so a replay that emits it again stores nothing new. Allowed
+        after a cancel (cleanup code may say what it does); not after a stop."""
+        self.guard(halt=False)
         if not isinstance(kind, str) or not kind:
             raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
         check_name(kind, "ctx.emit: the kind")
@@ -571,10 +640,12 @@ class RunCore:
         if rec is not None and rec.kind == PATCHED and rec.name == change_id:
             self.consumed.add(scope.take())
             return True
+        if rec is not None and rec.kind == HALT:
+            scope.take()  # raises the recorded halt
         if rec is not None or self._recorded_after(pos):
             return False
-        self.live(pos)
         pos = scope.take()
+        self.live(pos)
         now = self.clock.time()
         digest = _patch_digest(change_id)
         self.pending.append(
@@ -732,7 +803,12 @@ class RunCore:
             return _decode(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
-        self.live(pos)  # nothing recorded, or an intent: the step would run (or reconcile)
+        if rec is None:
+            self.live(pos)  # nothing recorded: the step would go live (a halt lands here)
+        elif self.checking:
+            # An intent: the step would run (or reconcile) with its key. A halt waits for
+            # the next position: the effect in flight completes under its key first.
+            raise self.latch(ReplayEnd(pos))
         # Its inputs are kept with its records (built only here: replay never pays for it).
         self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
         # Live from here on, and the driver may run other code meanwhile: the scope is
@@ -1135,3 +1211,13 @@ def _iso(t: float) -> str:
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
+
+HALT_NAMES: dict[type[DurablyError], str] = {
+    Cancelled: "durably.cancel",
+    BudgetExceeded: "durably.budget",
+}
+_HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items()}
+
+
+def _halt_digest(name: str) -> str:
+    return codec.digest(name, [], {})

@@ -139,11 +139,19 @@ class WorkflowNotRegistered(DurablyError):
 
 
 class Cancelled(DurablyError):
-    """The run was cancelled."""
+    """The run was cancelled (``engine.cancel``); ``reason`` is the one given, if any.
+
+    Raised in the workflow at its next recording call that would go live, and again at
+    every later one (the cancel is latched): catching it can clean up, never continue
+    live work. The run ends ``cancelled`` whatever the workflow does."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class BudgetExceeded(DurablyError):
-    """The run spent more than its budget allows."""
+    """The run spent more than its budget allows (latched like ``Cancelled``)."""
 
 
 class IdempotencyKeyReused(DurablyError):

@@ -25,7 +25,13 @@ GATHER: Final = "gather"
 # A ``ctx.wait_for_signal``'s record: ``waiting`` while it waits, then ``ok`` with the
 # signal it consumed or its timeout.
 SIGNAL: Final = "signal"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, "sleep", SIGNAL, "approval"})
+# Where a run-wide stop (a cancel, a crossed budget) reached the workflow: recorded at the
+# position that would have gone live, so a replay raises it at the same place and the
+# workflow unwinds (cleans up, compensates) along the same path.
+HALT: Final = "halt"
+KINDS: Final = frozenset(
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, "sleep", SIGNAL, "approval"}
+)
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed.
