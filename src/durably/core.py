@@ -769,7 +769,7 @@ class RunCore:
                 StepRecord(pos, SIGNAL, rname, digest, WAITING, text, started_at=since)
             )
         why = signal_park_reason(name, since, deadline)
-        raise self.latch(Parked(SIGNAL, deadline, signal=name, why=why))
+        raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -1207,7 +1207,7 @@ def signal_park_reason(name: str, since: float, deadline: float | None) -> str:
 
 
 def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

@@ -237,19 +237,22 @@ class StoreFailed(Unwind):
 class Parked(Unwind):
     """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver.
 
-    ``signal`` names the signal a ``wait_for_signal`` waits for (a signal of that name
-    wakes the parked run); ``why`` is the park reason shown to people, when the parking
-    call words it itself."""
+    ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``),
+    ``wake_at`` when it wakes (None: no timer), ``wait_signal`` the signal name it waits
+    for, and ``detail`` the park reason in words when the default (``timer until
+    2026-11-30T10:00:00Z``) does not say enough.
+    """
 
     def __init__(
         self,
         reason: str,
         wake_at: float | None,
-        signal: str | None = None,
-        why: str | None = None,
+        *,
+        wait_signal: str | None = None,
+        detail: str | None = None,
     ) -> None:
         self.reason = reason
         self.wake_at = wake_at
-        self.signal = signal
-        self.why = why
+        self.wait_signal = wait_signal
+        self.detail = detail
         super().__init__(f"parked ({reason})")
