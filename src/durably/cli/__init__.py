@@ -6,8 +6,8 @@ runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
-:mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay` (``replay --check``), :mod:`.migrate`,
-:mod:`.proof` (``chaos``, ``simulate``, ``bench``).
+:mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay` (``replay --check``),
+:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from .common import CommandError, db_option, inert, json_text, open_engine
     "--data",
     "data",
     default=None,
-    help='The signal\'s data as JSON, e.g. \'{"by": "ana"}\' (default: null); at most'
-    " 64 KiB.",
+    help='The signal\'s data as JSON, e.g. \'{"by": "ana"}\' (default: null); at most 64 KiB.',
 )
 @db_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"run_id", "name", "seq"}.')
@@ -38,7 +37,7 @@ def signal_cmd(run_id: str, name: str, data: str | None, db: str, as_json: bool)
             value = json.loads(data)
         except (ValueError, RecursionError) as exc:  # bad JSON, an int past the digit limit
             raise click.BadParameter(
-                f"not JSON ({exc}); quote it for the shell, e.g. --data '{{\"by\": \"ana\"}}'"
+                f'not JSON ({exc}); quote it for the shell, e.g. --data \'{{"by": "ana"}}\''
                 " or --data '\"yes\"' for a string",
                 param_hint="--data",
             ) from None
