@@ -24,7 +24,10 @@ def test_send_numbers_signals_per_run_and_writes_an_event_without_data(store: St
     page = store.read_events("r1", 0, 100)
     assert page is not None
     received = [e for e in page.events if e.kind == SIGNAL_RECEIVED]
-    assert [e.data for e in received] == [{"name": "approve", "seq": 1}, {"name": "other", "seq": 2}]
+    assert [e.data for e in received] == [
+        {"name": "approve", "seq": 1},
+        {"name": "other", "seq": 2},
+    ]
     # The data may hold secrets: it never reaches the stream.
     assert all("ana" not in json.dumps(e.data) for e in page.events)
 
@@ -93,3 +96,46 @@ def test_signal_sent_while_queued_or_running_is_kept(store: Store) -> None:
     assert store.send_signal("r1", "go", '"while running"') == 2
     assert store.take_signal("r1", token, "go", "0") == (1, '"early"')
     assert store.take_signal("r1", token, "go", "1") == (2, '"while running"')
+
+
+def _park_on(store: Store, token: int, name: str, wake_at: float | None) -> float | None:
+    return store.park(
+        "r1",
+        token,
+        [],
+        kind="signal",
+        park_reason=f"signal {name!r}",
+        wake_at=wake_at,
+        wait_signal=name,
+    )
+
+
+@pytest.mark.parametrize("timeout_s", [None, 3600.0])
+def test_a_signal_wakes_a_run_parked_on_its_name(
+    store: Store, clock: FakeClock, timeout_s: float | None
+) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    deadline = None if timeout_s is None else clock.time() + timeout_s
+    assert _park_on(store, token, "go", deadline) == deadline
+    served = {"wf": ["1"]}
+    assert store.claim_next(ME, 30, 10, alive, served, ["default"]) is None  # not due
+    clock.advance(5)
+    store.send_signal("r1", "other", "null")  # another name: still parked, not due
+    run = store.get_run("r1")
+    assert run is not None and run.status == "parked" and run.wake_at == deadline
+    store.send_signal("r1", "go", '"yes"')
+    run = store.get_run("r1")
+    assert run is not None and run.status == "parked" and run.wake_at == clock.time()
+    taken = store.claim_next(ME, 30, 10, alive, served, ["default"])
+    assert taken is not None and taken.run_id == "r1"
+    assert store.take_signal("r1", taken.fencing_token, "go", "0") == (2, '"yes"')
+
+
+def test_a_signal_sent_before_the_park_makes_the_park_due_at_once(
+    store: Store, clock: FakeClock
+) -> None:
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.send_signal("r1", "go", "1")  # the run is running: nothing to wake yet
+    assert _park_on(store, token, "go", None) == clock.time()

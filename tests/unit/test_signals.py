@@ -197,7 +197,9 @@ def _crash() -> None:
         (("go", "10"), "timeout_s must be None"),
     ],
 )
-def test_bad_arguments_block_the_run(engine: durably.Engine, args: tuple[Any, ...], match: str) -> None:
+def test_bad_arguments_block_the_run(
+    engine: durably.Engine, args: tuple[Any, ...], match: str
+) -> None:
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> Any:
         try:
@@ -262,3 +264,95 @@ def test_a_crash_between_taking_and_recording_takes_the_same_signal_again(
         assert engine.history("r") == []  # nothing recorded: the take was all
         armed["on"] = False
         assert engine.resume("r") == "first"
+
+
+# -- parking on a wait (with the park machinery) -----------------------------------------
+
+
+def test_a_timeout_on_the_fake_clock_returns_default_after_parking(
+    engine: durably.Engine, clock: durably.FakeClock
+) -> None:
+    """No signal: the run parks until the deadline (engine.run waits in-process on the
+    fake clock: no real sleeping), then records the timeout and returns ``default``."""
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        return ctx.wait_for_signal("approve", timeout_s=3600, default="no answer")
+
+    t0 = clock.time()
+    assert engine.run(wf, run_id="r") == "no answer"
+    assert clock.time() >= t0 + 3600
+    (rec,) = engine.history("r")
+    assert (rec.status, rec.output, rec.started_at) == (OK, '{"timeout":true}', t0)
+    parked = [e.data for e in engine.events("r").events if e.kind == "run.parked"]
+    assert parked and parked[0]["reason"] == (
+        "signal 'approve' since 2023-11-14T22:13:20Z (times out at 2023-11-14T23:13:20Z)"
+    )
+    assert parked[0]["wake_at"] == t0 + 3600
+
+
+def test_the_deadline_is_recorded_once_and_kept_across_resumes(
+    tmp_path: Path, clock: durably.FakeClock
+) -> None:
+    """A run resumed while parked waits until the deadline recorded when the wait was
+    first reached, not a fresh timeout."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, clock=clock, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("go", timeout_s=100, default="timed out")
+
+        t0 = clock.time()
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r")
+        clock.advance(60)
+        # Claimed and replayed before the deadline (as after a crash): parks again.
+        engine.store.requeue("r", ("parked",))
+        with pytest.raises(durably.RunParked) as parked:
+            engine.resume("r")
+        assert parked.value.wake_at == t0 + 100  # not t0 + 60 + 100
+        clock.advance(40)
+        assert engine.resume("r") == "timed out"
+
+
+def test_a_signal_wakes_a_run_waiting_in_process(engine: durably.Engine) -> None:
+    import threading
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        got = ctx.wait_for_signal("go")
+        return [got, ctx.step("after", lambda: "live")]
+
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(engine.run(wf, run_id="r")))
+    t.start()
+    try:
+        _until(lambda: engine.get_run("r").status == "parked")
+        run = engine.get_run("r")
+        assert run.wake_at is None  # no timeout: only a signal wakes it
+        assert run.park_reason is not None and run.park_reason.endswith("(no timeout)")
+        assert engine.signal("r", "go", {"ok": True}) == 1
+        t.join(30)
+    finally:
+        if t.is_alive():
+            engine.signal("r", "go", "unblock")
+            t.join(30)
+    assert out == [[{"ok": True}, "live"]]
+
+
+def test_async_wait_parks_and_times_out(engine: durably.Engine, clock: durably.FakeClock) -> None:
+    @engine.workflow(name="awf")
+    async def awf(ctx: durably.AsyncContext) -> Any:
+        return await ctx.wait_for_signal("go", timeout_s=10, default="late")
+
+    assert engine.run(awf, run_id="r") == "late"
+
+
+def _until(check: Any, timeout_s: float = 30) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

@@ -887,7 +887,13 @@ class PostgresStore:
         """Store a signal for the run and return its per-run number (see the Store
         protocol); not fenced: any process may signal."""
         now = self.clock.time()
-        params = {"run_id": run_id, "name": name, "data": data, "now": now}
+        params = {
+            "run_id": run_id,
+            "name": name,
+            "data": data,
+            "now": now,
+            "channel": self._channel,
+        }
 
         def op(conn: Conn, _: bool) -> int:
             with conn.transaction():
@@ -896,6 +902,9 @@ class PostgresStore:
                 seq = int(_scalar(conn, "next_signal_seq", params))
                 conn.execute(_Q["insert_signal"], {**params, "seq": seq})
                 self._write_events(conn, run_id, [stream.signal_received(name, seq, now)])
+                if conn.execute(_Q["wake_for_signal"], params).rowcount:
+                    # Delivered at commit: a worker in LISTEN claims the run at once.
+                    conn.execute(_Q["notify_work"], params)
             return seq
 
         return self._call(op)

@@ -759,6 +759,7 @@ class SQLiteStore:
             params = {"run_id": run_id, "seq": seq, "name": name, "data": data, "now": now}
             c.execute(_Q["insert_signal"], params)
             self._write_events(c, run_id, [stream.signal_received(name, seq, now)])
+            c.execute(_Q["wake_for_signal"], params)  # workers poll: no notification
         return seq
 
     def take_signal(

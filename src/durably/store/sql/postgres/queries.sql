@@ -466,3 +466,10 @@ ORDER BY seq LIMIT 1;
 
 -- name: consume_signal
 UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq = %(seq)s;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now; the caller then notifies the
+-- workers in the same transaction (delivered at commit), so one claims it at once.
+UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
+  AND (wake_at IS NULL OR wake_at > %(now)s);

@@ -288,3 +288,9 @@ ORDER BY seq LIMIT 1;
 
 -- name: consume_signal
 UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
+UPDATE runs SET wake_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
+  AND (wake_at IS NULL OR wake_at > :now);
