@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 import durably
@@ -94,3 +96,30 @@ def test_signal_command_in_a_real_process(tmp_path: Path) -> None:
     assert _signals(tmp_path) == [("r1", 1, "go", "[1,2]")]
     help_text = invoke("signal", "--help").output
     assert "--data" in help_text and "oldest first" in help_text
+
+
+def test_runs_list_and_show_give_a_parked_runs_signal_reason(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="waits")
+        def waits(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("approve", timeout_s=60)
+
+        with pytest.raises(durably.RunParked):
+            engine.run(waits, run_id="r1")
+    listed = CliRunner().invoke(
+        main, ["runs", "list", "--status", "parked", "--db", url], env={"COLUMNS": "400"}
+    )
+    assert listed.exit_code == 0, listed.output
+    text = " ".join(listed.output.split())
+    assert "r1" in text and "signal 'approve' since" in text and "times out at" in text
+    shown = CliRunner().invoke(main, ["runs", "show", "r1", "--db", url], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    assert re.search(
+        r"why: signal 'approve' since \S+Z \(times out at \S+Z\)", " ".join(shown.output.split())
+    )
+    assert "wait_for_signal:approve" in shown.output
+    data = json.loads(invoke("runs", "list", "--status", "parked", "--db", url, "--json").output)
+    (run,) = data["runs"] if isinstance(data, dict) else data
+    assert run["status"] == "parked" and run["reason"].startswith("signal 'approve' since")

@@ -377,3 +377,34 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
     for cells in rows:
         for name in re.findall(r"`(test_\w+)`", cells[-1]):
             assert any(f"def {name}(" in src for src in sources), name
+
+
+def test_parked_waiting_for_a_signal(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            first = ctx.wait_for_signal("approve", timeout_s=3600)
+            return [first, ctx.wait_for_signal("ship it")]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="waits")
+        got = why(journal_url, "waits")
+        assert got["state"] == "signal" and got["signal"] == "approve"
+        assert got["deadline"] == pytest.approx(got["since"] + 3600)
+        assert re.fullmatch(
+            r"parked waiting for signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC \(times out"
+            r" at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds no process or worker slot — send it:"
+            r" `durably signal waits approve --data JSON`",
+            got["sentence"],
+        ), got["sentence"]
+        engine.signal("waits", "approve", "yes")
+        with pytest.raises(durably.RunParked):
+            engine.resume("waits")  # now on the second wait, without a timeout
+        got = why(journal_url, "waits")
+        assert got["signal"] == "ship it" and got["deadline"] is None
+        assert got["sentence"].endswith(
+            "(no timeout); it holds no process or worker slot — send it:"
+            " `durably signal waits 'ship it' --data JSON`"
+        )
+        assert "signal 'ship it' since" in got["reason"]
