@@ -67,7 +67,7 @@ def test_signal_to_unknown_or_finished_run_raises(engine: durably.Engine) -> Non
     with pytest.raises(durably.RunNotFound, match="durably runs list"):
         engine.signal("missing", "approve")
     engine.run(wf, run_id="r")
-    with pytest.raises(durably.RunFinished, match="already completed.*nothing was sent"):
+    with pytest.raises(durably.RunFinished, match=r"already completed.*nothing was sent"):
         engine.signal("r", "approve")
 
 
