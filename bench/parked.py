@@ -4,9 +4,10 @@ For each store (a SQLite file; PostgreSQL with ``--pg URL``, in a throwaway sche
 real ``durably worker`` process serves a workflow that waits for a signal and then
 records ``time.time()`` in a step. Printed, from one run:
 
-- the worker's thread count and RSS when idle (the baseline) and once ``--runs`` runs
-  are parked on the wait (their ratio: close to 1 when a parked run holds no thread, no
-  slot and no per-run memory in the worker);
+- the worker's thread count and RSS when idle after driving ``--runs`` short runs to
+  their end (the baseline: its slots' threads started, its caches warm) and once
+  ``--runs`` more runs are parked on the wait (their ratio: close to 1 when a parked run
+  holds no thread, no slot and no per-run memory in the worker);
 - the time from ``engine.signal`` (in this process) to the woken run's next live step
   (the time that step recorded), median of ``--samples`` signals, against the time from
   ``engine.start`` of a new run to its first live step in the same worker (the
@@ -104,9 +105,16 @@ def measure(url: str, label: str, runs: int, samples: int, tmp: Path) -> dict[st
         stderr=subprocess.DEVNULL,
     )
     try:
-        # Idle baseline, after the worker has opened its store and claimed once.
-        engine.start("starter", 0, run_id="warm")
-        step_time(engine, "warm", "0")
+        # The baseline: the worker idle after driving as many short runs to their end as
+        # will park below (its slots' threads started on demand, its caches warm), so what
+        # differs after the parking is what the parked runs themselves hold.
+        for i in range(runs):
+            engine.start("starter", i, run_id=f"warm{i}")
+        wait_for(
+            lambda: engine.store.count_runs(workflow="starter").get("completed", 0) == runs,
+            600,
+            f"{runs} completed runs",
+        )
         time.sleep(0.5)
         idle = proc_status(worker.pid)
         t0 = time.perf_counter()
@@ -151,8 +159,8 @@ def measure(url: str, label: str, runs: int, samples: int, tmp: Path) -> dict[st
 def report(r: dict[str, Any], runs: int, samples: int) -> None:
     (t_idle, rss_idle), (t_parked, rss_parked) = r["idle"], r["parked"]
     print(
-        f"{r['label']}: worker ({CONCURRENCY} slots) idle {t_idle} threads, {rss_idle / 1024:.1f}"
-        f" MiB RSS; with {runs:,} runs parked on a signal {t_parked} threads,"
+        f"{r['label']}: worker ({CONCURRENCY} slots) idle after {runs:,} finished runs"
+        f" {t_idle} threads, {rss_idle / 1024:.1f} MiB RSS; with {runs:,} runs parked on a signal {t_parked} threads,"
         f" {rss_parked / 1024:.1f} MiB RSS (ratio {rss_parked / rss_idle:.2f}); {runs:,}"
         f" runs parked in {r['parked_s']:.1f} s"
     )
