@@ -160,7 +160,8 @@ def report(r: dict[str, Any], runs: int, samples: int) -> None:
     (t_idle, rss_idle), (t_parked, rss_parked) = r["idle"], r["parked"]
     print(
         f"{r['label']}: worker ({CONCURRENCY} slots) idle after {runs:,} finished runs"
-        f" {t_idle} threads, {rss_idle / 1024:.1f} MiB RSS; with {runs:,} runs parked on a signal {t_parked} threads,"
+        f" {t_idle} threads, {rss_idle / 1024:.1f} MiB RSS; with {runs:,} runs parked on a"
+        f" signal {t_parked} threads,"
         f" {rss_parked / 1024:.1f} MiB RSS (ratio {rss_parked / rss_idle:.2f}); {runs:,}"
         f" runs parked in {r['parked_s']:.1f} s"
     )
