@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import inspect
 import logging
@@ -680,6 +681,7 @@ class Engine:
         """
         deadline = None if self.park_wait_s is None else self.clock.time() + self.park_wait_s
         real = isinstance(self.clock, SystemClock)
+        run_id = run.run_id
         told = False
         while run.status == PARKED:
             now = self.clock.time()
@@ -698,13 +700,12 @@ class Engine:
                 math.inf if run.wake_at is None else run.wake_at,
                 math.inf if deadline is None else deadline,
             )
-            run_id = run.run_id
             if not real and math.isfinite(until):
                 self.clock.sleep(until - now)
             else:
                 slice_s = min(PARK_WAIT_SLICE_S, max(0.0, until - now))
-                self._store_call(lambda: self.store.wait_for_events(run_id, slice_s))
-            run = self._store_call(lambda: self.get_run(run_id))
+                self._store_call(functools.partial(self.store.wait_for_events, run_id, slice_s))
+            run = self._store_call(functools.partial(self.get_run, run_id))
         return run
 
     def _follow(self, run_id: str) -> RunRecord:

@@ -396,6 +396,7 @@ STATES = (
     "quarantined",
     "failed",
     "completed",
+    "parked",
     "signal",
 )
 """Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
