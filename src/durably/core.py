@@ -830,7 +830,8 @@ class RunCore:
                     f" {timeout_s!r:.100}"
                 )
             )
-        pos = self.take()
+        scope = self.scope()
+        pos = scope.take()
         rname, digest = _signal_wait_name(name), _signal_digest(name)
         rec = self.recorded(pos, SIGNAL, rname, digest)
         if rec is not None and rec.status == OK:
@@ -842,7 +843,13 @@ class RunCore:
         else:
             since = self.clock.time()
             deadline = None if timeout_s is None else since + float(timeout_s)
-        found: tuple[int, str] | None = yield TakeSignal(name, pos)
+        # The take may wait out a failing store: other code on this scope meanwhile would
+        # be concurrent use outside ctx.gather (see Scope), as for a live step.
+        scope.busy = f"wait_for_signal {pos} {name!r}"
+        try:
+            found: tuple[int, str] | None = yield TakeSignal(name, pos)
+        finally:
+            scope.busy = None
         now = self.clock.time()
         if found is not None:
             seq, data = found

@@ -356,3 +356,19 @@ def _until(check: Any, timeout_s: float = 30) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_waits_in_gather_branches_take_their_own_signals(engine: durably.Engine) -> None:
+    @engine.workflow(name="awf")
+    async def awf(ctx: durably.AsyncContext) -> list[Any]:
+        return await ctx.gather(
+            ctx.wait_for_signal("a", timeout_s=0), ctx.wait_for_signal("b", timeout_s=0)
+        )
+
+    engine.start(awf, run_id="r")
+    engine.signal("r", "b", "for b")
+    engine.signal("r", "a", "for a")
+    assert engine.resume("r") == ["for a", "for b"]
+    recs = {r.position: r for r in engine.history("r")}
+    assert recs["0"].kind == "gather" and "wait_for_signal:a" in (recs["0"].output or "")
+    assert (recs["0.0.0"].name, recs["0.1.0"].name) == ("wait_for_signal:a", "wait_for_signal:b")
