@@ -325,6 +325,7 @@ def test_a_signal_wakes_a_run_waiting_in_process(engine: durably.Engine) -> None
         return [got, ctx.step("after", lambda: "live")]
 
     out: list[Any] = []
+    engine.start(wf, run_id="r")  # the row exists before the thread drives it
     t = threading.Thread(target=lambda: out.append(engine.run(wf, run_id="r")))
     t.start()
     try:
