@@ -596,8 +596,9 @@ class Engine:
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
-        A run another process takes first is left to it.
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
+        another process takes first is left to it.
         """
         results: dict[str, Any] = {}
         for run in orphans_of_this_host(self.store, self.served()):
