@@ -414,7 +414,12 @@ class Engine:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
             raise SerializationError(f"{exc}. Nothing was sent to run {run_id!r}") from None
-        return self._store_call(lambda: self.store.send_signal(run_id, name, text))
+        import uuid  # imported on first use: it pulls in platform (slow)
+
+        # One name for this send across the retries below: a retry after an unknown
+        # commit outcome finds the stored signal instead of sending it twice.
+        send = uuid.uuid4().hex
+        return self._store_call(lambda: self.store.send_signal(run_id, name, text, send))
 
     def start(
         self,

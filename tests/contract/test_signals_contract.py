@@ -139,3 +139,24 @@ def test_a_signal_sent_before_the_park_makes_the_park_due_at_once(
     token = store.claim("r1", ME, 30, 10, alive).fencing_token
     store.send_signal("r1", "go", "1")  # the run is running: nothing to wake yet
     assert _park_on(store, token, "go", None) == clock.time()
+
+
+def test_a_send_repeated_under_its_name_is_stored_once(store: Store) -> None:
+    """The retry of a send whose commit outcome was unknown (a lost connection) names
+    the same send: it returns the stored number, and no second signal exists."""
+    store.create_run(new_run())
+    assert store.send_signal("r1", "go", '"once"', "send-1") == 1
+    assert store.send_signal("r1", "go", '"once"', "send-1") == 1
+    assert store.send_signal("r1", "go", '"another"', "send-2") == 2
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    assert store.take_signal("r1", token, "go", "0") == (1, '"once"')
+    assert store.take_signal("r1", token, "go", "1") == (2, '"another"')
+    assert store.take_signal("r1", token, "go", "2") is None
+    page = store.read_events("r1", 0, 100)
+    assert page is not None
+    assert [e.data["seq"] for e in page.events if e.kind == SIGNAL_RECEIVED] == [1, 2]
+    # Finished since: the retry still returns what the first attempt stored.
+    store.finish("r1", token, COMPLETED, [])
+    assert store.send_signal("r1", "go", '"once"', "send-1") == 1
+    with pytest.raises(RunFinished):
+        store.send_signal("r1", "go", '"new"', "send-3")

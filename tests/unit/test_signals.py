@@ -373,3 +373,30 @@ def test_waits_in_gather_branches_take_their_own_signals(engine: durably.Engine)
     recs = {r.position: r for r in engine.history("r")}
     assert recs["0"].kind == "gather" and "wait_for_signal:a" in (recs["0"].output or "")
     assert (recs["0.0.0"].name, recs["0.1.0"].name) == ("wait_for_signal:a", "wait_for_signal:b")
+
+
+def test_engine_signal_retried_after_an_unknown_outcome_sends_once(
+    engine: durably.Engine,
+) -> None:
+    """The store commits, then the reply is lost (a transient error): engine.signal
+    retries the same send, which finds the stored signal instead of sending another."""
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> list[Any]:
+        return [ctx.wait_for_signal("go", timeout_s=0, default="none") for _ in range(2)]
+
+    engine.start(wf, run_id="r")
+    real = engine.store.send_signal
+    failures = {"left": 1}
+
+    def lossy(run_id: str, name: str, data: str, send: str | None = None) -> int:
+        seq = real(run_id, name, data, send)
+        if failures["left"]:
+            failures["left"] -= 1
+            raise durably.StoreUnavailable("the connection dropped before the reply")
+        return seq
+
+    engine.store.send_signal = lossy  # type: ignore[method-assign]
+    assert engine.signal("r", "go", "only once") == 1
+    assert failures["left"] == 0  # the failure happened, and was retried
+    assert engine.resume("r") == ["only once", "none"]

@@ -883,25 +883,32 @@ class PostgresStore:
 
     # -- signals -------------------------------------------------------------------------
 
-    def send_signal(self, run_id: str, name: str, data: str) -> int:
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
         """Store a signal for the run and return its per-run number (see the Store
-        protocol); not fenced: any process may signal."""
+        protocol); not fenced: any process may signal. A retry after a lost connection
+        finds the first attempt's signal, if it committed, by the send's dedupe."""
         now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
         params = {
             "run_id": run_id,
             "name": name,
             "data": data,
             "now": now,
+            "dedupe": dedupe,
             "channel": self._channel,
         }
 
         def op(conn: Conn, _: bool) -> int:
             with conn.transaction():
                 status = _scalar(conn, "lock_run_for_signal", params)
+                sent = _scalar(conn, "signal_sent", params)
+                if sent is not None:
+                    return stream.sent_seq(sent)  # this send, retried: already stored
                 check_signalable(run_id, status, self.where)
                 seq = int(_scalar(conn, "next_signal_seq", params))
                 conn.execute(_Q["insert_signal"], {**params, "seq": seq})
-                self._write_events(conn, run_id, [stream.signal_received(name, seq, now)])
+                event = stream.signal_received(name, seq, now, dedupe)
+                self._write_events(conn, run_id, [event])
                 if conn.execute(_Q["wake_for_signal"], params).rowcount:
                     # Delivered at commit: a worker in LISTEN claims the run at once.
                     conn.execute(_Q["notify_work"], params)

@@ -748,17 +748,21 @@ class SQLiteStore:
 
     # -- signals -------------------------------------------------------------------------
 
-    def send_signal(self, run_id: str, name: str, data: str) -> int:
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
         """Store a signal for the run and return its per-run number (see the Store
         protocol); not fenced: any process may signal."""
         now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
+        params = {"run_id": run_id, "name": name, "data": data, "now": now, "dedupe": dedupe}
         with self._tx() as c:  # BEGIN IMMEDIATE: the one writer, so the run's lock too
-            row = c.execute(_Q["run_status"], {"run_id": run_id}).fetchone()
+            sent = c.execute(_Q["signal_sent"], params).fetchone()
+            if sent is not None:
+                return stream.sent_seq(sent[0])  # this send, retried: already stored
+            row = c.execute(_Q["run_status"], params).fetchone()
             check_signalable(run_id, None if row is None else row[0], self.path)
-            seq = int(c.execute(_Q["next_signal_seq"], {"run_id": run_id}).fetchone()[0])
-            params = {"run_id": run_id, "seq": seq, "name": name, "data": data, "now": now}
-            c.execute(_Q["insert_signal"], params)
-            self._write_events(c, run_id, [stream.signal_received(name, seq, now)])
+            seq = int(c.execute(_Q["next_signal_seq"], params).fetchone()[0])
+            c.execute(_Q["insert_signal"], {**params, "seq": seq})
+            self._write_events(c, run_id, [stream.signal_received(name, seq, now, dedupe)])
             c.execute(_Q["wake_for_signal"], params)  # workers poll: no notification
         return seq
 

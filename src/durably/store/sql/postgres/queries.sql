@@ -473,3 +473,8 @@ UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq 
 UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
   AND (wake_at IS NULL OR wake_at > %(now)s);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = %(run_id)s AND dedupe = %(dedupe)s;

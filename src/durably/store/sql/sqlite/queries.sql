@@ -294,3 +294,8 @@ UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq
 UPDATE runs SET wake_at = :now, updated_at = :now
 WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
   AND (wake_at IS NULL OR wake_at > :now);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = :run_id AND dedupe = :dedupe;
