@@ -1,20 +1,21 @@
-"""Parked runs cost a row, not a thread: 1,000 runs waiting on a signal, and the wake-up.
+"""Parked runs cost rows, not threads or slots: a worker with 1,000 runs parked on timers,
+then 1,000 parked on a signal, and the time from a signal to the run's next live step.
 
-For each store (a SQLite file; PostgreSQL with ``--pg URL``, in a throwaway schema) a
-real ``durably worker`` process serves a workflow that waits for a signal and then
-records ``time.time()`` in a step. Printed, from one run:
+For each store, one ``durably worker`` process (4 slots) drives 1,000 runs that each
+record a step and park on an hour's timer. Printed: the worker's threads and resident
+memory (``/proc/PID/status``) when idle (after one warm-up run), with a tenth of the runs
+parked and with all 1,000 parked (its pool holds at most 4 run threads, however many runs
+are parked), how long the 1,000 took to park, and how long a new one-step run then takes
+to complete (the slots are free: a parked run holds none).
 
-- the worker's thread count and RSS when idle after driving ``--runs`` short runs to
-  their end (the baseline: its slots' threads started, its caches warm) and once
-  ``--runs`` more runs are parked on the wait (their ratio: close to 1 when a parked run
-  holds no thread, no slot and no per-run memory in the worker);
-- the time from ``engine.signal`` (in this process) to the woken run's next live step
-  (the time that step recorded), median of ``--samples`` signals, against the time from
-  ``engine.start`` of a new run to its first live step in the same worker (the
-  baseline: the same claim path, from a queued run instead of a parked one).
+Signals, on a fresh journal and worker: the worker's threads and RSS idle after driving
+1,000 short runs to their end (the baseline: slots' threads started, caches warm) and
+with 1,000 more parked on ``ctx.wait_for_signal``; then the time from ``engine.signal``
+(in this process) to the woken run's next live step (the time that step recorded),
+median of ``--samples`` signals, against ``engine.start`` of a new run to its first live
+step on the same worker (the same claim path, from a queued run).
 
-Run: ``python bench/parked.py [--runs 1000] [--samples 20] [--pg URL]``. Linux only
-(reads /proc).
+Run: ``python bench/parked.py [--runs N] [--samples N] [--pg URL]`` (Linux: reads /proc).
 """
 
 from __future__ import annotations
@@ -25,168 +26,204 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import durably  # noqa: E402
 
-APP = textwrap.dedent(
-    """
-    import time
-    import durably
 
-    engine = durably.Engine()  # DURABLY_URL
-
-    @engine.workflow(name="waiter")
-    def waiter(ctx, i):
-        ctx.wait_for_signal("go")
-        return ctx.step("woke", time.time)
-
-    @engine.workflow(name="starter")
-    def starter(ctx, i):
-        return ctx.step("started", time.time)
-    """
-)
-CONCURRENCY = 8
-POLL_S = 0.001  # how often this script looks for the woken step (not the worker's poll)
-
-
-def proc_status(pid: int) -> tuple[int, int]:
-    """The process's thread count and resident set size (KiB), from /proc."""
-    fields = dict(
-        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-    )
-    return int(fields["Threads"]), int(fields["VmRSS"].split()[0])
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def step_time(engine: durably.Engine, run_id: str, position: str) -> float:
-    """The time the run's step at ``position`` recorded (its output), waiting for it."""
-    while True:
-        recs = engine.store.load_history(run_id, 0)
-        for r in recs:
-            if r.position == position and r.status == "ok" and r.output is not None:
-                return float(r.output)
-        time.sleep(POLL_S)
-
-
-def measure(url: str, label: str, runs: int, samples: int, tmp: Path) -> dict[str, Any]:
-    app = tmp / f"parked_app_{label}.py"
-    app.write_text(APP)
-    env = {**os.environ, "DURABLY_URL": url}
-    engine = durably.Engine(url)
-    engine.workflow(name="waiter")(lambda ctx, i: None)  # registered to start runs
-    engine.workflow(name="starter")(lambda ctx, i: None)
-    worker = subprocess.Popen(
+def spawn(url: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DURABLY_URL": url, "PYTHONPATH": str(HERE)}
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
             "durably.cli",
             "worker",
-            f"{app}:engine",
+            "bench_parked_app:engine",
             "--concurrency",
-            str(CONCURRENCY),
+            "4",
+            "--poll-interval-s",
+            "0.05",
+            "--drain-s",
+            "1",
         ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        cwd=HERE,
     )
+
+
+def proc_status(pid: int) -> tuple[int, float]:
+    """The process's thread count and resident memory in MiB."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0]) / 1024
+
+
+def wait_for(what: str, cond: object, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def measure(url: str, runs: int) -> dict[str, float]:
+    os.environ["DURABLY_URL"] = url
+    import bench_parked_app as app
+
+    engine = durably.Engine(url)
+    for name in ("nap", "quick"):
+        engine.workflow(name=name)(getattr(app, name).fn)
+    worker = spawn(url)
     try:
-        # The baseline: the worker idle after driving as many short runs to their end as
-        # will park below (its slots' threads started on demand, its caches warm), so what
-        # differs after the parking is what the parked runs themselves hold.
+        # Warm up: the worker's pool and connections exist before the idle figure.
+        engine.start("quick", -1, run_id="warm").result(timeout_s=60)
+        time.sleep(0.5)
+        idle = proc_status(worker.pid)
+        t0 = time.perf_counter()
+        few = runs // 10
+        figures = []
+        for lo, hi in ((0, few), (few, runs)):
+            for i in range(lo, hi):
+                engine.start("nap", i, run_id=f"nap-{i}")
+            wait_for(
+                f"{hi} runs parked",
+                lambda n=hi: engine.store.count_runs(workflow="nap").get("parked", 0) == n,
+            )
+            park_s = time.perf_counter() - t0
+            time.sleep(0.5)
+            figures.append(proc_status(worker.pid))
+        some, parked = figures
+        t1 = time.perf_counter()
+        engine.start("quick", 1, run_id="after").result(timeout_s=60)
+        quick_s = time.perf_counter() - t1
+        return {
+            "idle_threads": idle[0],
+            "idle_rss": idle[1],
+            "some": few,
+            "some_threads": some[0],
+            "some_rss": some[1],
+            "parked_threads": parked[0],
+            "parked_rss": parked[1],
+            "park_s": park_s,
+            "quick_ms": quick_s * 1000,
+        }
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        engine.close()
+
+
+def step_time(engine: durably.Engine, run_id: str, position: str) -> float:
+    """The time the run's step at ``position`` recorded (its output), waiting for it."""
+    while True:
+        for r in engine.store.load_history(run_id, 0):
+            if r.position == position and r.status == "ok" and r.output is not None:
+                return float(r.output)
+        time.sleep(0.001)
+
+
+def measure_signals(url: str, runs: int, samples: int) -> dict[str, float]:
+    os.environ["DURABLY_URL"] = url
+    import bench_parked_app as app
+
+    engine = durably.Engine(url)
+    for name in ("waiter", "starter"):
+        engine.workflow(name=name)(getattr(app, name).fn)
+    worker = spawn(url)
+    try:
+        # The baseline: idle after as many finished runs as will park below.
         for i in range(runs):
-            engine.start("starter", i, run_id=f"warm{i}")
+            engine.start("starter", i, run_id=f"done-{i}")
         wait_for(
+            f"{runs} finished runs",
             lambda: engine.store.count_runs(workflow="starter").get("completed", 0) == runs,
-            600,
-            f"{runs} completed runs",
         )
         time.sleep(0.5)
         idle = proc_status(worker.pid)
         t0 = time.perf_counter()
         for i in range(runs):
-            engine.start("waiter", i, run_id=f"w{i}")
+            engine.start("waiter", i, run_id=f"wait-{i}")
         wait_for(
+            f"{runs} runs parked on a signal",
             lambda: engine.store.count_runs(workflow="waiter").get("parked", 0) == runs,
-            600,
-            f"{runs} parked runs",
         )
-        parked_s = time.perf_counter() - t0
+        park_s = time.perf_counter() - t0
         time.sleep(0.5)
         parked = proc_status(worker.pid)
-        # engine.signal -> the woken run's next live step, one run at a time.
-        wake = []
+        wake, start = [], []
         for i in range(samples):
-            run_id = f"w{i}"
             sent = time.time()
-            engine.signal(run_id, "go")
-            wake.append(step_time(engine, run_id, "1") - sent)
-        # Baseline: engine.start -> the new run's first live step, same worker.
-        start = []
+            engine.signal(f"wait-{i}", "go")
+            wake.append(step_time(engine, f"wait-{i}", "1") - sent)
         for i in range(samples):
-            run_id = f"s{i}"
             sent = time.time()
-            engine.start("starter", i, run_id=run_id)
-            start.append(step_time(engine, run_id, "0") - sent)
+            engine.start("starter", i, run_id=f"new-{i}")
+            start.append(step_time(engine, f"new-{i}", "0") - sent)
+        return {
+            "idle_threads": idle[0],
+            "idle_rss": idle[1],
+            "parked_threads": parked[0],
+            "parked_rss": parked[1],
+            "park_s": park_s,
+            "wake_ms": statistics.median(wake) * 1000,
+            "start_ms": statistics.median(start) * 1000,
+        }
     finally:
         worker.terminate()
         worker.wait(30)
         engine.close()
-    return {
-        "label": label,
-        "idle": idle,
-        "parked": parked,
-        "parked_s": parked_s,
-        "wake_ms": statistics.median(wake) * 1e3,
-        "start_ms": statistics.median(start) * 1e3,
-    }
-
-
-def report(r: dict[str, Any], runs: int, samples: int) -> None:
-    (t_idle, rss_idle), (t_parked, rss_parked) = r["idle"], r["parked"]
-    print(
-        f"{r['label']}: worker ({CONCURRENCY} slots) idle after {runs:,} finished runs"
-        f" {t_idle} threads, {rss_idle / 1024:.1f} MiB RSS; with {runs:,} runs parked on a"
-        f" signal {t_parked} threads,"
-        f" {rss_parked / 1024:.1f} MiB RSS (ratio {rss_parked / rss_idle:.2f}); {runs:,}"
-        f" runs parked in {r['parked_s']:.1f} s"
-    )
-    print(
-        f"{r['label']}: engine.signal -> next live step, median of {samples}:"
-        f" {r['wake_ms']:.1f} ms; engine.start -> first live step (baseline):"
-        f" {r['start_ms']:.1f} ms; ratio {r['wake_ms'] / r['start_ms']:.2f}"
-    )
 
 
 def main() -> None:
+    """Print the figures."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=1000)
     p.add_argument("--samples", type=int, default=20)
     p.add_argument("--pg", help="PostgreSQL server URL (a throwaway schema is used)")
     args = p.parse_args()
+    results, signals = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        r = measure(f"sqlite:///{tmp}/parked.db", "SQLite", args.runs, args.samples, Path(tmp))
-        report(r, args.runs, args.samples)
-        if args.pg:
-            from pg_step_overhead import throwaway_schema
+        results["SQLite"] = measure(f"sqlite:///{tmp}/parked.db", args.runs)
+        signals["SQLite"] = measure_signals(f"sqlite:///{tmp}/signals.db", args.runs, args.samples)
+    if args.pg:
+        from pg_step_overhead import throwaway_schema
 
-            with throwaway_schema(args.pg) as url:
-                r = measure(url, "PostgreSQL", args.runs, args.samples, Path(tmp))
-            report(r, args.runs, args.samples)
+        with throwaway_schema(args.pg) as url:
+            results["PostgreSQL"] = measure(url, args.runs)
+        with throwaway_schema(args.pg) as url:
+            signals["PostgreSQL"] = measure_signals(url, args.runs, args.samples)
+    print(f"{args.runs:,} runs parked on a timer, one worker with 4 slots, {os.cpu_count()} cores")
+    for store, r in results.items():
+        print(
+            f"  {store}: threads {r['idle_threads']:.0f} idle, {r['some_threads']:.0f} with"
+            f" {r['some']:.0f} parked, {r['parked_threads']:.0f} with all parked; RSS"
+            f" {r['idle_rss']:.1f} / {r['some_rss']:.1f} / {r['parked_rss']:.1f} MiB;"
+            f" parked in {r['park_s']:.1f} s; a new one-step run then took"
+            f" {r['quick_ms']:.0f} ms"
+        )
+    print(f"{args.runs:,} runs parked on a signal, the same worker set-up")
+    for store, r in signals.items():
+        print(
+            f"  {store}: threads {r['idle_threads']:.0f} idle after {args.runs:,} finished"
+            f" runs, {r['parked_threads']:.0f} with {args.runs:,} parked on a signal; RSS"
+            f" {r['idle_rss']:.1f} / {r['parked_rss']:.1f} MiB (ratio"
+            f" {r['parked_rss'] / r['idle_rss']:.2f}); parked in {r['park_s']:.1f} s"
+        )
+        print(
+            f"  {store}: engine.signal -> next live step, median of {args.samples}:"
+            f" {r['wake_ms']:.1f} ms; engine.start -> first live step (baseline):"
+            f" {r['start_ms']:.1f} ms; ratio {r['wake_ms'] / r['start_ms']:.2f}"
+        )
 
 
 if __name__ == "__main__":

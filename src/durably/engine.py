@@ -634,10 +634,11 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False
+        followed = False  # True once this call waited for the run: a claim may race it
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
+                followed = True
             try:
                 if w.is_async:
                     import asyncio
@@ -663,6 +664,7 @@ class Engine:
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)
+                followed = True
             try:
                 if w.is_async:
                     return await self._drive_async(w, run)

@@ -276,6 +276,56 @@ def test_a_finished_timer_replays_without_parking(
     assert kinds(engine, "c").count("run.parked") == 1
 
 
+class RacingClock(durably.FakeClock):
+    """A fake clock on which, the moment ``engine.run`` sleeps to the wake time, another
+    process (``taker``) claims the due run and drives it in a thread of its own."""
+
+    taker: durably.Engine | None = None
+    threads: list[threading.Thread]
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        taker, self.taker = self.taker, None
+        if taker is not None:
+            run = taker.claim_next(["default"])
+            assert run is not None
+            self.threads = [threading.Thread(target=taker.execute_claimed, args=(run,))]
+            self.threads[0].start()
+
+
+def test_engine_run_follows_a_worker_that_took_the_due_run_to_its_outcome(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    clock = RacingClock()
+    mine, theirs = durably.Engine(url, clock=clock), durably.Engine(url, clock=clock)
+    release = threading.Event()
+    drivers: list[str] = []
+
+    for engine, me in ((mine, "mine"), (theirs, "theirs")):
+
+        def slow_b(me: str = me) -> str:
+            drivers.append(me)
+            release.wait(10)  # the other driver is still at it when engine.run looks
+            return me
+
+        @engine.workflow(name="race")
+        def wf(ctx: durably.Context, slow_b: Any = slow_b) -> str:
+            ctx.sleep(60)
+            return str(ctx.step("b", slow_b))
+
+    clock.taker = theirs
+    threading.Timer(0.3, release.set).start()
+    # engine.run waits for the timer; "theirs" claims it when due and drives it; this
+    # call follows that run to its outcome instead of raising RunLeased.
+    assert mine.run("race", run_id="r") == "theirs"
+    clock.threads[0].join(10)
+    assert drivers == ["theirs"]
+    assert mine.get_run("r").status == "completed"
+    mine.close()
+    theirs.close()
+
+
 # -- async workflows ----------------------------------------------------------------------
 
 
