@@ -175,7 +175,13 @@ SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)
 FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
 FOR KEY SHARE OF runs
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
     usage_cost_usd = excluded.usage_cost_usd,
@@ -378,7 +384,13 @@ WITH appended AS (
     FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
     FOR KEY SHARE OF runs
     ON CONFLICT (run_id, generation, position) DO UPDATE
-    SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+    -- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
         error_message = excluded.error_message, attempts = excluded.attempts,
         finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
         usage_cost_usd = excluded.usage_cost_usd,

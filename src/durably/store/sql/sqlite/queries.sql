@@ -105,7 +105,13 @@ SELECT :run_id, generation, :position, :kind, :name, :input_digest, :status, :ou
        :usage_tokens, :usage_cost_usd, :inputs
 FROM runs WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
     usage_cost_usd = excluded.usage_cost_usd,
