@@ -400,3 +400,50 @@ def test_engine_signal_retried_after_an_unknown_outcome_sends_once(
     assert engine.signal("r", "go", "only once") == 1
     assert failures["left"] == 0  # the failure happened, and was retried
     assert engine.resume("r") == ["only once", "none"]
+
+
+def test_a_halt_requested_while_parked_lands_at_the_wait_and_takes_nothing(
+    tmp_path: Path, clock: durably.FakeClock
+) -> None:
+    """A cancel asked for while the run is parked on a signal reaches the workflow at the
+    wait (live(pos) runs before the take), recorded there over the ``waiting`` record; a
+    signal already there is left unconsumed, and a replay raises the halt at the wait."""
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", clock=clock, park_wait_s=0)
+    seen: list[str] = []
+    spy = Spy(engine)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> Any:
+        try:
+            return ctx.wait_for_signal("go", timeout_s=3600)
+        except durably.Cancelled as exc:
+            seen.append(f"cancelled at the wait: {exc.reason}")
+            raise
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="c")
+    engine.signal("c", "go", "too late")  # wakes it; the cancel comes first
+    begin = engine._begin
+
+    def begin_with_a_cancel(*args: Any, **kwargs: Any) -> Any:
+        att = begin(*args, **kwargs)
+        core = getattr(att, "core", None)
+        if core is not None:
+            core.request_halt(durably.Cancelled("run 'c' was cancelled: dup", "dup"))
+        return att
+
+    engine._begin = begin_with_a_cancel  # type: ignore[method-assign]
+    takes = len(spy.takes)
+    with pytest.raises(durably.DurablyError):
+        engine._resume("c", wait=False)
+    assert seen == ["cancelled at the wait: dup"]
+    assert len(spy.takes) == takes  # the signal was not taken
+    (marker,) = engine.history("c")
+    assert (marker.kind, marker.name, marker.status) == ("halt", "durably.cancel", "ok")
+    engine._begin = begin  # type: ignore[method-assign]
+    engine.store.requeue("c", ("failed", "cancelled"))
+    with pytest.raises(durably.DurablyError, match="cancelled: dup"):
+        engine.resume("c")
+    assert seen == ["cancelled at the wait: dup"] * 2
+    assert len(spy.takes) == takes
+    engine.close()
