@@ -342,25 +342,42 @@ def _parked_timer(f: Facts) -> _Built:
 
 
 def _parked_signal(f: Facts) -> _Built:
-    """A run parked on ``ctx.wait_for_signal``: the signal, since when, until when."""
-    run = f.run
+    """A run parked on ``ctx.wait_for_signal``: the signal, since when, until when; once
+    due (the signal came, or the timeout passed), who resumes it."""
+    run, q = f.run, f.queue
     wait = _signal_wait(f.history)
     if wait is None:  # no signal wait in progress in its history: say what the row says
         return _other(f)
     name, since, deadline = wait
-    until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
-    command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
-    text = (
-        f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until}); it"
-        f" holds no process or worker slot — send it: `{command}`"
-    )
-    facts = {
+    facts: dict[str, Any] = {
         "waiting_for": "signal",
         "signal": name,
         "since": since,
         "deadline": deadline,
         "reason": run.park_reason,
+        "due": run.wake_at is not None and run.wake_at <= f.now,
     }
+    if q is not None:
+        facts["workers"] = q.workers
+    if not facts["due"]:
+        until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
+        command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
+        text = (
+            f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until});"
+            f" it holds no process or worker slot — send it: `{command}`"
+        )
+        return "signal", text, facts
+    # Woken at its deadline: the timeout; earlier: a signal made it due (send_signal).
+    timed_out = deadline is not None and run.wake_at is not None and run.wake_at >= deadline
+    cause = "its timeout passed" if timed_out else f"signal {quote(name)!r} arrived"
+    text = f"parked on signal {quote(name)!r} since {clock_text(since)}: {cause}"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
     return "signal", text, facts
 
 

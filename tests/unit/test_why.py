@@ -443,7 +443,16 @@ def test_parked_waiting_for_a_signal(journal_url: str) -> None:
             r" `durably signal waits approve --data JSON`",
             got["sentence"],
         ), got["sentence"]
-        engine.signal("waits", "approve", "yes")
+        assert got["due"] is False
+        engine.signal("waits", "approve", "yes")  # due now; no worker serves its queue
+        got = why(journal_url, "waits")
+        assert got["due"] is True and got["workers"] == 0
+        assert re.fullmatch(
+            r"parked on signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC: signal 'approve'"
+            r" arrived; no live worker serves queue 'default' \(start one: `durably worker"
+            r" MODULE:ENGINE --queue default`, or `engine.resume\('waits'\)`\)",
+            got["sentence"],
+        ), got["sentence"]
         with pytest.raises(durably.RunParked):
             engine.resume("waits")  # now on the second wait, without a timeout
         got = why(journal_url, "waits")
