@@ -462,3 +462,20 @@ def test_parked_waiting_for_a_signal(journal_url: str) -> None:
             " `durably signal waits 'ship it' --data JSON`"
         )
         assert "signal 'ship it' since" in got["reason"]
+
+
+def test_parked_on_a_signal_whose_timeout_passed(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("approve", timeout_s=0.2, default="no answer")
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="late")
+        time.sleep(0.3)
+        got = why(journal_url, "late")
+        assert got["state"] == "signal" and got["due"] is True
+        assert ": its timeout passed; no live worker serves queue 'default'" in got["sentence"]
+        engine.park_wait_s = None
+        assert engine.resume("late") == "no answer"
