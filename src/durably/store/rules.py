@@ -15,10 +15,11 @@ from ..errors import (
     RunFinished,
     RunInDoubt,
     RunLeased,
+    RunNotFound,
     RunQuarantined,
     StoreError,
 )
-from ..history import IN_DOUBT, QUARANTINED, CorruptRecord, RunRecord, StepRecord
+from ..history import IN_DOUBT, QUARANTINED, TERMINAL, CorruptRecord, RunRecord, StepRecord
 
 _RUN_FIELDS = len(RunRecord.__slots__)
 # Every column of a step row (the blobs a record carries go to the blobs table).
@@ -54,6 +55,23 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
         " two processes may never drive one run. Wait for it to finish or for the lease to"
         " expire, or stop that process."
     )
+
+
+def check_signalable(run_id: str, status: str | None, where: str) -> None:
+    """Raise unless a run with ``status`` (None: no such run) may take a signal:
+    ``RunNotFound``, or ``RunFinished`` once it is completed, failed, cancelled or
+    continued (a signal nobody can ever consume must not be accepted as sent)."""
+    if status is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {where}; nothing was sent. Check the run id"
+            " (`durably runs list` shows runs) and the database (--db / DURABLY_URL)"
+        )
+    if status in TERMINAL:
+        raise RunFinished(
+            f"run {run_id!r} is already {status}, so no wait can take a signal any more;"
+            " nothing was sent. Signal a run that is still going (`durably runs list"
+            " --status parked` shows the waiting ones)"
+        )
 
 
 def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:
