@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
+from .budget import Budget
+from .core import SCOPE, Call, Charge, Op, Outcome, ReadSpend, RunCore, Scope, SetBudget, Wait, Write
 from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -93,6 +94,25 @@ class Executor:
             )
 
 
+    def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
+        """Carry out a ledger or budget operation (retried like a write); returns the
+        run's spend for :class:`Charge` and :class:`ReadSpend`.
+
+        A ledger row is not fenced: the call it counts happened whoever holds the lease
+        now (a stale owner's result write is refused right after). Storing the budget is
+        fenced like any write of the run's state.
+        """
+        core, store = self.core, self.store
+        if isinstance(op, Charge):
+            fn: Callable[[], Any] = lambda: store.record_spend(core.run_id, op.entry)  # noqa: E731
+        elif isinstance(op, ReadSpend):
+            fn = lambda: store.get_spend(core.run_id)  # noqa: E731
+        else:
+            fn = lambda: store.set_budget(core.run_id, core.token, op.budget)  # noqa: E731
+        with recording(core):
+            return (yield from retry.attempts(fn, self.store_retry_s))
+
+
 @contextlib.contextmanager
 def recording(core: RunCore) -> Iterator[None]:
     """Around a store call that records for ``core``: a refused write (``LeaseLost``) or a
@@ -124,6 +144,8 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     ex.clock.sleep(pause)
                 reply = None
+            elif isinstance(op, Charge | ReadSpend | SetBudget):
+                reply = retry_sync(ex.ledger(op), ex.clock)
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -149,6 +171,16 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
+            elif isinstance(op, Charge | ReadSpend | SetBudget):
+                # One short commit or read, like a write.
+                gen2 = ex.ledger(op)
+                while True:
+                    try:
+                        pause = next(gen2)
+                    except StopIteration as stop:
+                        reply = stop.value
+                        break
+                    await _wait_async(ex.clock, Wait(pause))
             else:
                 await _wait_async(ex.clock, op)
                 ex.refresh_lease()
@@ -156,6 +188,16 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         except BaseException:  # cancelled (a failed gather, a timeout), a store error
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
             raise
+
+
+def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
+    """Run a store-retry generator to its value, waiting out its pauses on ``clock``."""
+    while True:
+        try:
+            pause = next(gen)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        clock.sleep(pause)
 
 
 def _call_sync(op: Call) -> Outcome:
@@ -370,6 +412,20 @@ class Context:
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
 
+    def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend (what steps report with ``durably.usage``, summed
+        over the run's ledger across generations) to ``tokens`` tokens and ``cost_usd``
+        US dollars (None: no limit on that measure).
+
+        Call it at the top of the workflow: it consumes no position, so every replay
+        calls it again. The latest call wins (also over the workflow's ``budget=``
+        option); it is stored for ``durably runs show``/``why`` when it differs from the
+        stored one. Once the spend is more than a limit, the run's next recording call
+        raises ``durably.BudgetExceeded`` (the step that crossed it keeps its result),
+        latched: every later one raises it too, except a saga's compensations.
+        """
+        drive_sync(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
+
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
         the run's event stream, at the current position. It consumes no position and
@@ -433,6 +489,11 @@ class AsyncContext:
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+
+    async def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend: ``await ctx.budget(tokens=..., cost_usd=...)``
+        (see :meth:`Context.budget`)."""
+        await drive_async(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -666,6 +727,15 @@ async def _at_once(value: T) -> T:
 
 async def _unstarted() -> Any:
     return None
+
+
+def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget:
+    """``ctx.budget``'s arguments as a :class:`Budget`; a bad one is a bug in the code,
+    so it blocks the run (like a bad step name) with a ConfigError naming it."""
+    try:
+        return Budget(tokens, cost_usd)
+    except ConfigError as exc:
+        raise core.poison(ConfigError(f"ctx.budget: {exc}; the run is blocked")) from None
 
 
 def _label(branch: object) -> str:

@@ -43,7 +43,10 @@ CREATE TABLE runs (
     incarnation             TEXT,
     -- The cursor of the run's newest event (0: none yet). The next event takes the
     -- next number under this row's lock, so a run's events commit in cursor order.
-    last_event              BIGINT NOT NULL DEFAULT 0
+    last_event              BIGINT NOT NULL DEFAULT 0,
+    -- The signal name a parked run waits for (NULL otherwise): a signal of that name wakes
+    -- it at once. Cleared by a claim, with park_reason and wake_at.
+    wait_signal             TEXT
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
@@ -120,4 +123,34 @@ CREATE TABLE workers (
     started_at DOUBLE PRECISION NOT NULL,
     beat_at    DOUBLE PRECISION NOT NULL,
     expires_at DOUBLE PRECISION NOT NULL
+);
+
+-- A run's budget (migration 0008): at most one row, written by ctx.budget or the
+-- workflow's budget= option (the latest call wins); NULL columns are no limit.
+CREATE TABLE budgets (
+    run_id   TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    tokens   BIGINT,
+    cost_usd DOUBLE PRECISION,
+    set_at   DOUBLE PRECISION NOT NULL
+);
+
+-- The spend ledger (migration 0008): one row per call of a step function that reported
+-- usage (durably.usage), committed right after the call returned and before its result,
+-- so a crash between the two still counts it. entry names the call (generation, position,
+-- fencing token, attempt): a write retried after an unknown outcome is stored once, while
+-- the same position called again by a later claim (after a crash) is a new row. A run's
+-- spend is the sum over its rows, across generations.
+CREATE TABLE spend (
+    run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    entry         TEXT NOT NULL,
+    generation    BIGINT NOT NULL,
+    position      TEXT NOT NULL,
+    attempt       BIGINT NOT NULL,
+    fencing_token BIGINT NOT NULL,
+    tokens        BIGINT NOT NULL,
+    input_tokens  BIGINT,
+    output_tokens BIGINT,
+    cost_usd      DOUBLE PRECISION NOT NULL,
+    recorded_at   DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (run_id, entry)
 );

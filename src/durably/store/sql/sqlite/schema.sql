@@ -39,7 +39,10 @@ CREATE TABLE runs (
     incarnation             TEXT,
     -- The cursor of the run's newest event (0: none yet). The next event takes the
     -- next number under this row's lock, so a run's events commit in cursor order.
-    last_event              INTEGER NOT NULL DEFAULT 0
+    last_event              INTEGER NOT NULL DEFAULT 0,
+    -- The signal name a parked run waits for (NULL otherwise): a signal of that name wakes
+    -- it at once. Cleared by a claim, with park_reason and wake_at.
+    wait_signal             TEXT
 );
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
@@ -116,4 +119,34 @@ CREATE TABLE workers (
     started_at REAL NOT NULL,
     beat_at    REAL NOT NULL,
     expires_at REAL NOT NULL
+) WITHOUT ROWID;
+
+-- A run's budget (migration 0008): at most one row, written by ctx.budget or the
+-- workflow's budget= option (the latest call wins); NULL columns are no limit.
+CREATE TABLE budgets (
+    run_id   TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    tokens   INTEGER,
+    cost_usd REAL,
+    set_at   REAL NOT NULL
+) WITHOUT ROWID;
+
+-- The spend ledger (migration 0008): one row per call of a step function that reported
+-- usage (durably.usage), committed right after the call returned and before its result,
+-- so a crash between the two still counts it. entry names the call (generation, position,
+-- fencing token, attempt): a write retried after an unknown outcome is stored once, while
+-- the same position called again by a later claim (after a crash) is a new row. A run's
+-- spend is the sum over its rows, across generations.
+CREATE TABLE spend (
+    run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    entry         TEXT NOT NULL,
+    generation    INTEGER NOT NULL,
+    position      TEXT NOT NULL,
+    attempt       INTEGER NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    tokens        INTEGER NOT NULL,
+    input_tokens  INTEGER,
+    output_tokens INTEGER,
+    cost_usd      REAL NOT NULL,
+    recorded_at   REAL NOT NULL,
+    PRIMARY KEY (run_id, entry)
 ) WITHOUT ROWID;
