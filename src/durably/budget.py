@@ -42,7 +42,9 @@ def check_cost(value: object, what: str) -> float:
         raise ConfigError(f"{what} must be a number of US dollars (>= 0), got {value!r}")
     cost = float(value)
     if not math.isfinite(cost) or not 0 <= cost <= COST_USD_MAX:
-        raise ConfigError(f"{what} must be a finite number from 0 to {COST_USD_MAX:g}, got {value!r}")
+        raise ConfigError(
+            f"{what} must be a finite number from 0 to {COST_USD_MAX:g}, got {value!r}"
+        )
     return cost
 
 
@@ -105,9 +107,7 @@ class Spend:
         if budget.tokens is not None and self.tokens > budget.tokens:
             parts.append(f"{self.tokens:,} tokens, more than its budget of {budget.tokens:,}")
         if budget.cost_usd is not None and self.cost_usd > budget.cost_usd:
-            parts.append(
-                f"${self.cost_usd:,.4f}, more than its budget of ${budget.cost_usd:,.4f}"
-            )
+            parts.append(f"${self.cost_usd:,.4f}, more than its budget of ${budget.cost_usd:,.4f}")
         return " and ".join(parts) or None
 
     def fraction(self, budget: Budget | None) -> float | None:
@@ -122,19 +122,20 @@ class Spend:
         return max(shares) if shares else None
 
     def text(self, budget: Budget | None = None) -> str:
-        """``tokens 12,400 of 10,000 (124%), cost $0.41 of $0.50`` (``budget``: the one
-        to compare with, by default the stored one); a measure without a limit shows its
-        spend alone."""
+        """``tokens 12,400 of 10,000 (124%), cost $0.41 of $0.50 (82%)`` (``budget``: the
+        one to compare with, by default the stored one); a measure without a limit shows
+        its spend alone; input and output tokens follow when steps reported them."""
         budget = budget if budget is not None else self.budget
         tokens = f"tokens {self.tokens:,}"
         if budget is not None and budget.tokens is not None:
             tokens += f" of {budget.tokens:,} ({_percent(self.tokens, budget.tokens)})"
-        if self.input_tokens or self.output_tokens:
-            tokens += f" (in {self.input_tokens:,}, out {self.output_tokens:,})"
         cost = f"cost ${self.cost_usd:,.2f}"
         if budget is not None and budget.cost_usd is not None:
             cost += f" of ${budget.cost_usd:,.2f} ({_percent(self.cost_usd, budget.cost_usd)})"
-        return f"{tokens}, {cost}"
+        split = ""
+        if self.input_tokens or self.output_tokens:
+            split = f"; input {self.input_tokens:,}, output {self.output_tokens:,} tokens"
+        return f"{tokens}, {cost}{split}"
 
 
 def _share(spent: float, limit: float) -> float:

@@ -21,9 +21,21 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
-from .clock import Clock, SystemClock
 from .budget import Budget
-from .core import SCOPE, Call, Charge, Op, Outcome, ReadSpend, RunCore, Scope, SetBudget, Wait, Write
+from .clock import Clock, SystemClock
+from .core import (
+    SCOPE,
+    Call,
+    Charge,
+    Op,
+    Outcome,
+    ReadSpend,
+    RunCore,
+    Scope,
+    SetBudget,
+    Wait,
+    Write,
+)
 from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -92,7 +104,6 @@ class Executor:
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
-
 
     def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
         """Carry out a ledger or budget operation (retried like a write); returns the

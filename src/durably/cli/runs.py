@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..budget import Spend
 from ..errors import DurablyError
 from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
@@ -285,6 +286,7 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
     try:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
+        spend = engine.store.get_spend(run_id)
         args = _step_inputs(engine, steps) if with_inputs else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
@@ -295,9 +297,9 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
         if with_inputs:
             for row, s in zip(shown, steps, strict=True):
                 row["inputs"] = args.get(s.position)
-        click.echo(json_text({"run": run_json(run), "steps": shown}))
+        click.echo(json_text({"run": run_json(run), "spend": spend_json(spend), "steps": shown}))
         return
-    _print_run(run, steps)
+    _print_run(run, steps, spend)
     _print_inputs(steps, args)
 
 
@@ -332,7 +334,24 @@ def _print_inputs(steps: list[StepRecord], args: dict[str, Any]) -> None:
                 console.print(term(line), soft_wrap=True)
 
 
-def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
+def spend_json(spend: Spend) -> dict[str, Any]:
+    """The run's spend and budget as ``runs show --json`` prints them (``budget``: None
+    when none was stored; a limit of None is no limit on that measure)."""
+    budget = spend.budget
+    return {
+        "tokens": spend.tokens,
+        "input_tokens": spend.input_tokens,
+        "output_tokens": spend.output_tokens,
+        "cost_usd": spend.cost_usd,
+        "ledger_entries": spend.entries,
+        "budget": None
+        if budget is None
+        else {"tokens": budget.tokens, "cost_usd": budget.cost_usd},
+        "budget_used": spend.fraction(budget),
+    }
+
+
+def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
     from rich.table import Table
 
     console = _console()
@@ -349,6 +368,9 @@ def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
         console.print(f"error: {term(run.error_type)}: {term(run.error_message)}")
     if run.park_reason:
         console.print(f"why: {term(run.park_reason)}")
+    if spend.entries or spend.budget is not None:
+        # The ledger's sums: every call that reported usage, repeated calls included.
+        console.print(f"spend: {spend.text()}")
     table = Table()
     for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
         table.add_column(col)

@@ -215,4 +215,7 @@ def spend_from_row(row: Sequence[Any] | None) -> Spend:
     try:
         return Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
     except (TypeError, ValueError) as exc:
-        raise NotADurablyDatabase(f"the spend ledger holds a value that is not a number: {exc}")
+        raise NotADurablyDatabase(
+            f"the spend ledger holds a value that is not a number ({exc}); repair the row"
+            " or restore the journal from a backup"
+        ) from exc
