@@ -28,9 +28,9 @@ def bill(tmp: Path) -> list[tuple[str, int]]:
 
 
 def shown(tmp: Path, run_id: str) -> dict[str, Any]:
+    db = f"sqlite:///{tmp / 'journal.db'}"
     out = subprocess.run(
-        [sys.executable, "-m", "durably.cli", "runs", "show", run_id, "--json", "--db"]
-        + [f"sqlite:///{tmp / 'journal.db'}"],
+        [sys.executable, "-m", "durably.cli", "runs", "show", run_id, "--json", "--db", db],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,10 @@ def test_async_workflow_crossing_and_gather(engine: durably.Engine) -> None:
     @engine.workflow(name="aw", budget=durably.Budget(tokens=1000))
     async def aw(ctx: durably.AsyncContext) -> str:
         await ctx.budget(tokens=800)
-        got = await ctx.gather(ctx.step("p", amodel, "p"), ctx.step("q", amodel, "q"))
+        assert await ctx.gather(ctx.step("p", amodel, "p"), ctx.step("q", amodel, "q")) == [
+            "p",
+            "q",
+        ]
         await ctx.step("r", amodel, "r")  # 900 > 800 after it
         return str(await ctx.step("s", amodel, "s"))
 
@@ -366,18 +370,18 @@ def test_usage_fields_and_their_checks(engine: durably.Engine) -> None:
         ({"cost_usd": math.inf}, "usage(cost_usd=...) must be a finite number"),
         ({"cost_usd": -0.01}, "usage(cost_usd=...) must be a finite number from 0"),
     ]:
-        with pytest.raises(
-            durably.ConfigError, match=rf"{says[:40].replace('(', '.').replace(')', '.')}"
-        ):
+        with pytest.raises(durably.ConfigError, match=re.escape(says)):
             durably.usage(**bad)
 
 
 def test_budget_values_are_checked(engine: durably.Engine) -> None:
-    with pytest.raises(durably.ConfigError, match="Budget.tokens=.... must be a whole number"):
+    with pytest.raises(
+        durably.ConfigError, match=re.escape("Budget(tokens=...) must be a whole number")
+    ):
         durably.Budget(tokens=10.5)  # type: ignore[arg-type]
     with pytest.raises(durably.ConfigError, match="finite"):
         durably.Budget(cost_usd=math.inf)
-    with pytest.raises(durably.ConfigError, match="takes a durably.Budget"):
+    with pytest.raises(durably.ConfigError, match=re.escape("takes a durably.Budget(")):
         engine.workflow(name="x", budget={"tokens": 5})  # type: ignore[arg-type]
 
     @engine.workflow(name="w")
@@ -385,7 +389,9 @@ def test_budget_values_are_checked(engine: durably.Engine) -> None:
         ctx.budget(tokens=-5)
         return "never"
 
-    with pytest.raises(durably.ConfigError, match="ctx.budget: Budget.tokens"):
+    with pytest.raises(
+        durably.ConfigError, match=re.escape("ctx.budget: Budget(tokens=...) must be from 0")
+    ):
         engine.run(w, run_id="bad")
     assert engine.get_run("bad").status == "blocked"  # a bug in the code: fix, then retry
 
