@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from . import codec, reopen
 from ._fork import reset_after_fork
-from .budget import Budget
+from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, type_name
@@ -349,6 +349,13 @@ class Engine:
                 f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         return run
+
+    def spend(self, run_id: str) -> Spend:
+        """The run's spend (the spend ledger's sums across generations: every call that
+        reported ``durably.usage``, repeated and failed attempts included) and its stored
+        budget; raises ``RunNotFound``."""
+        self.get_run(run_id)
+        return self._store_call(lambda: self.store.get_spend(run_id))
 
     def history(self, run_id: str) -> list[StepRecord]:
         """The run's current history in program order."""

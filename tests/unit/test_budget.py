@@ -44,7 +44,7 @@ def engine(url: str) -> Iterator[durably.Engine]:
 
 
 def spent(e: durably.Engine, run_id: str) -> tuple[int, float, int]:
-    s = e.store.get_spend(run_id)
+    s = e.spend(run_id)
     return s.tokens, round(s.cost_usd, 6), s.entries
 
 
@@ -453,3 +453,8 @@ def test_a_workflow_that_returns_after_the_crossing_step_completes(
     assert engine.run(w, run_id="r") == "model:x"
     assert engine.get_run("r").status == "completed"
     assert spent(engine, "r")[::2] == (150, 1)
+
+
+def test_engine_spend_of_an_unknown_run(engine: durably.Engine) -> None:
+    with pytest.raises(durably.RunNotFound, match="nope"):
+        engine.spend("nope")

@@ -280,8 +280,10 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     help="Also show what each step was called with (its recorded arguments).",
 )
 def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
-    """Show one run and its journal: position, name, status, duration, key, attempts,
-    tokens and cost (and with --inputs, each step's arguments)."""
+    """Show one run, its spend against its budget (the spend ledger's sums: every call
+    that reported usage, calls repeated after a crash included), and its journal:
+    position, name, status, duration, key, attempts, tokens and cost (and with --inputs,
+    each step's arguments)."""
     engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
@@ -416,8 +418,9 @@ def _console() -> Any:
 )
 def runs_why(run_id: str, db: str, as_json: bool) -> None:
     """Say in one sentence why RUN is where it is: queued behind whom, running which step
-    and attempt, orphaned, in doubt, blocked, quarantined, failed where, completed. The
-    states and their sentences are listed in docs/why.md."""
+    and attempt (and near or over its budget), orphaned, in doubt, blocked, quarantined,
+    failed where (or stopped by its budget), completed. The states and their sentences
+    are listed in docs/why.md."""
     import time
 
     from ..why import explain, gather
