@@ -318,9 +318,16 @@ class RunCore:
 
     def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
         """Ask for ``exc`` to stop the workflow at its next position that goes live (the
-        first request wins). Replayed positions are not affected: they return what they
-        recorded, so the workflow reaches the same point it reached before."""
-        if self.halt_requested is None:
+        first request wins, except that a cancel replaces a crossed budget not delivered
+        yet: a person's decision outranks the budget). Replayed positions are not
+        affected: they return what they recorded, so the workflow reaches the same point
+        it reached before."""
+        pending = self.halt_requested
+        if pending is None or (
+            self.halted is None
+            and isinstance(exc, Cancelled)
+            and isinstance(pending, BudgetExceeded)
+        ):
             self.halt_requested = exc
 
     def _deliver_halt(self, pos: str, exc: DurablyError) -> DurablyError:

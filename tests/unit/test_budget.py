@@ -458,3 +458,26 @@ def test_a_workflow_that_returns_after_the_crossing_step_completes(
 def test_engine_spend_of_an_unknown_run(engine: durably.Engine) -> None:
     with pytest.raises(durably.RunNotFound, match="nope"):
         engine.spend("nope")
+
+
+def test_a_cancel_outranks_a_crossed_budget_not_yet_delivered(engine: durably.Engine) -> None:
+    calls: list[str] = []
+
+    def crossing() -> str:
+        calls.append("cross")
+        durably.usage(tokens=500)  # crosses: a BudgetExceeded halt is asked for
+        # ... and a cancel arrives before the halt reached the workflow (engine.cancel
+        # asks the core the same way, issue 11).
+        engine._active["r"].core.request_halt(durably.Cancelled("run 'r' was cancelled", "dup"))
+        return "done"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.budget(tokens=100)
+        ctx.step("cross", crossing)
+        return str(ctx.step("next", lambda: "never"))
+
+    with pytest.raises(durably.DurablyError):
+        engine.run(w, run_id="r")
+    assert calls == ["cross"]
+    assert [(r.kind, r.name) for r in engine.history("r")][-1] == (HALT, "durably.cancel")
