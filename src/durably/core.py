@@ -1016,6 +1016,8 @@ class RunCore:
             "tokens": rec.usage_tokens,
             "cost_usd": rec.usage_cost_usd,
         }
+        if usage.split:
+            done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
         rec = self._with_inputs(rec)
         if blob is not None:
