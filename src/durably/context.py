@@ -36,7 +36,7 @@ from .core import (
     Wait,
     Write,
 )
-from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
+from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -456,6 +456,22 @@ class Context:
         """A random UUID, recorded."""
         return self._core.uuid()
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
+        recorded at this position, and a timer not yet due parks the run: it gives back
+        its process and lease (nothing is held while it waits) and is replayed from the
+        top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
+        the recorded wake time wins: a crash, a restart or a deploy that changes the
+        duration never starts a fresh sleep for this run. ``sleep(0)`` records and
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        self._core.sleep(seconds)
+
+    def sleep_until(self, when: dt.datetime) -> None:
+        """Wait durably until ``when``, a timezone-aware datetime (a naive one is refused:
+        it names no fixed instant); a time already past records and returns. Otherwise as
+        :meth:`sleep`."""
+        self._core.sleep_until(when)
+
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the code path of change ``change_id``: True for a run
         that reaches this point after the change shipped (a marker is recorded, taking a
@@ -523,6 +539,17 @@ class AsyncContext:
         """A random UUID, recorded: ``await ctx.uuid()``."""
         return _ValueCall(self._core, "uuid", self._core.uuid)
 
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
+        The run parks; it never holds the event loop, a thread or a worker slot while it
+        waits."""
+        return _SleepCall(self._core, "sleep", lambda: self._core.sleep(seconds))
+
+    def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
+        """Wait durably until the timezone-aware ``when`` (see
+        :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
+        return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
+
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes change ``change_id``'s path (see
         :meth:`Context.patched`)."""
@@ -561,6 +588,12 @@ class AsyncContext:
             ]
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
+            except Parked:
+                # A branch parked (a timer): the parking is latched, so every sibling
+                # stops at its next recording call; a step already in flight finishes and
+                # is recorded first instead of being cancelled and run again on wake.
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             except BaseException:
                 for t in tasks:
                     t.cancel()
@@ -730,6 +763,27 @@ class _ValueCall(_Recording[T]):
     def _run(self) -> Coroutine[Any, Any, T]:
         self._core.check_dropped()
         return _at_once(self._produce())
+
+
+class _SleepCall(_Recording[None]):
+    """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
+    parks, when the timer is not due) when awaited, once."""
+
+    __slots__ = ("_method", "_timer", "label")
+
+    def __init__(self, core: RunCore, method: str, timer: Callable[[], None]) -> None:
+        super().__init__(core)
+        self._method = method
+        self.label = "durably.sleep"
+        self._timer = timer
+
+    def _call(self) -> str:
+        return f"ctx.{self._method}(...)"
+
+    def _run(self) -> Coroutine[Any, Any, None]:
+        self._core.check_dropped()
+        self._timer()
+        return _at_once(None)
 
 
 async def _at_once(value: T) -> T:

@@ -1,0 +1,21 @@
+"""Workflows for bench/parked.py, loaded by ``durably worker bench_parked_app:engine``."""
+
+from __future__ import annotations
+
+import durably
+
+engine = durably.Engine()  # on DURABLY_URL
+
+
+@engine.workflow(name="nap")
+def nap(ctx: durably.Context, i: int) -> int:
+    """One step, then an hour's timer: the run parks."""
+    ctx.step("plan", lambda: i)
+    ctx.sleep(3600)
+    return i
+
+
+@engine.workflow(name="quick")
+def quick(ctx: durably.Context, i: int) -> int:
+    """One step: shows that a worker slot is free."""
+    return int(ctx.step("only", lambda: i))
