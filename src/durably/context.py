@@ -36,6 +36,7 @@ from .core import (
     TakeSignal,
     Wait,
     Write,
+    cancelled_error,
 )
 from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
@@ -94,6 +95,9 @@ class Executor:
         """Append records, fenced by the core's token; yields the pauses to wait between
         attempts after a transient store error.
 
+        When the append reports a cancel asked for, the core is asked to halt the
+        workflow with ``Cancelled`` at its next position that would go live.
+
         A store error never reaches the workflow as an ordinary exception: a refused
         append (another owner) or a store that still fails after the retries latches a stop
         in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
@@ -101,10 +105,18 @@ class Executor:
         """
         core = self.core
         with recording(core):
-            yield from retry.attempts(
+            cancel = yield from retry.attempts(
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
+            if cancel and core.halt_requested is None:
+                # The append saw the cancel flag (no query of its own): read the reason
+                # once, and the workflow stops at its next position that would go live.
+                run = yield from retry.attempts(
+                    lambda: self.store.get_run(core.run_id), self.store_retry_s
+                )
+                reason = run.cancel_reason if run is not None else None
+                core.request_halt(cancelled_error(core.run_id, reason))
 
     def take_signal(self, op: TakeSignal) -> Generator[float, None, tuple[int, str] | None]:
         """Consume a signal for the wait at ``op.consumer``, fenced by the core's token;

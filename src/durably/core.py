@@ -1442,5 +1442,12 @@ HALT_NAMES: dict[type[DurablyError], str] = {
 _HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items()}
 
 
+def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
+    """The ``Cancelled`` of a run cancelled with ``reason`` (the one message for the
+    workflow, ``engine.run``, ``Handle.result`` and the worker's log)."""
+    said = f": {reason}" if reason else " (no reason given)"
+    return Cancelled(f"run {run_id!r} was cancelled{said}", reason)
+
+
 def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})

@@ -119,6 +119,8 @@ def explain(f: Facts) -> Why:
         builder = _running_near_budget
     elif run.status == "failed" and (run.error_type or "").endswith(BUDGET_EXCEEDED):
         builder = _over_budget
+    if run.cancel_requested_at is not None and run.status in ("queued", "running", "parked"):
+        builder = _cancel_requested
     state, sentence, facts = builder(f)
     return Why(state, sentence, {**base, **facts})
 
@@ -379,6 +381,54 @@ def _completed(f: Facts) -> _Built:
     return "completed", text, {"steps": steps, "finished_at": run.finished_at}
 
 
+def _cancel_requested(f: Facts) -> _Built:
+    run = f.run
+    said = f": {quote(run.cancel_reason)}" if run.cancel_reason else " (no reason given)"
+    text = f"cancel requested at {clock_text(run.cancel_requested_at or run.updated_at)}{said}"
+    facts: dict[str, Any] = {
+        "cancel_requested_at": run.cancel_requested_at,
+        "cancel_reason": run.cancel_reason,
+    }
+    if run.status == "running" and not (f.owner_gone or orphaned_row(run, f.now)):
+        host, pid = describe_owner(run.owner)
+        who = f"pid {pid} at host {host}" if pid is not None else "its owner"
+        where, more = _where(f)
+        facts.update(owner_host=host or None, owner_pid=pid, **more)
+        text += (
+            f"; unwinding: {who} stops it at its next step (now {where}), then it ends cancelled"
+        )
+    else:
+        # Nobody drives it now: parked (woken for it), queued, or orphaned.
+        text += (
+            f"; it is {'orphaned' if run.status == 'running' else run.status} and unwinds"
+            " when a worker (or its engine.run) takes it: recorded steps replay, its next"
+            " step raises Cancelled, then it ends cancelled"
+        )
+    return "cancel_requested", text, facts
+
+
+def _cancelled(f: Facts) -> _Built:
+    run = f.run
+    reason = run.cancel_reason if run.cancel_reason is not None else run.error_message
+    said = f": {quote(reason)}" if reason else " (no reason given)"
+    at = clock_text(run.finished_at or run.updated_at)
+    unwound = any(r.kind == HALT for r in f.history)
+    text = f"cancelled at {at}{said}"
+    if unwound:
+        halt = next(r for r in f.history if r.kind == HALT)
+        text += f"; it unwound from step {halt.position}"
+    elif run.park_reason:
+        text += f"; {quote(run.park_reason)}"
+    text += "; nothing left to do"
+    facts: dict[str, Any] = {
+        "cancel_reason": reason,
+        "finished_at": run.finished_at,
+        "unwound": unwound,
+        "note": run.park_reason,
+    }
+    return "cancelled", text, facts
+
+
 def _parked(f: Facts) -> _Built:
     """A parked run: what it waits for decides the sentence (``_PARKED_BY``)."""
     kind = f.park_kind or (f.run.park_reason or "").split(" ", 1)[0]
@@ -469,7 +519,7 @@ def _signal_wait(history: Sequence[StepRecord]) -> tuple[str, float, float | Non
 
 
 def _other(f: Facts) -> _Built:
-    # cancelled, continued: their rows come with the issues that produce them.
+    # continued: their rows come with the issues that produce them.
     run = f.run
     reason = f": {quote(run.park_reason)}" if run.park_reason else ""
     text = f"{run.status}{reason} (since {clock_text(run.updated_at)})"
@@ -487,6 +537,8 @@ STATES = (
     "completed",
     "parked",
     "signal",
+    "cancel_requested",
+    "cancelled",
     "near_budget",
     "over_budget",
     "budget_exceeded",
@@ -506,6 +558,7 @@ _BUILDERS = {
     "quarantined": _quarantined,
     "failed": _failed,
     "completed": _completed,
+    "cancelled": _cancelled,
 }
 
 
