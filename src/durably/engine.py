@@ -449,7 +449,9 @@ class Engine:
         A ``failed`` run re-opens at its failed position: every recorded step replays (a
         model call paid for is not paid again), the step whose failure ended the run runs
         again with the same idempotency key, and the failure outcome is cleared; a run
-        whose workflow raised without a failed step re-runs from its replay. For an
+        whose workflow raised without a failed step re-runs from its replay. A failed run
+        whose saga compensated is refused (``ConfigError`` naming the ``durably fork`` to
+        use instead): its undone steps would replay as done. For an
         ``in_doubt`` run the step in doubt runs again (with the same key: check the
         receiving system first). A ``quarantined`` run gets a fresh count of starts and a
         ``blocked`` one is queued (fix its code first); both keep their effect intents, so
@@ -461,6 +463,7 @@ class Engine:
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
             history = self.history(run_id)
+            reopen.check_not_compensated(run, history)
             failed = reopen.failed_frontier(history)
             reopen.check_reopenable(run, history, failed)
             return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
