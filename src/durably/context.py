@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write
-from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
+from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write, cancelled_error
+from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -82,6 +82,9 @@ class Executor:
         """Append records, fenced by the core's token; yields the pauses to wait between
         attempts after a transient store error.
 
+        When the append reports a cancel asked for, the core is asked to halt the
+        workflow with ``Cancelled`` at its next position that would go live.
+
         A store error never reaches the workflow as an ordinary exception: a refused
         append (another owner) or a store that still fails after the retries latches a stop
         in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
@@ -89,10 +92,18 @@ class Executor:
         """
         core = self.core
         with recording(core):
-            yield from retry.attempts(
+            cancel = yield from retry.attempts(
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
+            if cancel and core.halt_requested is None:
+                # The append saw the cancel flag (no query of its own): read the reason
+                # once, and the workflow stops at its next position that would go live.
+                run = yield from retry.attempts(
+                    lambda: self.store.get_run(core.run_id), self.store_retry_s
+                )
+                reason = run.cancel_reason if run is not None else None
+                core.request_halt(cancelled_error(core.run_id, reason))
 
 
 @contextlib.contextmanager
@@ -391,6 +402,22 @@ class Context:
         """A random UUID, recorded."""
         return self._core.uuid()
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
+        recorded at this position, and a timer not yet due parks the run: it gives back
+        its process and lease (nothing is held while it waits) and is replayed from the
+        top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
+        the recorded wake time wins: a crash, a restart or a deploy that changes the
+        duration never starts a fresh sleep for this run. ``sleep(0)`` records and
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        self._core.sleep(seconds)
+
+    def sleep_until(self, when: dt.datetime) -> None:
+        """Wait durably until ``when``, a timezone-aware datetime (a naive one is refused:
+        it names no fixed instant); a time already past records and returns. Otherwise as
+        :meth:`sleep`."""
+        self._core.sleep_until(when)
+
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the code path of change ``change_id``: True for a run
         that reaches this point after the change shipped (a marker is recorded, taking a
@@ -474,6 +501,17 @@ class AsyncContext:
         """A random UUID, recorded: ``await ctx.uuid()``."""
         return _ValueCall(self._core, "uuid", self._core.uuid)
 
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
+        The run parks; it never holds the event loop, a thread or a worker slot while it
+        waits."""
+        return _SleepCall(self._core, "sleep", lambda: self._core.sleep(seconds))
+
+    def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
+        """Wait durably until the timezone-aware ``when`` (see
+        :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
+        return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
+
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes change ``change_id``'s path (see
         :meth:`Context.patched`)."""
@@ -526,6 +564,12 @@ class AsyncContext:
             ]
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
+            except Parked:
+                # A branch parked (a timer): the parking is latched, so every sibling
+                # stops at its next recording call; a step already in flight finishes and
+                # is recorded first instead of being cancelled and run again on wake.
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             except BaseException:
                 for t in tasks:
                     t.cancel()
@@ -695,6 +739,27 @@ class _ValueCall(_Recording[T]):
     def _run(self) -> Coroutine[Any, Any, T]:
         self._core.check_dropped()
         return _at_once(self._produce())
+
+
+class _SleepCall(_Recording[None]):
+    """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
+    parks, when the timer is not due) when awaited, once."""
+
+    __slots__ = ("_method", "_timer", "label")
+
+    def __init__(self, core: RunCore, method: str, timer: Callable[[], None]) -> None:
+        super().__init__(core)
+        self._method = method
+        self.label = "durably.sleep"
+        self._timer = timer
+
+    def _call(self) -> str:
+        return f"ctx.{self._method}(...)"
+
+    def _run(self) -> Coroutine[Any, Any, None]:
+        self._core.check_dropped()
+        self._timer()
+        return _at_once(None)
 
 
 async def _at_once(value: T) -> T:

@@ -31,16 +31,23 @@ HALT: Final = "halt"
 # (``undo:<name>``) is then an ordinary step at the positions after it. ``engine.retry``
 # reads it to refuse re-opening a run whose steps were already undone.
 COMPENSATE: Final = "compensate"
+# A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
+# time taken from the recorded clock when the timer was first reached.
+SLEEP: Final = "sleep"
 KINDS: Final = frozenset(
-    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, "sleep", "signal", "approval"}
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, "signal", "approval"}
 )
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
-# results. Only results are ever replayed.
+# results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
+# not yet due: its output holds the recorded wake time); it is not an intent (nothing
+# may have happened in the world), never copied by a fork, and replaced by the wait's
+# result when it is over.
 OK: Final = "ok"
 FAILED: Final = "failed"
 INTENT: Final = "intent"
-RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT})
+WAITING: Final = "waiting"
+RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT, WAITING})
 
 # Run statuses (DESIGN.md, "Run status").
 QUEUED: Final = "queued"
@@ -103,6 +110,8 @@ ERROR_MESSAGE_CHARS_MAX: Final = 10_000
 """Longest recorded error message; longer ones are cut."""
 PARK_REASON_CHARS_MAX: Final = 2_000
 """Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
+CANCEL_REASON_CHARS_MAX: Final = 2_000
+"""Longest reason ``engine.cancel`` records; longer ones are cut."""
 
 # Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
 # and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"
@@ -151,8 +160,8 @@ class StepRecord:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
         if self.status not in RECORD_STATUSES:
             raise CorruptRecord(f"position {self.position}: unknown status {self.status!r}")
-        if self.status == OK and self.output is None:
-            raise CorruptRecord(f"position {self.position}: result without output")
+        if self.status in (OK, WAITING) and self.output is None:
+            raise CorruptRecord(f"position {self.position}: {self.status} record without output")
         if self.status == FAILED and self.error_type is None:
             raise CorruptRecord(f"position {self.position}: failure without error type")
         if len(self.digest) != 64:
@@ -194,6 +203,10 @@ class RunRecord:
     updated_at: float = 0.0
     finished_at: float | None = None
     incarnation: str | None = None
+    # A cancel asked for (``engine.cancel``): a durable flag, not a status, until the
+    # workflow has unwound and the run ends ``cancelled``. The first reason stays.
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
@@ -248,6 +261,8 @@ _RUN_TYPES: Final = {
     ),
     **dict.fromkeys(("park_reason", "incarnation"), _S + _N),
     **dict.fromkeys(("lease_expires_at", "wake_at", "finished_at"), _F + _N),
+    "cancel_requested_at": _F + _N,
+    "cancel_reason": _S + _N,
     **dict.fromkeys(("created_at", "updated_at"), _F),
 }
 _SHOWN_CHARS_MAX: Final = 60

@@ -11,6 +11,11 @@ Stopping: on SIGTERM (or SIGINT) a worker stops claiming, lets its current runs 
 for up to ``drain_s``, then gives back the rest (their leases are released, so another
 worker picks them up at once) and exits. After a SIGKILL, another worker resumes the run
 when its lease expires (``lease_s``, default 30 s), or at once on the same host.
+
+Parking: a run that parks (``ctx.sleep``) gives its slot back at once and is counted in
+``stats.other["parked"]``; it holds no thread, process or slot while it waits, and a
+claim takes it again when it is due (PostgreSQL: a NOTIFY wakes workers when a park is
+due at once; otherwise workers look every ``poll_interval_s``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,15 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from .engine import Engine
-from .errors import ConfigError, DurablyError, StaleLease, StoreError, WorkflowFailed
+from .errors import (
+    Cancelled,
+    ConfigError,
+    DurablyError,
+    RunParked,
+    StaleLease,
+    StoreError,
+    WorkflowFailed,
+)
 from .history import RunRecord
 from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
@@ -44,6 +57,7 @@ class WorkerStats:
     claimed: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
     stale: int = 0
     other: Counter[str] = field(default_factory=Counter)
 
@@ -199,6 +213,11 @@ class Worker:
             self.engine.execute_claimed(run)
             log.info("durably worker: run %s completed", run.run_id)
             self._count("completed")
+        except RunParked as exc:
+            # Not an error: the run is a row now (no thread, process or slot held while it
+            # waits); a claim takes it again when it is due.
+            log.info("durably worker: run %s parked (%s)", run.run_id, exc.reason)
+            self._count("parked")
         except StaleLease as exc:
             if exc.reason is None:
                 log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
@@ -208,6 +227,11 @@ class Worker:
         except WorkflowFailed as exc:
             log.info("durably worker: run %s failed: %s", run.run_id, exc)
             self._count("failed")
+        except Cancelled as exc:
+            # An outcome someone asked for (engine.cancel), not an error of the worker.
+            reason = exc.reason if exc.reason else "no reason given"
+            log.info("durably worker: run %s cancelled: %s", run.run_id, reason)
+            self._count("cancelled")
         except StoreError as exc:
             # The journal failed while recording (after retries): the run stopped where it
             # was and stays resumable; one line, not a traceback.
@@ -226,7 +250,7 @@ class Worker:
 
     def _count(self, what: str) -> None:
         with self._lock:
-            if what in ("completed", "failed", "stale"):
+            if what in ("completed", "failed", "cancelled", "stale"):
                 setattr(self.stats, what, getattr(self.stats, what) + 1)
             else:
                 self.stats.other[what] += 1

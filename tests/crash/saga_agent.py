@@ -1,13 +1,17 @@
 """A travel agent with a saga, run in a subprocess by tests/crash/test_saga_crash.py.
 
-Usage: ``python saga_agent.py JOURNAL_URL WORLD_DB RUN_ID [--kill POS:WINDOW] [--async]``.
+Usage: ``python saga_agent.py JOURNAL_URL WORLD_DB RUN_ID [--kill POS:WINDOW] [--async]
+[--hold ITEM]``.
 The saga books a flight, a hotel and a car, then the tour fails for good (no seats), so
 the car, the hotel and the flight are cancelled, in that order. Every booking and every
 cancellation is an effect on the world database, keyed by its idempotency key (a
 repeated key is counted as a request, never performed twice); ``executions`` counts every
 call of every step function, outside the journal. With ``--kill`` the engine's fault hook
 SIGKILLs this process (a real signal) when the step at POS reaches WINDOW (before,
-effect, recorded). Prints ``{"failed": ..., "message": ...}`` when the run ends failed.
+effect, recorded). With ``--hold ITEM`` the booking of ITEM writes ``inside`` next to the
+world database and waits for ``release`` there (the test cancels the run meanwhile, from
+another process). Prints ``{"failed": ..., "message": ...}`` and exits 3 when the run
+ends failed, ``{"cancelled": reason}`` and exits 5 when it ends cancelled.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import durably
@@ -35,6 +41,7 @@ def main() -> None:
     p.add_argument("run_id")
     p.add_argument("--kill")
     p.add_argument("--async", dest="use_async", action="store_true")
+    p.add_argument("--hold")
     args = p.parse_args()
     w = sqlite3.connect(args.world, isolation_level=None, timeout=10, check_same_thread=False)
     w.execute("PRAGMA journal_mode=WAL")
@@ -51,7 +58,19 @@ def main() -> None:
             )
         return f"{what}@{key}"
 
+    folder = Path(args.world).parent
+
+    def hold() -> None:
+        (folder / "inside").write_text("1")
+        deadline = time.monotonic() + 60
+        while not (folder / "release").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the test never released the booking")
+            time.sleep(0.01)
+
     def book(item: str, *, idempotency_key: str) -> dict[str, str]:
+        if item == args.hold:
+            hold()
         return {"item": item, "ref": effect(f"book:{item}", f"booked {item}", idempotency_key)}
 
     def cancel(item: str, *, idempotency_key: str, result: dict[str, str]) -> str:
@@ -91,6 +110,9 @@ def main() -> None:
     except durably.WorkflowFailed as exc:
         print(json.dumps({"failed": exc.type_name, "message": exc.message}))
         sys.exit(3)
+    except durably.Cancelled as exc:
+        print(json.dumps({"cancelled": exc.reason}))
+        sys.exit(5)
     print(json.dumps(result))
 
 

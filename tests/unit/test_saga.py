@@ -673,10 +673,11 @@ def test_a_halt_mid_saga_compensates_despite_the_latch_and_replays(
     with pytest.raises(Crash):
         any_engine.run(trip, run_id="r")
     assert world.log == ["do flight", "do hotel", "undo hotel"]
-    with pytest.raises(durably.DurablyError):
+    with pytest.raises(durably.Cancelled):
         any_engine.run(trip, run_id="r")  # no new cancel request: the halt record replays
     assert world.log == ["do flight", "do hotel", "undo hotel", "undo flight"]
     assert after == ["latched"]
+    assert any_engine.get_run("r").status == "cancelled"
     assert _shape(any_engine, "r") == [
         ("0", STEP, "flight", OK),
         ("1", STEP, "hotel", OK),
@@ -685,6 +686,65 @@ def test_a_halt_mid_saga_compensates_despite_the_latch_and_replays(
         ("4", STEP, "undo:hotel", OK),
         ("5", STEP, "undo:flight", OK),
     ]
+
+
+def test_engine_cancel_mid_saga_compensates_and_ends_cancelled(
+    any_engine: durably.Engine,
+) -> None:
+    world = World()
+
+    def hotel(n: int, *, idempotency_key: str) -> dict[str, Any]:
+        any_engine.cancel("r", reason="the customer called it off")  # arrives mid-step
+        return world.do("hotel")(n, idempotency_key=idempotency_key)
+
+    @any_engine.workflow(name="trip")
+    def trip(ctx: durably.Context) -> None:
+        with ctx.saga() as saga:
+            saga.step("flight", world.do("flight"), world.undo("flight"), 0)
+            saga.step("hotel", hotel, world.undo("hotel"), 1)
+            saga.step("car", world.do("car"), world.undo("car"), 2)
+
+    with pytest.raises(durably.Cancelled) as cancelled:
+        any_engine.run(trip, run_id="r")
+    assert cancelled.value.reason == "the customer called it off"
+    assert world.log == ["do flight", "do hotel", "undo hotel", "undo flight"]
+    assert any_engine.get_run("r").status == "cancelled"
+    assert [(p, k) for p, k, _, _ in _shape(any_engine, "r")][2:4] == [
+        ("2", HALT),
+        ("3", COMPENSATE),
+    ]
+
+
+def test_a_compensation_failing_under_a_cancel_ends_the_run_failed(
+    any_engine: durably.Engine,
+) -> None:
+    """A cancel ends a run ``cancelled`` whatever the workflow does, except when a
+    compensation failed for good: what it should have undone may be left in place, so the
+    run ends ``failed`` with CompensationFailed for a person to look at."""
+    world = World()
+
+    def hotel(n: int, *, idempotency_key: str) -> dict[str, Any]:
+        any_engine.cancel("r", reason="called off")
+        return world.do("hotel")(n, idempotency_key=idempotency_key)
+
+    @any_engine.workflow(name="trip")
+    def trip(ctx: durably.Context) -> None:
+        with ctx.saga() as saga:
+            saga.step("flight", world.do("flight"), world.fail("flight-refund"), 0)
+            saga.step("hotel", hotel, world.undo("hotel"), 1)
+            saga.step("car", world.do("car"), world.undo("car"), 2)
+
+    with pytest.raises(durably.WorkflowFailed) as failed:
+        any_engine.run(trip, run_id="r")
+    assert failed.value.type_name == "durably.errors.CompensationFailed"
+    assert "step 5 'undo:flight' failed: ValueError: flight-refund: no seats left" in (
+        failed.value.message
+    )
+    assert "It was compensating for: durably.errors.Cancelled: run 'r' was cancelled" in (
+        failed.value.message
+    )
+    assert world.log == ["do flight", "do hotel", "undo hotel", "do flight-refund"]
+    assert any_engine.get_run("r").status == "failed"
 
 
 def test_while_one_branch_compensates_a_sibling_stays_under_the_latch(

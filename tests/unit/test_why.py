@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,69 @@ def test_running_at_an_effect_in_flight(engine: durably.Engine, journal_url: str
     )
 
 
+def cancel_cli(url: str, run_id: str, *extra: str) -> str:
+    res = CliRunner().invoke(cli, ["cancel", run_id, "--db", url, *extra])
+    assert res.exit_code == 0, res.output
+    return " ".join(res.output.split())
+
+
+def test_cancel_requested_while_running_then_cancelled(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    inside, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    @durably.step(effect=True)
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        inside.set()
+        assert release.wait(60)
+        return "ok"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: 1)
+        ctx.step("charge", charge, 100)
+        return ctx.step("ship", lambda: ran.append("ship") or "shipped")
+
+    with running(engine, wf, "live", release):
+        assert inside.wait(60)
+        said = cancel_cli(journal_url, "live", "--reason", "duplicate alert")
+        assert "will be cancelled: duplicate alert" in said and "unwinds at its next step" in said
+        got = why(journal_url, "live")
+    assert got["state"] == "cancel_requested" and got["cancel_reason"] == "duplicate alert"
+    assert got["position"] == "1" and got["step"] == "charge" and got["owner_pid"] is not None
+    assert re.fullmatch(
+        r"cancel requested at \d\d:\d\d:\d\d UTC: duplicate alert; unwinding: pid \d+ at"
+        r" host \S+ stops it at its next step \(now step 1 charge\), then it ends cancelled",
+        got["sentence"],
+    )
+    # The effect in flight completed under its key; the next step never ran.
+    assert ran == []
+    got = why(journal_url, "live")
+    assert got["state"] == "cancelled" and got["unwound"] is True
+    assert re.fullmatch(
+        r"cancelled at \d\d:\d\d:\d\d UTC: duplicate alert; it unwound from step 2;"
+        r" nothing left to do",
+        got["sentence"],
+    )
+
+
+def test_cancelled_at_once_while_queued(engine: durably.Engine, journal_url: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> int:
+        return ctx.step("a", lambda: 1)
+
+    engine.start(wf, run_id="q")
+    said = cancel_cli(journal_url, "q", "--reason", "not needed")
+    assert said.startswith("run q is cancelled: not needed (cancelled while queued")
+    got = why(journal_url, "q")
+    assert got["state"] == "cancelled" and got["unwound"] is False
+    assert got["sentence"].startswith("cancelled at ") and got["sentence"].endswith(
+        ": not needed; cancelled while queued: it had not started, so nothing ran;"
+        " nothing left to do"
+    )
+
+
 def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) -> None:
     inside, release = threading.Event(), threading.Event()
     attempts: list[int] = []
@@ -353,6 +417,50 @@ def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) 
         r" call_model, attempt 2 of 5 after \S*RateLimitError: 429: slow down",
         got["sentence"],
     )
+
+
+def test_parked_on_a_timer(journal_url: str) -> None:
+    engine = durably.Engine(journal_url, park_wait_s=0)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.sleep(3600)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="nap")
+    got = why(journal_url, "nap")
+    run = engine.get_run("nap")
+    assert got["state"] == "parked" and got["waiting_for"] == "timer" and got["due"] is False
+    assert got["wake_at"] == run.wake_at and got["reason"] == run.park_reason
+    assert re.fullmatch(
+        r"parked on a timer until \d\d:\d\d:\d\d UTC \(in 60 min\); it holds no process: a"
+        r" worker \(or an engine.run/resume waiting for it\) resumes it when due",
+        got["sentence"],
+    )
+    engine.close()
+
+
+def test_parked_on_a_due_timer_with_no_worker(journal_url: str) -> None:
+    # Parked four hours ago (an injected clock) on a one-minute timer: due, not resumed.
+    clock = durably.FakeClock(time.time() - 4 * 3600)
+    engine = durably.Engine(journal_url, clock=clock, park_wait_s=0)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.sleep(60)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="late")
+    got = why(journal_url, "late")
+    assert got["state"] == "parked" and got["due"] is True and got["workers"] == 0
+    assert re.fullmatch(
+        r"parked on a timer that was due at (\S+ )?\d\d:\d\d:\d\d UTC \(4\.0 h ago\); no live"
+        r" worker serves queue 'default' \(start one: `durably worker MODULE:ENGINE --queue"
+        r" default`, or `engine.resume\('late'\)`\)",
+        got["sentence"],
+    ), got["sentence"]
+    engine.close()
 
 
 def test_journal_text_is_escaped(engine: durably.Engine, journal_url: str) -> None:
@@ -392,7 +500,7 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
     ]
     states = [cells[0].removeprefix("| ").strip("`") for cells in rows]
     assert len(states) == len(set(states))  # one row per state
-    assert set(states) == {*why_module._BUILDERS, "orphaned"}
+    assert set(states) == {*why_module._BUILDERS, "orphaned", "cancel_requested"}
     sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
     for cells in rows:
         for name in re.findall(r"`(test_\w+)`", cells[-1]):

@@ -165,6 +165,29 @@ class Store(Protocol):
         status's event and ``events`` are written with it when the token holds."""
         ...
 
+    def park(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+        *,
+        kind: str,
+        park_reason: str,
+        wake_at: float | None,
+        wait_signal: str | None = None,
+    ) -> float | None:
+        """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
+        ``records`` (with their blobs) and ``events``, set the status ``parked`` with
+        ``park_reason``, ``wake_at`` and ``wait_signal`` (the signal name it waits for, if
+        any), give up the lease (no owner), and write a ``run.parked`` event (``kind``,
+        the reason, the effective wake time). When a cancel was asked for, or
+        ``wait_signal`` is set and an unconsumed signal of that name is already there,
+        the run wakes at once instead (wake_at = now): whoever sent it found the run not
+        yet parked. Returns the effective wake time (None: no timer). PostgreSQL wakes
+        waiting workers in the same transaction when the run is due at once."""
+        ...
+
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation of a run, in one query."""
         ...
@@ -180,12 +203,17 @@ class Store(Protocol):
         token: int,
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
-    ) -> None:
+    ) -> bool:
         """Write records in one transaction, fenced; a result replaces an intent. The
         records' blobs, and the ``events`` that describe them (numbered after the run's
         newest, each stored once by its dedupe name), commit in the same transaction.
         ``records`` may be empty: the events alone are written, fenced all the same
-        (LeaseLost on a stale token)."""
+        (LeaseLost on a stale token).
+
+        Returns True when a cancel was asked for the run (``runs.cancel_requested_at``),
+        read by the same statements at no extra round trip: this is how a cancel is
+        seen at every step boundary. A write found already stored (retried after an
+        unknown outcome) returns the flag as it is now."""
         ...
 
     def finish(
@@ -202,6 +230,23 @@ class Store(Protocol):
     ) -> None:
         """Write the last records, ``events`` and the run's outcome (with its event) in
         one fenced transaction."""
+        ...
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, in one transaction under its row lock; return
+        the run as it is after.
+
+        Raises ``RunNotFound``, and ``RunFinished`` for a run ``completed``, ``failed`` or
+        ``continued``. A run ``cancelled`` already, or whose cancel was asked for already,
+        is returned unchanged (the first reason stays). Otherwise sets
+        ``cancel_requested_at``/``cancel_reason`` and writes ``run.cancel_requested``; a
+        ``parked`` run wakes now (``wake_at`` = now; PostgreSQL NOTIFYs waiting workers in
+        the same transaction) so it unwinds. A run whose code cannot run again without a
+        person ends ``cancelled`` at once, in the same transaction (``run.cancelled``,
+        ``error_type`` ``durably.Cancelled``, the reason as ``error_message``, a note as
+        ``park_reason``): ``queued`` with no record in its current generation (nothing
+        ran), ``blocked``, ``quarantined``, ``in_doubt`` (their cleanup does not run; to
+        let it, retry the run first). That applies also when the flag was set already."""
         ...
 
     def requeue(

@@ -41,7 +41,7 @@ SELECT pg_notify(%(channel)s, '') FROM created;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_run_for_claim
@@ -50,7 +50,8 @@ FROM runs WHERE run_id = %(run_id)s;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation, records_at_last_start
+       created_at, updated_at, finished_at, incarnation,
+       cancel_requested_at, cancel_reason, records_at_last_start
 FROM runs WHERE run_id = %(run_id)s
 FOR UPDATE;
 
@@ -64,7 +65,7 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent'
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
@@ -93,14 +94,14 @@ GROUP BY status;
 UPDATE runs
 SET fencing_token = fencing_token + 1, owner = %(owner)s,
     lease_expires_at = %(lease_expires_at)s, status = 'running', park_reason = NULL,
-    wake_at = NULL, starts = starts + 1,
+    wake_at = NULL, wait_signal = NULL, starts = starts + 1,
     starts_without_progress = %(starts_without_progress)s,
     records_at_last_start = %(records)s, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at, incarnation;
+          created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason;
 
 -- name: quarantine_run
 UPDATE runs
@@ -117,11 +118,33 @@ WITH released AS (
 UPDATE runs
 SET owner = NULL, lease_expires_at = NULL, status = coalesce(%(status)s::text, status),
     park_reason = %(park_reason)s::text, wake_at = %(wake_at)s::double precision,
-    updated_at = %(now)s
+    wait_signal = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(token)s
 RETURNING 1
 )
 SELECT pg_notify(%(channel)s, '') FROM released;
+
+-- name: park_run
+-- The run gives up its process to wait (fenced; the row is locked by lock_token first, in
+-- a statement of its own, so a signal or cancel committed while this transaction waited
+-- for the row is seen here). It wakes at %(wake_at)s, or at once when a cancel was asked
+-- for or the signal it waits for was sent before this park (the wake-up would otherwise
+-- be lost: whoever sent it saw the run running, not parked).
+UPDATE runs
+SET status = 'parked', owner = NULL, lease_expires_at = NULL,
+    park_reason = %(park_reason)s::text, wait_signal = %(wait_signal)s::text,
+    wake_at = CASE
+        WHEN cancel_requested_at IS NOT NULL
+          OR (%(wait_signal)s::text IS NOT NULL
+              AND EXISTS (SELECT 1 FROM signals s
+                          WHERE s.run_id = runs.run_id AND s.name = %(wait_signal)s::text
+                            AND s.consumed_by IS NULL))
+        THEN %(now)s::double precision
+        ELSE %(wake_at)s::double precision
+    END,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s
+RETURNING wake_at;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
@@ -138,10 +161,10 @@ WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 
 -- name: append_record
 -- Fenced upsert in one statement: writes only while the token is current; a result may
--- replace an intent, never another result. FOR KEY SHARE holds the run row until commit,
--- so a concurrent claim (FOR UPDATE) waits for this append instead of loading a history
--- that this append then changes; an append that waited re-reads the row and is refused
--- when the claim has raised the token.
+-- replace an intent or a wait in progress (``waiting``), never another result. FOR KEY
+-- SHARE holds the run row until commit, so a concurrent claim (FOR UPDATE) waits for
+-- this append instead of loading a history that this append then changes; an append
+-- that waited re-reads the row and is refused when the claim has raised the token.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
                    usage_tokens, usage_cost_usd, inputs)
@@ -156,17 +179,37 @@ ON CONFLICT (run_id, generation, position) DO UPDATE
 SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+    -- A cancel's halt marker may land on a wait in progress (core.live): it takes
+    -- the position whole, so a replay raises the halt there.
+    kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
+    name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
+    input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
+                        ELSE steps.input_digest END,
+    started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
+                      ELSE steps.started_at END,
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
-WHERE steps.status = 'intent';
+WHERE steps.status = 'intent'
+   -- A wait in progress gives way to its result, or to itself (the same wake time: a
+   -- write retried after an unknown outcome); never to an intent or another wake time.
+   OR (steps.status = 'waiting'
+       AND (excluded.status IN ('ok', 'failed')
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
+-- Whether a cancel was asked for, read in the same statement: every step boundary checks
+-- the flag at no extra round trip (Store.append returns it). No row: the write was
+-- refused.
+RETURNING (SELECT r.cancel_requested_at IS NOT NULL FROM runs r
+           WHERE r.run_id = %(run_id)s);
 
 -- name: check_token
-SELECT fencing_token FROM runs WHERE run_id = %(run_id)s;
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_token
--- The token of a run whose row this transaction locks to its commit (a claim waits).
-SELECT fencing_token FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+-- The token of a run whose row this transaction locks to its commit (a claim waits),
+-- and whether a cancel was asked for.
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s
+FOR NO KEY UPDATE;
 
 -- name: finish_run
 -- A finished run frees a slot of its queue: wake waiting workers. One row when fenced in.
@@ -214,13 +257,13 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
-    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
-    updated_at = %(now)s
+    wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
+    finished_at = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at, incarnation;
+          created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason;
 
 -- name: lock_queue
 -- Serialises claims on one concurrency-limited queue, so two workers cannot both see a
@@ -248,7 +291,8 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation, records_at_last_start
+       created_at, updated_at, finished_at, incarnation,
+       cancel_requested_at, cancel_reason, records_at_last_start
 FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue = ANY(%(queues)s::text[])
@@ -338,7 +382,8 @@ LIMIT %(limit)s;
 -- append_record and write_events in one statement, so the common write (one step record
 -- and its events) stays one autocommit round trip; a record with blobs is not written
 -- here (its blobs go first, in a transaction). The events are written only when the
--- record was (a refused append writes nothing); returns the number of records written.
+-- record was (a refused append writes nothing); returns the number of records written
+-- and whether a cancel was asked for.
 WITH appended AS (
     INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status,
                        output, error_type, error_message, attempts, started_at,
@@ -354,10 +399,21 @@ WITH appended AS (
     SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
         error_message = excluded.error_message, attempts = excluded.attempts,
         finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+        -- A cancel's halt marker may land on a wait in progress (core.live): it takes
+        -- the position whole, so a replay raises the halt there.
+        kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
+        name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
+        input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
+                            ELSE steps.input_digest END,
+        started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
+                          ELSE steps.started_at END,
         usage_cost_usd = excluded.usage_cost_usd,
         -- As append_record: a result keeps its intent's inputs unless it brings its own.
         inputs = coalesce(excluded.inputs, steps.inputs)
     WHERE steps.status = 'intent'
+       OR (steps.status = 'waiting'
+           AND (excluded.status IN ('ok', 'failed')
+                OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
     RETURNING 1
 ), locked AS (
     SELECT last_event FROM runs
@@ -382,7 +438,9 @@ WITH appended AS (
     RETURNING run_id
 )
 SELECT (SELECT count(*) FROM appended),
-       (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped);
+       (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped),
+       -- Whether a cancel was asked for (as append_record returns it).
+       (SELECT cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s);
 
 -- name: beat_worker
 -- A worker's row, written at its start and on every beat; started_at stays its first.
@@ -408,3 +466,34 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);
+
+-- name: lock_run_for_cancel
+-- The run as a cancel finds it, locked to the cancel's commit, with whether its current
+-- generation holds any record (a queued run that never ran ends at once).
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason,
+       EXISTS (SELECT 1 FROM steps s
+               WHERE s.run_id = runs.run_id AND s.generation = runs.generation)
+FROM runs WHERE run_id = %(run_id)s
+FOR NO KEY UPDATE OF runs;
+
+-- name: request_cancel
+-- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind
+-- (the caller NOTIFYs waiting workers in the same transaction).
+UPDATE runs
+SET cancel_requested_at = %(now)s, cancel_reason = %(reason)s::text,
+    wake_at = CASE WHEN status = 'parked' THEN %(now)s ELSE wake_at END, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND cancel_requested_at IS NULL;
+
+-- name: cancel_at_once
+-- A run whose code will not run again without a person (queued and never ran; blocked,
+-- quarantined, in doubt) ends cancelled in the cancel's transaction. The new token
+-- fences out anything that still believes it holds the run.
+UPDATE runs
+SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, wake_at = NULL, error_type = %(error_type)s,
+    error_message = %(error_message)s::text, park_reason = %(park_reason)s,
+    finished_at = %(now)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s;

@@ -11,14 +11,14 @@ ON CONFLICT (run_id) DO NOTHING;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
@@ -48,7 +48,8 @@ WHERE run_id = :run_id AND generation = :generation AND status <> 'intent';
 -- name: claim_run
 UPDATE runs
 SET fencing_token = fencing_token + 1, owner = :owner, lease_expires_at = :lease_expires_at,
-    status = 'running', park_reason = NULL, wake_at = NULL, starts = starts + 1,
+    status = 'running', park_reason = NULL, wake_at = NULL, wait_signal = NULL,
+    starts = starts + 1,
     starts_without_progress = :starts_without_progress,
     records_at_last_start = :records, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
@@ -65,8 +66,28 @@ WHERE run_id = :run_id AND fencing_token = :token AND owner IS NOT NULL;
 -- name: release_run
 UPDATE runs
 SET owner = NULL, lease_expires_at = NULL, status = coalesce(:status, status),
-    park_reason = :park_reason, wake_at = :wake_at, updated_at = :now
+    park_reason = :park_reason, wake_at = :wake_at, wait_signal = NULL, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :token;
+
+-- name: park_run
+-- The run gives up its process to wait (fenced). It wakes at :wake_at, or at once when a
+-- cancel was asked for or the signal it waits for was sent before this park (the wake-up
+-- would otherwise be lost: whoever sent it saw the run running, not parked).
+UPDATE runs
+SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :park_reason,
+    wait_signal = :wait_signal,
+    wake_at = CASE
+        WHEN cancel_requested_at IS NOT NULL
+          OR (:wait_signal IS NOT NULL
+              AND EXISTS (SELECT 1 FROM signals s
+                          WHERE s.run_id = runs.run_id AND s.name = :wait_signal
+                            AND s.consumed_by IS NULL))
+        THEN :now
+        ELSE :wake_at
+    END,
+    updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :token
+RETURNING wake_at;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
@@ -75,7 +96,7 @@ FROM steps WHERE run_id = :run_id AND generation = :generation;
 
 -- name: append_record
 -- Fenced upsert: writes only while the token is current; a result may replace an
--- intent, never another result.
+-- intent or a wait in progress (``waiting``), never another result.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
                    usage_tokens, usage_cost_usd, inputs)
@@ -87,10 +108,26 @@ ON CONFLICT (run_id, generation, position) DO UPDATE
 SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
+    -- A cancel's halt marker may land on a wait in progress (core.live): it takes
+    -- the position whole, so a replay raises the halt there.
+    kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
+    name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
+    input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
+                        ELSE steps.input_digest END,
+    started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
+                      ELSE steps.started_at END,
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
-WHERE steps.status = 'intent';
+WHERE steps.status = 'intent'
+   -- A wait in progress gives way to its result, or to itself (the same wake time: a
+   -- write retried after an unknown outcome); never to an intent or another wake time.
+   OR (steps.status = 'waiting'
+       AND (excluded.status IN ('ok', 'failed')
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
+-- Whether a cancel was asked for, read in the same statement: every step boundary checks
+-- the flag at no extra cost (Store.append returns it). No row: the write was refused.
+RETURNING (SELECT cancel_requested_at FROM runs WHERE run_id = :run_id);
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
@@ -101,7 +138,7 @@ FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = :run_id AND s.position = :position;
 
 -- name: check_token
-SELECT fencing_token FROM runs WHERE run_id = :run_id;
+SELECT fencing_token, cancel_requested_at FROM runs WHERE run_id = :run_id;
 
 -- name: finish_run
 UPDATE runs
@@ -144,8 +181,8 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
-    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
-    updated_at = :now
+    wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
+    finished_at = NULL, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
@@ -167,7 +204,7 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue IN (SELECT value FROM json_each(:queues))
@@ -237,3 +274,33 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));
+
+-- name: lock_run_for_cancel
+-- The run as a cancel finds it (the caller's write transaction holds the lock), with
+-- whether its current generation holds any record (a queued run that never ran ends at
+-- once).
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason,
+       EXISTS (SELECT 1 FROM steps s
+               WHERE s.run_id = runs.run_id AND s.generation = runs.generation)
+FROM runs WHERE run_id = :run_id;
+
+-- name: request_cancel
+-- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind.
+UPDATE runs
+SET cancel_requested_at = :now, cancel_reason = :reason,
+    wake_at = CASE WHEN status = 'parked' THEN :now ELSE wake_at END, updated_at = :now
+WHERE run_id = :run_id AND cancel_requested_at IS NULL;
+
+-- name: cancel_at_once
+-- A run whose code will not run again without a person (queued and never ran; blocked,
+-- quarantined, in doubt) ends cancelled in the cancel's transaction. The new token
+-- fences out anything that still believes it holds the run.
+UPDATE runs
+SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, wake_at = NULL, error_type = :error_type,
+    error_message = :error_message, park_reason = :park_reason, finished_at = :now,
+    updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :expected_token;
