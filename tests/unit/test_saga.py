@@ -715,6 +715,37 @@ def test_engine_cancel_mid_saga_compensates_and_ends_cancelled(
     ]
 
 
+def test_a_saga_parked_on_a_timer_does_not_compensate_until_cancelled(tmp_path: Path) -> None:
+    """Parking unwinds the block with a BaseException: nothing is undone. A cancel wakes
+    the run; the replay reaches the timer, the cancel lands there, and the saga undoes
+    what it did before it slept."""
+    world = World()
+    clock = durably.FakeClock()
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", clock=clock, park_wait_s=0) as e:
+
+        @e.workflow(name="trip")
+        def trip(ctx: durably.Context) -> None:
+            with ctx.saga() as saga:
+                saga.step("flight", world.do("flight"), world.undo("flight"), 0)
+                ctx.sleep(3600)  # wait for the price to drop
+                saga.step("hotel", world.do("hotel"), world.undo("hotel"), 1)
+
+        with pytest.raises(durably.RunParked):
+            e.run(trip, run_id="r")
+        assert world.log == ["do flight"]
+        e.cancel("r", reason="trip called off")
+        with pytest.raises(durably.Cancelled, match="trip called off"):
+            e.resume("r")
+        assert world.log == ["do flight", "undo flight"]
+        assert [(p, k) for p, k, _, _ in _shape(e, "r")] == [
+            ("0", STEP),
+            ("1", HALT),
+            ("2", COMPENSATE),
+            ("3", STEP),
+        ]
+        assert e.get_run("r").status == "cancelled"
+
+
 def test_a_compensation_failing_under_a_cancel_ends_the_run_failed(
     any_engine: durably.Engine,
 ) -> None:
