@@ -26,10 +26,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from . import codec
 from .context import Executor, _Recording, drive_async, drive_sync
 from .core import Op, RunCore, type_name
-from .errors import CompensationFailed, ConfigError, StepFailed
+from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .history import check_name, describe_error, position_key
+from .steps import signature_of
 
 T = TypeVar("T")
 
@@ -105,8 +107,19 @@ class SagaCore:
         takes_result = self._check_step(name, undo, kwargs)
         pos = core.scope().peek()  # the position core.step takes
         result = yield from core.step(name, do, args, kwargs)
-        self.done.append(Done(pos, name, undo, args, kwargs, result, takes_result))
+        # undo gets the result as recorded, not as the workflow may change it meanwhile.
+        kept = self._copy(result, do, pos) if takes_result else None
+        self.done.append(Done(pos, name, undo, args, kwargs, kept, takes_result))
         return result
+
+    def _copy(self, result: Any, do: Callable[..., Any], pos: str) -> Any:
+        """A copy of a step's result, as a replay decodes it (typed by do's annotation)."""
+        try:
+            return codec.loads(
+                codec.dumps(result, f"step {pos} output"), signature_of(do).return_hint
+            )
+        except SerializationError as exc:  # it was just recorded and read back: a bug
+            raise self.core.poison(exc) from None
 
     def _check_step(self, name: Any, undo: Any, kwargs: dict[str, Any]) -> bool:
         """Refuse a call that could not be compensated; whether ``undo`` takes ``result``."""
@@ -128,7 +141,8 @@ class SagaCore:
             raise core.poison(
                 ConfigError(
                     f"saga.step({name!r}, do, undo, ...): undo {undo!r} is not callable; pass"
-                    " the function that undoes do (it gets do's arguments)"
+                    " the function that undoes do (it gets do's arguments). The run is"
+                    " blocked; fix the code, then resume it."
                 )
             )
         if isinstance(name, str) and name:

@@ -172,6 +172,30 @@ def test_undo_gets_dos_arguments_and_result_only_when_it_asks_for_it(
     assert codec.loads(marker.output or "")["error"] == "RuntimeError: the plan changed"
 
 
+def test_undo_gets_the_result_as_recorded_even_if_the_workflow_changed_it(
+    engine: durably.Engine,
+) -> None:
+    seen: list[Any] = []
+
+    def book(city: str) -> dict[str, Any]:
+        return {"id": f"H-{city}", "rooms": [1, 2]}
+
+    def cancel(city: str, result: dict[str, Any]) -> None:
+        seen.append(result)
+
+    @e_workflow(engine)
+    def w(ctx: durably.Context) -> None:
+        with ctx.saga() as saga:
+            got = saga.step("a", book, cancel, "Oslo")
+            got["id"] = "changed"  # the workflow's own copy
+            got["rooms"].append(3)
+            raise RuntimeError("stop")
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    assert seen == [{"id": "H-Oslo", "rooms": [1, 2]}]
+
+
 def e_workflow(e: durably.Engine) -> Callable[[Callable[..., Any]], durably.Workflow]:
     return e.workflow(name="w")
 
