@@ -909,3 +909,32 @@ def test_a_changed_compensation_plan_blocks_before_any_compensation_runs(
         engine.run(trip, run_id="r")
     assert engine.get_run("r").status == BLOCKED
     assert world.log.count("undo hotel") == 0
+
+
+@pytest.mark.parametrize("with_saga", [False, True])
+def test_replay_check_passes_a_cancelled_run(engine: durably.Engine, with_saga: bool) -> None:
+    """A cancelled run raises Cancelled at its recorded halt on replay, as it did live
+    (and a saga compensates again, replaying): not a divergence."""
+    from durably.replaycheck import check_run
+
+    world = World()
+
+    def hotel(n: int, *, idempotency_key: str) -> dict[str, Any]:
+        engine.cancel("r", reason="called off")
+        return world.do("hotel")(n, idempotency_key=idempotency_key)
+
+    @engine.workflow(name="trip")
+    def trip(ctx: durably.Context) -> None:
+        if not with_saga:
+            ctx.step("hotel", hotel, 1)
+            ctx.step("car", world.do("car"), 2)
+            return
+        with ctx.saga() as saga:
+            saga.step("hotel", hotel, world.undo("hotel"), 1)
+            saga.step("car", world.do("car"), world.undo("car"), 2)
+
+    with pytest.raises(durably.Cancelled):
+        engine.run(trip, run_id="r")
+    calls = len(world.log)
+    assert check_run(engine, engine.get_run("r")) is None
+    assert len(world.log) == calls
