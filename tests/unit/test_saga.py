@@ -652,6 +652,43 @@ def test_a_saga_inside_a_gather_branch_compensates_its_own_block(
     assert positions["undo:x"] == "0.0.3"  # in the branch's own scope, after its marker
 
 
+def test_a_branch_cancelled_by_a_failing_sibling_hands_its_steps_to_the_outer_saga(
+    engine: durably.Engine,
+) -> None:
+    log: list[str] = []
+
+    async def do(name: str) -> str:
+        log.append(f"do {name}")
+        return name
+
+    async def slow(name: str) -> str:
+        await asyncio.sleep(5)  # cancelled when the sibling fails
+        log.append(f"do {name}")
+        return name
+
+    async def undo(name: str) -> None:
+        log.append(f"undo {name}")
+
+    async def fail(name: str) -> None:
+        await asyncio.sleep(0.02)  # after the other branch recorded x
+        raise ValueError(name)
+
+    async def booking(ctx: durably.AsyncContext) -> None:
+        async with ctx.saga() as inner:
+            await inner.step("x", do, undo, "x")
+            await inner.step("slow", slow, undo, "slow")
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> None:
+        async with ctx.saga() as outer:
+            await outer.step("first", do, undo, "first")
+            await ctx.gather(booking(ctx), ctx.step("pay", fail, "pay"))
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    assert log == ["do first", "do x", "undo x", "undo first"]
+
+
 def _request_halt(e: durably.Engine, run_id: str, reason: str = "duplicate alert") -> None:
     e._active[run_id].core.request_halt(
         durably.Cancelled(f"run {run_id!r} was cancelled: {reason}", reason)
