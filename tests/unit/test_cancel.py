@@ -394,3 +394,32 @@ def test_runs_show_says_a_cancel_is_requested_then_its_reason(
     assert "status=cancelled" in text and "cancelled: not needed" in text
     assert "cancel requested" not in text
     assert "why: cancelled while queued" in text
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_flaky_append_still_reports_the_cancel(
+    engine: durably.Engine, other: durably.Engine, when: str
+) -> None:
+    """The append that follows the cancel fails once (before writing, or after: written but
+    reported failed, as when a commit's reply is lost); its retry reports the flag all the
+    same, so the run still unwinds at its next step."""
+    from tests.store_faults import FlakyStore
+
+    engine.store = flaky = FlakyStore(engine.store)  # type: ignore[assignment]
+    ran: list[str] = []
+
+    def a() -> str:
+        other.cancel("r", reason="flaky")
+        flaky.fail("append", 1, "busy", after=when == "after")
+        return "a"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.step("a", a)
+        ctx.step("b", lambda: ran.append("b"))
+        return "done"
+
+    with pytest.raises(durably.Cancelled, match="flaky"):
+        engine.run(w, run_id="r")
+    assert ran == [] and flaky.injected["append:busy"] == 1
+    assert [r.kind for r in engine.history("r")] == ["step", HALT]
