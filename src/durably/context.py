@@ -22,7 +22,18 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, Wait, Write, cancelled_error
+from .core import (
+    SCOPE,
+    Call,
+    Op,
+    Outcome,
+    RunCore,
+    Scope,
+    TakeSignal,
+    Wait,
+    Write,
+    cancelled_error,
+)
 from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -105,6 +116,21 @@ class Executor:
                 reason = run.cancel_reason if run is not None else None
                 core.request_halt(cancelled_error(core.run_id, reason))
 
+    def take_signal(self, op: TakeSignal) -> Generator[float, None, tuple[int, str] | None]:
+        """Consume a signal for the wait at ``op.consumer``, fenced by the core's token;
+        yields the pauses between attempts after a transient store error. A refusal or
+        a store that still fails is latched like a refused write (see :meth:`write`);
+        a retry after an unknown outcome is safe: the store hands the same consumer the
+        same signal again."""
+        core = self.core
+        with recording(core):
+            return (
+                yield from retry.attempts(
+                    lambda: self.store.take_signal(core.run_id, core.token, op.name, op.consumer),
+                    self.store_retry_s,
+                )
+            )
+
 
 @contextlib.contextmanager
 def recording(core: RunCore) -> Iterator[None]:
@@ -137,6 +163,8 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     ex.clock.sleep(pause)
                 reply = None
+            elif isinstance(op, TakeSignal):
+                reply = _run_sync(ex, ex.take_signal(op))
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -162,6 +190,16 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
+            elif isinstance(op, TakeSignal):
+                # One short fenced transaction, like a write: no thread hop.
+                taking = ex.take_signal(op)
+                while True:
+                    try:
+                        pause = next(taking)
+                    except StopIteration as stop:
+                        reply = stop.value
+                        break
+                    await _wait_async(ex.clock, Wait(pause))
             else:
                 await _wait_async(ex.clock, op)
                 ex.refresh_lease()
@@ -169,6 +207,16 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         except BaseException:  # cancelled (a failed gather, a timeout), a store error
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
             raise
+
+
+def _run_sync(ex: Executor, gen: Generator[float, None, T]) -> T:
+    """Run a store call's retry generator, waiting its pauses on the engine's clock."""
+    while True:
+        try:
+            pause = next(gen)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        ex.clock.sleep(pause)
 
 
 def _call_sync(op: Call) -> Outcome:
@@ -383,6 +431,21 @@ class Context:
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
 
+    def wait_for_signal(
+        self, name: str, timeout_s: float | None = None, default: Any = None
+    ) -> Any:
+        """Wait for signal ``name`` (``engine.signal(run_id, name, data)``) and return its
+        data, or ``default`` once ``timeout_s`` seconds passed without one (None: no
+        timeout).
+
+        A recorded call (one position): replay returns what it returned, without waiting.
+        Signals of one name are taken oldest first, each by one wait, and one sent before
+        the wait is reached is kept for it. With none there, the run parks: it holds no
+        process, thread or worker slot until a signal of ``name`` or the deadline (fixed
+        when the wait is first reached, kept across crashes) wakes it.
+        """
+        return drive_sync(self._ex, self._core.wait_for_signal(name, timeout_s, default))
+
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
         the run's event stream, at the current position. It consumes no position and
@@ -483,6 +546,14 @@ class AsyncContext:
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+
+    def wait_for_signal(
+        self, name: str, timeout_s: float | None = None, default: Any = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Wait for signal ``name`` and return its data, or ``default`` after
+        ``timeout_s``: ``await ctx.wait_for_signal(name)`` (see
+        :meth:`Context.wait_for_signal`)."""
+        return _SignalWait(self._core, self._ex, name, timeout_s, default)
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -739,6 +810,30 @@ class _ValueCall(_Recording[T]):
     def _run(self) -> Coroutine[Any, Any, T]:
         self._core.check_dropped()
         return _at_once(self._produce())
+
+
+class _SignalWait(_Recording[Any]):
+    __slots__ = ("_default", "_ex", "_name", "_timeout_s", "label")
+
+    def __init__(
+        self, core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
+    ) -> None:
+        super().__init__(core)
+        self._ex = ex
+        self._name = name
+        self._timeout_s = timeout_s
+        self._default = default
+        self.label = f"wait_for_signal:{name}"
+
+    def _call(self) -> str:
+        return f"ctx.wait_for_signal({self._name!r})"
+
+    def _run(self) -> Coroutine[Any, Any, Any]:
+        core = self._core
+        core.check_dropped()
+        return drive_async(
+            self._ex, core.wait_for_signal(self._name, self._timeout_s, self._default)
+        )
 
 
 class _SleepCall(_Recording[None]):

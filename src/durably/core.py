@@ -56,6 +56,7 @@ from .history import (
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
+    SIGNAL,
     SLEEP,
     STEP,
     STEP_OUTPUT_BYTES_MAX,
@@ -110,7 +111,17 @@ class Wait:
     seconds: float
 
 
-Op = Call | Write | Wait
+@dataclass(slots=True)
+class TakeSignal:
+    """Operation: consume the oldest unconsumed signal ``name`` of the run for the wait at
+    position ``consumer`` (fenced; asking again for the same consumer returns the same
+    signal). The reply is ``(seq, data JSON)`` or None."""
+
+    name: str
+    consumer: str
+
+
+Op = Call | Write | Wait | TakeSignal
 
 
 @dataclass(slots=True)
@@ -847,6 +858,103 @@ class RunCore:
         here = _pos_key(pos)
         return any(_later(_pos_key(q), here) for q in self.history)
 
+    # -- signals -------------------------------------------------------------------------
+
+    def wait_for_signal(self, name: Any, timeout_s: Any, default: Any) -> Generator[Op, Any, Any]:
+        """``ctx.wait_for_signal(name, timeout_s, default)`` at the next position p.
+
+        Recorded ``ok`` at p: its signal's data (or ``default`` after a recorded timeout),
+        with no I/O. Otherwise the oldest unconsumed signal of ``name`` is taken (a
+        :class:`TakeSignal`, idempotent per position) and recorded ``ok`` at p; with none,
+        past the deadline (recorded at p by the first arrival: now + ``timeout_s``) a
+        timeout is recorded and ``default`` returned; else a ``waiting`` record (the
+        first time) goes with the park, and the run parks until a signal of ``name`` or
+        the deadline wakes it.
+        """
+        self.guard()
+        self.check_dropped()
+        if not isinstance(name, str) or not name:
+            raise self.poison(
+                ConfigError(
+                    f"ctx.wait_for_signal: the signal name must be a non-empty str, got"
+                    f" {name!r:.300}"
+                )
+            )
+        try:
+            check_name(name, "ctx.wait_for_signal: the signal name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        ):
+            raise self.poison(
+                ConfigError(
+                    f"ctx.wait_for_signal({name!r}): timeout_s must be None (wait for ever)"
+                    f" or a number of seconds from 0 to {SIGNAL_TIMEOUT_S_MAX:,.0f}, got"
+                    f" {timeout_s!r:.100}"
+                )
+            )
+        scope = self.scope()
+        pos = scope.take()
+        rname, digest = _signal_wait_name(name), _signal_digest(name)
+        rec = self.recorded(pos, SIGNAL, rname, digest)
+        if rec is not None and rec.status == OK:
+            return _signal_value(self, rec, default)
+        self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
+        deadline: float | None
+        if rec is not None and rec.status == WAITING:
+            deadline, since = _waiting_deadline(self, rec), rec.started_at
+        else:
+            since = self.clock.time()
+            deadline = None if timeout_s is None else since + float(timeout_s)
+        # The take may wait out a failing store: other code on this scope meanwhile would
+        # be concurrent use outside ctx.gather (see Scope), as for a live step.
+        scope.busy = f"wait_for_signal {pos} {name!r}"
+        try:
+            found: tuple[int, str] | None = yield TakeSignal(name, pos)
+        finally:
+            scope.busy = None
+        now = self.clock.time()
+        if found is not None:
+            seq, data = found
+            try:
+                value = codec.loads(data)
+                text = codec.dumps({"seq": seq, "data": value}, f"signal {name!r}")
+            except SerializationError as exc:
+                raise self.poison(
+                    SerializationError(
+                        f"position {pos}: signal {name!r} #{seq} cannot be decoded ({exc});"
+                        " the run is blocked until the signals row is repaired"
+                    )
+                ) from None
+            self.pending.append(
+                StepRecord(pos, SIGNAL, rname, digest, OK, text, started_at=since, finished_at=now)
+            )
+            return codec.loads(text)["data"]
+        if deadline is not None and now >= deadline:
+            self.pending.append(
+                StepRecord(
+                    pos,
+                    SIGNAL,
+                    rname,
+                    digest,
+                    OK,
+                    _TIMED_OUT,
+                    started_at=since,
+                    finished_at=now,
+                )
+            )
+            return default
+        if rec is None:  # the first arrival records what it waits for, and until when
+            text = codec.dumps({"deadline": deadline}, f"signal {name!r} wait")
+            self.pending.append(
+                StepRecord(pos, SIGNAL, rname, digest, WAITING, text, started_at=since)
+            )
+        why = signal_park_reason(name, since, deadline)
+        raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
@@ -1225,6 +1333,68 @@ def _patch_digest(change_id: str) -> str:
 
 GATHER_NAME = "durably.gather"
 COMPENSATE_NAME = "durably.compensate"
+
+SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
+"""Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
+_SIGNAL_WAIT = "durably.wait_for_signal"
+_TIMED_OUT = '{"timeout":true}'
+
+
+def _signal_wait_name(name: str) -> str:
+    """The record name of a wait for signal ``name``: it shows in NonDeterminism messages
+    ("history has 'wait_for_signal:approve'...") and in ``runs show``."""
+    return f"wait_for_signal:{name}"
+
+
+def _signal_digest(name: str) -> str:
+    return codec.digest(_SIGNAL_WAIT, [name], {})
+
+
+def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
+    """What a recorded wait returns: the signal's data, or ``default`` after a timeout."""
+    try:
+        out = codec.loads(rec.output or "null")
+        if isinstance(out, dict) and out.get("timeout") is True:
+            return default
+        if isinstance(out, dict) and "data" in out:
+            return out["data"]
+        raise SerializationError(f"unexpected record {rec.output!r:.200}")
+    except SerializationError as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded signal cannot be decoded"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
+    """The deadline a ``waiting`` record holds (None: it waits without one)."""
+    try:
+        out = codec.loads(rec.output or "null")
+        deadline = out["deadline"]
+        if deadline is None or (
+            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        ):
+            return None if deadline is None else float(deadline)
+        raise TypeError(f"deadline {deadline!r}")
+    except (SerializationError, TypeError, KeyError) as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded wait cannot be decoded"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def signal_park_reason(name: str, since: float, deadline: float | None) -> str:
+    """How ``runs show`` and ``runs list`` word a run parked on a signal wait."""
+    until = "no timeout" if deadline is None else f"times out at {_iso(deadline)}"
+    return f"signal {name!r} since {_iso(since)} ({until})"
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

@@ -68,6 +68,7 @@ from .history import (
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
     RUNNING,
+    SIGNAL_DATA_BYTES_MAX,
     STEP_OUTPUT_BYTES_MAX,
     RunRecord,
     StepRecord,
@@ -392,6 +393,36 @@ class Engine:
             poll_s=poll_s,
         )
 
+    def signal(self, run_id: str, name: str, data: Any = None) -> int:
+        """Send signal ``name`` with ``data`` (JSON-encodable, at most
+        ``SIGNAL_DATA_BYTES_MAX`` as JSON) to the run and return its per-run sequence
+        number (1, 2, ...).
+
+        The signal is durable once this returns. The run's ``ctx.wait_for_signal(name)``
+        calls consume the signals of that name oldest first, each once; one sent before
+        the wait is reached is kept for it. A run parked waiting for ``name`` wakes at
+        once (PostgreSQL notifies the workers; SQLite workers see it at their next poll).
+        Any process may signal. Raises ``RunNotFound`` for an unknown run and
+        ``RunFinished`` for one already completed, failed, cancelled or continued.
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigError(f"engine.signal: run_id must be a non-empty str, got {run_id!r:.300}")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"engine.signal: the signal name must be a non-empty str, got {name!r:.300}"
+            )
+        check_name(name, "engine.signal: the signal name")
+        try:
+            text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
+        except SerializationError as exc:
+            raise SerializationError(f"{exc}. Nothing was sent to run {run_id!r}") from None
+        import uuid  # imported on first use: it pulls in platform (slow)
+
+        # One name for this send across the retries below: a retry after an unknown
+        # commit outcome finds the stored signal instead of sending it twice.
+        send = uuid.uuid4().hex
+        return self._store_call(lambda: self.store.send_signal(run_id, name, text, send))
+
     def start(
         self,
         wf: Workflow | str,
@@ -607,8 +638,9 @@ class Engine:
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
-        A run another process takes first is left to it.
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
+        another process takes first is left to it.
         """
         results: dict[str, Any] = {}
         for run in orphans_of_this_host(self.store, self.served()):
@@ -639,10 +671,11 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False
+        followed = False  # True once this call waited for the run: a claim may race it
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
+                followed = True
             try:
                 if w.is_async:
                     import asyncio
@@ -668,6 +701,7 @@ class Engine:
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)
+                followed = True
             try:
                 if w.is_async:
                     return await self._drive_async(w, run)

@@ -38,6 +38,7 @@ __all__ = [
     "RUN_QUARANTINED",
     "RUN_RESUMED",
     "RUN_STARTED",
+    "SIGNAL_RECEIVED",
     "STEP_COMPLETED",
     "STEP_FAILED",
     "STEP_RETRIED",
@@ -68,6 +69,7 @@ STEP_RETRIED: Final = "step.retried"
 LEASE_TAKEN: Final = "lease.taken"
 LEASE_LOST: Final = "lease.lost"
 LEASE_EXPIRED: Final = "lease.expired"
+SIGNAL_RECEIVED: Final = "signal.received"
 USER: Final = "user"
 
 
@@ -206,6 +208,12 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         LEASE_EXPIRED,
         "the previous holder's lease ran out (written by whoever takes over)",
         {"owner": "the previous holder", "token": "its fencing token", "expired_at": "when"},
+    ),
+    EventKind(
+        SIGNAL_RECEIVED,
+        "engine.signal (or `durably signal`) sent the run a signal; its data is not in the"
+        " event (it may hold secrets)",
+        {"name": "the signal's name", "seq": "its per-run sequence number, from 1"},
     ),
     EventKind(
         USER,

@@ -10,7 +10,9 @@ a terminal printer escapes it (``durably.cli.common.term``).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,7 +24,9 @@ from .history import (
     HALT,
     INTENT,
     OK,
+    SIGNAL,
     STEP,
+    WAITING,
     RunRecord,
     StepRecord,
     position_key,
@@ -400,6 +404,61 @@ def _parked_timer(f: Facts) -> _Built:
     return "parked", text, facts
 
 
+def _parked_signal(f: Facts) -> _Built:
+    """A run parked on ``ctx.wait_for_signal``: the signal, since when, until when; once
+    due (the signal came, or the timeout passed), who resumes it."""
+    run, q = f.run, f.queue
+    wait = _signal_wait(f.history)
+    if wait is None:  # no signal wait in progress in its history: say what the row says
+        return _other(f)
+    name, since, deadline = wait
+    facts: dict[str, Any] = {
+        "waiting_for": "signal",
+        "signal": name,
+        "since": since,
+        "deadline": deadline,
+        "reason": run.park_reason,
+        "due": run.wake_at is not None and run.wake_at <= f.now,
+    }
+    if q is not None:
+        facts["workers"] = q.workers
+    if not facts["due"]:
+        until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
+        command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
+        text = (
+            f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until});"
+            f" it holds no process or worker slot — send it: `{command}`"
+        )
+        return "signal", text, facts
+    # Woken at its deadline: the timeout; earlier: a signal made it due (send_signal).
+    timed_out = deadline is not None and run.wake_at is not None and run.wake_at >= deadline
+    cause = "its timeout passed" if timed_out else f"signal {quote(name)!r} arrived"
+    text = f"parked on signal {quote(name)!r} since {clock_text(since)}: {cause}"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
+    return "signal", text, facts
+
+
+def _signal_wait(history: Sequence[StepRecord]) -> tuple[str, float, float | None] | None:
+    """``(name, since, deadline)`` of the signal wait in progress, if the last waiting
+    record is one (its name is ``wait_for_signal:NAME``, its output the deadline)."""
+    waits = [r for r in history if r.status == WAITING]
+    last = max(waits, key=lambda r: position_key(r.position), default=None)
+    if last is None or last.kind != SIGNAL:
+        return None
+    try:
+        deadline = json.loads(last.output or "null")["deadline"]
+    except (ValueError, TypeError, KeyError):
+        deadline = None  # a damaged row: the run's replay blocks on it, not this sentence
+    name = last.name.removeprefix("wait_for_signal:")
+    return name, last.started_at, deadline if isinstance(deadline, (int, float)) else None
+
+
 def _other(f: Facts) -> _Built:
     # continued: their rows come with the issues that produce them.
     run = f.run
@@ -408,8 +467,25 @@ def _other(f: Facts) -> _Built:
     return run.status, text, {"reason": run.park_reason}
 
 
+STATES = (
+    "queued",
+    "running",
+    "orphaned",
+    "in_doubt",
+    "blocked",
+    "quarantined",
+    "failed",
+    "completed",
+    "parked",
+    "signal",
+    "cancel_requested",
+    "cancelled",
+)
+"""Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
+each); other statuses get the status and its recorded reason."""
+
 # What a parked run waits for (the run.parked event's kind) -> its sentence.
-_PARKED_BY = {"timer": _parked_timer}
+_PARKED_BY = {"timer": _parked_timer, "signal": _parked_signal}
 
 _BUILDERS = {
     "queued": _queued,

@@ -107,6 +107,10 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     def idle(ctx: durably.Context) -> int:
         return 1
 
+    @engine.workflow()
+    def waits(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go", timeout_s=0)
+
     assert engine.run(good, run_id="good") == "ok"
     with pytest.raises(durably.WorkflowFailed):
         engine.run(bad, run_id="bad")
@@ -130,6 +134,11 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     with pytest.raises(durably.RunInDoubt):
         engine.resume("effect")
 
+    # A signal sent before its wait is reached (its data stays out of the stream).
+    engine.start(waits, run_id="signalled")
+    assert engine.signal("signalled", "go", {"token": "s3cr3t"}) == 1
+    assert engine.resume("signalled") == {"token": "s3cr3t"}
+
     # Takeovers: a lease that ran out, and a holder judged gone before it ran out.
     engine.start(idle, run_id="expired")
     store.claim("expired", other_owner(), 5, 10, lambda _: False)
@@ -152,7 +161,8 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     engine.start(idle, run_id="cancel")
     assert engine.cancel("cancel", reason="asked to").status == CANCELLED
 
-    for run_id in ("good", "bad", "drifting", "effect", "expired", "lost", "stuck", "cancel"):
+    runs = ("good", "bad", "drifting", "effect", "signalled", "expired", "lost", "stuck", "cancel")
+    for run_id in runs:
         events = all_events(engine, run_id)
         assert [e.cursor for e in events] == list(range(1, len(events) + 1)), run_id
         for e in events:
@@ -187,6 +197,7 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     assert [e.data["owner"] for e in seen["lease.lost"]] == [str(other_owner())]
     assert seen["run.quarantined"][0].data == {"starts": 1}
     assert seen["run.cancelled"][0].data == {"reason": "asked to"}
+    assert [e.data for e in seen["signal.received"]] == [{"name": "go", "seq": 1}]
     assert all(e.position is None for e in seen["run.started"])
     assert seen["step.completed"][0].position == "0"
 

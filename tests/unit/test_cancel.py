@@ -423,3 +423,28 @@ def test_a_flaky_append_still_reports_the_cancel(
         engine.run(w, run_id="r")
     assert ran == [] and flaky.injected["append:busy"] == 1
     assert [r.kind for r in engine.history("r")] == ["step", HALT]
+
+
+def test_cancel_while_waiting_for_a_signal_wakes_and_unwinds(
+    url: str, clock: durably.FakeClock, other: durably.Engine
+) -> None:
+    ran: list[str] = []
+    with durably.Engine(url, clock=clock, park_wait_s=0) as e:
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            ctx.step("a", lambda: ran.append("a") or "a")
+            got = ctx.wait_for_signal("approve")  # no timeout: only a signal wakes it
+            return str(ctx.step("b", lambda: ran.append(f"b {got}") or "b"))
+
+        with pytest.raises(durably.RunParked):
+            e.run(w, run_id="r")
+        run = other.cancel("r", reason="nobody will approve")
+        assert run.status == "parked" and run.wake_at == clock.time()
+        with pytest.raises(durably.Cancelled, match="nobody will approve"):
+            e.resume("r")
+        # A signal sent now is refused: the run is finished.
+        with pytest.raises(durably.RunFinished):
+            other.signal("r", "approve", {"by": "ana"})
+    assert ran == ["a"]
+    assert [(r.position, r.kind) for r in other.history("r")] == [("0", "step"), ("1", HALT)]

@@ -500,8 +500,66 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
     ]
     states = [cells[0].removeprefix("| ").strip("`") for cells in rows]
     assert len(states) == len(set(states))  # one row per state
-    assert set(states) == {*why_module._BUILDERS, "orphaned", "cancel_requested"}
+    assert set(states) == set(why_module.STATES)
+    assert set(why_module._BUILDERS) <= set(why_module.STATES)
     sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
     for cells in rows:
         for name in re.findall(r"`(test_\w+)`", cells[-1]):
             assert any(f"def {name}(" in src for src in sources), name
+
+
+def test_parked_waiting_for_a_signal(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            first = ctx.wait_for_signal("approve", timeout_s=3600)
+            return [first, ctx.wait_for_signal("ship it")]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="waits")
+        got = why(journal_url, "waits")
+        assert got["state"] == "signal" and got["signal"] == "approve"
+        assert got["deadline"] == pytest.approx(got["since"] + 3600)
+        assert re.fullmatch(
+            r"parked waiting for signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC \(times out"
+            r" at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds no process or worker slot — send it:"
+            r" `durably signal waits approve --data JSON`",
+            got["sentence"],
+        ), got["sentence"]
+        assert got["due"] is False
+        engine.signal("waits", "approve", "yes")  # due now; no worker serves its queue
+        got = why(journal_url, "waits")
+        assert got["due"] is True and got["workers"] == 0
+        assert re.fullmatch(
+            r"parked on signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC: signal 'approve'"
+            r" arrived; no live worker serves queue 'default' \(start one: `durably worker"
+            r" MODULE:ENGINE --queue default`, or `engine.resume\('waits'\)`\)",
+            got["sentence"],
+        ), got["sentence"]
+        with pytest.raises(durably.RunParked):
+            engine.resume("waits")  # now on the second wait, without a timeout
+        got = why(journal_url, "waits")
+        assert got["signal"] == "ship it" and got["deadline"] is None
+        assert got["sentence"].endswith(
+            "(no timeout); it holds no process or worker slot — send it:"
+            " `durably signal waits 'ship it' --data JSON`"
+        )
+        assert "signal 'ship it' since" in got["reason"]
+
+
+def test_parked_on_a_signal_whose_timeout_passed(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("approve", timeout_s=0.2, default="no answer")
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="late")
+        time.sleep(0.3)
+        got = why(journal_url, "late")
+        assert got["state"] == "signal" and got["due"] is True
+        assert ": its timeout passed; no live worker serves queue 'default'" in got["sentence"]
+        engine.park_wait_s = None
+        assert engine.resume("late") == "no answer"

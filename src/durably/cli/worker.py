@@ -88,7 +88,7 @@ def worker_cmd(
     click.echo(
         f"durably worker stopped: {stats.claimed} claimed, {stats.completed} completed,"
         f" {stats.failed} failed, {stats.cancelled} cancelled, {stats.stale} lost to other"
-        " workers",
+        f" workers, {stats.other['parked']} parked",
         err=True,
     )
     sys.stdout.flush()

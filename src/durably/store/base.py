@@ -265,6 +265,30 @@ class Store(Protocol):
         run, all in one transaction. The incarnation (so every key) stays."""
         ...
 
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
+        return its per-run sequence number (1, 2, ...), taken under the run's row lock,
+        with a ``signal.received`` event in the same transaction. A run parked waiting
+        for ``name`` is made due at once (PostgreSQL also notifies the workers). Not
+        fenced: any process may signal. Raises ``RunNotFound`` for an unknown run and
+        ``RunFinished`` for one completed, failed, cancelled or continued.
+
+        ``send`` names this send, the same on every retry of it: a send already stored
+        under that name (the retry of a call whose commit outcome was unknown) stores
+        nothing new and returns the stored signal's number, so a signal is never
+        delivered twice. None: a fresh name (the call is not retried by its caller)."""
+        ...
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume one signal of ``name`` for the wait ``consumer`` (its position) and
+        return ``(seq, data)``, or None when there is none. Fenced (``LeaseLost`` on a
+        stale token). Idempotent: a signal already consumed by ``consumer`` (the reply
+        was lost, or the process died before the wait was recorded) is returned again;
+        otherwise the oldest unconsumed signal of ``name`` is taken (FIFO)."""
+        ...
+
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Up to ``limit`` events of the run with cursor > ``after`` in cursor order, the
         cursor to read on from, and whether the run was terminal with nothing left past

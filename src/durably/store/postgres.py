@@ -70,6 +70,7 @@ from .rules import (
     cancelled_at_once_note,
     check_claimable,
     check_requeueable,
+    check_signalable,
     dead_owners,
     fork_conflict,
     no_doubt_error,
@@ -942,6 +943,64 @@ class PostgresStore:
                 found = conn.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
             assert found is not None, "a cancel lost a row it held locked"
             return _run(found)
+
+        return self._call(op)
+
+    # -- signals -------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store a signal for the run and return its per-run number (see the Store
+        protocol); not fenced: any process may signal. A retry after a lost connection
+        finds the first attempt's signal, if it committed, by the send's dedupe."""
+        now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
+        params = {
+            "run_id": run_id,
+            "name": name,
+            "data": data,
+            "now": now,
+            "dedupe": dedupe,
+            "channel": self._channel,
+        }
+
+        def op(conn: Conn, _: bool) -> int:
+            with conn.transaction():
+                status = _scalar(conn, "lock_run_for_signal", params)
+                sent = _scalar(conn, "signal_sent", params)
+                if sent is not None:
+                    return stream.sent_seq(sent)  # this send, retried: already stored
+                check_signalable(run_id, status, self.where)
+                seq = int(_scalar(conn, "next_signal_seq", params))
+                conn.execute(_Q["insert_signal"], {**params, "seq": seq})
+                event = stream.signal_received(name, seq, now, dedupe)
+                self._write_events(conn, run_id, [event])
+                if conn.execute(_Q["wake_for_signal"], params).rowcount:
+                    # Delivered at commit: a worker in LISTEN claims the run at once.
+                    conn.execute(_Q["notify_work"], params)
+            return seq
+
+        return self._call(op)
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
+        the Store protocol). A retry after a lost connection finds what the first attempt
+        consumed, if it committed, by ``consumer``."""
+        params = {"run_id": run_id, "name": name, "consumer": consumer}
+
+        def op(conn: Conn, _: bool) -> tuple[int, str] | None:
+            with conn.transaction():
+                # Under the run row's lock, so a claim cannot raise the token before commit.
+                if _scalar(conn, "lock_token", params) != token:
+                    raise LeaseLost(run_id, token)
+                found = conn.execute(_Q["taken_signal"], params).fetchone()
+                if found is None:
+                    found = conn.execute(_Q["oldest_signal"], params).fetchone()
+                    if found is None:
+                        return None
+                    conn.execute(_Q["consume_signal"], {**params, "seq": found[0]})
+            return int(found[0]), str(found[1])
 
         return self._call(op)
 

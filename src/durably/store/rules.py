@@ -15,6 +15,7 @@ from ..errors import (
     RunFinished,
     RunInDoubt,
     RunLeased,
+    RunNotFound,
     RunQuarantined,
     StoreError,
 )
@@ -24,6 +25,7 @@ from ..history import (
     IN_DOUBT,
     QUARANTINED,
     QUEUED,
+    TERMINAL,
     CorruptRecord,
     RunRecord,
     StepRecord,
@@ -99,6 +101,23 @@ def cancelled_at_once_note(run: RunRecord) -> str:
         " (except blocks, saga compensations) did not run; to let it clean up, `durably"
         " retry` a run first and cancel it while it runs"
     )
+
+
+def check_signalable(run_id: str, status: str | None, where: str) -> None:
+    """Raise unless a run with ``status`` (None: no such run) may take a signal:
+    ``RunNotFound``, or ``RunFinished`` once it is completed, failed, cancelled or
+    continued (a signal nobody can ever consume must not be accepted as sent)."""
+    if status is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {where}; nothing was sent. Check the run id"
+            " (`durably runs list` shows runs) and the database (--db / DURABLY_URL)"
+        )
+    if status in TERMINAL:
+        raise RunFinished(
+            f"run {run_id!r} is already {status}, so no wait can take a signal any more;"
+            " nothing was sent. Signal a run that is still going (`durably runs list"
+            " --status parked` shows the waiting ones)"
+        )
 
 
 def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:

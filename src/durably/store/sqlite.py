@@ -46,6 +46,7 @@ from .rules import (
     cancelled_at_once_note,
     check_claimable,
     check_requeueable,
+    check_signalable,
     dead_owners,
     fork_conflict,
     no_doubt_error,
@@ -795,6 +796,44 @@ class SQLiteStore:
             self._write_events(c, run_id, events)
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
+
+    # -- signals -------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store a signal for the run and return its per-run number (see the Store
+        protocol); not fenced: any process may signal."""
+        now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
+        params = {"run_id": run_id, "name": name, "data": data, "now": now, "dedupe": dedupe}
+        with self._tx() as c:  # BEGIN IMMEDIATE: the one writer, so the run's lock too
+            sent = c.execute(_Q["signal_sent"], params).fetchone()
+            if sent is not None:
+                return stream.sent_seq(sent[0])  # this send, retried: already stored
+            row = c.execute(_Q["run_status"], params).fetchone()
+            check_signalable(run_id, None if row is None else row[0], self.path)
+            seq = int(c.execute(_Q["next_signal_seq"], params).fetchone()[0])
+            c.execute(_Q["insert_signal"], {**params, "seq": seq})
+            self._write_events(c, run_id, [stream.signal_received(name, seq, now, dedupe)])
+            c.execute(_Q["wake_for_signal"], params)  # workers poll: no notification
+        return seq
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
+        the Store protocol)."""
+        params = {"run_id": run_id, "name": name, "consumer": consumer}
+        with self._tx() as c:
+            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+            if row is None or row[0] != token:
+                raise LeaseLost(run_id, token)
+            found = c.execute(_Q["taken_signal"], params).fetchone()
+            if found is None:
+                found = c.execute(_Q["oldest_signal"], params).fetchone()
+                if found is None:
+                    return None
+                c.execute(_Q["consume_signal"], {**params, "seq": found[0]})
+        return int(found[0]), str(found[1])
 
     # -- the event stream -----------------------------------------------------------------
 

@@ -176,17 +176,15 @@ SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)
 FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
 FOR KEY SHARE OF runs
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-    -- A cancel's halt marker may land on a wait in progress (core.live): it takes
-    -- the position whole, so a replay raises the halt there.
-    kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
-    name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
-    input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
-                        ELSE steps.input_digest END,
-    started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
-                      ELSE steps.started_at END,
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
@@ -396,17 +394,15 @@ WITH appended AS (
     FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
     FOR KEY SHARE OF runs
     ON CONFLICT (run_id, generation, position) DO UPDATE
-    SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+    -- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
         error_message = excluded.error_message, attempts = excluded.attempts,
         finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-        -- A cancel's halt marker may land on a wait in progress (core.live): it takes
-        -- the position whole, so a replay raises the halt there.
-        kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
-        name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
-        input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
-                            ELSE steps.input_digest END,
-        started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
-                          ELSE steps.started_at END,
         usage_cost_usd = excluded.usage_cost_usd,
         -- As append_record: a result keeps its intent's inputs unless it brings its own.
         inputs = coalesce(excluded.inputs, steps.inputs)
@@ -497,3 +493,43 @@ SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
     error_message = %(error_message)s::text, park_reason = %(park_reason)s,
     finished_at = %(now)s, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s;
+
+-- name: lock_run_for_signal
+-- The run row locked to commit: signals of one run are numbered one at a time, and a
+-- park (which checks for a waiting signal under the same lock) sees this one or wakes.
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: next_signal_seq
+SELECT coalesce(max(seq), 0) + 1 FROM signals WHERE run_id = %(run_id)s;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, seq, name, data, sent_at)
+VALUES (%(run_id)s, %(seq)s, %(name)s, %(data)s, %(now)s);
+
+-- name: taken_signal
+-- The signal a wait at %(consumer)s consumed already (its reply was lost, or the process
+-- died before the wait's record was written): handed out again, never a second one.
+SELECT seq, data FROM signals
+WHERE run_id = %(run_id)s AND name = %(name)s AND consumed_by = %(consumer)s
+ORDER BY seq LIMIT 1;
+
+-- name: oldest_signal
+-- FIFO per name: the oldest signal of %(name)s nobody consumed yet.
+SELECT seq, data FROM signals
+WHERE run_id = %(run_id)s AND name = %(name)s AND consumed_by IS NULL
+ORDER BY seq LIMIT 1;
+
+-- name: consume_signal
+UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq = %(seq)s;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now; the caller then notifies the
+-- workers in the same transaction (delivered at commit), so one claims it at once.
+UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
+  AND (wake_at IS NULL OR wake_at > %(now)s);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = %(run_id)s AND dedupe = %(dedupe)s;

@@ -105,17 +105,15 @@ SELECT :run_id, generation, :position, :kind, :name, :input_digest, :status, :ou
        :usage_tokens, :usage_cost_usd, :inputs
 FROM runs WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
-    -- A cancel's halt marker may land on a wait in progress (core.live): it takes
-    -- the position whole, so a replay raises the halt there.
-    kind = CASE WHEN excluded.kind = 'halt' THEN excluded.kind ELSE steps.kind END,
-    name = CASE WHEN excluded.kind = 'halt' THEN excluded.name ELSE steps.name END,
-    input_digest = CASE WHEN excluded.kind = 'halt' THEN excluded.input_digest
-                        ELSE steps.input_digest END,
-    started_at = CASE WHEN excluded.kind = 'halt' THEN excluded.started_at
-                      ELSE steps.started_at END,
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
@@ -304,3 +302,39 @@ SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
     error_message = :error_message, park_reason = :park_reason, finished_at = :now,
     updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
+
+-- name: next_signal_seq
+-- The run's next signal number (1, 2, ...), read inside the write transaction that
+-- inserts it (SQLite's single writer is the run's lock).
+SELECT coalesce(max(seq), 0) + 1 FROM signals WHERE run_id = :run_id;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, seq, name, data, sent_at)
+VALUES (:run_id, :seq, :name, :data, :now);
+
+-- name: taken_signal
+-- The signal a wait at :consumer consumed already (its reply was lost, or the process
+-- died before the wait's record was written): handed out again, never a second one.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by = :consumer
+ORDER BY seq LIMIT 1;
+
+-- name: oldest_signal
+-- FIFO per name: the oldest signal of :name nobody consumed yet.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by IS NULL
+ORDER BY seq LIMIT 1;
+
+-- name: consume_signal
+UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
+UPDATE runs SET wake_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
+  AND (wake_at IS NULL OR wake_at > :now);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = :run_id AND dedupe = :dedupe;
