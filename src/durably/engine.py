@@ -32,6 +32,7 @@ from .context import AsyncContext, Context, Executor, drive_async, drive_sync, r
 from .core import FaultHook, RunCore, cancelled_error, type_name
 from .errors import (
     Cancelled,
+    CompensationFailed,
     ConfigError,
     DurablyError,
     LeaseLost,
@@ -528,7 +529,9 @@ class Engine:
         A ``failed`` run re-opens at its failed position: every recorded step replays (a
         model call paid for is not paid again), the step whose failure ended the run runs
         again with the same idempotency key, and the failure outcome is cleared; a run
-        whose workflow raised without a failed step re-runs from its replay. For an
+        whose workflow raised without a failed step re-runs from its replay. A failed run
+        whose saga compensated is refused (``ConfigError`` naming the ``durably fork`` to
+        use instead): its undone steps would replay as done. For an
         ``in_doubt`` run the step in doubt runs again (with the same key: check the
         receiving system first). A ``quarantined`` run gets a fresh count of starts and a
         ``blocked`` one is queued (fix its code first); both keep their effect intents, so
@@ -540,6 +543,7 @@ class Engine:
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
             history = self.history(run_id)
+            reopen.check_not_compensated(run, history)
             failed = reopen.failed_frontier(history)
             reopen.check_reopenable(run, history, failed)
             return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
@@ -1078,10 +1082,16 @@ class Engine:
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
-            if isinstance(core.halted, Cancelled) and isinstance(signal, Exception):
+            if (
+                isinstance(core.halted, Cancelled)
+                and isinstance(signal, Exception)
+                and not isinstance(signal, CompensationFailed)
+            ):
                 # Cancelled: whatever the workflow made of it (raised it, caught it and
                 # returned, raised something else), the run ends cancelled; the halt
-                # marker rides with the pending records.
+                # marker rides with the pending records. Except when a saga's
+                # compensation failed for good: something the cancel should have undone
+                # may be left in place, so the run ends failed, for a person to look at.
                 self._finish_cancelled(core, run_id, core.halted)
             if isinstance(signal, Parked) and signal.reason in PARK_KINDS:
                 self._park(core, run_id, token, signal)

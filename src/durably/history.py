@@ -29,11 +29,16 @@ SIGNAL: Final = "signal"
 # position that would have gone live, so a replay raises it at the same place and the
 # workflow unwinds (cleans up, compensates) along the same path.
 HALT: Final = "halt"
+# Where a saga began compensating (``ctx.saga()``): its output names the positions of the
+# steps it undoes, in the order it undoes them, and what set it off; each compensation
+# (``undo:<name>``) is then an ordinary step at the positions after it. ``engine.retry``
+# reads it to refuse re-opening a run whose steps were already undone.
+COMPENSATE: Final = "compensate"
 # A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
 # time taken from the recorded clock when the timer was first reached.
 SLEEP: Final = "sleep"
 KINDS: Final = frozenset(
-    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, SIGNAL, "approval"}
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, SIGNAL, "approval"}
 )
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are

@@ -31,9 +31,10 @@ from .history import (
     RunRecord,
     StepRecord,
     position_key,
+    top_level,
 )
 from .ownership import describe_owner, owner_dead
-from .reopen import failed_frontier
+from .reopen import compensated_steps, failed_frontier
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -352,6 +353,17 @@ def _failed(f: Facts) -> _Built:
     error = f"{run.error_type}: {quote(run.error_message or '')}"
     frontier = failed_frontier(f.history)
     facts: dict[str, Any] = {"error_type": run.error_type, "error_message": run.error_message}
+    undone = compensated_steps(f.history)
+    if undone:
+        # A retry is refused (reopen.check_not_compensated): the sentence names the fork.
+        at = top_level(undone[0])
+        listed = ", ".join(undone[:5]) + (", ..." if len(undone) > 5 else "")
+        facts.update(compensated=undone, fork_at=at)
+        text = (
+            f"failed: {error}; a saga compensated it (undid the steps at {listed}) —"
+            f" `durably fork {run.run_id} --at {at}` redoes the work under new keys"
+        )
+        return "failed", text, facts
     if frontier:
         pos = frontier[0]
         name = next(r.name for r in f.history if r.position == pos)

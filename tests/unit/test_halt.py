@@ -91,12 +91,10 @@ def test_a_recorded_halt_replays_at_the_same_place(tmp_path: Path) -> None:
                 ctx.step("b", lambda: ran.append("b"))
             except durably.Cancelled as exc:
                 paths.append(f"unwound at b: {exc.reason}")
-                core = ctx._core  # a saga's compensation records despite the latch
-                core.compensating += 1
-                try:
+                # A saga's compensation records despite the latch (tests/unit/test_saga.py
+                # drives it through ctx.saga()).
+                with ctx._core.compensation():
                     ctx.step("undo:a", undo)
-                finally:
-                    core.compensating -= 1
                 raise
             return "done"
 

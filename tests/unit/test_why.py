@@ -108,6 +108,27 @@ def test_failed_in_the_workflow_code(engine: durably.Engine, journal_url: str) -
     )
 
 
+def test_failed_after_a_saga_compensated(engine: durably.Engine, journal_url: str) -> None:
+    def charge(total: int) -> None:
+        raise ValueError("card declined")
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        with ctx.saga() as saga:
+            saga.step("hotel", lambda city: city, lambda city: None, "Oslo")
+            saga.step("charge", charge, lambda total: None, 100)
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="f3")
+    got = why(journal_url, "f3")
+    assert got["state"] == "failed" and got["compensated"] == ["1"] and got["fork_at"] == 1
+    assert got["sentence"] == (
+        "failed: ValueError: card declined; a saga compensated it (undid the steps at 1) —"
+        " `durably fork f3 --at 1` redoes the work under new keys"
+    )
+
+
 def test_blocked_by_nondeterminism(journal_url: str) -> None:
     old = durably.Engine(journal_url)
 
