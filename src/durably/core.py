@@ -565,7 +565,7 @@ class RunCore:
     def step_event(self, kind: str, pos: str, data: dict[str, Any], tail: str = "") -> NewEvent:
         """A step event of this claim (its dedupe carries the fencing token: a write
         retried after an unknown outcome stores it once; a later claim's is another)."""
-        dedupe = f"t{self.token}:{kind}:{pos}{tail}"
+        dedupe = f"t{self.token}:{pos}:{kind}{tail}"
         return new_event(kind, pos, data, self.clock.time(), dedupe)
 
     def emit(self, kind: Any, data: Any = None) -> None:
