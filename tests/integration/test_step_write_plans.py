@@ -54,9 +54,7 @@ def test_per_step_queries_fit_psycopg_query_cache() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("count", [2, 12])
-def test_generic_plan_of_a_step_write_reads_none_of_the_run_events(
-    pg_url: str, count: int
-) -> None:
+def test_generic_plan_of_a_step_write_reads_none_of_the_run_events(pg_url: str, count: int) -> None:
     store = PostgresStore(pg_url, FakeClock())
     store.close()  # the schema; _event_params needs no connection
     with psycopg.connect(pg_url, autocommit=True) as conn:
