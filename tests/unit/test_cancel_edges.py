@@ -1,0 +1,134 @@
+"""Edges of cancellation found by review (issues 11 and 12): a cancel that arrives while a
+step waits to retry, while gather branches are in flight, and before a person's retry of
+a run that failed meanwhile. Real journals on both stores, on the fake clock; the cancel
+comes from a second engine on the same journal (another process's view)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durably
+from durably.history import HALT, STEP
+from durably.replaycheck import check_run
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'j.db'}"
+    pg: str = request.getfixturevalue("pg_url")
+    return pg
+
+
+@pytest.fixture
+def clock() -> durably.FakeClock:
+    return durably.FakeClock()
+
+
+@pytest.fixture
+def engine(url: str, clock: durably.FakeClock) -> Iterator[durably.Engine]:
+    with durably.Engine(url, clock=clock) as e:
+        yield e
+
+
+@pytest.fixture
+def other(url: str, clock: durably.FakeClock) -> Iterator[durably.Engine]:
+    """Another engine on the same journal: the canceller."""
+    with durably.Engine(url, clock=clock) as e:
+        yield e
+
+
+def _shape(e: durably.Engine, run_id: str) -> list[tuple[str, str, str, str]]:
+    return [(r.position, r.kind, r.name, r.status) for r in e.history(run_id)]
+
+
+@pytest.mark.parametrize("effect", [False, True])
+def test_a_cancel_during_a_retry_backoff_stops_the_retries_and_ends_cancelled(
+    engine: durably.Engine, other: durably.Engine, clock: durably.FakeClock, effect: bool
+) -> None:
+    """Before: every remaining attempt ran under the cancel, and the step's final failure
+    ended the run ``failed``, not ``cancelled``."""
+    calls: list[str] = []
+
+    @durably.step(retries=5, backoff=30, effect=effect)
+    def flaky(*, idempotency_key: str) -> str:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            other.cancel("r", reason="not needed any more")
+        raise ConnectionError("upstream down")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        ctx.step("a", lambda: "a")
+        return ctx.step("f", flaky)
+
+    with pytest.raises(durably.Cancelled, match="not needed any more"):
+        engine.run(w, run_id="r")
+    assert len(calls) == 1  # no attempt after the cancel
+    run = engine.get_run("r")
+    assert (run.status, run.error_message) == ("cancelled", "not needed any more")
+    # The halt is recorded at the step's position (over its intent, for an effect)...
+    assert _shape(engine, "r") == [
+        ("0", STEP, "a", "ok"),
+        ("1", HALT, "durably.cancel", "ok"),
+    ]
+    # ...so a replay raises Cancelled there, as the run did: no divergence, nothing runs.
+    assert check_run(engine, run) is None
+    assert len(calls) == 1
+
+
+def test_a_cancel_during_a_retry_backoff_stops_an_async_step(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    calls: list[int] = []
+
+    @durably.step(retries=3, backoff=5)
+    async def flaky() -> str:
+        calls.append(1)
+        other.cancel("r", reason="stop")
+        raise ConnectionError("upstream down")
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> Any:
+        return await ctx.step("f", flaky)
+
+    with pytest.raises(durably.Cancelled):
+        engine.run(w, run_id="r")
+    assert len(calls) == 1
+    assert engine.get_run("r").status == "cancelled"
+
+
+def test_a_compensation_still_retries_under_the_cancel(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    """Only live work stops at a retry: a saga's undo keeps its own retries."""
+    log: list[str] = []
+
+    def book(n: int) -> str:
+        log.append(f"book {n}")
+        other.cancel("r", reason="called off")
+        return f"b{n}"
+
+    @durably.step(retries=2, backoff=1)
+    def unbook(n: int) -> None:
+        log.append(f"unbook {n}")
+        if log.count(f"unbook {n}") == 1:
+            raise ConnectionError("flaky undo")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> None:
+        with ctx.saga() as saga:
+            saga.step("book", book, unbook, 1)
+            saga.step("book2", book, unbook, 2)
+
+    with pytest.raises(durably.Cancelled):
+        engine.run(w, run_id="r")
+    assert log == ["book 1", "unbook 1", "unbook 1"]
+    assert engine.get_run("r").status == "cancelled"
+
