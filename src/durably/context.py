@@ -659,7 +659,8 @@ class AsyncContext:
         ``p.i.0, p.i.1, ...``, so steps finishing in any order replay exactly. Pass
         awaitables that have not started (``ctx.step(...)`` without ``await``, or calls of
         ``async def`` helpers). On the first failure the other branches are cancelled and
-        the failure is raised; with ``return_exceptions=True`` failures are returned in
+        the failure is raised (after a cancel or a crossed budget, which is latched, their
+        steps in flight finish and are recorded first); with ``return_exceptions=True`` failures are returned in
         place (a stop of the run itself, such as a lost lease, is still raised).
         """
         import asyncio  # imported here so that `import durably` stays fast
@@ -684,9 +685,14 @@ class AsyncContext:
                 # is recorded first instead of being cancelled and run again on wake.
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
-            except BaseException:
-                for t in tasks:
-                    t.cancel()
+            except BaseException as exc:
+                # After a halt (cancel, budget) the latch stops every sibling at its next
+                # recording call, as for parking: a step in flight finishes and is recorded
+                # (a saga then undoes it too) instead of being abandoned with its effect
+                # done and unrecorded, and a sibling's compensation is not cut short.
+                if not (isinstance(exc, Exception) and self._core.halted is not None):
+                    for t in tasks:
+                        t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
             for r in results:

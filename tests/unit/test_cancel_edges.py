@@ -132,3 +132,54 @@ def test_a_compensation_still_retries_under_the_cancel(
     assert log == ["book 1", "unbook 1", "unbook 1"]
     assert engine.get_run("r").status == "cancelled"
 
+
+
+def test_a_cancel_under_a_gather_lets_a_saga_step_in_flight_finish_and_undoes_it(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    """Before: the branch that met the cancel made the gather cancel its sibling, whose
+    sync step (in a thread: Python cannot stop it) still booked, unrecorded, so the saga
+    never undid it. Now the latch stops the sibling after its step is recorded."""
+    world: list[str] = []
+    started = threading.Event()
+
+    async def fast() -> str:
+        while not started.is_set():  # the sibling's step is in flight
+            await asyncio.sleep(0.005)
+        other.cancel("r", reason="called off")
+        world.append("book fast")
+        return "fast"
+
+    def slow() -> str:
+        started.set()
+        threading.Event().wait(0.3)  # still running when the cancel reaches the workflow
+        world.append("book slow")
+        return "slow"
+
+    def undo(name: str) -> Any:
+        def fn() -> None:
+            world.append(f"undo {name}")
+
+        return fn
+
+    async def branch(ctx: durably.AsyncContext, saga: Any, name: str, do: Any) -> str:
+        booked = await saga.step(name, do, undo(name))
+        await ctx.step(f"{name} confirm", lambda: "confirmed")  # the cancel lands here
+        return str(booked)
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> Any:
+        async with ctx.saga() as saga:
+            return await ctx.gather(
+                branch(ctx, saga, "fast", fast), branch(ctx, saga, "slow", slow)
+            )
+
+    with pytest.raises(durably.Cancelled, match="called off"):
+        engine.run(w, run_id="r")
+    # Both bookings recorded and undone, most recent position first; nothing else ran.
+    assert world == ["book fast", "book slow", "undo slow", "undo fast"]
+    run = engine.get_run("r")
+    assert run.status == "cancelled"
+    assert ("0.1.0", STEP, "slow", "ok") in _shape(engine, "r")
+    assert check_run(engine, run) is None  # the replay unwinds the same way
+    assert len(world) == 4
