@@ -183,3 +183,62 @@ def test_a_cancel_under_a_gather_lets_a_saga_step_in_flight_finish_and_undoes_it
     assert ("0.1.0", STEP, "slow", "ok") in _shape(engine, "r")
     assert check_run(engine, run) is None  # the replay unwinds the same way
     assert len(world) == 4
+
+
+def test_a_retry_clears_a_cancel_the_failed_run_never_unwound_for(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    """A cancel seen while the last step failed for good: the run ends ``failed`` with
+    the flag still set. Before, a person's ``durably retry`` queued it and the next
+    driver ended it ``cancelled`` at once, without running the failed step again."""
+    calls: list[int] = []
+
+    def charge() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            other.cancel("r", reason="too late")
+            raise ValueError("card declined")
+        return "charged"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return ctx.step("charge", charge)
+
+    with pytest.raises(durably.WorkflowFailed, match="card declined"):
+        engine.run(w, run_id="r")
+    assert engine.get_run("r").cancel_requested_at is not None
+    queued = other.retry("r")
+    assert (queued.status, queued.cancel_requested_at, queued.cancel_reason) == (
+        "queued",
+        None,
+        None,
+    )
+    assert engine.resume("r") == "charged"
+    assert len(calls) == 2
+    assert engine.get_run("r").status == "completed"
+
+
+def test_a_cancel_after_a_retry_still_stops_the_run(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    calls: list[str] = []
+
+    def step(name: str) -> str:
+        calls.append(name)
+        if name == "a" and calls.count("a") == 1:
+            raise ValueError("boom")
+        if name == "a":
+            other.cancel("r", reason="second thoughts")
+        return name
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return [ctx.step("a", step, "a"), ctx.step("b", step, "b")]
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    other.retry("r")
+    with pytest.raises(durably.Cancelled, match="second thoughts"):
+        engine.resume("r")
+    assert calls == ["a", "a"]
+    assert engine.get_run("r").status == "cancelled"
