@@ -242,3 +242,46 @@ def test_a_cancel_after_a_retry_still_stops_the_run(
         engine.resume("r")
     assert calls == ["a", "a"]
     assert engine.get_run("r").status == "cancelled"
+
+
+def test_durably_cancel_on_a_run_cancelled_already_says_nothing_changed(
+    engine: durably.Engine, url: str
+) -> None:
+    """Before: a second `durably cancel` of a run that had unwound printed "is cancelled
+    (ended at once)" and `ended_at_once: true`, though this call changed nothing."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main
+
+    def a() -> str:
+        engine.cancel("r", reason="dup\x1b[31m alert")
+        return "a"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        ctx.step("a", a)
+        return ctx.step("b", lambda: "b")
+
+    with pytest.raises(durably.Cancelled):
+        engine.run(w, run_id="r")
+    res = CliRunner().invoke(main, ["cancel", "r", "--reason", "again", "--db", url])
+    assert res.exit_code == 0, res.output
+    assert "was already cancelled" in res.output and "nothing changed" in res.output
+    assert "ended at once" not in res.output
+    assert "\x1b" not in res.output  # the first reason stays, shown escaped
+    res = CliRunner().invoke(main, ["cancel", "r", "--json", "--db", url])
+    said = json.loads(res.output)
+    assert (said["ended_at_once"], said["already_cancelled"]) == (False, True)
+    # A queued run that never ran still ends at once, and says so.
+    engine.start(w, run_id="q")
+    res = CliRunner().invoke(main, ["cancel", "q", "--json", "--db", url])
+    said = json.loads(res.output)
+    assert (said["status"], said["ended_at_once"], said["already_cancelled"]) == (
+        "cancelled",
+        True,
+        False,
+    )
+    res = CliRunner().invoke(main, ["cancel", "nope", "--db", url])
+    assert res.exit_code != 0 and "no run 'nope'" in res.output
