@@ -38,7 +38,15 @@ from .core import (
     Write,
     cancelled_error,
 )
-from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
+from .errors import (
+    Cancelled,
+    ConfigError,
+    LeaseLost,
+    Parked,
+    StepTimeout,
+    StoreError,
+    StoreFailed,
+)
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -111,9 +119,10 @@ class Executor:
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
-            if cancel and core.halt_requested is None:
+            if cancel and core.halted is None and not isinstance(core.halt_requested, Cancelled):
                 # The append saw the cancel flag (no query of its own): read the reason
-                # once, and the workflow stops at its next position that would go live.
+                # once, and the workflow stops at its next position that would go live
+                # (a crossed budget not delivered yet gives way to it: request_halt).
                 run = yield from retry.attempts(
                     lambda: self.store.get_run(core.run_id), self.store_retry_s
                 )
@@ -660,8 +669,9 @@ class AsyncContext:
         awaitables that have not started (``ctx.step(...)`` without ``await``, or calls of
         ``async def`` helpers). On the first failure the other branches are cancelled and
         the failure is raised (after a cancel or a crossed budget, which is latched, their
-        steps in flight finish and are recorded first); with ``return_exceptions=True`` failures are returned in
-        place (a stop of the run itself, such as a lost lease, is still raised).
+        steps in flight finish and are recorded first); with ``return_exceptions=True``
+        failures are returned in place (a stop of the run itself, such as a lost lease, is
+        still raised).
         """
         import asyncio  # imported here so that `import durably` stays fast
 

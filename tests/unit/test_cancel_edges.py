@@ -133,7 +133,6 @@ def test_a_compensation_still_retries_under_the_cancel(
     assert engine.get_run("r").status == "cancelled"
 
 
-
 def test_a_cancel_under_a_gather_lets_a_saga_step_in_flight_finish_and_undoes_it(
     engine: durably.Engine, other: durably.Engine
 ) -> None:
@@ -285,3 +284,29 @@ def test_durably_cancel_on_a_run_cancelled_already_says_nothing_changed(
     )
     res = CliRunner().invoke(main, ["cancel", "nope", "--db", url])
     assert res.exit_code != 0 and "no run 'nope'" in res.output
+
+
+def test_a_cancel_from_another_process_outranks_a_budget_crossed_in_the_same_step(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    """Before: the append that reported the cancel was ignored because a halt (the
+    crossed budget) was already pending, so the run ended ``failed`` with BudgetExceeded
+    although docs/api.md says a cancel asked for before the budget's halt reached the
+    workflow replaces it."""
+
+    def model() -> str:
+        durably.usage(tokens=500)
+        other.cancel("r", reason="operator stop")
+        return "answer"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        ctx.budget(tokens=100)
+        ctx.step("m", model)
+        return ctx.step("next", lambda: "never")
+
+    with pytest.raises(durably.Cancelled, match="operator stop"):
+        engine.run(w, run_id="r")
+    run = engine.get_run("r")
+    assert (run.status, run.error_message) == ("cancelled", "operator stop")
+    assert _shape(engine, "r")[-1] == ("1", HALT, "durably.cancel", "ok")
