@@ -16,6 +16,7 @@ import contextvars
 import datetime as dt
 import inspect
 import threading
+import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
@@ -57,6 +58,11 @@ if TYPE_CHECKING:
     from .saga import AsyncSaga, Saga
 
 T = TypeVar("T")
+
+# The asyncio tasks running a saga's exit (its compensations) right now: a gather whose
+# branch failed does not cancel such a sibling, whose undo steps would stop half-way
+# (the saga's marker recorded, its steps neither undone nor reported), but waits for it.
+COMPENSATING_TASKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Executor:
@@ -653,7 +659,8 @@ class AsyncContext:
         completion times would not). A saga opened inside a gather branch compensates
         when its own block raises; a branch cancelled because a sibling failed (an
         ``asyncio.CancelledError``) hands its steps to the enclosing saga instead, so put
-        a saga around the gather to undo every branch's work.
+        a saga around the gather to undo every branch's work. A branch already
+        compensating is not cancelled: the gather waits for its compensations.
         """
         from .saga import AsyncSaga
 
@@ -702,7 +709,8 @@ class AsyncContext:
                 # done and unrecorded, and a sibling's compensation is not cut short.
                 if not (isinstance(exc, Exception) and self._core.halted is not None):
                     for t in tasks:
-                        t.cancel()
+                        if t not in COMPENSATING_TASKS:
+                            t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
             for r in results:
