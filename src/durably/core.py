@@ -676,6 +676,10 @@ class RunCore:
             at = codec.loads(rec.output or "null")["wake_at"]
             if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
                 raise ValueError(f"wake_at {at!r}")
+            if at - self.clock.time() > TIMER_S_MAX:
+                # No timer durably records ends that far out, and the park reason could
+                # not print it (past year 9999): a damaged row, not a wait.
+                raise ValueError(f"wake_at {at!r} is more than 100 years ahead")
             return float(at)
         except (SerializationError, TypeError, KeyError, ValueError) as exc:
             raise self.poison(
@@ -1306,10 +1310,17 @@ def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
     try:
         out = codec.loads(rec.output or "null")
         deadline = out["deadline"]
-        if deadline is None or (
-            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        if deadline is None:
+            return None
+        # Finite and within the longest timeout: NaN or a time past year 9999 would
+        # crash the park reason's formatting inside the workflow (failing the run).
+        if (
+            isinstance(deadline, (int, float))
+            and not isinstance(deadline, bool)
+            and math.isfinite(deadline)
+            and deadline - core.clock.time() <= SIGNAL_TIMEOUT_S_MAX
         ):
-            return None if deadline is None else float(deadline)
+            return float(deadline)
         raise TypeError(f"deadline {deadline!r}")
     except (SerializationError, TypeError, KeyError) as exc:
         raise core.poison(

@@ -1,0 +1,106 @@
+"""Edges of parking found in review (issue 11): damaged ``waiting`` rows block the run
+with a clear error instead of crashing or failing it, ``runs why`` words a parked row
+whose wake time is no time at all, and a signal from a host whose clock runs ahead
+still wakes the run at once.
+
+Every store (a SQLite file, a PostgreSQL schema); rows are edited with plain SQL as an
+outside hand would; every engine runs on a FakeClock, so nothing here sleeps.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import pytest
+
+import durably
+
+HOUR = 3600.0
+
+
+def sql(url: str, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    """One statement on the journal behind ``url``, as an outside process would run it."""
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url[len("sqlite:///") :])) as conn:
+            rows = conn.execute(statement, params).fetchall()
+            conn.commit()
+            return rows
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        cur = pg.execute(statement.replace("?", "%s"), params)  # type: ignore[call-overload]
+        return cur.fetchall() if cur.description else []
+
+
+@pytest.fixture
+def clock() -> durably.FakeClock:
+    return durably.FakeClock()
+
+
+@pytest.fixture
+def engine(journal_url: str, clock: durably.FakeClock) -> Iterator[durably.Engine]:
+    # park_wait_s=0: engine.run returns RunParked instead of waiting, so the test can
+    # edit the parked run's rows and then drive it again.
+    e = durably.Engine(journal_url, clock=clock, park_wait_s=0)
+    yield e
+    e.close()
+
+
+def run_state(url: str) -> tuple[str, str | None, str | None]:
+    [(status, owner, reason)] = sql(url, "SELECT status, owner, park_reason FROM runs")
+    return status, owner, reason
+
+
+# -- damaged waiting records -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wake_at", ["1e20", "1e300"])
+def test_a_timer_recorded_past_any_printable_time_blocks_the_run(
+    engine: durably.Engine, journal_url: str, wake_at: str
+) -> None:
+    """Was: OverflowError out of engine.run (formatting the park reason), the run left
+    ``running`` under a lease no one renews; now it is blocked, naming the row."""
+
+    @engine.workflow(name="s")
+    def s(ctx: durably.Context) -> int:
+        ctx.sleep(HOUR)
+        return 1
+
+    with pytest.raises(durably.RunParked):
+        engine.run(s, run_id="r")
+    sql(journal_url, f"UPDATE steps SET output = '{{\"wake_at\": {wake_at}}}'")
+    sql(journal_url, "UPDATE runs SET wake_at = 0")  # due: the next call drives it
+    with pytest.raises(durably.SerializationError, match=r"position 0 durably\.sleep.*100 years"):
+        engine.run(s, run_id="r")
+    status, owner, reason = run_state(journal_url)
+    assert (status, owner) == ("blocked", None)
+    assert reason is not None and "the recorded timer cannot be read" in reason
+
+
+@pytest.mark.parametrize("deadline", ["NaN", "Infinity", "1e300", '"soon"'])
+def test_a_signal_wait_recorded_with_a_bad_deadline_blocks_the_run(
+    engine: durably.Engine, journal_url: str, deadline: str
+) -> None:
+    """Was: ValueError/OverflowError raised inside the workflow, so the run ended
+    ``failed`` (terminal) over a damaged row; now it is blocked until the row is fixed."""
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return ctx.wait_for_signal("go", timeout_s=HOUR)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(w, run_id="r")
+    sql(journal_url, f"UPDATE steps SET output = '{{\"deadline\": {deadline}}}'")
+    sql(journal_url, "UPDATE runs SET wake_at = 0")
+    with pytest.raises(durably.SerializationError, match=r"the recorded wait cannot be decoded"):
+        engine.run(w, run_id="r")
+    status, owner, _ = run_state(journal_url)
+    assert (status, owner) == ("blocked", None)
+    # Repaired, the run goes on from its wait and keeps the signal for it.
+    sql(journal_url, f"UPDATE steps SET output = '{{\"deadline\": {engine.clock.time() + 60}}}'")
+    engine.signal("r", "go", {"ok": True})
+    engine.retry("r")
+    assert engine.run(w, run_id="r") == {"ok": True}
