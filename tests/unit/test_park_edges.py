@@ -15,8 +15,10 @@ from contextlib import closing
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import durably
+from durably.cli import main as cli
 
 HOUR = 3600.0
 
@@ -104,3 +106,26 @@ def test_a_signal_wait_recorded_with_a_bad_deadline_blocks_the_run(
     engine.signal("r", "go", {"ok": True})
     engine.retry("r")
     assert engine.run(w, run_id="r") == {"ok": True}
+
+
+# -- runs why on a parked row whose wake time is no time -------------------------------------
+
+
+@pytest.mark.parametrize("wake_at", [1e300, float("inf"), float("-inf")])
+def test_runs_why_words_a_parked_row_with_an_impossible_wake_time(
+    engine: durably.Engine, journal_url: str, wake_at: float
+) -> None:
+    """Was: a traceback (OverflowError in clock_text); now the sentence says the row's
+    value is not a time."""
+
+    @engine.workflow(name="s")
+    def s(ctx: durably.Context) -> None:
+        ctx.sleep(HOUR)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(s, run_id="r")
+    sql(journal_url, "UPDATE runs SET wake_at = ?", wake_at)
+    out = CliRunner().invoke(cli, ["runs", "why", "r", "--db", journal_url])
+    assert out.exit_code == 0, out.output
+    assert out.output.startswith("r: parked on a timer")
+    assert "not a time" in out.output and len(out.output) < 400
