@@ -19,6 +19,8 @@ from click.testing import CliRunner
 
 import durably
 from durably.cli import main as cli
+from durably.store.base import Owner
+from durably.store.open import open_store
 
 HOUR = 3600.0
 
@@ -129,3 +131,43 @@ def test_runs_why_words_a_parked_row_with_an_impossible_wake_time(
     assert out.exit_code == 0, out.output
     assert out.output.startswith("r: parked on a timer")
     assert "not a time" in out.output and len(out.output) < 400
+
+
+# -- clock skew: a signal from a host whose clock runs ahead ----------------------------------
+
+
+def test_a_signal_from_a_host_whose_clock_runs_ahead_wakes_the_run_at_once(
+    journal_url: str,
+) -> None:
+    """Was: the wake time was the sender's clock, so a worker whose clock is behind the
+    sender's left the run parked for the skew (an hour here) though its signal was there;
+    now the wake time is never later than the park, on any clock."""
+    here, ahead = durably.FakeClock(), durably.FakeClock()
+    ahead.advance(HOUR)  # the sender's clock runs an hour ahead of the worker's
+    with durably.Engine(journal_url, clock=here, park_wait_s=0) as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("go")
+
+        with pytest.raises(durably.RunParked):
+            engine.run(w, run_id="r")
+    sender = durably.Engine(journal_url, clock=ahead)
+    assert sender.signal("r", "go", 7) == 1
+    sender.close()
+    here.advance(1)
+    store = open_store(journal_url, here)
+    try:
+        woke = store.get_run("r")
+        assert woke is not None and woke.wake_at is not None and woke.wake_at <= here.time()
+        taken = store.claim_next(
+            Owner("host-a", 100, "1"),
+            30,
+            10,
+            lambda _: False,
+            {"w": frozenset({None})},
+            ["default"],
+        )
+        assert taken is not None and taken.run_id == "r"
+    finally:
+        store.close()

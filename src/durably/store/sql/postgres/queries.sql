@@ -482,9 +482,11 @@ UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
-UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
-  AND (wake_at IS NULL OR wake_at > %(now)s);
+  AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names

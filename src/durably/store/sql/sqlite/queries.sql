@@ -297,9 +297,11 @@ UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq
 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
-UPDATE runs SET wake_at = :now, updated_at = :now
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
 WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
-  AND (wake_at IS NULL OR wake_at > :now);
+  AND (wake_at IS NULL OR wake_at > min(:now, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
