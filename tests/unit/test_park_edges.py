@@ -171,3 +171,42 @@ def test_a_signal_from_a_host_whose_clock_runs_ahead_wakes_the_run_at_once(
         assert taken is not None and taken.run_id == "r"
     finally:
         store.close()
+
+
+# -- engine.run waiting on a parked row whose wake time is NaN -------------------------------
+
+
+@pytest.mark.postgres
+def test_engine_run_waits_out_a_nan_wake_time_without_a_busy_loop(pg_url: str) -> None:
+    """Was: NaN (PostgreSQL keeps it) made every wait slice zero seconds, so engine.run
+    read the run's row tens of thousands of times a second, for ever without
+    ``park_wait_s``; now a NaN wake time is no wake time: the wait sleeps to its bound."""
+    clock = durably.FakeClock()
+    with durably.Engine(pg_url, clock=clock, park_wait_s=HOUR) as engine:
+
+        @engine.workflow(name="s")
+        def s(ctx: durably.Context) -> int:
+            ctx.sleep(2 * HOUR)
+            return 1
+
+        engine.park_wait_s = 0
+        with pytest.raises(durably.RunParked):
+            engine.run(s, run_id="r")
+        engine.park_wait_s = HOUR
+        sql(pg_url, "UPDATE runs SET wake_at = 'NaN'")
+        reads = 0
+        get_run = engine.store.get_run
+
+        def counted(run_id: str) -> Any:
+            nonlocal reads
+            reads += 1
+            if reads > 50:
+                raise AssertionError("engine.run reads the parked run's row in a loop")
+            return get_run(run_id)
+
+        engine.store.get_run = counted  # type: ignore[method-assign]
+        start = clock.time()
+        with pytest.raises(durably.RunParked) as parked:
+            engine.run(s, run_id="r")
+        assert clock.time() == start + HOUR  # slept to the bound, once
+        assert parked.value.wake_at is None and reads <= 3
