@@ -8,6 +8,7 @@ README.md and docs/ for the guarantees.
 
 from __future__ import annotations
 
+from .budget import Budget
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
@@ -50,6 +51,7 @@ __all__ = [
     "NOT_DONE",
     "ApprovalMismatch",
     "AsyncContext",
+    "Budget",
     "BudgetExceeded",
     "Cancelled",
     "Clock",

@@ -21,8 +21,22 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
+from .budget import Budget
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, RunCore, Scope, TakeSignal, Wait, Write
+from .core import (
+    SCOPE,
+    Call,
+    Charge,
+    Op,
+    Outcome,
+    ReadSpend,
+    RunCore,
+    Scope,
+    SetBudget,
+    TakeSignal,
+    Wait,
+    Write,
+)
 from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -107,6 +121,24 @@ class Executor:
                 )
             )
 
+    def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
+        """Carry out a ledger or budget operation (retried like a write); returns the
+        run's spend for :class:`Charge` and :class:`ReadSpend`.
+
+        A ledger row is not fenced: the call it counts happened whoever holds the lease
+        now (a stale owner's result write is refused right after). Storing the budget is
+        fenced like any write of the run's state.
+        """
+        core, store = self.core, self.store
+        if isinstance(op, Charge):
+            fn: Callable[[], Any] = lambda: store.record_spend(core.run_id, op.entry)  # noqa: E731
+        elif isinstance(op, ReadSpend):
+            fn = lambda: store.get_spend(core.run_id)  # noqa: E731
+        else:
+            fn = lambda: store.set_budget(core.run_id, core.token, op.budget)  # noqa: E731
+        with recording(core):
+            return (yield from retry.attempts(fn, self.store_retry_s))
+
 
 @contextlib.contextmanager
 def recording(core: RunCore) -> Iterator[None]:
@@ -140,7 +172,9 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                     ex.clock.sleep(pause)
                 reply = None
             elif isinstance(op, TakeSignal):
-                reply = _run_sync(ex, ex.take_signal(op))
+                reply = retry_sync(ex.take_signal(op), ex.clock)
+            elif isinstance(op, Charge | ReadSpend | SetBudget):
+                reply = retry_sync(ex.ledger(op), ex.clock)
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -166,12 +200,12 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
-            elif isinstance(op, TakeSignal):
-                # One short fenced transaction, like a write: no thread hop.
-                taking = ex.take_signal(op)
+            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget):
+                # One short transaction or read, like a write: no thread hop.
+                calls = ex.take_signal(op) if isinstance(op, TakeSignal) else ex.ledger(op)
                 while True:
                     try:
-                        pause = next(taking)
+                        pause = next(calls)
                     except StopIteration as stop:
                         reply = stop.value
                         break
@@ -185,14 +219,14 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             raise
 
 
-def _run_sync(ex: Executor, gen: Generator[float, None, T]) -> T:
-    """Run a store call's retry generator, waiting its pauses on the engine's clock."""
+def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
+    """Run a store-retry generator to its value, waiting out its pauses on ``clock``."""
     while True:
         try:
             pause = next(gen)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        ex.clock.sleep(pause)
+        clock.sleep(pause)
 
 
 def _call_sync(op: Call) -> Outcome:
@@ -422,6 +456,20 @@ class Context:
         """
         return drive_sync(self._ex, self._core.wait_for_signal(name, timeout_s, default))
 
+    def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend (what steps report with ``durably.usage``, summed
+        over the run's ledger across generations) to ``tokens`` tokens and ``cost_usd``
+        US dollars (None: no limit on that measure).
+
+        Call it at the top of the workflow: it consumes no position, so every replay
+        calls it again. The latest call wins (also over the workflow's ``budget=``
+        option); it is stored for ``durably runs show``/``why`` when it differs from the
+        stored one. Once the spend is more than a limit, the run's next recording call
+        raises ``durably.BudgetExceeded`` (the step that crossed it keeps its result),
+        latched: every later one raises it too, except a saga's compensations.
+        """
+        drive_sync(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
+
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
         the run's event stream, at the current position. It consumes no position and
@@ -509,6 +557,11 @@ class AsyncContext:
         ``timeout_s``: ``await ctx.wait_for_signal(name)`` (see
         :meth:`Context.wait_for_signal`)."""
         return _SignalWait(self._core, self._ex, name, timeout_s, default)
+
+    async def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend: ``await ctx.budget(tokens=..., cost_usd=...)``
+        (see :meth:`Context.budget`)."""
+        await drive_async(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -804,6 +857,15 @@ async def _at_once(value: T) -> T:
 
 async def _unstarted() -> Any:
     return None
+
+
+def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget:
+    """``ctx.budget``'s arguments as a :class:`Budget`; a bad one is a bug in the code,
+    so it blocks the run (like a bad step name) with a ConfigError naming it."""
+    try:
+        return Budget(tokens, cost_usd)
+    except ConfigError as exc:
+        raise core.poison(ConfigError(f"ctx.budget: {exc}; the run is blocked")) from None
 
 
 def _label(branch: object) -> str:

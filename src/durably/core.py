@@ -9,6 +9,7 @@ So there is a single implementation of replay semantics for sync and async workf
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime as dt
 import math
 import random as _random
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec, inputs
+from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
 from .errors import (
     BudgetExceeded,
@@ -119,7 +121,27 @@ class TakeSignal:
     consumer: str
 
 
-Op = Call | Write | Wait | TakeSignal
+@dataclass(slots=True)
+class Charge:
+    """Operation: add one call's reported usage to the run's spend ledger (its own
+    commit, before the step's result); the driver replies with the run's :class:`Spend`."""
+
+    entry: SpendEntry
+
+
+@dataclass(slots=True)
+class ReadSpend:
+    """Operation: read the run's spend and stored budget; the reply is a :class:`Spend`."""
+
+
+@dataclass(slots=True)
+class SetBudget:
+    """Operation: store the run's budget (fenced), for ``runs show`` and later claims."""
+
+    budget: Budget
+
+
+Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget
 
 
 @dataclass(slots=True)
@@ -279,6 +301,12 @@ class RunCore:
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
+        # Budgets: the run's generation (part of each ledger entry's name), the limit this
+        # claim was given (ctx.budget / the workflow option; else the stored one applies),
+        # and the run's spend as the ledger last said (None: not read in this claim).
+        self.generation = 0
+        self.budget: Budget | None = None
+        self.spend: Spend | None = None
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -304,9 +332,16 @@ class RunCore:
 
     def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
         """Ask for ``exc`` to stop the workflow at its next position that goes live (the
-        first request wins). Replayed positions are not affected: they return what they
-        recorded, so the workflow reaches the same point it reached before."""
-        if self.halt_requested is None:
+        first request wins, except that a cancel replaces a crossed budget not delivered
+        yet: a person's decision outranks the budget). Replayed positions are not
+        affected: they return what they recorded, so the workflow reaches the same point
+        it reached before."""
+        pending = self.halt_requested
+        if pending is None or (
+            self.halted is None
+            and isinstance(exc, Cancelled)
+            and isinstance(pending, BudgetExceeded)
+        ):
             self.halt_requested = exc
 
     def _deliver_halt(self, pos: str, exc: DurablyError) -> DurablyError:
@@ -530,6 +565,56 @@ class RunCore:
         )
         self.emits[pos] = index + 1
         self.events.append(NewEvent(USER, pos, text, self.clock.time(), f"emit:{pos}:{index}"))
+
+    # -- budgets and the spend ledger ----------------------------------------------------
+
+    def set_budget(self, budget: Budget) -> Generator[Op, Any, None]:
+        """``ctx.budget`` / the workflow's ``budget=``: this claim's limit (the latest call
+        wins), stored when it differs from the stored one (so a replay that sets the same
+        budget again writes nothing), then checked against the run's spend. It consumes
+        no position and may be called after a halt (it records nothing in the history)."""
+        self.guard(halt=False)
+        if not isinstance(budget, Budget):
+            raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+        self.budget = budget
+        if self.checking:
+            return  # replay --check writes nothing and never goes live
+        if self.spend is None:
+            self.spend = yield ReadSpend()
+        if self.spend.budget != budget:
+            yield SetBudget(budget)
+            self.spend = dataclasses.replace(self.spend, budget=budget)
+        self.check_budget()
+
+    def charge(self, pos: str, call: str, attempt: int, usage: Usage) -> Generator[Op, Any, None]:
+        """Put one call's reported usage in the ledger (nothing when it reported none), then
+        check the budget: a crossing asks for a halt, which reaches the workflow at its
+        next position that goes live (this step's result is still recorded)."""
+        if not usage.reported:
+            return
+        entry = SpendEntry(
+            f"g{self.generation}:{pos}:t{self.token}:{call}",
+            self.generation,
+            pos,
+            attempt,
+            self.token,
+            usage.tokens,
+            usage.input_tokens if usage.split else None,
+            usage.output_tokens if usage.split else None,
+            usage.cost_usd,
+        )
+        self.spend = yield Charge(entry)
+        self.check_budget()
+
+    def check_budget(self) -> None:
+        """Ask for a ``BudgetExceeded`` halt when the known spend is more than the limit
+        (this claim's, else the stored one)."""
+        if self.spend is None:
+            return
+        budget = self.budget if self.budget is not None else self.spend.budget
+        how = self.spend.over(budget)
+        if how is not None:
+            self.request_halt(BudgetExceeded(exceeded_message(self.run_id, how)))
 
     # -- deterministic values ------------------------------------------------------------
 
@@ -998,6 +1083,8 @@ class RunCore:
             out: Outcome = yield Call(
                 opts.reconcile, (key,), {}, opts.timeout_s, signature_of(opts.reconcile).is_async
             )
+            # A reconcile that reported usage (it asked a model) spent it for real.
+            yield from self.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
             if out.error is not None:
                 self.in_doubt = (
                     f"step {pos} {name!r}: reconcile({key!r}) raised"
@@ -1054,6 +1141,9 @@ class RunCore:
             self.guard()
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             _add_usage(spent, out.usage)
+            # Real spend reaches the ledger now, before the "effect" window: a crash before
+            # the result is recorded re-runs the call, and both calls are counted.
+            yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
             if out.error is None:
                 return (
                     yield from self._record_ok(
@@ -1152,6 +1242,8 @@ class RunCore:
             "tokens": rec.usage_tokens,
             "cost_usd": rec.usage_cost_usd,
         }
+        if usage.split:
+            done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
         rec = self._with_inputs(rec)
         if blob is not None:
@@ -1186,6 +1278,9 @@ def _add_usage(total: Usage, more: Usage) -> None:
     if more.reported:
         total.tokens += more.tokens
         total.cost_usd += more.cost_usd
+        total.input_tokens += more.input_tokens
+        total.output_tokens += more.output_tokens
+        total.split = total.split or more.split
         total.reported = True
 
 

@@ -26,8 +26,9 @@ from typing import Any, NoReturn, TypeVar
 
 from . import codec, reopen
 from ._fork import reset_after_fork
+from .budget import Budget, Spend
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, Executor, recording
+from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, type_name
 from .errors import (
     Cancelled,
@@ -118,6 +119,9 @@ class Workflow:
 
     # Set on the copy at_version() returns: a new run takes exactly this version.
     pinned: bool = field(default=False, compare=False)
+    # The run's spending limit (``budget=``), applied at the top of every claim as if the
+    # workflow called ctx.budget first.
+    budget: Budget | None = None
 
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r} version={self.version!r}>"
@@ -222,14 +226,26 @@ class Engine:
     # -- registry ------------------------------------------------------------------------
 
     def workflow(
-        self, name: str | None = None, version: str | None = None, prompt_version: str | None = None
+        self,
+        name: str | None = None,
+        version: str | None = None,
+        prompt_version: str | None = None,
+        *,
+        budget: Budget | None = None,
     ) -> Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow function; its first parameter receives the context.
 
         ``name`` defaults to the function's qualified name. ``version`` routes runs to
         workers that serve it (only when set); ``prompt_version`` is recorded for
-        information.
+        information. ``budget=durably.Budget(tokens=..., cost_usd=...)`` limits each
+        run's spend, as if the workflow called ``ctx.budget(...)`` first (a later
+        ``ctx.budget`` call wins).
         """
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError(
+                f"@engine.workflow(budget=...) takes a durably.Budget(tokens=..., cost_usd=...),"
+                f" got {budget!r:.100}"
+            )
 
         def register(fn: Callable[..., Any]) -> Workflow:
             if not callable(fn):
@@ -254,6 +270,7 @@ class Engine:
                 inspect.iscoroutinefunction(fn),
                 codec.return_hint(fn),
                 codec.param_hints(fn),
+                budget=budget,
             )
             versions[version] = wf
             return wf
@@ -356,6 +373,13 @@ class Engine:
                 f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
         return run
+
+    def spend(self, run_id: str) -> Spend:
+        """The run's spend (the spend ledger's sums across generations: every call that
+        reported ``durably.usage``, repeated and failed attempts included) and its stored
+        budget; raises ``RunNotFound``."""
+        self.get_run(run_id)
+        return self._store_call(lambda: self.store.get_spend(run_id))
 
     def history(self, run_id: str) -> list[StepRecord]:
         """The run's current history in program order."""
@@ -743,6 +767,8 @@ class Engine:
         if not isinstance(att, _Attempt):
             return att.value
         try:
+            if w.budget is not None:
+                drive_sync(att.executor, att.core.set_budget(w.budget))
             result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
             self._conclude_error(att, exc)
@@ -759,6 +785,8 @@ class Engine:
         if not isinstance(att, _Attempt):
             return att.value
         try:
+            if w.budget is not None:
+                await drive_async(att.executor, att.core.set_budget(w.budget))
             if w.is_async:
                 result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
             else:
@@ -931,6 +959,7 @@ class Engine:
             core = RunCore(run.run_id, history, self.clock, self.fault_hook)
             core.token = run.fencing_token
             core.incarnation = run.incarnation
+            core.generation = run.generation
             core.fetch_blobs = self.store.get_blobs
             core.codec_version = run.codec_version
             core.prompt_versions = (run.prompt_version, w.prompt_version)

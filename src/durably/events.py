@@ -156,6 +156,8 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
             "key": "the step's idempotency key",
             "tokens": "tokens it reported (if any)",
             "cost_usd": "cost it reported (if any)",
+            "input_tokens": "input tokens it reported (when given to durably.usage)",
+            "output_tokens": "output tokens it reported (when given to durably.usage)",
         },
     ),
     EventKind(

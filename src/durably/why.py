@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev_kinds
+from .budget import NEAR_FRACTION, Spend
 from .events import Event
 from .history import (
     FAILED,
+    HALT,
     INTENT,
     OK,
     SIGNAL,
@@ -88,6 +90,7 @@ class Facts:
     queue: QueueView | None = None
     last_error: tuple[str, str] | None = None
     blocked_type: str | None = None
+    spend: Spend | None = None
     park_kind: str | None = None
 
 
@@ -112,6 +115,10 @@ def explain(f: Facts) -> Why:
     builder = _BUILDERS.get(run.status, _other)
     if run.status == "running" and (f.owner_gone or orphaned_row(run, f.now)):
         builder = _orphaned
+    elif run.status == "running" and _near_budget(f.spend):
+        builder = _running_near_budget
+    elif run.status == "failed" and (run.error_type or "").endswith(BUDGET_EXCEEDED):
+        builder = _over_budget
     state, sentence, facts = builder(f)
     return Why(state, sentence, {**base, **facts})
 
@@ -161,6 +168,71 @@ def _running(f: Facts) -> _Built:
     where, more = _where(f)
     facts.update(more)
     return "running", f"{text}, {where}", facts
+
+
+BUDGET_EXCEEDED = "BudgetExceeded"
+
+
+def _near_budget(spend: Spend | None) -> bool:
+    share = None if spend is None else spend.fraction(spend.budget)
+    return share is not None and share >= NEAR_FRACTION
+
+
+def _spend_facts(spend: Spend | None) -> dict[str, Any]:
+    if spend is None:
+        return {}
+    b = spend.budget
+    return {
+        "spent_tokens": spend.tokens,
+        "spent_cost_usd": spend.cost_usd,
+        "budget_tokens": None if b is None else b.tokens,
+        "budget_cost_usd": None if b is None else b.cost_usd,
+        "budget_used": spend.fraction(b),
+    }
+
+
+def _running_near_budget(f: Facts) -> _Built:
+    _, text, facts = _running(f)
+    spend = f.spend
+    assert spend is not None  # chosen only with a spend near its budget
+    facts.update(_spend_facts(spend))
+    if spend.over(spend.budget) is not None:
+        # The crossing was counted; the halt reaches the workflow at its next recording
+        # call (the step in flight finishes and keeps its result).
+        tail = (
+            f"; over its budget: {spend.text()} — it stops with BudgetExceeded at its next"
+            " recording call"
+        )
+        return "over_budget", text + tail, facts
+    tail = f"; near its budget: {spend.text()}"
+    return "near_budget", text + tail, facts
+
+
+def _over_budget(f: Facts) -> _Built:
+    run = f.run
+    halt = next(
+        (r for r in f.history if r.kind == HALT and r.name == "durably.budget"),
+        None,
+    )
+    facts: dict[str, Any] = {
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+        **_spend_facts(f.spend),
+    }
+    spent = "" if f.spend is None else f": {f.spend.text()}"
+    if halt is None:
+        text = f"stopped by its budget{spent}"
+        fork = f"`durably fork {run.run_id} --at N`"
+    else:
+        at = halt.position.split(".")[0]  # fork goes live from a top-level position
+        facts["position"] = halt.position
+        text = f"stopped by its budget at step {halt.position}{spent}"
+        fork = f"`durably fork {run.run_id} --at {at}`"
+    text += (
+        f" — its recorded steps are kept: raise the budget (ctx.budget or budget=), then"
+        f" {fork} goes on from there without paying for them again"
+    )
+    return "budget_exceeded", text, facts
 
 
 def _where(f: Facts) -> tuple[str, dict[str, Any]]:
@@ -415,6 +487,9 @@ STATES = (
     "completed",
     "parked",
     "signal",
+    "near_budget",
+    "over_budget",
+    "budget_exceeded",
 )
 """Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
 each); other statuses get the status and its recorded reason."""
@@ -478,6 +553,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
     queue = queue_view(engine.store, run) if run.status in ("queued", "parked") else None
     events = read_events(engine, run_id)
+    spend = engine.store.get_spend(run_id) if run.status in ("running", "failed") else None
     return Facts(
         run,
         history,
@@ -487,6 +563,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
         queue,
         last_error_of(events, history),
         blocked_type(events),
+        spend,
         park_kind(events),
     )
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
@@ -267,6 +268,22 @@ class Store(Protocol):
         stale token). Idempotent: a signal already consumed by ``consumer`` (the reply
         was lost, or the process died before the wait was recorded) is returned again;
         otherwise the oldest unconsumed signal of ``name`` is taken (FIFO)."""
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the run's spend ledger, in one transaction, once per
+        ``entry.entry`` (a write retried after an unknown outcome adds nothing), and
+        return the run's spend after it, with its stored budget. Not fenced: the call
+        happened whoever holds the lease now."""
+        ...
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend (the ledger's sums across generations; zero without rows) and
+        its stored budget (None when none was stored)."""
+        ...
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget, replacing any stored one; fenced (``LeaseLost`` on a
+        stale token)."""
         ...
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:

@@ -45,6 +45,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
+from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -65,6 +66,7 @@ from .base import NewRun, Owner, Served, served_pairs
 from .rules import (
     WORKERS_MAX,
     blob_params,
+    budget_params,
     check_claimable,
     check_requeueable,
     check_signalable,
@@ -75,6 +77,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    spend_from_row,
+    spend_params,
     worker_params,
     worker_rows,
 )
@@ -957,6 +961,35 @@ class PostgresStore:
             "dedupes": [e.dedupe for e in events],
             "events_channel": self._events_channel,
         }
+
+    # -- the spend ledger and budgets ---------------------------------------------------
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the ledger once per entry; the run's spend after it."""
+        params = spend_params(run_id, entry, self.clock.time())
+
+        def op(conn: Conn, _: bool) -> Spend:
+            # The insert commits on its own (autocommit); its entry makes a retry a no-op.
+            conn.execute(_Q["insert_spend"], params)
+            return spend_from_row(conn.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
+
+        return self._call(op)
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend and stored budget."""
+        return self._call(
+            lambda c, _: spend_from_row(c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
+        )
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget (fenced: LeaseLost on a stale token)."""
+        params = budget_params(run_id, token, budget, self.clock.time())
+
+        def op(conn: Conn, _: bool) -> None:
+            if conn.execute(_Q["set_budget"], params).rowcount != 1:
+                raise LeaseLost(run_id, token)
+
+        self._call(op)
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Events after ``after`` (see the Store protocol); None for an unknown run."""

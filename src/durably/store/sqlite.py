@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._fork import reset_after_fork
+from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -41,6 +42,7 @@ from .base import NewRun, Owner, Served, served_json
 from .rules import (
     WORKERS_MAX,
     blob_params,
+    budget_params,
     check_claimable,
     check_requeueable,
     check_signalable,
@@ -51,6 +53,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    spend_from_row,
+    spend_params,
     worker_params,
     worker_rows,
 )
@@ -785,6 +789,28 @@ class SQLiteStore:
         return int(found[0]), str(found[1])
 
     # -- the event stream -----------------------------------------------------------------
+
+    # -- the spend ledger and budgets ---------------------------------------------------
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the ledger once per entry; the run's spend after it."""
+        now = self.clock.time()
+        with self._tx() as c:
+            c.execute(_Q["insert_spend"], spend_params(run_id, entry, now))
+            row = c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone()
+        return spend_from_row(row)
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend and stored budget."""
+        rows = self._read(_Q["get_spend"], {"run_id": run_id})
+        return spend_from_row(rows[0] if rows else None)
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget (fenced: LeaseLost on a stale token)."""
+        params = budget_params(run_id, token, budget, self.clock.time())
+        with self._tx() as c:
+            if c.execute(_Q["set_budget"], params).rowcount != 1:
+                raise LeaseLost(run_id, token)
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Events after ``after`` (see the Store protocol); None for an unknown run."""
