@@ -668,7 +668,8 @@ class RunCore:
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
+            # The range first: it also refuses NaN and infinities, and compares an int too
+            # large for a float (10**400) exactly, where math.isfinite would raise.
             or not 0 <= seconds <= TIMER_S_MAX
         ):
             raise self.poison(

@@ -210,3 +210,21 @@ def test_engine_run_waits_out_a_nan_wake_time_without_a_busy_loop(pg_url: str) -
             engine.run(s, run_id="r")
         assert clock.time() == start + HOUR  # slept to the bound, once
         assert parked.value.wake_at is None and reads <= 3
+
+
+# -- timer arguments ------------------------------------------------------------------------
+
+
+def test_a_sleep_of_an_int_too_large_for_a_float_blocks_the_run(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    """Was: OverflowError (math.isfinite on 10**400) raised inside the workflow, so the
+    run ended ``failed``; now it is blocked with the ConfigError every bad duration gets."""
+
+    @engine.workflow(name="s")
+    def s(ctx: durably.Context) -> None:
+        ctx.sleep(10**400)
+
+    with pytest.raises(durably.ConfigError, match=r"seconds must be a finite number from 0"):
+        engine.run(s, run_id="r")
+    assert run_state(journal_url)[:2] == ("blocked", None)
