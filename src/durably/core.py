@@ -1404,12 +1404,16 @@ def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
 def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
     """The deadline a ``waiting`` record holds (None: it waits without one)."""
     try:
+        # The start and the deadline are printed in the park reason: NaN or a time past
+        # year 9999 would crash that inside the workflow (failing the run), so both must
+        # be finite and no later than the longest timeout from now.
+        since = rec.started_at
+        if not math.isfinite(since) or since - core.clock.time() > SIGNAL_TIMEOUT_S_MAX:
+            raise TypeError(f"started_at {since!r}")
         out = codec.loads(rec.output or "null")
         deadline = out["deadline"]
         if deadline is None:
             return None
-        # Finite and within the longest timeout: NaN or a time past year 9999 would
-        # crash the park reason's formatting inside the workflow (failing the run).
         if (
             isinstance(deadline, (int, float))
             and not isinstance(deadline, bool)

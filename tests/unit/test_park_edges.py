@@ -84,9 +84,18 @@ def test_a_timer_recorded_past_any_printable_time_blocks_the_run(
     assert reason is not None and "the recorded timer cannot be read" in reason
 
 
-@pytest.mark.parametrize("deadline", ["NaN", "Infinity", "1e300", '"soon"'])
-def test_a_signal_wait_recorded_with_a_bad_deadline_blocks_the_run(
-    engine: durably.Engine, journal_url: str, deadline: str
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "output = '{\"deadline\": NaN}'",
+        "output = '{\"deadline\": Infinity}'",
+        "output = '{\"deadline\": 1e300}'",
+        'output = \'{"deadline": "soon"}\'',
+        "started_at = 1e300",
+    ],
+)
+def test_a_signal_wait_recorded_with_a_bad_deadline_or_start_blocks_the_run(
+    engine: durably.Engine, journal_url: str, damage: str
 ) -> None:
     """Was: ValueError/OverflowError raised inside the workflow, so the run ended
     ``failed`` (terminal) over a damaged row; now it is blocked until the row is fixed."""
@@ -97,14 +106,20 @@ def test_a_signal_wait_recorded_with_a_bad_deadline_blocks_the_run(
 
     with pytest.raises(durably.RunParked):
         engine.run(w, run_id="r")
-    sql(journal_url, f"UPDATE steps SET output = '{{\"deadline\": {deadline}}}'")
+    started = engine.clock.time()
+    sql(journal_url, f"UPDATE steps SET {damage}")
     sql(journal_url, "UPDATE runs SET wake_at = 0")
     with pytest.raises(durably.SerializationError, match=r"the recorded wait cannot be decoded"):
         engine.run(w, run_id="r")
     status, owner, _ = run_state(journal_url)
     assert (status, owner) == ("blocked", None)
     # Repaired, the run goes on from its wait and keeps the signal for it.
-    sql(journal_url, f"UPDATE steps SET output = '{{\"deadline\": {engine.clock.time() + 60}}}'")
+    deadline = engine.clock.time() + 60
+    sql(
+        journal_url,
+        f"UPDATE steps SET started_at = ?, output = '{{\"deadline\": {deadline}}}'",
+        started,
+    )
     engine.signal("r", "go", {"ok": True})
     engine.retry("r")
     assert engine.run(w, run_id="r") == {"ok": True}
