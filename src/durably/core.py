@@ -665,7 +665,7 @@ class RunCore:
         """``ctx.sleep(seconds)``: a durable timer at the next position (see
         :meth:`_timer`)."""
         self.guard()
-        if (
+        if not self._timer_reached() and (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
             # The range first: it also refuses NaN and infinities, and compares an int too
@@ -680,8 +680,7 @@ class RunCore:
                     " the code, then resume it."
                 )
             )
-        delay = float(seconds)
-        self._timer(lambda now: now + delay)
+        self._timer(lambda now: now + float(seconds))
 
     def sleep_until(self, when: Any) -> None:
         """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
@@ -712,6 +711,14 @@ class RunCore:
                 )
             )
         self._timer(lambda now: at)
+
+    def _timer_reached(self) -> bool:
+        """Whether the timer about to take the next position was reached before (its
+        record is there): then its recorded wake time wins and its argument is not looked
+        at, so one computed from the wall clock (``reset_at - time.time()``, negative on the
+        replay after the wake) does not block the run."""
+        rec = self.history.get(self.scope().peek())
+        return rec is not None and rec.kind == SLEEP
 
     def _timer(self, wake: Callable[[float], float]) -> None:
         """A durable timer at the next position; ``wake(now)`` gives the wake time when the

@@ -243,3 +243,25 @@ def test_a_sleep_of_an_int_too_large_for_a_float_blocks_the_run(
     with pytest.raises(durably.ConfigError, match=r"seconds must be a finite number from 0"):
         engine.run(s, run_id="r")
     assert run_state(journal_url)[:2] == ("blocked", None)
+
+
+def test_a_reached_timer_ignores_its_argument_on_replay(
+    engine: durably.Engine, journal_url: str, clock: durably.FakeClock
+) -> None:
+    """Was: the argument was checked before the record was read, so a duration computed
+    from the wall clock (a rate limit's ``reset_at - time.time()``: positive when first
+    reached, negative on the replay after the wake) blocked the run with ConfigError at
+    a timer that was over. The recorded wake time wins, so the argument of a timer
+    reached before is not looked at."""
+    reset_at = clock.time() + 60  # e.g. from a rate-limited call's response
+
+    @engine.workflow(name="s")
+    def s(ctx: durably.Context) -> str:
+        ctx.sleep(reset_at - clock.time())  # the wall clock, as time.time() would be
+        return "done"
+
+    with pytest.raises(durably.RunParked):
+        engine.run(s, run_id="r")
+    clock.advance(61)  # the worker came a second late: the argument is now negative
+    assert engine.run(s, run_id="r") == "done"
+    assert run_state(journal_url)[0] == "completed"
