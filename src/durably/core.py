@@ -915,10 +915,17 @@ class RunCore:
             check_name(name, "ctx.wait_for_signal: the signal name")
         except ConfigError as exc:
             raise self.poison(exc) from None
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        # A wait reached before keeps its recorded deadline: its timeout_s is not looked
+        # at, so one computed from the wall clock (negative after the deadline) is fine.
+        reached = self.history.get(self.scope().peek())
+        if (
+            (reached is None or reached.kind != SIGNAL or reached.status not in (OK, WAITING))
+            and timeout_s is not None
+            and (
+                isinstance(timeout_s, bool)
+                or not isinstance(timeout_s, (int, float))
+                or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+            )
         ):
             raise self.poison(
                 ConfigError(

@@ -265,3 +265,22 @@ def test_a_reached_timer_ignores_its_argument_on_replay(
     clock.advance(61)  # the worker came a second late: the argument is now negative
     assert engine.run(s, run_id="r") == "done"
     assert run_state(journal_url)[0] == "completed"
+
+
+def test_a_reached_signal_wait_ignores_its_timeout_on_replay(
+    engine: durably.Engine, journal_url: str, clock: durably.FakeClock
+) -> None:
+    """Was: timeout_s was checked before the record was read, so a timeout computed from
+    the wall clock (an SLA's ``due_at - time.time()``, negative once it passed) blocked
+    the run on the replay after the wake; the recorded deadline wins instead."""
+    due_at = clock.time() + 60
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return ctx.wait_for_signal("approve", timeout_s=due_at - clock.time(), default="late")
+
+    with pytest.raises(durably.RunParked):
+        engine.run(w, run_id="r")
+    clock.advance(61)  # past the deadline: the argument is now negative
+    assert engine.run(w, run_id="r") == "late"
+    assert run_state(journal_url)[0] == "completed"
