@@ -8,12 +8,13 @@ So there is a single implementation of replay semantics for sync and async workf
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
 import math
 import random as _random
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ from .events import (
     new_event,
 )
 from .history import (
+    COMPENSATE,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
@@ -230,6 +232,14 @@ def _too_many(position: str) -> ConfigError:
 
 SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
 
+# The run whose saga compensation the code running now is (set by ``RunCore.compensation``
+# for the thread or asyncio task that compensates): only that code passes a delivered halt.
+# A per-run counter alone would let a sibling gather branch record live work under the
+# cancel latch while another branch compensates.
+_COMPENSATING: contextvars.ContextVar[RunCore | None] = contextvars.ContextVar(
+    "durably_compensating", default=None
+)
+
 
 def type_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
@@ -295,9 +305,9 @@ class RunCore:
         self.manifests: dict[str, inputs.Manifest] = {}
         # A run-wide stop that must reach the workflow as an ordinary exception (a cancel,
         # a crossed budget): requested by the driver or the ledger, delivered at the next
-        # position that would go live (``live``), then latched in ``halted``. While
-        # ``compensating`` is above zero (a saga's compensations), it neither is
-        # delivered nor stops recording calls.
+        # position that would go live (``live``), then latched in ``halted``. Inside a
+        # saga's compensation (``compensation()``: ``compensating`` counts them, and the
+        # code running in one is marked) it neither is delivered nor stops recording calls.
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
@@ -327,8 +337,25 @@ class RunCore:
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
         if self.checking:
             raise self.latch(ReplayEnd(pos))
-        if self.halt_requested is not None and self.halted is None and not self.compensating:
+        if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
+
+    @contextlib.contextmanager
+    def compensation(self) -> Iterator[None]:
+        """Around a saga's compensations: the code running inside (this thread, or this
+        asyncio task) records despite a delivered halt (cancel, budget), and no halt is
+        delivered to it; everything else the run does stays under the latch."""
+        self.compensating += 1
+        token = _COMPENSATING.set(self)
+        try:
+            yield
+        finally:
+            _COMPENSATING.reset(token)
+            self.compensating -= 1
+
+    def compensating_here(self) -> bool:
+        """Whether the code running now is one of this run's saga compensations."""
+        return self.compensating > 0 and _COMPENSATING.get() is self
 
     def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
         """Ask for ``exc`` to stop the workflow at its next position that goes live (the
@@ -430,7 +457,7 @@ class RunCore:
         if self.stopped is not None:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
-        if halt and self.halted is not None and not self.compensating:
+        if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
 
     def recorded(
@@ -658,6 +685,45 @@ class RunCore:
 
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
+
+    # -- sagas ---------------------------------------------------------------------------
+
+    def compensate_begin(self, positions: list[str], error: str) -> None:
+        """A saga starts compensating the steps at ``positions`` (in the order it will
+        undo them) because of ``error``: take the next position and check or record a
+        ``compensate`` marker there. Its digest covers the positions, so a replay that
+        would undo other steps, or in another order, is caught before any compensation
+        runs; the error text is kept for people (it may differ on replay: a message the
+        workflow built live). The marker rides with the first compensation's write."""
+        self.guard()
+        pos = self.take()
+        digest = codec.digest(COMPENSATE_NAME, [positions], {})
+        rec = self.history.get(pos)
+        if rec is not None:
+            self.consumed.add(pos)
+            if rec.kind != COMPENSATE or rec.digest != digest:
+                raise self.poison(
+                    NonDeterminism(
+                        f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
+                        f" for a saga compensating the steps at {', '.join(positions)}"
+                        f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
+                        " run's history: revert the change, or let old runs finish on workers"
+                        " that serve their version first. The run is blocked; nothing recorded"
+                        " was lost, and it resumes once the code matches."
+                    )
+                )
+            return
+        self.live(pos)
+        text = codec.dumps(
+            {"steps": positions, "error": storable_text(error, ERROR_MESSAGE_CHARS_MAX)},
+            f"compensate {pos}",
+        )
+        now = self.clock.time()
+        self.pending.append(
+            StepRecord(
+                pos, COMPENSATE, COMPENSATE_NAME, digest, OK, text, started_at=now, finished_at=now
+            )
+        )
 
     # -- timers --------------------------------------------------------------------------
 
@@ -1380,6 +1446,7 @@ def _patch_digest(change_id: str) -> str:
 
 
 GATHER_NAME = "durably.gather"
+COMPENSATE_NAME = "durably.compensate"
 
 SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
 """Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
@@ -1470,6 +1537,13 @@ HALT_NAMES: dict[type[DurablyError], str] = {
     BudgetExceeded: "durably.budget",
 }
 _HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items()}
+
+
+def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
+    """The ``Cancelled`` of a run cancelled with ``reason`` (the one message for the
+    workflow, ``engine.run``, ``Handle.result`` and the worker's log)."""
+    said = f": {reason}" if reason else " (no reason given)"
+    return Cancelled(f"run {run_id!r} was cancelled{said}", reason)
 
 
 def _halt_digest(name: str) -> str:

@@ -174,6 +174,40 @@ class BudgetExceeded(DurablyError):
     """The run spent more than its budget allows (latched like ``Cancelled``)."""
 
 
+class CompensationFailed(DurablyError):
+    """A saga's compensation failed for good (after its own retries): the run ends
+    ``failed`` with this error, naming both the error that set off compensation and the
+    first compensation that failed.
+
+    Compensation is best effort: after a failed compensation the remaining ones still
+    run, and this is raised once all have been tried. ``error`` describes what set off
+    compensation, ``failures`` holds every compensation's ``StepFailed`` (first failed
+    first) and ``total`` counts the compensations tried. What a failed compensation
+    should have undone may still be in place in the receiving system: a person checks it.
+    """
+
+    def __init__(
+        self, run_id: str, error: str, failures: tuple[StepFailed, ...], total: int
+    ) -> None:
+        self.run_id = run_id
+        self.error = error
+        self.failures = failures
+        self.total = total
+        first = failures[0]
+        others = total - len(failures)
+        tally = (
+            f"{len(failures)} of {total} compensations failed, the other {others} ran"
+            if others
+            else f"{len(failures)} of {total} compensations failed"
+        )
+        super().__init__(
+            f"compensation failed: {first} ({tally}). It was compensating for: {error}."
+            f" What the failed compensation should have undone may still be in place:"
+            f" check the receiving system and undo it by hand (`durably runs show {run_id}`"
+            " lists what ran)"
+        )
+
+
 class IdempotencyKeyReused(DurablyError):
     """The same idempotency key arrived with a different request fingerprint."""
 
