@@ -284,3 +284,30 @@ def test_a_reached_signal_wait_ignores_its_timeout_on_replay(
     clock.advance(61)  # past the deadline: the argument is now negative
     assert engine.run(w, run_id="r") == "late"
     assert run_state(journal_url)[0] == "completed"
+
+
+def test_a_cancel_from_a_host_whose_clock_runs_ahead_wakes_the_parked_run_at_once(
+    journal_url: str,
+) -> None:
+    """As for a signal: the cancel's wake time was the canceller's clock, so a worker an
+    hour behind it left the parked run waiting an hour before it could unwind."""
+    here, ahead = durably.FakeClock(), durably.FakeClock()
+    ahead.advance(HOUR)
+    with durably.Engine(journal_url, clock=here, park_wait_s=0) as engine:
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> None:
+            ctx.sleep(10 * HOUR)
+
+        with pytest.raises(durably.RunParked):
+            engine.run(w, run_id="r")
+    with durably.Engine(journal_url, clock=ahead) as canceller:
+        canceller.cancel("r", reason="duplicate")
+    here.advance(1)
+    store = open_store(journal_url, here)
+    try:
+        me, served = Owner("host-a", 100, "1"), {"w": frozenset({None})}
+        taken = store.claim_next(me, 30, 10, lambda _: False, served, ["default"])
+        assert taken is not None and taken.run_id == "r"
+    finally:
+        store.close()

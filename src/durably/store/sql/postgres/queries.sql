@@ -480,7 +480,11 @@ FOR NO KEY UPDATE OF runs;
 -- (the caller NOTIFYs waiting workers in the same transaction).
 UPDATE runs
 SET cancel_requested_at = %(now)s, cancel_reason = %(reason)s::text,
-    wake_at = CASE WHEN status = 'parked' THEN %(now)s ELSE wake_at END, updated_at = %(now)s
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN least(%(now)s::double precision, updated_at)
+                   ELSE wake_at END,
+    updated_at = %(now)s
 WHERE run_id = %(run_id)s AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once

@@ -289,7 +289,10 @@ FROM runs WHERE run_id = :run_id;
 -- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind.
 UPDATE runs
 SET cancel_requested_at = :now, cancel_reason = :reason,
-    wake_at = CASE WHEN status = 'parked' THEN :now ELSE wake_at END, updated_at = :now
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN min(:now, updated_at) ELSE wake_at END,
+    updated_at = :now
 WHERE run_id = :run_id AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once
