@@ -311,3 +311,29 @@ def test_a_cancel_from_a_host_whose_clock_runs_ahead_wakes_the_parked_run_at_onc
         assert taken is not None and taken.run_id == "r"
     finally:
         store.close()
+
+
+# -- RunParked says how a signal wait becomes due -----------------------------------------
+
+
+def test_run_parked_on_a_signal_says_how_to_send_it(engine: durably.Engine) -> None:
+    """Was: 'a worker resumes it when it is due' only, though a signal wait without a
+    timeout is due only once its signal is sent; now the message says how to send it."""
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        return ctx.wait_for_signal("approve")
+
+    with pytest.raises(durably.RunParked) as parked:
+        engine.run(w, run_id="r")
+    text = str(parked.value)
+    assert "signal 'approve' since" in text
+    assert "engine.signal('r', NAME, data)" in text and "`durably signal r NAME" in text
+
+    @engine.workflow(name="s")
+    def s(ctx: durably.Context) -> None:
+        ctx.sleep(HOUR)
+
+    with pytest.raises(durably.RunParked) as timer:
+        engine.run(s, run_id="t")
+    assert "durably signal" not in str(timer.value)  # a timer needs no one to act
