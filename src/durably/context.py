@@ -525,7 +525,8 @@ class Context:
         top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
         the recorded wake time wins: a crash, a restart or a deploy that changes the
         duration never starts a fresh sleep for this run. ``sleep(0)`` records and
-        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``) when the
+        timer is first reached; a timer reached before ignores its argument."""
         self._core.sleep(seconds)
 
     def sleep_until(self, when: dt.datetime) -> None:

@@ -744,10 +744,11 @@ class RunCore:
         """``ctx.sleep(seconds)``: a durable timer at the next position (see
         :meth:`_timer`)."""
         self.guard()
-        if (
+        if not self._timer_reached() and (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
+            # The range first: it also refuses NaN and infinities, and compares an int too
+            # large for a float (10**400) exactly, where math.isfinite would raise.
             or not 0 <= seconds <= TIMER_S_MAX
         ):
             raise self.poison(
@@ -758,8 +759,7 @@ class RunCore:
                     " the code, then resume it."
                 )
             )
-        delay = float(seconds)
-        self._timer(lambda now: now + delay)
+        self._timer(lambda now: now + float(seconds))
 
     def sleep_until(self, when: Any) -> None:
         """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
@@ -790,6 +790,14 @@ class RunCore:
                 )
             )
         self._timer(lambda now: at)
+
+    def _timer_reached(self) -> bool:
+        """Whether the timer about to take the next position was reached before (its
+        record is there): then its recorded wake time wins and its argument is not looked
+        at, so one computed from the wall clock (``reset_at - time.time()``, negative on the
+        replay after the wake) does not block the run."""
+        rec = self.history.get(self.scope().peek())
+        return rec is not None and rec.kind == SLEEP
 
     def _timer(self, wake: Callable[[float], float]) -> None:
         """A durable timer at the next position; ``wake(now)`` gives the wake time when the
@@ -840,6 +848,10 @@ class RunCore:
             at = codec.loads(rec.output or "null")["wake_at"]
             if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
                 raise ValueError(f"wake_at {at!r}")
+            if at - self.clock.time() > TIMER_S_MAX:
+                # No timer durably records ends that far out, and the park reason could
+                # not print it (past year 9999): a damaged row, not a wait.
+                raise ValueError(f"wake_at {at!r} is more than 100 years ahead")
             return float(at)
         except (SerializationError, TypeError, KeyError, ValueError) as exc:
             raise self.poison(
@@ -982,10 +994,17 @@ class RunCore:
             check_name(name, "ctx.wait_for_signal: the signal name")
         except ConfigError as exc:
             raise self.poison(exc) from None
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        # A wait reached before keeps its recorded deadline: its timeout_s is not looked
+        # at, so one computed from the wall clock (negative after the deadline) is fine.
+        reached = self.history.get(self.scope().peek())
+        if (
+            (reached is None or reached.kind != SIGNAL or reached.status not in (OK, WAITING))
+            and timeout_s is not None
+            and (
+                isinstance(timeout_s, bool)
+                or not isinstance(timeout_s, (int, float))
+                or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+            )
         ):
             raise self.poison(
                 ConfigError(
@@ -1486,12 +1505,23 @@ def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
 def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
     """The deadline a ``waiting`` record holds (None: it waits without one)."""
     try:
+        # The start and the deadline are printed in the park reason: NaN or a time past
+        # year 9999 would crash that inside the workflow (failing the run), so both must
+        # be finite and no later than the longest timeout from now.
+        since = rec.started_at
+        if not math.isfinite(since) or since - core.clock.time() > SIGNAL_TIMEOUT_S_MAX:
+            raise TypeError(f"started_at {since!r}")
         out = codec.loads(rec.output or "null")
         deadline = out["deadline"]
-        if deadline is None or (
-            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        if deadline is None:
+            return None
+        if (
+            isinstance(deadline, (int, float))
+            and not isinstance(deadline, bool)
+            and math.isfinite(deadline)
+            and deadline - core.clock.time() <= SIGNAL_TIMEOUT_S_MAX
         ):
-            return None if deadline is None else float(deadline)
+            return float(deadline)
         raise TypeError(f"deadline {deadline!r}")
     except (SerializationError, TypeError, KeyError) as exc:
         raise core.poison(

@@ -755,10 +755,15 @@ class Engine:
         told = False
         while run.status == PARKED:
             now = self.clock.time()
-            if run.wake_at is not None and run.wake_at <= now:
+            wake = run.wake_at
+            if wake is not None and math.isnan(wake):
+                # A hand-edited row (PostgreSQL keeps NaN, which no claim finds due): no
+                # wake time, so the waits below are slices, not a loop of zero waits.
+                wake = None
+            if wake is not None and wake <= now:
                 break
             if deadline is not None and now >= deadline:
-                raise RunParked(run.run_id, run.park_reason or "parked", run.wake_at)
+                raise RunParked(run.run_id, run.park_reason or "parked", wake)
             if not told:
                 _log.info(
                     "durably: run %s is parked (%s); waiting in this process",
@@ -767,7 +772,7 @@ class Engine:
                 )
                 told = True
             until = min(
-                math.inf if run.wake_at is None else run.wake_at,
+                math.inf if wake is None else wake,
                 math.inf if deadline is None else deadline,
             )
             if not real and math.isfinite(until):

@@ -147,10 +147,19 @@ class RunParked(DurablyError):
         self.run_id = run_id
         self.reason = reason
         self.wake_at = wake_at
+        # A signal wait is due only when its signal comes (or its timeout passes): say how
+        # to send one, or the reader waits for a worker that has nothing to do.
+        due = (
+            f" (due once the signal is sent: engine.signal({run_id!r}, NAME, data) or"
+            f" `durably signal {run_id} NAME --data JSON`, or its timeout passes)"
+            if reason.startswith("signal ")
+            else ""
+        )
         super().__init__(
-            f"run {run_id!r} is parked ({reason}) and stays parked: a worker (`durably"
-            " worker MODULE:ENGINE`) resumes it when it is due, or call engine.run(...,"
-            f" run_id={run_id!r}) or engine.resume({run_id!r}) again to wait for it here"
+            f"run {run_id!r} is parked ({reason}) and stays parked{due}: a worker"
+            " (`durably worker MODULE:ENGINE`) resumes it when it is due, or call"
+            f" engine.run(..., run_id={run_id!r}) or engine.resume({run_id!r}) again to"
+            " wait for it here"
         )
 
 

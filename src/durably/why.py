@@ -579,8 +579,12 @@ def _last_record(history: Sequence[StepRecord]) -> StepRecord | None:
 
 
 def clock_text(t: float) -> str:
-    """A time of day for a sentence (UTC, with the date when it is not today's)."""
-    when = dt.datetime.fromtimestamp(t, dt.UTC)
+    """A time of day for a sentence (UTC, with the date when it is not today's); a value
+    that is no time (a hand-edited row: infinite, NaN, past year 9999) is said as such."""
+    try:
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{t!r} (not a time: the row was edited)"
     today = dt.datetime.now(dt.UTC).date()
     fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
     return when.strftime(fmt)
@@ -593,7 +597,9 @@ def seconds(s: float) -> str:
         return f"{s:.0f} s"
     if s < 7200:
         return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    hours = s / 3600
+    # Short either way: an edited row's 1e300 s must not print 300 digits.
+    return f"{hours:.1f} h" if hours < 1e6 else f"{hours:.3g} h"
 
 
 def quote(text: str) -> str:

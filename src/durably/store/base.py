@@ -271,7 +271,9 @@ class Store(Protocol):
         """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
         return its per-run sequence number (1, 2, ...), taken under the run's row lock,
         with a ``signal.received`` event in the same transaction. A run parked waiting
-        for ``name`` is made due at once (PostgreSQL also notifies the workers). Not
+        for ``name`` is made due at once (PostgreSQL also notifies the workers): its wake
+        time becomes the earlier of now and when it parked, so a sender whose clock runs
+        ahead of the workers' delays nothing. Not
         fenced: any process may signal. Raises ``RunNotFound`` for an unknown run and
         ``RunFinished`` for one completed, failed, cancelled or continued.
 

@@ -483,7 +483,11 @@ FOR NO KEY UPDATE OF runs;
 -- (the caller NOTIFYs waiting workers in the same transaction).
 UPDATE runs
 SET cancel_requested_at = %(now)s, cancel_reason = %(reason)s::text,
-    wake_at = CASE WHEN status = 'parked' THEN %(now)s ELSE wake_at END, updated_at = %(now)s
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN least(%(now)s::double precision, updated_at)
+                   ELSE wake_at END,
+    updated_at = %(now)s
 WHERE run_id = %(run_id)s AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once
@@ -528,9 +532,11 @@ UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
-UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
-  AND (wake_at IS NULL OR wake_at > %(now)s);
+  AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names

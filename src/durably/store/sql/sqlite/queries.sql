@@ -292,7 +292,10 @@ FROM runs WHERE run_id = :run_id;
 -- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind.
 UPDATE runs
 SET cancel_requested_at = :now, cancel_reason = :reason,
-    wake_at = CASE WHEN status = 'parked' THEN :now ELSE wake_at END, updated_at = :now
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN min(:now, updated_at) ELSE wake_at END,
+    updated_at = :now
 WHERE run_id = :run_id AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once
@@ -333,9 +336,11 @@ UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq
 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
-UPDATE runs SET wake_at = :now, updated_at = :now
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
 WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
-  AND (wake_at IS NULL OR wake_at > :now);
+  AND (wake_at IS NULL OR wake_at > min(:now, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
