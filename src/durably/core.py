@@ -1233,12 +1233,13 @@ class RunCore:
         while True:
             attempt += 1
             self.guard()
-            if attempt > 1 and isinstance(self.halt_requested, Cancelled):
+            if attempt > 1 and self.halt_requested is not None:
                 # A retry is a new call: a cancel asked for while the failed attempt ran or
-                # during the backoff lands here (recorded at this position, over its
-                # intent), not after the remaining attempts, which would run live work
-                # under the cancel and let the step's failure end the run ``failed``. (A
-                # crossed budget lets the step finish its retries: docs/api.md, Budgets.)
+                # during the backoff, or a budget that attempt crossed, lands here
+                # (recorded at this position, over its intent), not after the remaining
+                # attempts, which would run live work under the cancel, spend past the
+                # budget, and let the step's failure end the run ``failed`` for the wrong
+                # reason. A saga's compensation (not delivered to) keeps its retries.
                 self.live(pos)
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             _add_usage(spent, out.usage)
