@@ -389,6 +389,22 @@ class Context:
         """A random UUID, recorded."""
         return self._core.uuid()
 
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
+        recorded at this position, and a timer not yet due parks the run: it gives back
+        its process and lease (nothing is held while it waits) and is replayed from the
+        top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
+        the recorded wake time wins: a crash, a restart or a deploy that changes the
+        duration never starts a fresh sleep for this run. ``sleep(0)`` records and
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        self._core.sleep(seconds)
+
+    def sleep_until(self, when: dt.datetime) -> None:
+        """Wait durably until ``when``, a timezone-aware datetime (a naive one is refused:
+        it names no fixed instant); a time already past records and returns. Otherwise as
+        :meth:`sleep`."""
+        self._core.sleep_until(when)
+
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the code path of change ``change_id``: True for a run
         that reaches this point after the change shipped (a marker is recorded, taking a
@@ -450,6 +466,17 @@ class AsyncContext:
     def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
         """A random UUID, recorded: ``await ctx.uuid()``."""
         return _ValueCall(self._core, "uuid", self._core.uuid)
+
+    def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
+        """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
+        The run parks; it never holds the event loop, a thread or a worker slot while it
+        waits."""
+        return _SleepCall(self._core, "sleep", lambda: self._core.sleep(seconds))
+
+    def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
+        """Wait durably until the timezone-aware ``when`` (see
+        :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
+        return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
 
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes change ``change_id``'s path (see
@@ -658,6 +685,27 @@ class _ValueCall(_Recording[T]):
     def _run(self) -> Coroutine[Any, Any, T]:
         self._core.check_dropped()
         return _at_once(self._produce())
+
+
+class _SleepCall(_Recording[None]):
+    """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
+    parks, when the timer is not due) when awaited, once."""
+
+    __slots__ = ("_method", "_timer", "label")
+
+    def __init__(self, core: RunCore, method: str, timer: Callable[[], None]) -> None:
+        super().__init__(core)
+        self._method = method
+        self.label = "durably.sleep"
+        self._timer = timer
+
+    def _call(self) -> str:
+        return f"ctx.{self._method}(...)"
+
+    def _run(self) -> Coroutine[Any, Any, None]:
+        self._core.check_dropped()
+        self._timer()
+        return _at_once(None)
 
 
 async def _at_once(value: T) -> T:

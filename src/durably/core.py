@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
+import math
 import random as _random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -53,9 +54,11 @@ from .history import (
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
+    SLEEP,
     STEP,
     STEP_OUTPUT_BYTES_MAX,
     UUID,
+    WAITING,
     StepRecord,
     check_name,
     describe_error,
@@ -560,6 +563,117 @@ class RunCore:
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
 
+    # -- timers --------------------------------------------------------------------------
+
+    def sleep(self, seconds: Any) -> None:
+        """``ctx.sleep(seconds)``: a durable timer at the next position (see
+        :meth:`_timer`)."""
+        self.guard()
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or not 0 <= seconds <= TIMER_S_MAX
+        ):
+            raise self.poison(
+                ConfigError(
+                    f"ctx.sleep({seconds!r:.100}): seconds must be a finite number from 0 to"
+                    f" {TIMER_S_MAX:,.0f} (100 years), e.g. ctx.sleep(3600) for an hour; for a"
+                    " point in time use ctx.sleep_until(datetime). The run is blocked; fix"
+                    " the code, then resume it."
+                )
+            )
+        delay = float(seconds)
+        self._timer(lambda now: now + delay)
+
+    def sleep_until(self, when: Any) -> None:
+        """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
+        self.guard()
+        if not isinstance(when, dt.datetime):
+            raise self.poison(
+                ConfigError(
+                    f"ctx.sleep_until({when!r:.100}): pass a timezone-aware datetime, e.g."
+                    " datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC); for a duration use"
+                    " ctx.sleep(seconds). The run is blocked; fix the code, then resume it."
+                )
+            )
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise self.poison(
+                ConfigError(
+                    f"ctx.sleep_until({when.isoformat()}): the datetime is naive (no timezone),"
+                    " so it names no fixed instant (the process's local zone would decide);"
+                    " give it one: when.replace(tzinfo=datetime.UTC) or a zoneinfo.ZoneInfo."
+                    " The run is blocked; fix the code, then resume it."
+                )
+            )
+        at = when.timestamp()
+        if at - self.clock.time() > TIMER_S_MAX:
+            raise self.poison(
+                ConfigError(
+                    f"ctx.sleep_until({when.isoformat()}): more than 100 years ahead; a timer"
+                    " that far out is a bug. The run is blocked; fix the code, then resume it."
+                )
+            )
+        self._timer(lambda now: at)
+
+    def _timer(self, wake: Callable[[float], float]) -> None:
+        """A durable timer at the next position; ``wake(now)`` gives the wake time when the
+        timer is first reached (on the recorded clock).
+
+        The digest does not cover the duration: once reached, the recorded wake time wins
+        (a deploy that changes the duration applies to timers not yet reached). Recorded
+        ``ok``: the timer is over, return. Otherwise (nothing recorded, or ``waiting``) the
+        timer goes live: due, an ``ok`` record rides with the next write and the call
+        returns; not due, a ``waiting`` record holding the wake time (written once: a
+        replay parks again at the same recorded time, never a fresh one) and the run
+        parks, latched, until then.
+        """
+        pos = self.take()
+        rec = self.recorded(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST)
+        if rec is not None and rec.status == OK:
+            return
+        self.live(pos)  # nothing recorded, or a wait in progress: the timer is live here
+        now = self.clock.time()
+        wake_at = wake(now) if rec is None else self._recorded_wake(pos, rec)
+        text = codec.dumps({"wake_at": wake_at})
+        started = now if rec is None else rec.started_at
+        if wake_at <= now:
+            self.pending.append(
+                StepRecord(
+                    pos,
+                    SLEEP,
+                    SLEEP_NAME,
+                    _SLEEP_DIGEST,
+                    OK,
+                    text,
+                    started_at=started,
+                    finished_at=now,
+                )
+            )
+            return
+        if rec is None:
+            self.pending.append(
+                StepRecord(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, WAITING, text, started_at=now)
+            )
+        raise self.latch(Parked(TIMER, wake_at))
+
+    def _recorded_wake(self, pos: str, rec: StepRecord) -> float:
+        """The wake time a ``waiting`` timer record holds (a damaged row blocks the run)."""
+        try:
+            if rec.status != WAITING:
+                raise ValueError(f"status {rec.status!r}")
+            at = codec.loads(rec.output or "null")["wake_at"]
+            if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
+                raise ValueError(f"wake_at {at!r}")
+            return float(at)
+        except (SerializationError, TypeError, KeyError, ValueError) as exc:
+            raise self.poison(
+                SerializationError(
+                    f"position {pos} {SLEEP_NAME}: the recorded timer cannot be read ({exc});"
+                    " the run is blocked until the row is repaired"
+                )
+            ) from None
+
     # -- gathers -------------------------------------------------------------------------
 
     def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
@@ -1047,6 +1161,14 @@ GATHER_NAME = "durably.gather"
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
+
+SLEEP_NAME = "durably.sleep"
+# Without the duration: the recorded wake time wins (see RunCore._timer).
+_SLEEP_DIGEST = codec.digest(SLEEP_NAME, [], {})
+TIMER = "timer"
+"""The park reason (``Parked.reason``) of a timer."""
+TIMER_S_MAX = 100 * 365.25 * 86_400
+"""Longest timer: 100 years (further out is a bug, and past year 9999 unprintable)."""
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

@@ -10,16 +10,18 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import inspect
 import logging
+import math
 import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from . import codec, reopen
 from ._fork import reset_after_fork
@@ -38,6 +40,7 @@ from .errors import (
     RunInDoubt,
     RunLeased,
     RunNotFound,
+    RunParked,
     RunQuarantined,
     SerializationError,
     StaleLease,
@@ -56,10 +59,12 @@ from .history import (
     IN_DOUBT,
     KEY_CHARS_MAX,
     PARK_REASON_CHARS_MAX,
+    PARKED,
     QUARANTINED,
     RUN_ID_CHARS_MAX,
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
+    RUNNING,
     STEP_OUTPUT_BYTES_MAX,
     RunRecord,
     StepRecord,
@@ -89,6 +94,10 @@ MAX_STARTS_DEFAULT = 10
 LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
 EVENTS_PAGE_MAX = 10_000  # most events one engine.events call returns
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
+PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
+FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
+# What a parked run can wait for (Parked.reason); "in_doubt" waits for a person instead.
+PARK_KINDS = frozenset({"timer", "signal", "approval"})
 
 _log = logging.getLogger("durably")
 
@@ -148,6 +157,10 @@ class Engine:
     ``wait_for_lease`` (default True): when ``run`` finds its run leased by an owner on
     another host that looks dead, it logs why and waits for the lease to expire; False
     raises ``RunLeased`` at once instead. A live owner on this host always raises at once.
+    ``park_wait_s`` bounds how long ``run``/``run_async``/``resume`` wait in this process
+    for a parked run to be due (a timer; default None: as long as it takes); past it they
+    raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
+    engine option, never a keyword of ``engine.run`` (those go to the workflow).
     Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
     """
 
@@ -162,6 +175,7 @@ class Engine:
         fault_hook: FaultHook | None = None,
         wait_for_lease: bool = True,
         store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
+        park_wait_s: float | None = None,
         **store_options: Any,
     ) -> None:
         if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
@@ -171,6 +185,16 @@ class Engine:
         if not store_retry_s >= 0:
             raise ConfigError(f"store_retry_s={store_retry_s!r}: must be >= 0 (seconds)")
         self.store_retry_s = store_retry_s
+        if park_wait_s is not None and (
+            isinstance(park_wait_s, bool)
+            or not isinstance(park_wait_s, (int, float))
+            or not park_wait_s >= 0
+        ):
+            raise ConfigError(
+                f"park_wait_s={park_wait_s!r}: must be None (wait in-process as long as a"
+                " parked run needs) or a number of seconds >= 0"
+            )
+        self.park_wait_s = park_wait_s
         self.url = url or os.environ.get("DURABLY_URL") or DEFAULT_URL
         self.clock: Clock = clock or SystemClock()
         self.lease_s = lease_s
@@ -292,37 +316,35 @@ class Engine:
 
         A new ``run_id`` (default: a fresh UUID) starts a run; an existing one resumes it
         from its journal, and a finished one returns (or raises) its recorded outcome
-        without executing anything. A failed run raises ``WorkflowFailed``.
+        without executing anything. A failed run raises ``WorkflowFailed``. When the run
+        parks (``ctx.sleep``), this waits in-process (holding no lease) until it is due
+        and replays it; ``park_wait_s`` bounds that wait (then ``RunParked``). A parked
+        run found here (a crash during the wait) is waited for until its recorded wake
+        time, never a fresh one.
         """
         w, run = self._prepare_resolved(wf, args, kwargs, run_id)
-        if w.is_async:
-            import asyncio
-
-            return asyncio.run(self._drive_async(w, run))
-        return self._drive_sync(w, run)
+        return self._drive_to_end(w, run)
 
     async def run_async(
         self, wf: Workflow | str, /, *args: Any, run_id: str | None = None, **kwargs: Any
     ) -> Any:
-        """:meth:`run` for use inside a running event loop (sync workflows run inline)."""
+        """:meth:`run` for use inside a running event loop (sync workflows run inline);
+        a parked run is waited for in a thread, so the loop goes on meanwhile."""
         w, run = self._prepare_resolved(wf, args, kwargs, run_id)
-        if w.is_async:
-            return await self._drive_async(w, run)
-        return self._drive_sync(w, run)
+        return await self._drive_to_end_async(w, run)
 
     def resume(self, run_id: str) -> Any:
-        """Drive an existing run with the input it was started with."""
+        """Drive an existing run with the input it was started with (waiting in-process
+        while it is parked, like :meth:`run`)."""
+        return self._resume(run_id, wait=True)
+
+    def _resume(self, run_id: str, wait: bool) -> Any:
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
                 f"no run {run_id!r} in {redact_url(self.url)}; `durably runs list` shows runs"
             )
-        w = self._for_run(run)
-        if w.is_async:
-            import asyncio
-
-            return asyncio.run(self._drive_async(w, run))
-        return self._drive_sync(w, run)
+        return self._drive_to_end(self._for_run(run), run, wait)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record; raises ``RunNotFound``."""
@@ -554,7 +576,9 @@ class Engine:
         for run in orphans_of_this_host(self.store, self.served()):
             _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
             try:
-                results[run.run_id] = self.resume(run.run_id)
+                # A run that parks stays parked (RunParked in the results): recovery does
+                # not wait out timers; a worker or a later call resumes it when due.
+                results[run.run_id] = self._resume(run.run_id, wait=False)
             except RunLeased:
                 continue  # a worker took it meanwhile: it is being driven
             except DurablyError as exc:
@@ -573,6 +597,106 @@ class Engine:
         self.close()
 
     # -- the drive loop ------------------------------------------------------------------
+
+    def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
+        """Drive ``run`` until it ends; while it parks, wait in this process until it is
+        due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
+        followed = False
+        while True:
+            if wait and run.status == PARKED:
+                run = self._await_wake(run)
+            try:
+                if w.is_async:
+                    import asyncio
+
+                    return asyncio.run(self._drive_async(w, run))
+                return self._drive_sync(w, run)
+            except RunParked:
+                if not wait:
+                    raise
+                run = self.get_run(run.run_id)
+            except RunLeased:
+                if not followed:
+                    raise
+                # Another process took the run when it was due: follow it to its end.
+                run = self._follow(run.run_id)
+            followed = True
+
+    async def _drive_to_end_async(self, w: Workflow, run: RunRecord) -> Any:
+        """:meth:`_drive_to_end` on the running event loop: the waits run in a thread."""
+        import asyncio
+
+        followed = False
+        while True:
+            if run.status == PARKED:
+                run = await asyncio.to_thread(self._await_wake, run)
+            try:
+                if w.is_async:
+                    return await self._drive_async(w, run)
+                return self._drive_sync(w, run)
+            except RunParked:
+                run = await asyncio.to_thread(self.get_run, run.run_id)
+            except RunLeased:
+                if not followed:
+                    raise
+                run = await asyncio.to_thread(self._follow, run.run_id)
+            followed = True
+
+    def _await_wake(self, run: RunRecord) -> RunRecord:
+        """Wait while ``run`` is parked and not due, for at most ``park_wait_s``; return
+        its row once due or no longer parked (claimed by a worker, cancelled, finished).
+        Past the bound, raise ``RunParked`` (the run stays parked).
+
+        Nothing is held meanwhile: no lease, no row lock. On the real clock the wait is
+        sliced (at most PARK_WAIT_SLICE_S) into waits for the run's events, so a
+        PostgreSQL NOTIFY (a signal, a cancel) ends a slice at once and SQLite looks again
+        within a second; on an injected clock (tests) the clock sleeps to the wake time.
+        """
+        deadline = None if self.park_wait_s is None else self.clock.time() + self.park_wait_s
+        real = isinstance(self.clock, SystemClock)
+        told = False
+        while run.status == PARKED:
+            now = self.clock.time()
+            if run.wake_at is not None and run.wake_at <= now:
+                break
+            if deadline is not None and now >= deadline:
+                raise RunParked(run.run_id, run.park_reason or "parked", run.wake_at)
+            if not told:
+                _log.info(
+                    "durably: run %s is parked (%s); waiting in this process",
+                    run.run_id,
+                    run.park_reason or "no reason recorded",
+                )
+                told = True
+            until = min(
+                math.inf if run.wake_at is None else run.wake_at,
+                math.inf if deadline is None else deadline,
+            )
+            run_id = run.run_id
+            if not real and math.isfinite(until):
+                self.clock.sleep(until - now)
+            else:
+                slice_s = min(PARK_WAIT_SLICE_S, max(0.0, until - now))
+                self._store_call(lambda: self.store.wait_for_events(run_id, slice_s))
+            run = self._store_call(lambda: self.get_run(run_id))
+        return run
+
+    def _follow(self, run_id: str) -> RunRecord:
+        """Wait (polling, like ``Handle.result``) while another live process drives the
+        run; return its row once it is not running under a live lease (finished, parked
+        again, or orphaned and claimable)."""
+        while True:
+            run = self.get_run(run_id)
+            live = (
+                run.status == RUNNING
+                and run.owner is not None
+                and run.lease_expires_at is not None
+                and run.lease_expires_at > self.clock.time()
+                and not owner_dead(run.owner)
+            )
+            if not live:
+                return run
+            time.sleep(FOLLOW_POLL_S)
 
     def _drive_sync(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
         att = self._begin(w, run, claimed)
@@ -853,6 +977,8 @@ class Engine:
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
+            if isinstance(signal, Parked) and signal.reason in PARK_KINDS:
+                self._park(core, run_id, token, signal)
             if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
                 why = storable_text(core.in_doubt or "", PARK_REASON_CHARS_MAX)
                 events = core.take_events()
@@ -888,6 +1014,31 @@ class Engine:
         except StoreFailed as failed:
             self._give_back(run_id, token)
             raise failed.error from (exc if exc is not failed else None)
+
+    def _park(self, core: RunCore, run_id: str, token: int, parked: Parked) -> NoReturn:
+        """Park the run (its pending records, such as the timer's ``waiting`` record, and
+        events in the same fenced transaction) and raise ``RunParked`` with the effective
+        wake time (at once when a cancel or the awaited signal came first)."""
+        reason = storable_text(park_reason(parked), PARK_REASON_CHARS_MAX)
+        records, events = core.take_pending(), core.take_events()
+        woke: list[float | None] = []
+
+        def park() -> None:
+            woke.append(
+                self.store.park(
+                    run_id,
+                    token,
+                    records,
+                    events,
+                    kind=parked.reason,
+                    park_reason=reason,
+                    wake_at=parked.wake_at,
+                    wait_signal=parked.wait_signal,
+                )
+            )
+
+        self._record(core, park)
+        raise RunParked(run_id, reason, woke[-1])
 
     def _store_call(self, op: Callable[[], T]) -> T:
         """``op()``, retrying a transient store error for up to ``store_retry_s``."""
@@ -995,6 +1146,20 @@ def _unregistered(run: RunRecord) -> Workflow:
         raise WorkflowNotRegistered(f"workflow {run.workflow!r} is not registered here")
 
     return Workflow(run.workflow, run.version, run.prompt_version, not_here, False)
+
+
+def utc_text(t: float) -> str:
+    """A wake time as people and logs read it: ``2026-11-30T10:00:00Z`` (UTC, seconds)."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def park_reason(parked: Parked) -> str:
+    """The ``park_reason`` recorded for a parked run: ``timer until 2026-11-30T10:00:00Z``
+    (what ``durably runs list``/``show``/``why`` print)."""
+    if parked.detail is not None:
+        return parked.detail
+    until = "" if parked.wake_at is None else f" until {utc_text(parked.wake_at)}"
+    return f"{parked.reason}{until}"
 
 
 def _failure_type(exc: BaseException) -> str:

@@ -134,6 +134,26 @@ class RunInDoubt(DurablyError):
     nor looked up; a person decides with ``durably retry`` or ``durably skip``."""
 
 
+class RunParked(DurablyError):
+    """The run is parked (a timer, a signal, an approval) and this call stopped waiting
+    for it: ``engine.run``/``run_async``/``resume`` past the engine's ``park_wait_s``, or
+    a worker's drive (which frees its slot and counts the run as parked).
+
+    The run is not lost and not failed: it stays parked, a row in the journal, until
+    ``wake_at`` (seconds since the epoch; None when it waits without a timer).
+    """
+
+    def __init__(self, run_id: str, reason: str, wake_at: float | None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        self.wake_at = wake_at
+        super().__init__(
+            f"run {run_id!r} is parked ({reason}) and stays parked: a worker (`durably"
+            " worker MODULE:ENGINE`) resumes it when it is due, or call engine.run(...,"
+            f" run_id={run_id!r}) or engine.resume({run_id!r}) again to wait for it here"
+        )
+
+
 class WorkflowNotRegistered(DurablyError):
     """The run names a workflow this engine does not know."""
 
@@ -273,9 +293,24 @@ class StoreFailed(Unwind):
 
 
 class Parked(Unwind):
-    """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver."""
+    """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver.
 
-    def __init__(self, reason: str, wake_at: float | None) -> None:
+    ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``),
+    ``wake_at`` when it wakes (None: no timer), ``wait_signal`` the signal name it waits
+    for, and ``detail`` the park reason in words when the default (``timer until
+    2026-11-30T10:00:00Z``) does not say enough.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        wake_at: float | None,
+        *,
+        wait_signal: str | None = None,
+        detail: str | None = None,
+    ) -> None:
         self.reason = reason
         self.wake_at = wake_at
+        self.wait_signal = wait_signal
+        self.detail = detail
         super().__init__(f"parked ({reason})")

@@ -100,7 +100,11 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     EventKind(
         RUN_PARKED,
         "the run gave up its process to wait (a timer, a signal, an approval)",
-        {"reason": "what it waits for", "wake_at": "when it wakes (if timed)"},
+        {
+            "kind": "timer, signal or approval (if any)",
+            "reason": "what it waits for",
+            "wake_at": "when it wakes (if timed)",
+        },
     ),
     EventKind(
         RUN_RESUMED,

@@ -26,16 +26,23 @@ GATHER: Final = "gather"
 # position that would have gone live, so a replay raises it at the same place and the
 # workflow unwinds (cleans up, compensates) along the same path.
 HALT: Final = "halt"
+# A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
+# time taken from the recorded clock when the timer was first reached.
+SLEEP: Final = "sleep"
 KINDS: Final = frozenset(
-    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, "sleep", "signal", "approval"}
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, "signal", "approval"}
 )
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
-# results. Only results are ever replayed.
+# results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
+# not yet due: its output holds the recorded wake time); it is not an intent (nothing
+# may have happened in the world), never copied by a fork, and replaced by the wait's
+# result when it is over.
 OK: Final = "ok"
 FAILED: Final = "failed"
 INTENT: Final = "intent"
-RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT})
+WAITING: Final = "waiting"
+RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT, WAITING})
 
 # Run statuses (DESIGN.md, "Run status").
 QUEUED: Final = "queued"
@@ -146,8 +153,8 @@ class StepRecord:
             raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
         if self.status not in RECORD_STATUSES:
             raise CorruptRecord(f"position {self.position}: unknown status {self.status!r}")
-        if self.status == OK and self.output is None:
-            raise CorruptRecord(f"position {self.position}: result without output")
+        if self.status in (OK, WAITING) and self.output is None:
+            raise CorruptRecord(f"position {self.position}: {self.status} record without output")
         if self.status == FAILED and self.error_type is None:
             raise CorruptRecord(f"position {self.position}: failure without error type")
         if len(self.digest) != 64:

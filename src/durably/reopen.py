@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 
 from .errors import ConfigError
-from .history import FAILED, INTENT, RunRecord, StepRecord, position_key, top_level
+from .history import FAILED, INTENT, WAITING, RunRecord, StepRecord, position_key, top_level
 
 # Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
 _DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
@@ -127,10 +127,16 @@ def fork_at(at: object, history: Sequence[StepRecord]) -> int:
 
 def fork_records(history: Sequence[StepRecord], at: int) -> list[StepRecord]:
     """The records a fork at ``at`` copies: every recorded result (a step's output or its
-    failure, a recorded time, random number, uuid or marker) at a top-level position below
-    ``at``, with everything under it (the branches of a gather). Intents are never copied.
+    failure, a recorded time, random number, uuid, marker or finished timer) at a
+    top-level position below ``at``, with everything under it (the branches of a gather).
+    Intents and waits in progress (a ``waiting`` timer) are never copied: the fork reaches
+    such a position live (a timer not over starts afresh in the fork).
     """
     return sorted(
-        (r for r in history if r.status != INTENT and top_level(r.position) < at),
+        (
+            r
+            for r in history
+            if r.status not in (INTENT, WAITING) and top_level(r.position) < at
+        ),
         key=lambda r: position_key(r.position),
     )

@@ -76,6 +76,7 @@ class Facts:
     queue: QueueView | None = None
     last_error: tuple[str, str] | None = None
     blocked_type: str | None = None
+    park_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,16 +295,54 @@ def _completed(f: Facts) -> _Built:
     return "completed", text, {"steps": steps, "finished_at": run.finished_at}
 
 
+def _parked(f: Facts) -> _Built:
+    """A parked run: what it waits for decides the sentence (``_PARKED_BY``)."""
+    kind = f.park_kind or (f.run.park_reason or "").split(" ", 1)[0]
+    return _PARKED_BY.get(kind, _other)(f)
+
+
+def _parked_timer(f: Facts) -> _Built:
+    run, q = f.run, f.queue
+    wake = run.wake_at
+    facts: dict[str, Any] = {"waiting_for": "timer", "wake_at": wake, "reason": run.park_reason}
+    if q is not None:
+        facts["workers"] = q.workers
+    if wake is None:  # a hand-edited row: say what the row says
+        return "parked", f"parked: {quote(run.park_reason or 'timer')} (no wake time)", facts
+    if wake > f.now:
+        text = (
+            f"parked on a timer until {clock_text(wake)} (in {seconds(wake - f.now)}); it"
+            " holds no process: a worker (or an engine.run/resume waiting for it) resumes"
+            " it when due"
+        )
+        facts["due"] = False
+        return "parked", text, facts
+    text = f"parked on a timer that was due at {clock_text(wake)} ({seconds(f.now - wake)} ago)"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
+    facts["due"] = True
+    return "parked", text, facts
+
+
 def _other(f: Facts) -> _Built:
-    # parked, cancelled, continued: their rows come with the issues that produce them.
+    # cancelled, continued: their rows come with the issues that produce them.
     run = f.run
     reason = f": {quote(run.park_reason)}" if run.park_reason else ""
     text = f"{run.status}{reason} (since {clock_text(run.updated_at)})"
     return run.status, text, {"reason": run.park_reason}
 
 
+# What a parked run waits for (the run.parked event's kind) -> its sentence.
+_PARKED_BY = {"timer": _parked_timer}
+
 _BUILDERS = {
     "queued": _queued,
+    "parked": _parked,
     "running": _running,
     "in_doubt": _in_doubt,
     "blocked": _blocked,
@@ -349,7 +388,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     run: RunRecord = engine.get_run(run_id)
     history = engine.history(run_id)
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
-    queue = queue_view(engine.store, run) if run.status == "queued" else None
+    queue = queue_view(engine.store, run) if run.status in ("queued", "parked") else None
     events = read_events(engine, run_id)
     return Facts(
         run,
@@ -360,6 +399,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
         queue,
         last_error_of(events, history),
         blocked_type(events),
+        park_kind(events),
     )
 
 
@@ -437,6 +477,17 @@ def blocked_type(events: Iterable[Event]) -> str | None:
     for ev in events:
         if ev.kind == ev_kinds.RUN_BLOCKED and isinstance(ev.data.get("error_type"), str):
             found = ev.data["error_type"]
+    return found
+
+
+def park_kind(events: Iterable[Event]) -> str | None:
+    """What the run's last ``run.parked`` event says it waits for (timer, signal,
+    approval), if any."""
+    found: str | None = None
+    for ev in events:
+        if ev.kind == ev_kinds.RUN_PARKED:
+            kind = ev.data.get("kind")
+            found = kind if isinstance(kind, str) else None
     return found
 
 

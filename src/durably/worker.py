@@ -11,6 +11,11 @@ Stopping: on SIGTERM (or SIGINT) a worker stops claiming, lets its current runs 
 for up to ``drain_s``, then gives back the rest (their leases are released, so another
 worker picks them up at once) and exits. After a SIGKILL, another worker resumes the run
 when its lease expires (``lease_s``, default 30 s), or at once on the same host.
+
+Parking: a run that parks (``ctx.sleep``) gives its slot back at once and is counted in
+``stats.other["parked"]``; it holds no thread, process or slot while it waits, and a
+claim takes it again when it is due (PostgreSQL: a NOTIFY wakes workers when a park is
+due at once; otherwise workers look every ``poll_interval_s``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from .engine import Engine
-from .errors import ConfigError, DurablyError, StaleLease, StoreError, WorkflowFailed
+from .errors import ConfigError, DurablyError, RunParked, StaleLease, StoreError, WorkflowFailed
 from .history import RunRecord
 from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
@@ -199,6 +204,11 @@ class Worker:
             self.engine.execute_claimed(run)
             log.info("durably worker: run %s completed", run.run_id)
             self._count("completed")
+        except RunParked as exc:
+            # Not an error: the run is a row now (no thread, process or slot held while it
+            # waits); a claim takes it again when it is due.
+            log.info("durably worker: run %s parked (%s)", run.run_id, exc.reason)
+            self._count("parked")
         except StaleLease as exc:
             if exc.reason is None:
                 log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)

@@ -15,7 +15,7 @@ import click
 
 from ..engine import DEFAULT_URL
 from ..errors import DurablyError
-from ..history import RunRecord, StepRecord
+from ..history import WAITING, RunRecord, StepRecord
 from ..ownership import describe_owner, orphaned
 from ..redact import redact
 
@@ -148,6 +148,7 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "error_type": run.error_type,
         "error_message": run.error_message,
         "reason": run.park_reason,
+        "wake_at": run.wake_at,
         "created_at": run.created_at,
         "updated_at": run.updated_at,
         "finished_at": run.finished_at,
@@ -218,6 +219,8 @@ def ts(t: float | None) -> str:
 
 
 def duration(s: StepRecord) -> str:
+    if s.status == WAITING:
+        return "waiting"  # a timer not yet over: its output holds the wake time
     if s.finished_at is None:
         return "in flight"
     ms = (s.finished_at - s.started_at) * 1000

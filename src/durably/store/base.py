@@ -165,6 +165,29 @@ class Store(Protocol):
         status's event and ``events`` are written with it when the token holds."""
         ...
 
+    def park(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+        *,
+        kind: str,
+        park_reason: str,
+        wake_at: float | None,
+        wait_signal: str | None = None,
+    ) -> float | None:
+        """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
+        ``records`` (with their blobs) and ``events``, set the status ``parked`` with
+        ``park_reason``, ``wake_at`` and ``wait_signal`` (the signal name it waits for, if
+        any), give up the lease (no owner), and write a ``run.parked`` event (``kind``,
+        the reason, the effective wake time). When a cancel was asked for, or
+        ``wait_signal`` is set and an unconsumed signal of that name is already there,
+        the run wakes at once instead (wake_at = now): whoever sent it found the run not
+        yet parked. Returns the effective wake time (None: no timer). PostgreSQL wakes
+        waiting workers in the same transaction when the run is due at once."""
+        ...
+
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation of a run, in one query."""
         ...

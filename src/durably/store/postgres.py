@@ -695,6 +695,51 @@ class PostgresStore:
 
         self._call(op)
 
+    def park(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+        *,
+        kind: str,
+        park_reason: str,
+        wake_at: float | None,
+        wait_signal: str | None = None,
+    ) -> float | None:
+        """Write ``records`` and park the run in one fenced transaction; returns the
+        effective wake time (see the Store protocol). A run due at once wakes waiting
+        workers at commit."""
+        now = self.clock.time()
+        params = [_record_params(run_id, token, r) for r in records]
+        park = {
+            "run_id": run_id,
+            "token": token,
+            "park_reason": park_reason,
+            "wake_at": wake_at,
+            "wait_signal": wait_signal,
+            "now": now,
+        }
+
+        def op(conn: Conn, retried: bool) -> float | None:
+            with conn.transaction():
+                # The row lock first, in a statement of its own: a signal or cancel that
+                # held the row commits first, and park_run's fresh snapshot sees it.
+                if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
+                    raise LeaseLost(run_id, token)
+                self._append(conn, run_id, token, records, params, retried)
+                row = conn.execute(_Q["park_run"], park).fetchone()
+                if row is None:
+                    raise LeaseLost(run_id, token)
+                effective: float | None = row[0]
+                if effective is not None and effective <= now:
+                    conn.execute(_Q["notify_work"], {"channel": self._channel})
+                event = stream.parked(kind, park_reason, effective, token, now)
+                self._write_events(conn, run_id, [*events, event])
+            return effective
+
+        return self._call(op)
+
     # -- history -------------------------------------------------------------------------
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:

@@ -533,6 +533,40 @@ class SQLiteStore:
                 changed = stream.status_changed(status, token, now, park_reason, wake_at=wake_at)
                 self._write_events(c, run_id, [*events, *changed])
 
+    def park(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+        *,
+        kind: str,
+        park_reason: str,
+        wake_at: float | None,
+        wait_signal: str | None = None,
+    ) -> float | None:
+        """Write ``records`` and park the run in one fenced transaction; returns the
+        effective wake time (see the Store protocol)."""
+        now = self.clock.time()
+        params = {
+            "run_id": run_id,
+            "token": token,
+            "park_reason": park_reason,
+            "wake_at": wake_at,
+            "wait_signal": wait_signal,
+            "now": now,
+        }
+        with self._tx() as c:
+            self._append(c, run_id, token, records)
+            # fetchall: a RETURNING statement left unfinished would keep COMMIT from running.
+            rows = c.execute(_Q["park_run"], params).fetchall()
+            if not rows:
+                raise LeaseLost(run_id, token)
+            effective: float | None = rows[0][0]
+            event = stream.parked(kind, park_reason, effective, token, now)
+            self._write_events(c, run_id, [*events, event])
+        return effective
+
     # -- history -------------------------------------------------------------------------
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:

@@ -109,6 +109,14 @@ def status_changed(
     return [new_event(kind, None, data, now, f"t{token}:{kind}")]
 
 
+def parked(kind: str, reason: str, wake_at: float | None, token: int, now: float) -> NewEvent:
+    """``run.parked`` for a fenced park under ``token``: what the run waits for (``kind``:
+    timer, signal, approval), the reason in words, and when it wakes (the effective time:
+    at once when a cancel or the awaited signal came first)."""
+    data = {"kind": kind, "reason": reason, "wake_at": wake_at}
+    return new_event(RUN_PARKED, None, data, now, f"t{token}:{RUN_PARKED}")
+
+
 def resumed(run: RunRecord, skipped: bool, now: float) -> NewEvent:
     """``run.resumed`` for an operator's requeue of ``run`` (before the change)."""
     data = {"previous": run.status, "reason": "skip" if skipped else "retry"}

@@ -93,7 +93,7 @@ GROUP BY status;
 UPDATE runs
 SET fencing_token = fencing_token + 1, owner = %(owner)s,
     lease_expires_at = %(lease_expires_at)s, status = 'running', park_reason = NULL,
-    wake_at = NULL, starts = starts + 1,
+    wake_at = NULL, wait_signal = NULL, starts = starts + 1,
     starts_without_progress = %(starts_without_progress)s,
     records_at_last_start = %(records)s, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
@@ -117,11 +117,33 @@ WITH released AS (
 UPDATE runs
 SET owner = NULL, lease_expires_at = NULL, status = coalesce(%(status)s::text, status),
     park_reason = %(park_reason)s::text, wake_at = %(wake_at)s::double precision,
-    updated_at = %(now)s
+    wait_signal = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(token)s
 RETURNING 1
 )
 SELECT pg_notify(%(channel)s, '') FROM released;
+
+-- name: park_run
+-- The run gives up its process to wait (fenced; the row is locked by lock_token first, in
+-- a statement of its own, so a signal or cancel committed while this transaction waited
+-- for the row is seen here). It wakes at %(wake_at)s, or at once when a cancel was asked
+-- for or the signal it waits for was sent before this park (the wake-up would otherwise
+-- be lost: whoever sent it saw the run running, not parked).
+UPDATE runs
+SET status = 'parked', owner = NULL, lease_expires_at = NULL,
+    park_reason = %(park_reason)s::text, wait_signal = %(wait_signal)s::text,
+    wake_at = CASE
+        WHEN cancel_requested_at IS NOT NULL
+          OR (%(wait_signal)s::text IS NOT NULL
+              AND EXISTS (SELECT 1 FROM signals s
+                          WHERE s.run_id = runs.run_id AND s.name = %(wait_signal)s::text
+                            AND s.consumed_by IS NULL))
+        THEN %(now)s::double precision
+        ELSE %(wake_at)s::double precision
+    END,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s
+RETURNING wake_at;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
@@ -138,10 +160,10 @@ WHERE s.run_id = %(run_id)s AND s.position = %(position)s;
 
 -- name: append_record
 -- Fenced upsert in one statement: writes only while the token is current; a result may
--- replace an intent, never another result. FOR KEY SHARE holds the run row until commit,
--- so a concurrent claim (FOR UPDATE) waits for this append instead of loading a history
--- that this append then changes; an append that waited re-reads the row and is refused
--- when the claim has raised the token.
+-- replace an intent or a wait in progress (``waiting``), never another result. FOR KEY
+-- SHARE holds the run row until commit, so a concurrent claim (FOR UPDATE) waits for
+-- this append instead of loading a history that this append then changes; an append
+-- that waited re-reads the row and is refused when the claim has raised the token.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
                    usage_tokens, usage_cost_usd, inputs)
@@ -159,7 +181,12 @@ SET status = excluded.status, output = excluded.output, error_type = excluded.er
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
-WHERE steps.status = 'intent';
+WHERE steps.status = 'intent'
+   -- A wait in progress gives way to its result, or to itself (the same wake time: a
+   -- write retried after an unknown outcome); never to an intent or another wake time.
+   OR (steps.status = 'waiting'
+       AND (excluded.status IN ('ok', 'failed')
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)));
 
 -- name: check_token
 SELECT fencing_token FROM runs WHERE run_id = %(run_id)s;
@@ -214,8 +241,8 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
-    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
-    updated_at = %(now)s
+    wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
+    finished_at = NULL, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
@@ -358,6 +385,9 @@ WITH appended AS (
         -- As append_record: a result keeps its intent's inputs unless it brings its own.
         inputs = coalesce(excluded.inputs, steps.inputs)
     WHERE steps.status = 'intent'
+       OR (steps.status = 'waiting'
+           AND (excluded.status IN ('ok', 'failed')
+                OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
     RETURNING 1
 ), locked AS (
     SELECT last_event FROM runs

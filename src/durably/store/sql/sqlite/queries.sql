@@ -48,7 +48,8 @@ WHERE run_id = :run_id AND generation = :generation AND status <> 'intent';
 -- name: claim_run
 UPDATE runs
 SET fencing_token = fencing_token + 1, owner = :owner, lease_expires_at = :lease_expires_at,
-    status = 'running', park_reason = NULL, wake_at = NULL, starts = starts + 1,
+    status = 'running', park_reason = NULL, wake_at = NULL, wait_signal = NULL,
+    starts = starts + 1,
     starts_without_progress = :starts_without_progress,
     records_at_last_start = :records, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
@@ -65,8 +66,28 @@ WHERE run_id = :run_id AND fencing_token = :token AND owner IS NOT NULL;
 -- name: release_run
 UPDATE runs
 SET owner = NULL, lease_expires_at = NULL, status = coalesce(:status, status),
-    park_reason = :park_reason, wake_at = :wake_at, updated_at = :now
+    park_reason = :park_reason, wake_at = :wake_at, wait_signal = NULL, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :token;
+
+-- name: park_run
+-- The run gives up its process to wait (fenced). It wakes at :wake_at, or at once when a
+-- cancel was asked for or the signal it waits for was sent before this park (the wake-up
+-- would otherwise be lost: whoever sent it saw the run running, not parked).
+UPDATE runs
+SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :park_reason,
+    wait_signal = :wait_signal,
+    wake_at = CASE
+        WHEN cancel_requested_at IS NOT NULL
+          OR (:wait_signal IS NOT NULL
+              AND EXISTS (SELECT 1 FROM signals s
+                          WHERE s.run_id = runs.run_id AND s.name = :wait_signal
+                            AND s.consumed_by IS NULL))
+        THEN :now
+        ELSE :wake_at
+    END,
+    updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :token
+RETURNING wake_at;
 
 -- name: load_history
 SELECT position, kind, name, input_digest, status, output, error_type, error_message,
@@ -75,7 +96,7 @@ FROM steps WHERE run_id = :run_id AND generation = :generation;
 
 -- name: append_record
 -- Fenced upsert: writes only while the token is current; a result may replace an
--- intent, never another result.
+-- intent or a wait in progress (``waiting``), never another result.
 INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status, output,
                    error_type, error_message, attempts, started_at, finished_at,
                    usage_tokens, usage_cost_usd, inputs)
@@ -90,7 +111,12 @@ SET status = excluded.status, output = excluded.output, error_type = excluded.er
     usage_cost_usd = excluded.usage_cost_usd,
     -- A result keeps the inputs its intent recorded unless it brings its own.
     inputs = coalesce(excluded.inputs, steps.inputs)
-WHERE steps.status = 'intent';
+WHERE steps.status = 'intent'
+   -- A wait in progress gives way to its result, or to itself (the same wake time: a
+   -- write retried after an unknown outcome); never to an intent or another wake time.
+   OR (steps.status = 'waiting'
+       AND (excluded.status IN ('ok', 'failed')
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)));
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
@@ -144,8 +170,8 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
-    outcome = NULL, error_type = NULL, error_message = NULL, finished_at = NULL,
-    updated_at = :now
+    wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
+    finished_at = NULL, updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
