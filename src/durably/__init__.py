@@ -8,12 +8,15 @@ README.md and docs/ for the guarantees.
 
 from __future__ import annotations
 
+from .approvals import Decision, PendingApproval
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
 from .engine import Engine, Handle, Workflow
 from .errors import (
+    ApprovalAlreadyDecided,
     ApprovalMismatch,
+    ApprovalNotFound,
     BudgetExceeded,
     Cancelled,
     ConfigError,
@@ -48,13 +51,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NOT_DONE",
+    "ApprovalAlreadyDecided",
     "ApprovalMismatch",
+    "ApprovalNotFound",
     "AsyncContext",
     "BudgetExceeded",
     "Cancelled",
     "Clock",
     "ConfigError",
     "Context",
+    "Decision",
     "DurablyError",
     "Engine",
     "FakeClock",
@@ -64,6 +70,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "NonDeterminism",
     "NotADurablyDatabase",
+    "PendingApproval",
     "RunBlocked",
     "RunConflict",
     "RunFinished",

@@ -89,6 +89,12 @@ def canonical_args(action: str, args: Any) -> str:
     return text
 
 
+def args_json(args: Any) -> str:
+    """The canonical JSON text of ``args`` alone (what the approvals row keeps); call it
+    after :func:`canonical_args` has checked them."""
+    return _ENCODER.encode(args)
+
+
 def approval_digest(action: str, args: Any) -> str:
     """sha256 hex of the canonical JSON of ``[action, args]``, with no codec prefix (see
     the module docstring for the exact bytes)."""
@@ -118,8 +124,7 @@ def _check_plain(value: Any, where: str, depth: int = 0) -> None:
         for k, v in value.items():
             if type(k) is not str:
                 raise ConfigError(
-                    f"request_approval: {where} has the key {k!r:.60}; JSON object keys are"
-                    " strings"
+                    f"request_approval: {where} has the key {k!r:.60}; JSON object keys are strings"
                 )
             _check_plain(v, f"{where}[{k!r:.60}]", depth + 1)
         return

@@ -9,7 +9,9 @@ So there is a single implementation of replay semantics for sync and async workf
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import datetime as dt
+import hashlib
 import math
 import random as _random
 from collections.abc import Callable, Generator
@@ -17,6 +19,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import codec, inputs
+from .approvals import (
+    APPROVAL_TIMEOUT_S_MAX,
+    APPROVED,
+    EXPIRED,
+    OUTCOMES,
+    ApprovalRequest,
+    Decision,
+    args_json,
+    canonical_args,
+    check_action,
+)
 from .clock import Clock
 from .errors import (
     BudgetExceeded,
@@ -42,6 +55,7 @@ from .events import (
     new_event,
 )
 from .history import (
+    APPROVAL,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
@@ -108,7 +122,17 @@ class Wait:
     seconds: float
 
 
-Op = Call | Write | Wait
+@dataclass(slots=True)
+class ReadDecision:
+    """Operation: read the decision of the run's approval request at ``request_id``
+    (fenced; the store takes the expiry first when the request is past it, so an expiry
+    and a person's decision are never both taken). The reply is the request's
+    :class:`~durably.approvals.ApprovalRow`, or None when the store has none."""
+
+    request_id: str
+
+
+Op = Call | Write | Wait | ReadDecision
 
 
 @dataclass(slots=True)
@@ -781,6 +805,123 @@ class RunCore:
         here = _pos_key(pos)
         return any(_later(_pos_key(q), here) for q in self.history)
 
+    # -- approvals -----------------------------------------------------------------------
+
+    def request_approval(
+        self, action: Any, args: Any, timeout_s: Any, on_timeout: Any
+    ) -> Generator[Op, Any, Decision]:
+        """``ctx.request_approval(action, args, timeout_s=, on_timeout=)`` at the next
+        position p (see ``Context.request_approval``).
+
+        Recorded ``ok`` at p: the recorded decision, with no I/O. Nothing recorded: a
+        ``waiting`` record (requested_at, expires_at) goes with the park, which writes the
+        request's ``approvals`` row, and the run parks. ``waiting``: the store is asked
+        for the decision (a :class:`ReadDecision`; it takes the expiry itself when due),
+        recorded ``ok`` at p when there is one, else the run parks again. An expiry then
+        takes the ``on_timeout`` branch, the same on every replay.
+        """
+        self.guard()
+        self.check_dropped()
+        try:
+            action = check_action(action)
+            _check_on_timeout(action, timeout_s, on_timeout)
+            args_text = canonical_args(action, args)
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        digest = hashlib.sha256(args_text.encode("utf-8")).hexdigest()
+        pos = self.take()
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        rec = self.recorded(pos, APPROVAL, rname, digest)
+        if rec is not None and rec.status == OK:
+            decision = _recorded_decision(self, rec)
+        else:
+            self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
+            decision = yield from self._await_decision(pos, rec, action, args, digest, timeout_s)
+        if decision.outcome != EXPIRED or on_timeout == "reject":
+            return decision
+        if on_timeout == "cancel":
+            self._cancel_on_expiry(pos, action)
+            return decision  # only inside a saga's compensation: the halt waits
+        value = yield from self.step(f"on_timeout:{action}", on_timeout, (), {})
+        expired: Decision = dataclasses.replace(decision, value=value)
+        return expired
+
+    def _await_decision(
+        self,
+        pos: str,
+        rec: StepRecord | None,
+        action: str,
+        args: Any,
+        digest: str,
+        timeout_s: float | None,
+    ) -> Generator[Op, Any, Decision]:
+        """The live part of a request: park on it, or record the decision it got."""
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        if rec is None:
+            requested = self.clock.time()
+            expires = None if timeout_s is None else requested + float(timeout_s)
+            text = codec.dumps({"requested_at": requested, "expires_at": expires})
+            self.pending.append(
+                StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested)
+            )
+        else:
+            requested, expires = _waiting_request(self, rec)
+        req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
+        if rec is not None:
+            row = yield ReadDecision(pos)
+            if row is None:
+                raise self.poison(
+                    NonDeterminism(
+                        f"position {pos} {rname!r}: the run waits on approval request {pos},"
+                        " but the approvals table has no row for it (deleted by hand?); the"
+                        " run is blocked until the row is restored"
+                    )
+                )
+            if row.outcome is not None:
+                decision: Decision = row.decision()
+                out = {
+                    "outcome": decision.outcome,
+                    "by": decision.by,
+                    "note": decision.note,
+                    "decided_at": row.decided_at,
+                }
+                self.pending.append(
+                    StepRecord(
+                        pos,
+                        APPROVAL,
+                        rname,
+                        digest,
+                        OK,
+                        codec.dumps(out, f"approval {pos}"),
+                        started_at=requested,
+                        finished_at=self.clock.time(),
+                    )
+                )
+                return decision
+        why = approval_park_reason(action, digest, requested, expires)
+        raise self.latch(Parked(APPROVAL, expires, detail=why, approval=req))
+
+    def _cancel_on_expiry(self, pos: str, action: str) -> None:
+        """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
+        marker recorded there, or replayed from there), so the cancel latch applies."""
+        self.request_halt(
+            Cancelled(
+                f"run {self.run_id!r}: approval request {pos} ({action!r}) expired and its"
+                " on_timeout is 'cancel', so the run is cancelled",
+                f"approval {action!r} expired",
+            )
+        )
+        nxt = self.take()  # a halt recorded there is raised by take
+        if nxt in self.history:
+            raise self.poison(
+                NonDeterminism(
+                    f"step {nxt}: history has {self.history[nxt].name!r} after approval"
+                    f" request {pos} expired, where on_timeout='cancel' cancels the run; the"
+                    " code no longer matches this run's history and the run is blocked"
+                )
+            )
+        self.live(nxt)
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
@@ -1179,3 +1320,83 @@ _HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items(
 
 def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})
+
+
+APPROVAL_NAME_PREFIX = "request_approval:"
+"""Record names of approval requests: ``request_approval:refund``."""
+
+
+def _check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
+    """Refuse a ``timeout_s`` or ``on_timeout`` that is not one of the documented ones."""
+    if timeout_s is not None and (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not 0 <= timeout_s <= APPROVAL_TIMEOUT_S_MAX
+    ):
+        raise ConfigError(
+            f"ctx.request_approval({action!r}): timeout_s must be None (wait for ever) or a"
+            f" number of seconds from 0 to {APPROVAL_TIMEOUT_S_MAX:,.0f}, got"
+            f" {timeout_s!r:.100}. The run is blocked; fix the code, then resume it."
+        )
+    if on_timeout not in ("reject", "cancel") and not callable(on_timeout):
+        raise ConfigError(
+            f"ctx.request_approval({action!r}): on_timeout must be 'reject' (an expired"
+            " decision), 'cancel' (cancel the run) or a function called with no arguments as"
+            f" a recorded step (a safe alternative), got {on_timeout!r:.100}. The run is"
+            " blocked; fix the code, then resume it."
+        )
+
+
+def _waiting_request(core: RunCore, rec: StepRecord) -> tuple[float, float | None]:
+    """(requested_at, expires_at) of a ``waiting`` approval record (a damaged row blocks
+    the run)."""
+    try:
+        if rec.status != WAITING:
+            raise ValueError(f"status {rec.status!r}")
+        out = codec.loads(rec.output or "null")
+        requested, expires = out["requested_at"], out["expires_at"]
+        for t in (requested, expires):
+            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+                raise ValueError(f"time {t!r}")
+        if requested is None:
+            raise ValueError("no requested_at")
+        return float(requested), None if expires is None else float(expires)
+    except (SerializationError, TypeError, KeyError, ValueError) as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded request cannot be read"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def _recorded_decision(core: RunCore, rec: StepRecord) -> Decision:
+    """The Decision an ``ok`` approval record holds (a damaged row blocks the run)."""
+    try:
+        out = codec.loads(rec.output or "null")
+        outcome, at = out["outcome"], out["decided_at"]
+        by, note = out.get("by"), out.get("note")
+        if outcome not in OUTCOMES or isinstance(at, bool) or not isinstance(at, (int, float)):
+            raise ValueError(f"outcome {outcome!r} at {at!r}")
+        if not (by is None or isinstance(by, str)) or not (note is None or isinstance(note, str)):
+            raise ValueError("by/note")
+        return Decision(
+            outcome, outcome == APPROVED, by, note, dt.datetime.fromtimestamp(at, dt.UTC)
+        )
+    except (SerializationError, TypeError, KeyError, ValueError, AttributeError) as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded decision cannot be read"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:
+    """How ``runs show``/``runs list`` word a run parked on an approval request."""
+    until = "no expiry" if expires_at is None else f"expires {_utc(expires_at)}"
+    return f"approval {action!r} ({digest[:12]}) since {_utc(since)} ({until})"
+
+
+def _utc(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")

@@ -297,7 +297,9 @@ class Parked(Unwind):
 
     ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``),
     ``wake_at`` when it wakes (None: no timer), ``wait_signal`` the signal name it waits
-    for, and ``detail`` the park reason in words when the default (``timer until
+    for, ``approval`` the approval request it waits on (a
+    ``durably.approvals.ApprovalRequest``: its row is written with the park), and
+    ``detail`` the park reason in words when the default (``timer until
     2026-11-30T10:00:00Z``) does not say enough.
     """
 
@@ -308,9 +310,11 @@ class Parked(Unwind):
         *,
         wait_signal: str | None = None,
         detail: str | None = None,
+        approval: object | None = None,
     ) -> None:
         self.reason = reason
         self.wake_at = wake_at
         self.wait_signal = wait_signal
         self.detail = detail
+        self.approval = approval
         super().__init__(f"parked ({reason})")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
     "EVENT_KINDS",
     "LEASE_EXPIRED",
     "LEASE_LOST",
@@ -66,6 +68,8 @@ STEP_RETRIED: Final = "step.retried"
 LEASE_TAKEN: Final = "lease.taken"
 LEASE_LOST: Final = "lease.lost"
 LEASE_EXPIRED: Final = "lease.expired"
+APPROVAL_REQUESTED: Final = "approval.requested"
+APPROVAL_DECIDED: Final = "approval.decided"
 USER: Final = "user"
 
 
@@ -195,6 +199,25 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         LEASE_EXPIRED,
         "the previous holder's lease ran out (written by whoever takes over)",
         {"owner": "the previous holder", "token": "its fencing token", "expired_at": "when"},
+    ),
+    EventKind(
+        APPROVAL_REQUESTED,
+        "the run parked on an approval request (ctx.request_approval)",
+        {
+            "request_id": "the request's position",
+            "action": "what is to be approved",
+            "digest": "sha256 of [action, args] a decision must name",
+            "expires_at": "when it expires (if any)",
+        },
+    ),
+    EventKind(
+        APPROVAL_DECIDED,
+        "an approval request was approved, rejected, or expired",
+        {
+            "request_id": "the request's position",
+            "outcome": "approved, rejected or expired",
+            "by": "who decided (if any)",
+        },
     ),
     EventKind(
         USER,

@@ -133,10 +133,6 @@ def fork_records(history: Sequence[StepRecord], at: int) -> list[StepRecord]:
     such a position live (a timer not over starts afresh in the fork).
     """
     return sorted(
-        (
-            r
-            for r in history
-            if r.status not in (INTENT, WAITING) and top_level(r.position) < at
-        ),
+        (r for r in history if r.status not in (INTENT, WAITING) and top_level(r.position) < at),
         key=lambda r: position_key(r.position),
     )
