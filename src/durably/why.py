@@ -10,14 +10,26 @@ a terminal printer escapes it (``durably.cli.common.term``).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev_kinds
 from .events import Event
-from .history import FAILED, INTENT, OK, STEP, RunRecord, StepRecord, position_key
+from .history import (
+    APPROVAL,
+    FAILED,
+    INTENT,
+    OK,
+    STEP,
+    WAITING,
+    RunRecord,
+    StepRecord,
+    position_key,
+)
 from .ownership import describe_owner, owner_dead
 from .reopen import failed_frontier
 
@@ -329,6 +341,55 @@ def _parked_timer(f: Facts) -> _Built:
     return "parked", text, facts
 
 
+def _parked_approval(f: Facts) -> _Built:
+    """A run parked on ``ctx.request_approval``: the action, the digest prefix, since and
+    until when, and the exact command that approves it."""
+    run = f.run
+    wait = _approval_wait(f.history)
+    if wait is None:  # no request waiting in its history: say what the row says
+        return _other(f)
+    request_id, action, digest, since, expires = wait
+    prefix = digest[:12]
+    until = "no expiry" if expires is None else f"expires at {clock_text(expires)}"
+    command = (
+        f"durably approve {shlex.quote(run.run_id)} {shlex.quote(request_id)} --digest {prefix}"
+    )
+    text = (
+        f"parked waiting for approval of {quote(action)!r} (request {request_id}, digest"
+        f" {prefix}) since {clock_text(since)} ({until}); it holds no process or worker slot"
+        f" — approve it: `{command}` (or `durably reject ... --reason TEXT`)"
+    )
+    facts = {
+        "waiting_for": "approval",
+        "request_id": request_id,
+        "action": action,
+        "digest": digest,
+        "since": since,
+        "expires_at": expires,
+        "command": command,
+        "reason": run.park_reason,
+    }
+    return "approval", text, facts
+
+
+def _approval_wait(
+    history: Sequence[StepRecord],
+) -> tuple[str, str, str, float, float | None] | None:
+    """``(request_id, action, digest, since, expires_at)`` of the approval request in
+    progress, if the last waiting record is one (named ``request_approval:ACTION``)."""
+    waits = [r for r in history if r.status == WAITING]
+    last = max(waits, key=lambda r: position_key(r.position), default=None)
+    if last is None or last.kind != APPROVAL:
+        return None
+    try:
+        expires = json.loads(last.output or "null")["expires_at"]
+    except (ValueError, TypeError, KeyError):
+        expires = None  # a damaged row: the run's replay blocks on it, not this sentence
+    action = last.name.removeprefix("request_approval:")
+    ok = isinstance(expires, (int, float)) and not isinstance(expires, bool)
+    return last.position, action, last.digest, last.started_at, expires if ok else None
+
+
 def _other(f: Facts) -> _Built:
     # cancelled, continued: their rows come with the issues that produce them.
     run = f.run
@@ -338,7 +399,22 @@ def _other(f: Facts) -> _Built:
 
 
 # What a parked run waits for (the run.parked event's kind) -> its sentence.
-_PARKED_BY = {"timer": _parked_timer}
+_PARKED_BY = {"timer": _parked_timer, "approval": _parked_approval}
+
+STATES = (
+    "queued",
+    "running",
+    "orphaned",
+    "in_doubt",
+    "blocked",
+    "quarantined",
+    "failed",
+    "completed",
+    "parked",
+    "approval",
+)
+"""Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
+each); other statuses get the status and its recorded reason."""
 
 _BUILDERS = {
     "queued": _queued,

@@ -371,8 +371,44 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
     ]
     states = [cells[0].removeprefix("| ").strip("`") for cells in rows]
     assert len(states) == len(set(states))  # one row per state
-    assert set(states) == {*why_module._BUILDERS, "orphaned"}
+    assert set(states) == set(why_module.STATES)
+    assert set(why_module._BUILDERS) <= set(why_module.STATES)
     sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
     for cells in rows:
         for name in re.findall(r"`(test_\w+)`", cells[-1]):
             assert any(f"def {name}(" in src for src in sources), name
+
+
+def test_parked_waiting_for_an_approval(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            ctx.step("plan", lambda: 1)
+            first = ctx.request_approval("refund", {"amount": 20}, timeout_s=3600)
+            return [first.outcome, ctx.request_approval("close ticket", {"id": 7}).outcome]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="asks")
+        got = why(journal_url, "asks")
+        [pending] = engine.pending_approvals("asks")
+        assert got["state"] == "approval" and got["action"] == "refund"
+        assert got["request_id"] == "1" and got["digest"] == pending.digest
+        assert got["expires_at"] == pytest.approx(got["since"] + 3600)
+        prefix = pending.digest[:12]
+        assert re.fullmatch(
+            rf"parked waiting for approval of 'refund' \(request 1, digest {prefix}\) since"
+            r" (\S+ )?\d\d:\d\d:\d\d UTC \(expires at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds"
+            r" no process or worker slot — approve it: `durably approve asks 1 --digest"
+            rf" {prefix}` \(or `durably reject ... --reason TEXT`\)",
+            got["sentence"],
+        ), got["sentence"]
+        # The command it prints works as printed.
+        res = CliRunner().invoke(cli, [*got["command"].split()[1:], "--db", journal_url])
+        assert res.exit_code == 0, res.output
+        with pytest.raises(durably.RunParked):
+            engine.resume("asks")  # now on the second request, without an expiry
+        got = why(journal_url, "asks")
+        assert got["action"] == "close ticket" and got["expires_at"] is None
+        assert "(no expiry)" in got["sentence"]
+        assert "`durably approve asks 2 --digest " in got["sentence"]
