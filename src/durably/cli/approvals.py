@@ -64,8 +64,12 @@ def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
     where = term(redact_url(db))
     title = f"approval requests waiting in {where}" if rows else f"no approval waits in {where}"
     table = Table(title=title)
-    for col in ("run_id", "request", "action", "digest", "requested", "expires", "args"):
-        table.add_column(col)
+    # The ids and the digest prefix are what `durably approve` takes: never cut; the rest
+    # folds onto more lines.
+    for col in ("run_id", "request", "digest"):
+        table.add_column(col, no_wrap=True, min_width=12 if col == "digest" else None)
+    for col in ("action", "requested", "expires", "args"):
+        table.add_column(col, overflow="fold")
     for r in rows:
         args = (
             r.args if len(r.args) <= ARGS_SHOWN_CHARS_MAX else r.args[:ARGS_SHOWN_CHARS_MAX] + "…"
@@ -73,13 +77,13 @@ def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
         table.add_row(
             term(r.run_id),
             term(r.request_id),
-            term(r.action),
             r.digest[:12],
+            term(r.action),
             ts(r.requested_at),
             ts(r.expires_at) or "never",
             term(args),
         )
-    Console(highlight=False, soft_wrap=True).print(table)
+    Console(emoji=False, highlight=False).print(table)
 
 
 def _row_json(r: ApprovalRow) -> dict[str, Any]:
