@@ -325,3 +325,20 @@ def test_async_request_never_awaited_blocks_the_run(engine: durably.Engine) -> N
     with pytest.raises(durably.ConfigError, match="never awaited"):
         asyncio.run(engine.run_async(awf, run_id="d1"))
     assert engine.get_run("d1").status == "blocked"
+
+
+def test_a_worker_frees_its_slot_and_resumes_the_run_once_approved(
+    engine: durably.Engine,
+) -> None:
+    from durably.worker import Worker
+
+    wf, calls = refund_flow(engine)
+    handle = engine.start(wf, ARGS, run_id="w1")
+    first = Worker(engine, poll_interval_s=0.01).run(max_runs=1)
+    assert first.other["parked"] == 1 and engine.get_run("w1").status == "parked"
+    # Nothing is due: a worker finds no work while the request waits.
+    assert Worker(engine, poll_interval_s=0.01)._claim() is None
+    engine.approve("w1", "1", digest=client_digest("refund", ARGS), by="ana")
+    second = Worker(engine, poll_interval_s=0.01).run(max_runs=1)
+    assert second.completed == 1 and calls == ["pay"]
+    assert handle.result(timeout_s=1)["by"] == "ana"
