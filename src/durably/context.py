@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 from ._fork import reset_after_fork
 from .clock import Clock, SystemClock
 from .core import SCOPE, Call, Op, Outcome, ReadDecision, RunCore, Scope, Wait, Write
-from .errors import ConfigError, LeaseLost, StepTimeout, StoreError, StoreFailed
+from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -597,6 +597,12 @@ class AsyncContext:
             ]
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
+            except Parked:
+                # A branch parked (a timer): the parking is latched, so every sibling
+                # stops at its next recording call; a step already in flight finishes and
+                # is recorded first instead of being cancelled and run again on wake.
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             except BaseException:
                 for t in tasks:
                     t.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import inspect
 import logging
@@ -648,8 +649,9 @@ class Engine:
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
         earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...).
-        A run another process takes first is left to it.
+        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
+        another process takes first is left to it.
         """
         results: dict[str, Any] = {}
         for run in orphans_of_this_host(self.store, self.served()):
@@ -733,6 +735,7 @@ class Engine:
         """
         deadline = None if self.park_wait_s is None else self.clock.time() + self.park_wait_s
         real = isinstance(self.clock, SystemClock)
+        run_id = run.run_id
         told = False
         while run.status == PARKED:
             now = self.clock.time()
@@ -751,13 +754,12 @@ class Engine:
                 math.inf if run.wake_at is None else run.wake_at,
                 math.inf if deadline is None else deadline,
             )
-            run_id = run.run_id
             if not real and math.isfinite(until):
                 self.clock.sleep(until - now)
             else:
                 slice_s = min(PARK_WAIT_SLICE_S, max(0.0, until - now))
-                self._store_call(lambda: self.store.wait_for_events(run_id, slice_s))
-            run = self._store_call(lambda: self.get_run(run_id))
+                self._store_call(functools.partial(self.store.wait_for_events, run_id, slice_s))
+            run = self._store_call(functools.partial(self.get_run, run_id))
         return run
 
     def _follow(self, run_id: str) -> RunRecord:

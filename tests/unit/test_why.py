@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -332,6 +333,50 @@ def test_running_with_a_retrying_step(engine: durably.Engine, journal_url: str) 
         r" call_model, attempt 2 of 5 after \S*RateLimitError: 429: slow down",
         got["sentence"],
     )
+
+
+def test_parked_on_a_timer(journal_url: str) -> None:
+    engine = durably.Engine(journal_url, park_wait_s=0)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.sleep(3600)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="nap")
+    got = why(journal_url, "nap")
+    run = engine.get_run("nap")
+    assert got["state"] == "parked" and got["waiting_for"] == "timer" and got["due"] is False
+    assert got["wake_at"] == run.wake_at and got["reason"] == run.park_reason
+    assert re.fullmatch(
+        r"parked on a timer until \d\d:\d\d:\d\d UTC \(in 60 min\); it holds no process: a"
+        r" worker \(or an engine.run/resume waiting for it\) resumes it when due",
+        got["sentence"],
+    )
+    engine.close()
+
+
+def test_parked_on_a_due_timer_with_no_worker(journal_url: str) -> None:
+    # Parked four hours ago (an injected clock) on a one-minute timer: due, not resumed.
+    clock = durably.FakeClock(time.time() - 4 * 3600)
+    engine = durably.Engine(journal_url, clock=clock, park_wait_s=0)
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.sleep(60)
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="late")
+    got = why(journal_url, "late")
+    assert got["state"] == "parked" and got["due"] is True and got["workers"] == 0
+    assert re.fullmatch(
+        r"parked on a timer that was due at (\S+ )?\d\d:\d\d:\d\d UTC \(4\.0 h ago\); no live"
+        r" worker serves queue 'default' \(start one: `durably worker MODULE:ENGINE --queue"
+        r" default`, or `engine.resume\('late'\)`\)",
+        got["sentence"],
+    ), got["sentence"]
+    engine.close()
 
 
 def test_journal_text_is_escaped(engine: durably.Engine, journal_url: str) -> None:
