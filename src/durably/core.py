@@ -868,7 +868,14 @@ class RunCore:
             requested, expires = _waiting_request(self, rec)
         req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
         if rec is not None:
-            row = yield ReadDecision(pos)
+            # The driver may run other code while the store answers (an async retry's
+            # pause): the scope is busy, so concurrent use of it is caught as for a step.
+            scope = self.scope()
+            scope.busy = f"approval request {pos} {rname!r}"
+            try:
+                row = yield ReadDecision(pos)
+            finally:
+                scope.busy = None
             if row is None:
                 raise self.poison(
                     NonDeterminism(

@@ -342,3 +342,23 @@ def test_a_worker_frees_its_slot_and_resumes_the_run_once_approved(
     second = Worker(engine, poll_interval_s=0.01).run(max_runs=1)
     assert second.completed == 1 and calls == ["pay"]
     assert handle.result(timeout_s=1)["by"] == "ana"
+
+
+def test_a_request_in_a_gather_branch_has_the_branch_position_as_its_id(
+    engine: durably.Engine,
+) -> None:
+    @engine.workflow(name="awf")
+    async def awf(ctx: durably.AsyncContext) -> Any:
+        ctx.emit("start")
+        got = await ctx.gather(
+            ctx.step("lookup", lambda: "order"),
+            ctx.request_approval("refund", {"n": 1}),
+        )
+        return [got[0], got[1].outcome]
+
+    with pytest.raises(durably.RunParked):
+        asyncio.run(engine.run_async(awf, run_id="g1"))
+    [p] = engine.pending_approvals()
+    assert p.request_id == "0.1.0"
+    engine.approve("g1", "0.1.0", digest=p.digest)
+    assert asyncio.run(engine.run_async(awf, run_id="g1")) == ["order", "approved"]
