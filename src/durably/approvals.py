@@ -58,6 +58,8 @@ APPROVAL_TIMEOUT_S_MAX: Final = 10 * 365 * 86_400.0
 """Longest ``timeout_s`` of a request (ten years): a deadline always fits a float time."""
 DIGEST_PREFIX_MIN: Final = 4
 """Shortest digest prefix the CLI accepts (the API takes the full digest)."""
+APPROVAL_NAME_PREFIX: Final = "request_approval:"
+"""Record names of approval requests: ``request_approval:refund``."""
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -265,3 +267,84 @@ class ApprovalRow:
         decided = utc(self.decided_at)
         assert decided is not None
         return Decision(self.outcome, self.outcome == APPROVED, self.by, self.note, decided)
+
+
+def check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
+    """Refuse a ``timeout_s`` or ``on_timeout`` that is not one of the documented ones
+    (``ConfigError``: the run is blocked)."""
+    if timeout_s is not None and (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, (int, float))
+        or not 0 <= timeout_s <= APPROVAL_TIMEOUT_S_MAX
+    ):
+        raise ConfigError(
+            f"ctx.request_approval({action!r}): timeout_s must be None (wait for ever) or a"
+            f" number of seconds from 0 to {APPROVAL_TIMEOUT_S_MAX:,.0f}, got"
+            f" {timeout_s!r:.100}. The run is blocked; fix the code, then resume it."
+        )
+    if on_timeout not in ("reject", "cancel") and not callable(on_timeout):
+        raise ConfigError(
+            f"ctx.request_approval({action!r}): on_timeout must be 'reject' (an expired"
+            " decision), 'cancel' (cancel the run) or a function called with no arguments as"
+            f" a recorded step (a safe alternative), got {on_timeout!r:.100}. The run is"
+            " blocked; fix the code, then resume it."
+        )
+
+
+# -- the history records of a request: pair-checked on the way in and out ----------------
+
+
+def waiting_json(requested_at: float, expires_at: float | None) -> str:
+    """The output of a ``waiting`` approval record."""
+    return _ENCODER.encode({"requested_at": requested_at, "expires_at": expires_at})
+
+
+def waiting_times(output: str | None) -> tuple[float, float | None]:
+    """``(requested_at, expires_at)`` of a ``waiting`` record's output
+    (``SerializationError`` when damaged)."""
+    try:
+        out = json.loads(output or "null")
+        requested, expires = out["requested_at"], out["expires_at"]
+        if not _is_time(requested) or not (expires is None or _is_time(expires)):
+            raise ValueError(f"times {requested!r}, {expires!r}")
+        return float(requested), None if expires is None else float(expires)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SerializationError(f"the recorded request cannot be read ({exc})") from None
+
+
+def decision_json(row: ApprovalRow) -> str:
+    """The output of the ``ok`` record of a decided request."""
+    data = {"outcome": row.outcome, "by": row.by, "note": row.note, "decided_at": row.decided_at}
+    return _ENCODER.encode(data)
+
+
+def recorded_decision(output: str | None) -> Decision:
+    """The Decision an ``ok`` approval record holds (``SerializationError`` when
+    damaged)."""
+    try:
+        out = json.loads(output or "null")
+        outcome, at = out["outcome"], out["decided_at"]
+        by, note = out.get("by"), out.get("note")
+        if outcome not in OUTCOMES or not _is_time(at):
+            raise ValueError(f"outcome {outcome!r} at {at!r}")
+        if not (by is None or isinstance(by, str)) or not (note is None or isinstance(note, str)):
+            raise ValueError("by and note must be strings or null")
+        decided = utc(float(at))
+        assert decided is not None
+        return Decision(outcome, outcome == APPROVED, by, note, decided)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, OSError) as exc:
+        raise SerializationError(f"the recorded decision cannot be read ({exc})") from None
+
+
+def _is_time(t: Any) -> bool:
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+
+
+def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:
+    """How ``runs show``/``runs list`` word a run parked on an approval request."""
+    until = "no expiry" if expires_at is None else f"expires {_iso(expires_at)}"
+    return f"approval {action!r} ({digest[:12]}) since {_iso(since)} ({until})"
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")

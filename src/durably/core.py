@@ -16,19 +16,23 @@ import math
 import random as _random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec, inputs
 from .approvals import (
-    APPROVAL_TIMEOUT_S_MAX,
-    APPROVED,
+    APPROVAL_NAME_PREFIX,
     EXPIRED,
-    OUTCOMES,
     ApprovalRequest,
     Decision,
+    approval_park_reason,
     args_json,
     canonical_args,
     check_action,
+    check_on_timeout,
+    decision_json,
+    recorded_decision,
+    waiting_json,
+    waiting_times,
 )
 from .clock import Clock
 from .errors import (
@@ -83,6 +87,8 @@ from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
     import uuid as _uuid
+
+T_ = TypeVar("T_")
 
 EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
@@ -824,7 +830,7 @@ class RunCore:
         self.check_dropped()
         try:
             action = check_action(action)
-            _check_on_timeout(action, timeout_s, on_timeout)
+            check_on_timeout(action, timeout_s, on_timeout)
             args_text = canonical_args(action, args)
         except ConfigError as exc:
             raise self.poison(exc) from None
@@ -833,7 +839,7 @@ class RunCore:
         rname = f"{APPROVAL_NAME_PREFIX}{action}"
         rec = self.recorded(pos, APPROVAL, rname, digest)
         if rec is not None and rec.status == OK:
-            decision = _recorded_decision(self, rec)
+            decision = _read_record(self, rec, recorded_decision)
         else:
             self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
             decision = yield from self._await_decision(pos, rec, action, args, digest, timeout_s)
@@ -860,12 +866,12 @@ class RunCore:
         if rec is None:
             requested = self.clock.time()
             expires = None if timeout_s is None else requested + float(timeout_s)
-            text = codec.dumps({"requested_at": requested, "expires_at": expires})
+            text = waiting_json(requested, expires)
             self.pending.append(
                 StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested)
             )
         else:
-            requested, expires = _waiting_request(self, rec)
+            requested, expires = _read_record(self, rec, waiting_times)
         req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
         if rec is not None:
             # The driver may run other code while the store answers (an async retry's
@@ -886,12 +892,6 @@ class RunCore:
                 )
             if row.outcome is not None:
                 decision: Decision = row.decision()
-                out = {
-                    "outcome": decision.outcome,
-                    "by": decision.by,
-                    "note": decision.note,
-                    "decided_at": row.decided_at,
-                }
                 self.pending.append(
                     StepRecord(
                         pos,
@@ -899,7 +899,7 @@ class RunCore:
                         rname,
                         digest,
                         OK,
-                        codec.dumps(out, f"approval {pos}"),
+                        decision_json(row),
                         started_at=requested,
                         finished_at=self.clock.time(),
                     )
@@ -1329,81 +1329,14 @@ def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})
 
 
-APPROVAL_NAME_PREFIX = "request_approval:"
-"""Record names of approval requests: ``request_approval:refund``."""
-
-
-def _check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
-    """Refuse a ``timeout_s`` or ``on_timeout`` that is not one of the documented ones."""
-    if timeout_s is not None and (
-        isinstance(timeout_s, bool)
-        or not isinstance(timeout_s, (int, float))
-        or not 0 <= timeout_s <= APPROVAL_TIMEOUT_S_MAX
-    ):
-        raise ConfigError(
-            f"ctx.request_approval({action!r}): timeout_s must be None (wait for ever) or a"
-            f" number of seconds from 0 to {APPROVAL_TIMEOUT_S_MAX:,.0f}, got"
-            f" {timeout_s!r:.100}. The run is blocked; fix the code, then resume it."
-        )
-    if on_timeout not in ("reject", "cancel") and not callable(on_timeout):
-        raise ConfigError(
-            f"ctx.request_approval({action!r}): on_timeout must be 'reject' (an expired"
-            " decision), 'cancel' (cancel the run) or a function called with no arguments as"
-            f" a recorded step (a safe alternative), got {on_timeout!r:.100}. The run is"
-            " blocked; fix the code, then resume it."
-        )
-
-
-def _waiting_request(core: RunCore, rec: StepRecord) -> tuple[float, float | None]:
-    """(requested_at, expires_at) of a ``waiting`` approval record (a damaged row blocks
-    the run)."""
+def _read_record(core: RunCore, rec: StepRecord, read: Callable[[str | None], T_]) -> T_:
+    """``read(rec.output)`` (an approval record's contents); a damaged row blocks the run."""
     try:
-        if rec.status != WAITING:
-            raise ValueError(f"status {rec.status!r}")
-        out = codec.loads(rec.output or "null")
-        requested, expires = out["requested_at"], out["expires_at"]
-        for t in (requested, expires):
-            if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-                raise ValueError(f"time {t!r}")
-        if requested is None:
-            raise ValueError("no requested_at")
-        return float(requested), None if expires is None else float(expires)
-    except (SerializationError, TypeError, KeyError, ValueError) as exc:
+        return read(rec.output)
+    except SerializationError as exc:
         raise core.poison(
             SerializationError(
-                f"position {rec.position} {rec.name!r}: the recorded request cannot be read"
-                f" ({exc}); the run is blocked until the row is repaired"
+                f"position {rec.position} {rec.name!r}: {exc}; the run is blocked until the"
+                " row is repaired"
             )
         ) from None
-
-
-def _recorded_decision(core: RunCore, rec: StepRecord) -> Decision:
-    """The Decision an ``ok`` approval record holds (a damaged row blocks the run)."""
-    try:
-        out = codec.loads(rec.output or "null")
-        outcome, at = out["outcome"], out["decided_at"]
-        by, note = out.get("by"), out.get("note")
-        if outcome not in OUTCOMES or isinstance(at, bool) or not isinstance(at, (int, float)):
-            raise ValueError(f"outcome {outcome!r} at {at!r}")
-        if not (by is None or isinstance(by, str)) or not (note is None or isinstance(note, str)):
-            raise ValueError("by/note")
-        return Decision(
-            outcome, outcome == APPROVED, by, note, dt.datetime.fromtimestamp(at, dt.UTC)
-        )
-    except (SerializationError, TypeError, KeyError, ValueError, AttributeError) as exc:
-        raise core.poison(
-            SerializationError(
-                f"position {rec.position} {rec.name!r}: the recorded decision cannot be read"
-                f" ({exc}); the run is blocked until the row is repaired"
-            )
-        ) from None
-
-
-def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:
-    """How ``runs show``/``runs list`` word a run parked on an approval request."""
-    until = "no expiry" if expires_at is None else f"expires {_utc(expires_at)}"
-    return f"approval {action!r} ({digest[:12]}) since {_utc(since)} ({until})"
-
-
-def _utc(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")

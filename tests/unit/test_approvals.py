@@ -362,3 +362,27 @@ def test_a_request_in_a_gather_branch_has_the_branch_position_as_its_id(
     assert p.request_id == "0.1.0"
     engine.approve("g1", "0.1.0", digest=p.digest)
     assert asyncio.run(engine.run_async(awf, run_id="g1")) == ["order", "approved"]
+
+
+def test_a_damaged_decision_record_blocks_the_run(tmp_path: Any) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            first = ctx.request_approval("a", {})
+            return [first.outcome, ctx.request_approval("b", {}).outcome]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="x")
+        engine.approve("x", "0", digest=client_digest("a", {}))
+        with pytest.raises(durably.RunParked):
+            engine.resume("x")  # records the first decision, parks on the second
+        with sqlite3.connect(tmp_path / "j.db") as db:
+            db.execute("UPDATE steps SET output = '{\"outcome\":\"maybe\"}' WHERE position = '0'")
+        engine.approve("x", "1", digest=client_digest("b", {}))
+        with pytest.raises(durably.SerializationError, match="recorded decision cannot be read"):
+            engine.resume("x")
+        assert engine.get_run("x").status == "blocked"
