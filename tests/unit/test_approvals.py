@@ -386,3 +386,14 @@ def test_a_damaged_decision_record_blocks_the_run(tmp_path: Any) -> None:
         with pytest.raises(durably.SerializationError, match="recorded decision cannot be read"):
             engine.resume("x")
         assert engine.get_run("x").status == "blocked"
+
+
+def test_bad_by_or_note_is_refused_before_anything_is_written(engine: durably.Engine) -> None:
+    wf, _ = refund_flow(engine)
+    park(engine, wf)
+    digest = client_digest("refund", ARGS)
+    with pytest.raises(durably.ConfigError, match="NUL"):
+        engine.approve("r1", "1", digest=digest, note="a\x00b")
+    with pytest.raises(durably.ConfigError, match="must be a str"):
+        engine.reject("r1", "1", digest=digest, by=42)  # type: ignore[arg-type]
+    assert engine.pending_approvals()[0].digest == digest  # still undecided
