@@ -883,11 +883,13 @@ class RunCore:
             finally:
                 scope.busy = None
             if row is None:
+                # Written with the request's park, in one transaction: only a hand-edited
+                # journal lacks it. Nobody could decide the request, so the run is blocked.
                 raise self.poison(
-                    NonDeterminism(
+                    SerializationError(
                         f"position {pos} {rname!r}: the run waits on approval request {pos},"
                         " but the approvals table has no row for it (deleted by hand?); the"
-                        " run is blocked until the row is restored"
+                        " run is blocked until the row is restored from a backup"
                     )
                 )
             if row.outcome is not None:
