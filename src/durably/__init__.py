@@ -9,6 +9,7 @@ README.md and docs/ for the guarantees.
 from __future__ import annotations
 
 from .approvals import Decision, PendingApproval
+from .budget import Budget
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
@@ -55,6 +56,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "Budget",
     "BudgetExceeded",
     "Cancelled",
     "Clock",

@@ -21,8 +21,23 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
+from .budget import Budget
 from .clock import Clock, SystemClock
-from .core import SCOPE, Call, Op, Outcome, ReadDecision, RunCore, Scope, Wait, Write
+from .core import (
+    SCOPE,
+    Call,
+    Charge,
+    Op,
+    Outcome,
+    ReadDecision,
+    ReadSpend,
+    RunCore,
+    Scope,
+    SetBudget,
+    TakeSignal,
+    Wait,
+    Write,
+)
 from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
 from .store import retry
@@ -94,6 +109,21 @@ class Executor:
                 self.store_retry_s,
             )
 
+    def take_signal(self, op: TakeSignal) -> Generator[float, None, tuple[int, str] | None]:
+        """Consume a signal for the wait at ``op.consumer``, fenced by the core's token;
+        yields the pauses between attempts after a transient store error. A refusal or
+        a store that still fails is latched like a refused write (see :meth:`write`);
+        a retry after an unknown outcome is safe: the store hands the same consumer the
+        same signal again."""
+        core = self.core
+        with recording(core):
+            return (
+                yield from retry.attempts(
+                    lambda: self.store.take_signal(core.run_id, core.token, op.name, op.consumer),
+                    self.store_retry_s,
+                )
+            )
+
     def read_decision(self, op: ReadDecision) -> Generator[float, None, ApprovalRow | None]:
         """Read (and, when due, expire) the approval request at ``op.request_id``, fenced
         by the core's token; yields the pauses between attempts after a transient store
@@ -107,6 +137,24 @@ class Executor:
                     self.store_retry_s,
                 )
             )
+
+    def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
+        """Carry out a ledger or budget operation (retried like a write); returns the
+        run's spend for :class:`Charge` and :class:`ReadSpend`.
+
+        A ledger row is not fenced: the call it counts happened whoever holds the lease
+        now (a stale owner's result write is refused right after). Storing the budget is
+        fenced like any write of the run's state.
+        """
+        core, store = self.core, self.store
+        if isinstance(op, Charge):
+            fn: Callable[[], Any] = lambda: store.record_spend(core.run_id, op.entry)  # noqa: E731
+        elif isinstance(op, ReadSpend):
+            fn = lambda: store.get_spend(core.run_id)  # noqa: E731
+        else:
+            fn = lambda: store.set_budget(core.run_id, core.token, op.budget)  # noqa: E731
+        with recording(core):
+            return (yield from retry.attempts(fn, self.store_retry_s))
 
 
 @contextlib.contextmanager
@@ -140,8 +188,12 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     ex.clock.sleep(pause)
                 reply = None
+            elif isinstance(op, TakeSignal):
+                reply = retry_sync(ex.take_signal(op), ex.clock)
+            elif isinstance(op, Charge | ReadSpend | SetBudget):
+                reply = retry_sync(ex.ledger(op), ex.clock)
             elif isinstance(op, ReadDecision):
-                reply = _store_sync(ex, ex.read_decision(op))
+                reply = retry_sync(ex.read_decision(op), ex.clock)
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -167,12 +219,18 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
-            elif isinstance(op, ReadDecision):
-                # One short fenced transaction, like a write: no thread hop.
-                reading = ex.read_decision(op)
+            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision):
+                # One short transaction or read, like a write: no thread hop.
+                calls: Generator[float, None, Any]
+                if isinstance(op, TakeSignal):
+                    calls = ex.take_signal(op)
+                elif isinstance(op, ReadDecision):
+                    calls = ex.read_decision(op)
+                else:
+                    calls = ex.ledger(op)
                 while True:
                     try:
-                        pause = next(reading)
+                        pause = next(calls)
                     except StopIteration as stop:
                         reply = stop.value
                         break
@@ -186,14 +244,14 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             raise
 
 
-def _store_sync(ex: Executor, gen: Generator[float, None, T]) -> T:
-    """Run a store call's retry generator, waiting its pauses on the engine's clock."""
+def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
+    """Run a store-retry generator to its value, waiting out its pauses on ``clock``."""
     while True:
         try:
             pause = next(gen)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        ex.clock.sleep(pause)
+        clock.sleep(pause)
 
 
 def _call_sync(op: Call) -> Outcome:
@@ -408,6 +466,35 @@ class Context:
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
 
+    def wait_for_signal(
+        self, name: str, timeout_s: float | None = None, default: Any = None
+    ) -> Any:
+        """Wait for signal ``name`` (``engine.signal(run_id, name, data)``) and return its
+        data, or ``default`` once ``timeout_s`` seconds passed without one (None: no
+        timeout).
+
+        A recorded call (one position): replay returns what it returned, without waiting.
+        Signals of one name are taken oldest first, each by one wait, and one sent before
+        the wait is reached is kept for it. With none there, the run parks: it holds no
+        process, thread or worker slot until a signal of ``name`` or the deadline (fixed
+        when the wait is first reached, kept across crashes) wakes it.
+        """
+        return drive_sync(self._ex, self._core.wait_for_signal(name, timeout_s, default))
+
+    def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend (what steps report with ``durably.usage``, summed
+        over the run's ledger across generations) to ``tokens`` tokens and ``cost_usd``
+        US dollars (None: no limit on that measure).
+
+        Call it at the top of the workflow: it consumes no position, so every replay
+        calls it again. The latest call wins (also over the workflow's ``budget=``
+        option); it is stored for ``durably runs show``/``why`` when it differs from the
+        stored one. Once the spend is more than a limit, the run's next recording call
+        raises ``durably.BudgetExceeded`` (the step that crossed it keeps its result),
+        latched: every later one raises it too, except a saga's compensations.
+        """
+        drive_sync(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
+
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
         the run's event stream, at the current position. It consumes no position and
@@ -516,6 +603,19 @@ class AsyncContext:
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+
+    def wait_for_signal(
+        self, name: str, timeout_s: float | None = None, default: Any = None
+    ) -> Coroutine[Any, Any, Any]:
+        """Wait for signal ``name`` and return its data, or ``default`` after
+        ``timeout_s``: ``await ctx.wait_for_signal(name)`` (see
+        :meth:`Context.wait_for_signal`)."""
+        return _SignalWait(self._core, self._ex, name, timeout_s, default)
+
+    async def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        """Limit the whole run's spend: ``await ctx.budget(tokens=..., cost_usd=...)``
+        (see :meth:`Context.budget`)."""
+        await drive_async(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -804,6 +904,30 @@ class _ValueCall(_Recording[T]):
         return _at_once(self._produce())
 
 
+class _SignalWait(_Recording[Any]):
+    __slots__ = ("_default", "_ex", "_name", "_timeout_s", "label")
+
+    def __init__(
+        self, core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
+    ) -> None:
+        super().__init__(core)
+        self._ex = ex
+        self._name = name
+        self._timeout_s = timeout_s
+        self._default = default
+        self.label = f"wait_for_signal:{name}"
+
+    def _call(self) -> str:
+        return f"ctx.wait_for_signal({self._name!r})"
+
+    def _run(self) -> Coroutine[Any, Any, Any]:
+        core = self._core
+        core.check_dropped()
+        return drive_async(
+            self._ex, core.wait_for_signal(self._name, self._timeout_s, self._default)
+        )
+
+
 class _SleepCall(_Recording[None]):
     """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
     parks, when the timer is not due) when awaited, once."""
@@ -831,6 +955,15 @@ async def _at_once(value: T) -> T:
 
 async def _unstarted() -> Any:
     return None
+
+
+def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget:
+    """``ctx.budget``'s arguments as a :class:`Budget`; a bad one is a bug in the code,
+    so it blocks the run (like a bad step name) with a ConfigError naming it."""
+    try:
+        return Budget(tokens, cost_usd)
+    except ConfigError as exc:
+        raise core.poison(ConfigError(f"ctx.budget: {exc}; the run is blocked")) from None
 
 
 def _label(branch: object) -> str:

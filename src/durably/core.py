@@ -34,6 +34,7 @@ from .approvals import (
     waiting_json,
     waiting_times,
 )
+from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
 from .errors import (
     BudgetExceeded,
@@ -72,6 +73,7 @@ from .history import (
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
+    SIGNAL,
     SLEEP,
     STEP,
     STEP_OUTPUT_BYTES_MAX,
@@ -138,7 +140,37 @@ class ReadDecision:
     request_id: str
 
 
-Op = Call | Write | Wait | ReadDecision
+@dataclass(slots=True)
+class TakeSignal:
+    """Operation: consume the oldest unconsumed signal ``name`` of the run for the wait at
+    position ``consumer`` (fenced; asking again for the same consumer returns the same
+    signal). The reply is ``(seq, data JSON)`` or None."""
+
+    name: str
+    consumer: str
+
+
+@dataclass(slots=True)
+class Charge:
+    """Operation: add one call's reported usage to the run's spend ledger (its own
+    commit, before the step's result); the driver replies with the run's :class:`Spend`."""
+
+    entry: SpendEntry
+
+
+@dataclass(slots=True)
+class ReadSpend:
+    """Operation: read the run's spend and stored budget; the reply is a :class:`Spend`."""
+
+
+@dataclass(slots=True)
+class SetBudget:
+    """Operation: store the run's budget (fenced), for ``runs show`` and later claims."""
+
+    budget: Budget
+
+
+Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision
 
 
 @dataclass(slots=True)
@@ -298,6 +330,12 @@ class RunCore:
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
+        # Budgets: the run's generation (part of each ledger entry's name), the limit this
+        # claim was given (ctx.budget / the workflow option; else the stored one applies),
+        # and the run's spend as the ledger last said (None: not read in this claim).
+        self.generation = 0
+        self.budget: Budget | None = None
+        self.spend: Spend | None = None
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -323,9 +361,16 @@ class RunCore:
 
     def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
         """Ask for ``exc`` to stop the workflow at its next position that goes live (the
-        first request wins). Replayed positions are not affected: they return what they
-        recorded, so the workflow reaches the same point it reached before."""
-        if self.halt_requested is None:
+        first request wins, except that a cancel replaces a crossed budget not delivered
+        yet: a person's decision outranks the budget). Replayed positions are not
+        affected: they return what they recorded, so the workflow reaches the same point
+        it reached before."""
+        pending = self.halt_requested
+        if pending is None or (
+            self.halted is None
+            and isinstance(exc, Cancelled)
+            and isinstance(pending, BudgetExceeded)
+        ):
             self.halt_requested = exc
 
     def _deliver_halt(self, pos: str, exc: DurablyError) -> DurablyError:
@@ -549,6 +594,56 @@ class RunCore:
         )
         self.emits[pos] = index + 1
         self.events.append(NewEvent(USER, pos, text, self.clock.time(), f"emit:{pos}:{index}"))
+
+    # -- budgets and the spend ledger ----------------------------------------------------
+
+    def set_budget(self, budget: Budget) -> Generator[Op, Any, None]:
+        """``ctx.budget`` / the workflow's ``budget=``: this claim's limit (the latest call
+        wins), stored when it differs from the stored one (so a replay that sets the same
+        budget again writes nothing), then checked against the run's spend. It consumes
+        no position and may be called after a halt (it records nothing in the history)."""
+        self.guard(halt=False)
+        if not isinstance(budget, Budget):
+            raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+        self.budget = budget
+        if self.checking:
+            return  # replay --check writes nothing and never goes live
+        if self.spend is None:
+            self.spend = yield ReadSpend()
+        if self.spend.budget != budget:
+            yield SetBudget(budget)
+            self.spend = dataclasses.replace(self.spend, budget=budget)
+        self.check_budget()
+
+    def charge(self, pos: str, call: str, attempt: int, usage: Usage) -> Generator[Op, Any, None]:
+        """Put one call's reported usage in the ledger (nothing when it reported none), then
+        check the budget: a crossing asks for a halt, which reaches the workflow at its
+        next position that goes live (this step's result is still recorded)."""
+        if not usage.reported:
+            return
+        entry = SpendEntry(
+            f"g{self.generation}:{pos}:t{self.token}:{call}",
+            self.generation,
+            pos,
+            attempt,
+            self.token,
+            usage.tokens,
+            usage.input_tokens if usage.split else None,
+            usage.output_tokens if usage.split else None,
+            usage.cost_usd,
+        )
+        self.spend = yield Charge(entry)
+        self.check_budget()
+
+    def check_budget(self) -> None:
+        """Ask for a ``BudgetExceeded`` halt when the known spend is more than the limit
+        (this claim's, else the stored one)."""
+        if self.spend is None:
+            return
+        budget = self.budget if self.budget is not None else self.spend.budget
+        how = self.spend.over(budget)
+        if how is not None:
+            self.request_halt(BudgetExceeded(exceeded_message(self.run_id, how)))
 
     # -- deterministic values ------------------------------------------------------------
 
@@ -811,6 +906,103 @@ class RunCore:
         here = _pos_key(pos)
         return any(_later(_pos_key(q), here) for q in self.history)
 
+    # -- signals -------------------------------------------------------------------------
+
+    def wait_for_signal(self, name: Any, timeout_s: Any, default: Any) -> Generator[Op, Any, Any]:
+        """``ctx.wait_for_signal(name, timeout_s, default)`` at the next position p.
+
+        Recorded ``ok`` at p: its signal's data (or ``default`` after a recorded timeout),
+        with no I/O. Otherwise the oldest unconsumed signal of ``name`` is taken (a
+        :class:`TakeSignal`, idempotent per position) and recorded ``ok`` at p; with none,
+        past the deadline (recorded at p by the first arrival: now + ``timeout_s``) a
+        timeout is recorded and ``default`` returned; else a ``waiting`` record (the
+        first time) goes with the park, and the run parks until a signal of ``name`` or
+        the deadline wakes it.
+        """
+        self.guard()
+        self.check_dropped()
+        if not isinstance(name, str) or not name:
+            raise self.poison(
+                ConfigError(
+                    f"ctx.wait_for_signal: the signal name must be a non-empty str, got"
+                    f" {name!r:.300}"
+                )
+            )
+        try:
+            check_name(name, "ctx.wait_for_signal: the signal name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        if timeout_s is not None and (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        ):
+            raise self.poison(
+                ConfigError(
+                    f"ctx.wait_for_signal({name!r}): timeout_s must be None (wait for ever)"
+                    f" or a number of seconds from 0 to {SIGNAL_TIMEOUT_S_MAX:,.0f}, got"
+                    f" {timeout_s!r:.100}"
+                )
+            )
+        scope = self.scope()
+        pos = scope.take()
+        rname, digest = _signal_wait_name(name), _signal_digest(name)
+        rec = self.recorded(pos, SIGNAL, rname, digest)
+        if rec is not None and rec.status == OK:
+            return _signal_value(self, rec, default)
+        self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
+        deadline: float | None
+        if rec is not None and rec.status == WAITING:
+            deadline, since = _waiting_deadline(self, rec), rec.started_at
+        else:
+            since = self.clock.time()
+            deadline = None if timeout_s is None else since + float(timeout_s)
+        # The take may wait out a failing store: other code on this scope meanwhile would
+        # be concurrent use outside ctx.gather (see Scope), as for a live step.
+        scope.busy = f"wait_for_signal {pos} {name!r}"
+        try:
+            found: tuple[int, str] | None = yield TakeSignal(name, pos)
+        finally:
+            scope.busy = None
+        now = self.clock.time()
+        if found is not None:
+            seq, data = found
+            try:
+                value = codec.loads(data)
+                text = codec.dumps({"seq": seq, "data": value}, f"signal {name!r}")
+            except SerializationError as exc:
+                raise self.poison(
+                    SerializationError(
+                        f"position {pos}: signal {name!r} #{seq} cannot be decoded ({exc});"
+                        " the run is blocked until the signals row is repaired"
+                    )
+                ) from None
+            self.pending.append(
+                StepRecord(pos, SIGNAL, rname, digest, OK, text, started_at=since, finished_at=now)
+            )
+            return codec.loads(text)["data"]
+        if deadline is not None and now >= deadline:
+            self.pending.append(
+                StepRecord(
+                    pos,
+                    SIGNAL,
+                    rname,
+                    digest,
+                    OK,
+                    _TIMED_OUT,
+                    started_at=since,
+                    finished_at=now,
+                )
+            )
+            return default
+        if rec is None:  # the first arrival records what it waits for, and until when
+            text = codec.dumps({"deadline": deadline}, f"signal {name!r} wait")
+            self.pending.append(
+                StepRecord(pos, SIGNAL, rname, digest, WAITING, text, started_at=since)
+            )
+        why = signal_park_reason(name, since, deadline)
+        raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
+
     # -- approvals -----------------------------------------------------------------------
 
     def request_approval(
@@ -1036,6 +1228,8 @@ class RunCore:
             out: Outcome = yield Call(
                 opts.reconcile, (key,), {}, opts.timeout_s, signature_of(opts.reconcile).is_async
             )
+            # A reconcile that reported usage (it asked a model) spent it for real.
+            yield from self.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
             if out.error is not None:
                 self.in_doubt = (
                     f"step {pos} {name!r}: reconcile({key!r}) raised"
@@ -1092,6 +1286,9 @@ class RunCore:
             self.guard()
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             _add_usage(spent, out.usage)
+            # Real spend reaches the ledger now, before the "effect" window: a crash before
+            # the result is recorded re-runs the call, and both calls are counted.
+            yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
             if out.error is None:
                 return (
                     yield from self._record_ok(
@@ -1190,6 +1387,8 @@ class RunCore:
             "tokens": rec.usage_tokens,
             "cost_usd": rec.usage_cost_usd,
         }
+        if usage.split:
+            done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
         events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
         rec = self._with_inputs(rec)
         if blob is not None:
@@ -1224,6 +1423,9 @@ def _add_usage(total: Usage, more: Usage) -> None:
     if more.reported:
         total.tokens += more.tokens
         total.cost_usd += more.cost_usd
+        total.input_tokens += more.input_tokens
+        total.output_tokens += more.output_tokens
+        total.split = total.split or more.split
         total.reported = True
 
 
@@ -1308,6 +1510,68 @@ def _patch_digest(change_id: str) -> str:
 
 
 GATHER_NAME = "durably.gather"
+
+SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
+"""Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
+_SIGNAL_WAIT = "durably.wait_for_signal"
+_TIMED_OUT = '{"timeout":true}'
+
+
+def _signal_wait_name(name: str) -> str:
+    """The record name of a wait for signal ``name``: it shows in NonDeterminism messages
+    ("history has 'wait_for_signal:approve'...") and in ``runs show``."""
+    return f"wait_for_signal:{name}"
+
+
+def _signal_digest(name: str) -> str:
+    return codec.digest(_SIGNAL_WAIT, [name], {})
+
+
+def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
+    """What a recorded wait returns: the signal's data, or ``default`` after a timeout."""
+    try:
+        out = codec.loads(rec.output or "null")
+        if isinstance(out, dict) and out.get("timeout") is True:
+            return default
+        if isinstance(out, dict) and "data" in out:
+            return out["data"]
+        raise SerializationError(f"unexpected record {rec.output!r:.200}")
+    except SerializationError as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded signal cannot be decoded"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
+    """The deadline a ``waiting`` record holds (None: it waits without one)."""
+    try:
+        out = codec.loads(rec.output or "null")
+        deadline = out["deadline"]
+        if deadline is None or (
+            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        ):
+            return None if deadline is None else float(deadline)
+        raise TypeError(f"deadline {deadline!r}")
+    except (SerializationError, TypeError, KeyError) as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: the recorded wait cannot be decoded"
+                f" ({exc}); the run is blocked until the row is repaired"
+            )
+        ) from None
+
+
+def signal_park_reason(name: str, since: float, deadline: float | None) -> str:
+    """How ``runs show`` and ``runs list`` word a run parked on a signal wait."""
+    until = "no timeout" if deadline is None else f"times out at {_iso(deadline)}"
+    return f"signal {name!r} since {_iso(since)} ({until})"
+
+
+def _iso(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

@@ -34,8 +34,9 @@ from .approvals import (
     PendingApproval,
 )
 from .approvals import check_text as check_approval_text
+from .budget import Budget, Spend
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, Executor, recording
+from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, type_name
 from .errors import (
     Cancelled,
@@ -74,6 +75,7 @@ from .history import (
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
     RUNNING,
+    SIGNAL_DATA_BYTES_MAX,
     STEP_OUTPUT_BYTES_MAX,
     RunRecord,
     StepRecord,
@@ -125,6 +127,9 @@ class Workflow:
 
     # Set on the copy at_version() returns: a new run takes exactly this version.
     pinned: bool = field(default=False, compare=False)
+    # The run's spending limit (``budget=``), applied at the top of every claim as if the
+    # workflow called ctx.budget first.
+    budget: Budget | None = None
 
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r} version={self.version!r}>"
@@ -229,14 +234,26 @@ class Engine:
     # -- registry ------------------------------------------------------------------------
 
     def workflow(
-        self, name: str | None = None, version: str | None = None, prompt_version: str | None = None
+        self,
+        name: str | None = None,
+        version: str | None = None,
+        prompt_version: str | None = None,
+        *,
+        budget: Budget | None = None,
     ) -> Callable[[Callable[..., Any]], Workflow]:
         """Register a workflow function; its first parameter receives the context.
 
         ``name`` defaults to the function's qualified name. ``version`` routes runs to
         workers that serve it (only when set); ``prompt_version`` is recorded for
-        information.
+        information. ``budget=durably.Budget(tokens=..., cost_usd=...)`` limits each
+        run's spend, as if the workflow called ``ctx.budget(...)`` first (a later
+        ``ctx.budget`` call wins).
         """
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError(
+                f"@engine.workflow(budget=...) takes a durably.Budget(tokens=..., cost_usd=...),"
+                f" got {budget!r:.100}"
+            )
 
         def register(fn: Callable[..., Any]) -> Workflow:
             if not callable(fn):
@@ -261,6 +278,7 @@ class Engine:
                 inspect.iscoroutinefunction(fn),
                 codec.return_hint(fn),
                 codec.param_hints(fn),
+                budget=budget,
             )
             versions[version] = wf
             return wf
@@ -364,6 +382,13 @@ class Engine:
             )
         return run
 
+    def spend(self, run_id: str) -> Spend:
+        """The run's spend (the spend ledger's sums across generations: every call that
+        reported ``durably.usage``, repeated and failed attempts included) and its stored
+        budget; raises ``RunNotFound``."""
+        self.get_run(run_id)
+        return self._store_call(lambda: self.store.get_spend(run_id))
+
     def history(self, run_id: str) -> list[StepRecord]:
         """The run's current history in program order."""
         run = self.get_run(run_id)
@@ -397,6 +422,36 @@ class Engine:
             after=after,
             poll_s=poll_s,
         )
+
+    def signal(self, run_id: str, name: str, data: Any = None) -> int:
+        """Send signal ``name`` with ``data`` (JSON-encodable, at most
+        ``SIGNAL_DATA_BYTES_MAX`` as JSON) to the run and return its per-run sequence
+        number (1, 2, ...).
+
+        The signal is durable once this returns. The run's ``ctx.wait_for_signal(name)``
+        calls consume the signals of that name oldest first, each once; one sent before
+        the wait is reached is kept for it. A run parked waiting for ``name`` wakes at
+        once (PostgreSQL notifies the workers; SQLite workers see it at their next poll).
+        Any process may signal. Raises ``RunNotFound`` for an unknown run and
+        ``RunFinished`` for one already completed, failed, cancelled or continued.
+        """
+        if not isinstance(run_id, str) or not run_id:
+            raise ConfigError(f"engine.signal: run_id must be a non-empty str, got {run_id!r:.300}")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(
+                f"engine.signal: the signal name must be a non-empty str, got {name!r:.300}"
+            )
+        check_name(name, "engine.signal: the signal name")
+        try:
+            text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
+        except SerializationError as exc:
+            raise SerializationError(f"{exc}. Nothing was sent to run {run_id!r}") from None
+        import uuid  # imported on first use: it pulls in platform (slow)
+
+        # One name for this send across the retries below: a retry after an unknown
+        # commit outcome finds the stored signal instead of sending it twice.
+        send = uuid.uuid4().hex
+        return self._store_call(lambda: self.store.send_signal(run_id, name, text, send))
 
     # -- approvals -----------------------------------------------------------------------
 
@@ -682,10 +737,11 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False
+        followed = False  # True once this call waited for the run: a claim may race it
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
+                followed = True
             try:
                 if w.is_async:
                     import asyncio
@@ -711,6 +767,7 @@ class Engine:
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)
+                followed = True
             try:
                 if w.is_async:
                     return await self._drive_async(w, run)
@@ -784,6 +841,8 @@ class Engine:
         if not isinstance(att, _Attempt):
             return att.value
         try:
+            if w.budget is not None:
+                drive_sync(att.executor, att.core.set_budget(w.budget))
             result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
         except BaseException as exc:
             self._conclude_error(att, exc)
@@ -800,6 +859,8 @@ class Engine:
         if not isinstance(att, _Attempt):
             return att.value
         try:
+            if w.budget is not None:
+                await drive_async(att.executor, att.core.set_budget(w.budget))
             if w.is_async:
                 result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
             else:
@@ -972,6 +1033,7 @@ class Engine:
             core = RunCore(run.run_id, history, self.clock, self.fault_hook)
             core.token = run.fencing_token
             core.incarnation = run.incarnation
+            core.generation = run.generation
             core.fetch_blobs = self.store.get_blobs
             core.codec_version = run.codec_version
             core.prompt_versions = (run.prompt_version, w.prompt_version)

@@ -39,6 +39,7 @@ __all__ = [
     "RUN_QUARANTINED",
     "RUN_RESUMED",
     "RUN_STARTED",
+    "SIGNAL_RECEIVED",
     "STEP_COMPLETED",
     "STEP_FAILED",
     "STEP_RETRIED",
@@ -68,6 +69,7 @@ STEP_RETRIED: Final = "step.retried"
 LEASE_TAKEN: Final = "lease.taken"
 LEASE_LOST: Final = "lease.lost"
 LEASE_EXPIRED: Final = "lease.expired"
+SIGNAL_RECEIVED: Final = "signal.received"
 APPROVAL_REQUESTED: Final = "approval.requested"
 APPROVAL_DECIDED: Final = "approval.decided"
 USER: Final = "user"
@@ -158,6 +160,8 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
             "key": "the step's idempotency key",
             "tokens": "tokens it reported (if any)",
             "cost_usd": "cost it reported (if any)",
+            "input_tokens": "input tokens it reported (when given to durably.usage)",
+            "output_tokens": "output tokens it reported (when given to durably.usage)",
         },
     ),
     EventKind(
@@ -199,6 +203,12 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         LEASE_EXPIRED,
         "the previous holder's lease ran out (written by whoever takes over)",
         {"owner": "the previous holder", "token": "its fencing token", "expired_at": "when"},
+    ),
+    EventKind(
+        SIGNAL_RECEIVED,
+        "engine.signal (or `durably signal`) sent the run a signal; its data is not in the"
+        " event (it may hold secrets)",
+        {"name": "the signal's name", "seq": "its per-run sequence number, from 1"},
     ),
     EventKind(
         APPROVAL_REQUESTED,

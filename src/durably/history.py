@@ -22,6 +22,9 @@ PATCHED: Final = "patched"
 # A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
 # digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
 GATHER: Final = "gather"
+# A ``ctx.wait_for_signal``'s record: ``waiting`` while it waits, then ``ok`` with the
+# signal it consumed or its timeout.
+SIGNAL: Final = "signal"
 # Where a run-wide stop (a cancel, a crossed budget) reached the workflow: recorded at the
 # position that would have gone live, so a replay raises it at the same place and the
 # workflow unwinds (cleans up, compensates) along the same path.
@@ -33,9 +36,7 @@ SLEEP: Final = "sleep"
 # digest sha256 of [action, args]: ``waiting`` {"requested_at", "expires_at"} while it
 # waits, then ``ok`` {"outcome", "by", "note", "decided_at"} (the decision it took).
 APPROVAL: Final = "approval"
-KINDS: Final = frozenset(
-    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, "signal", APPROVAL}
-)
+KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, SIGNAL, APPROVAL})
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
@@ -101,6 +102,9 @@ STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 OUTPUT_INLINE_BYTES_MAX: Final = 64 * 1024
 """A step output longer than this (UTF-8 bytes of its JSON) goes to the blob table; the
 record keeps a reference, read only when a replay reaches the step."""
+SIGNAL_DATA_BYTES_MAX: Final = 64 * 1024
+"""Largest signal data (``engine.signal(run_id, name, data)``), as canonical JSON: a
+signal carries a decision or a reference, never bulk data."""
 RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
 """Largest run input (the workflow's arguments), as canonical JSON."""
 RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024

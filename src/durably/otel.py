@@ -5,8 +5,9 @@ One span per run and one per step attempt, children of the run's span, with the 
 stream recorded (so a trace exported after the fact, or by another process, shows when
 things really happened). Attributes: ``durably.run_id``, ``durably.workflow``,
 ``durably.position``, ``durably.step.name``, ``durably.step.attempt``,
-``durably.idempotency_key``, ``durably.usage.tokens``, ``durably.usage.cost_usd``, and on
-failures ``error.type`` with the span status ERROR and the message as its description.
+``durably.idempotency_key``, ``durably.usage.tokens``, ``durably.usage.cost_usd`` (and
+``durably.usage.input_tokens`` / ``output_tokens`` when reported), and on failures
+``error.type`` with the span status ERROR and the message as its description.
 Lease changes and ``ctx.emit`` events become span events of the run's span.
 
 :func:`export_run` exports what the stream holds now; :func:`follow_run` follows a live
@@ -171,6 +172,8 @@ class RunTracer:
             ("key", "durably.idempotency_key"),
             ("tokens", "durably.usage.tokens"),
             ("cost_usd", "durably.usage.cost_usd"),
+            ("input_tokens", "durably.usage.input_tokens"),
+            ("output_tokens", "durably.usage.output_tokens"),
             ("delay_s", "durably.retry.delay_s"),
         ):
             value = data.get(field, before.get(field))

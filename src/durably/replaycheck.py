@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .context import AsyncContext, Context, Executor
-from .core import RunCore, Write
+from .core import Charge, ReadSpend, RunCore, SetBudget, Write
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import FAILED_RUN, RunRecord
 
@@ -70,6 +70,12 @@ class _NoWrites(Executor):
     def write(self, op: Write) -> Generator[float, None, None]:
         raise self.core.latch(ReplayEnd(op.records[0].position if op.records else "?"))
         yield  # pragma: no cover - makes this a generator like Executor.write
+
+    def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
+        """No ledger or budget I/O either: the check core never goes live, and a budget
+        it is given stays in memory."""
+        raise self.core.latch(ReplayEnd("?"))
+        yield  # pragma: no cover - makes this a generator like Executor.ledger
 
 
 def check_runs(engine: Engine, runs: Iterable[RunRecord]) -> Report:

@@ -168,27 +168,48 @@ def _introspect(fn: Callable[..., Any]) -> StepSignature:
 
 @dataclass(slots=True)
 class Usage:
-    """Spend a step reported with :func:`usage`."""
+    """Spend a step reported with :func:`usage` (summed over the calls of one attempt)."""
 
     tokens: int = 0
     cost_usd: float = 0.0
     reported: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # Whether input/output tokens were reported at all (the ledger keeps NULL otherwise).
+    split: bool = False
 
 
 USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage", default=None)
 
 
-def usage(tokens: int = 0, cost_usd: float = 0.0) -> None:
-    """Report model spend from inside a step; it is recorded with the step's result.
+def usage(
+    tokens: int | None = None,
+    cost_usd: float = 0.0,
+    *,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> None:
+    """Report model spend from inside a step: ``tokens`` (by default ``input_tokens +
+    output_tokens``), ``input_tokens``, ``output_tokens`` and ``cost_usd`` (US dollars).
 
-    Calls add up within one attempt. Outside a step this does nothing, so tools stay
-    usable without durably.
+    Calls add up within one attempt. The attempt's usage goes to the run's spend ledger
+    as soon as the call returns (before its result is recorded, so a crash in between
+    still counts it), and with the step's record. Token counts are ints >= 0, the cost
+    a finite number >= 0; anything else raises ``ConfigError``. Outside a step this
+    checks the numbers and records nothing, so tools stay usable without durably.
     """
+    from .budget import check_cost, check_tokens
+
+    ins = 0 if input_tokens is None else check_tokens(input_tokens, "usage(input_tokens=...)")
+    outs = 0 if output_tokens is None else check_tokens(output_tokens, "usage(output_tokens=...)")
+    total = ins + outs if tokens is None else check_tokens(tokens, "usage(tokens=...)")
+    cost = check_cost(cost_usd, "usage(cost_usd=...)")
     box = USAGE.get()
     if box is None:
         return
-    if tokens < 0 or cost_usd < 0:
-        raise ConfigError("usage: tokens and cost_usd must be >= 0")
-    box.tokens += int(tokens)
-    box.cost_usd += float(cost_usd)
+    box.tokens += total
+    box.input_tokens += ins
+    box.output_tokens += outs
+    box.split = box.split or input_tokens is not None or output_tokens is not None
+    box.cost_usd += cost
     box.reported = True

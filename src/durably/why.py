@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import events as ev_kinds
+from .budget import NEAR_FRACTION, Spend
 from .events import Event
 from .history import (
     APPROVAL,
     FAILED,
+    HALT,
     INTENT,
     OK,
+    SIGNAL,
     STEP,
     WAITING,
     RunRecord,
@@ -88,6 +91,7 @@ class Facts:
     queue: QueueView | None = None
     last_error: tuple[str, str] | None = None
     blocked_type: str | None = None
+    spend: Spend | None = None
     park_kind: str | None = None
 
 
@@ -112,6 +116,10 @@ def explain(f: Facts) -> Why:
     builder = _BUILDERS.get(run.status, _other)
     if run.status == "running" and (f.owner_gone or orphaned_row(run, f.now)):
         builder = _orphaned
+    elif run.status == "running" and _near_budget(f.spend):
+        builder = _running_near_budget
+    elif run.status == "failed" and (run.error_type or "").endswith(BUDGET_EXCEEDED):
+        builder = _over_budget
     state, sentence, facts = builder(f)
     return Why(state, sentence, {**base, **facts})
 
@@ -161,6 +169,71 @@ def _running(f: Facts) -> _Built:
     where, more = _where(f)
     facts.update(more)
     return "running", f"{text}, {where}", facts
+
+
+BUDGET_EXCEEDED = "BudgetExceeded"
+
+
+def _near_budget(spend: Spend | None) -> bool:
+    share = None if spend is None else spend.fraction(spend.budget)
+    return share is not None and share >= NEAR_FRACTION
+
+
+def _spend_facts(spend: Spend | None) -> dict[str, Any]:
+    if spend is None:
+        return {}
+    b = spend.budget
+    return {
+        "spent_tokens": spend.tokens,
+        "spent_cost_usd": spend.cost_usd,
+        "budget_tokens": None if b is None else b.tokens,
+        "budget_cost_usd": None if b is None else b.cost_usd,
+        "budget_used": spend.fraction(b),
+    }
+
+
+def _running_near_budget(f: Facts) -> _Built:
+    _, text, facts = _running(f)
+    spend = f.spend
+    assert spend is not None  # chosen only with a spend near its budget
+    facts.update(_spend_facts(spend))
+    if spend.over(spend.budget) is not None:
+        # The crossing was counted; the halt reaches the workflow at its next recording
+        # call (the step in flight finishes and keeps its result).
+        tail = (
+            f"; over its budget: {spend.text()} — it stops with BudgetExceeded at its next"
+            " recording call"
+        )
+        return "over_budget", text + tail, facts
+    tail = f"; near its budget: {spend.text()}"
+    return "near_budget", text + tail, facts
+
+
+def _over_budget(f: Facts) -> _Built:
+    run = f.run
+    halt = next(
+        (r for r in f.history if r.kind == HALT and r.name == "durably.budget"),
+        None,
+    )
+    facts: dict[str, Any] = {
+        "error_type": run.error_type,
+        "error_message": run.error_message,
+        **_spend_facts(f.spend),
+    }
+    spent = "" if f.spend is None else f": {f.spend.text()}"
+    if halt is None:
+        text = f"stopped by its budget{spent}"
+        fork = f"`durably fork {run.run_id} --at N`"
+    else:
+        at = halt.position.split(".")[0]  # fork goes live from a top-level position
+        facts["position"] = halt.position
+        text = f"stopped by its budget at step {halt.position}{spent}"
+        fork = f"`durably fork {run.run_id} --at {at}`"
+    text += (
+        f" — its recorded steps are kept: raise the budget (ctx.budget or budget=), then"
+        f" {fork} goes on from there without paying for them again"
+    )
+    return "budget_exceeded", text, facts
 
 
 def _where(f: Facts) -> tuple[str, dict[str, Any]]:
@@ -341,6 +414,61 @@ def _parked_timer(f: Facts) -> _Built:
     return "parked", text, facts
 
 
+def _parked_signal(f: Facts) -> _Built:
+    """A run parked on ``ctx.wait_for_signal``: the signal, since when, until when; once
+    due (the signal came, or the timeout passed), who resumes it."""
+    run, q = f.run, f.queue
+    wait = _signal_wait(f.history)
+    if wait is None:  # no signal wait in progress in its history: say what the row says
+        return _other(f)
+    name, since, deadline = wait
+    facts: dict[str, Any] = {
+        "waiting_for": "signal",
+        "signal": name,
+        "since": since,
+        "deadline": deadline,
+        "reason": run.park_reason,
+        "due": run.wake_at is not None and run.wake_at <= f.now,
+    }
+    if q is not None:
+        facts["workers"] = q.workers
+    if not facts["due"]:
+        until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
+        command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
+        text = (
+            f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until});"
+            f" it holds no process or worker slot — send it: `{command}`"
+        )
+        return "signal", text, facts
+    # Woken at its deadline: the timeout; earlier: a signal made it due (send_signal).
+    timed_out = deadline is not None and run.wake_at is not None and run.wake_at >= deadline
+    cause = "its timeout passed" if timed_out else f"signal {quote(name)!r} arrived"
+    text = f"parked on signal {quote(name)!r} since {clock_text(since)}: {cause}"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
+    return "signal", text, facts
+
+
+def _signal_wait(history: Sequence[StepRecord]) -> tuple[str, float, float | None] | None:
+    """``(name, since, deadline)`` of the signal wait in progress, if the last waiting
+    record is one (its name is ``wait_for_signal:NAME``, its output the deadline)."""
+    waits = [r for r in history if r.status == WAITING]
+    last = max(waits, key=lambda r: position_key(r.position), default=None)
+    if last is None or last.kind != SIGNAL:
+        return None
+    try:
+        deadline = json.loads(last.output or "null")["deadline"]
+    except (ValueError, TypeError, KeyError):
+        deadline = None  # a damaged row: the run's replay blocks on it, not this sentence
+    name = last.name.removeprefix("wait_for_signal:")
+    return name, last.started_at, deadline if isinstance(deadline, (int, float)) else None
+
+
 def _parked_approval(f: Facts) -> _Built:
     """A run parked on ``ctx.request_approval``: the action, the digest prefix, since and
     until when, and the exact command that approves it."""
@@ -350,16 +478,10 @@ def _parked_approval(f: Facts) -> _Built:
         return _other(f)
     request_id, action, digest, since, expires = wait
     prefix = digest[:12]
-    until = "no expiry" if expires is None else f"expires at {clock_text(expires)}"
     command = (
         f"durably approve {shlex.quote(run.run_id)} {shlex.quote(request_id)} --digest {prefix}"
     )
-    text = (
-        f"parked waiting for approval of {quote(action)!r} (request {request_id}, digest"
-        f" {prefix}) since {clock_text(since)} ({until}); it holds no process or worker slot"
-        f" — approve it: `{command}` (or `durably reject ... --reason TEXT`)"
-    )
-    facts = {
+    facts: dict[str, Any] = {
         "waiting_for": "approval",
         "request_id": request_id,
         "action": action,
@@ -368,7 +490,30 @@ def _parked_approval(f: Facts) -> _Built:
         "expires_at": expires,
         "command": command,
         "reason": run.park_reason,
+        "due": run.wake_at is not None and run.wake_at <= f.now,
     }
+    q = f.queue
+    if q is not None:
+        facts["workers"] = q.workers
+    if not facts["due"]:
+        until = "no expiry" if expires is None else f"expires at {clock_text(expires)}"
+        text = (
+            f"parked waiting for approval of {quote(action)!r} (request {request_id}, digest"
+            f" {prefix}) since {clock_text(since)} ({until}); it holds no process or worker"
+            f" slot — approve it: `{command}` (or `durably reject ... --reason TEXT`)"
+        )
+        return "approval", text, facts
+    # Woken at its expiry: it expired; earlier: a person decided (decide_approval).
+    expired = expires is not None and run.wake_at is not None and run.wake_at >= expires
+    cause = "it expired" if expired else "it was decided"
+    text = f"parked on approval of {quote(action)!r} (request {request_id}): {cause}"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
     return "approval", text, facts
 
 
@@ -398,9 +543,6 @@ def _other(f: Facts) -> _Built:
     return run.status, text, {"reason": run.park_reason}
 
 
-# What a parked run waits for (the run.parked event's kind) -> its sentence.
-_PARKED_BY = {"timer": _parked_timer, "approval": _parked_approval}
-
 STATES = (
     "queued",
     "running",
@@ -411,10 +553,17 @@ STATES = (
     "failed",
     "completed",
     "parked",
+    "signal",
     "approval",
+    "near_budget",
+    "over_budget",
+    "budget_exceeded",
 )
 """Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
 each); other statuses get the status and its recorded reason."""
+
+# What a parked run waits for (the run.parked event's kind) -> its sentence.
+_PARKED_BY = {"timer": _parked_timer, "signal": _parked_signal, "approval": _parked_approval}
 
 _BUILDERS = {
     "queued": _queued,
@@ -466,6 +615,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
     queue = queue_view(engine.store, run) if run.status in ("queued", "parked") else None
     events = read_events(engine, run_id)
+    spend = engine.store.get_spend(run_id) if run.status in ("running", "failed") else None
     return Facts(
         run,
         history,
@@ -475,6 +625,7 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
         queue,
         last_error_of(events, history),
         blocked_type(events),
+        spend,
         park_kind(events),
     )
 

@@ -63,6 +63,20 @@ def test_every_kill_point_matches_the_policy_definitions(report: dict[str, Any])
                 assert got == expected(policy, pos, window), (policy, pos, window)
 
 
+def test_the_journal_spend_ledger_equals_the_meter_at_every_kill_point(
+    report: dict[str, Any],
+) -> None:
+    # Issue 12: the ledger counts real spend. At every kill point, a call repeated after
+    # the SIGKILL (the "effect" window) is counted again and replayed steps are not, so
+    # the ledger equals what the provider's meter billed, to the token.
+    for row in report["kills"]:
+        if row["policy"] in ("journal", "journal_keys"):
+            billed = report["clean"][row["policy"]]["tokens"] + row["extra_tokens"]
+            assert row["ledger_tokens"] == billed, row
+        else:
+            assert row["ledger_tokens"] is None
+
+
 def test_clean_runs_cost_37000_tokens_and_three_writes(report: dict[str, Any]) -> None:
     for policy in matrix.POLICIES:
         assert report["clean"][policy] == {"writes": 3, "tokens": 37_000}

@@ -107,6 +107,10 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     def idle(ctx: durably.Context) -> int:
         return 1
 
+    @engine.workflow()
+    def waits(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go", timeout_s=0)
+
     assert engine.run(good, run_id="good") == "ok"
     with pytest.raises(durably.WorkflowFailed):
         engine.run(bad, run_id="bad")
@@ -129,6 +133,11 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     engine.fault_hook = None
     with pytest.raises(durably.RunInDoubt):
         engine.resume("effect")
+
+    # A signal sent before its wait is reached (its data stays out of the stream).
+    engine.start(waits, run_id="signalled")
+    assert engine.signal("signalled", "go", {"token": "s3cr3t"}) == 1
+    assert engine.resume("signalled") == {"token": "s3cr3t"}
 
     # An approval request that expires (engine.run waits on the fake clock).
     @engine.workflow()
@@ -159,7 +168,18 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     held = store.claim("cancel", other_owner(), 300, 10, lambda _: False)
     store.finish("cancel", held.fencing_token, CANCELLED, [], park_reason="asked to")
 
-    runs = ("good", "bad", "drifting", "effect", "asking", "expired", "lost", "stuck", "cancel")
+    runs = (
+        "good",
+        "bad",
+        "drifting",
+        "effect",
+        "signalled",
+        "asking",
+        "expired",
+        "lost",
+        "stuck",
+        "cancel",
+    )
     for run_id in runs:
         events = all_events(engine, run_id)
         assert [e.cursor for e in events] == list(range(1, len(events) + 1)), run_id
@@ -195,6 +215,7 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     assert [e.data["owner"] for e in seen["lease.lost"]] == [str(other_owner())]
     assert seen["run.quarantined"][0].data == {"starts": 1}
     assert seen["run.cancelled"][0].data == {"reason": "asked to"}
+    assert [e.data for e in seen["signal.received"]] == [{"name": "go", "seq": 1}]
     requested = seen["approval.requested"][0]
     assert requested.position == "0" and requested.data["action"] == "refund"
     assert seen["approval.decided"][0].data == {"request_id": "0", "outcome": "expired"}

@@ -17,7 +17,8 @@ import pytest
 
 from durably.clock import FakeClock
 from durably.errors import LeaseLost, StoreError
-from durably.history import INTENT, OK, SLEEP, WAITING, StepRecord
+from durably.events import new_event
+from durably.history import HALT, INTENT, OK, SLEEP, WAITING, StepRecord
 from durably.store.base import NewRun, Owner, Store
 from durably.store.open import open_store
 
@@ -189,6 +190,22 @@ def test_a_waiting_record_gives_way_to_a_result_and_to_itself_only(
     assert store.load_history("r1", 0) == [done]
     with pytest.raises(StoreError):
         store.append("r1", token, [waiting])  # a result is never replaced
+
+
+def test_a_halt_marker_over_a_waiting_timer_is_stored_as_written(store: Store) -> None:
+    """A cancel delivered at a timer records its marker at the timer's position: kind,
+    name, digest and start are the marker's (the replay must find the halt there), and a
+    write of it retried after an unknown outcome is accepted."""
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [timer("0", WAITING, 100.0).replace(started_at=1.0)])
+    other = hashlib.sha256(b"halt").hexdigest()
+    marker = StepRecord("0", HALT, "durably.cancel", other, OK, '{"reason":"dup"}', None, None)
+    marker = marker.replace(started_at=7.0, finished_at=7.0)
+    # With its event: PostgreSQL's one-statement append (a record and its events).
+    store.append("r1", token, [marker], [new_event("user", "0", {}, 7.0, "halt:0")])
+    store.append("r1", token, [marker])  # retried: the same record, accepted
+    assert store.load_history("r1", 0) == [marker]
 
 
 @pytest.mark.postgres

@@ -62,7 +62,7 @@ def _agent(engine: durably.Engine, gate: threading.Event | None = None) -> durab
     calls: list[int] = []
 
     def plan() -> str:
-        durably.usage(tokens=1200, cost_usd=0.25)
+        durably.usage(input_tokens=1000, output_tokens=200, cost_usd=0.25)
         return "p"
 
     @durably.step(retries=3, backoff=0)
@@ -124,6 +124,8 @@ def _check_agent_trace(spans: Any, run_id: str, key: str) -> None:
     assert plan.attributes["durably.position"] == "0"
     assert plan.attributes["durably.usage.tokens"] == 1200
     assert plan.attributes["durably.usage.cost_usd"] == 0.25
+    assert plan.attributes["durably.usage.input_tokens"] == 1000
+    assert plan.attributes["durably.usage.output_tokens"] == 200
     first, second = sorted(named["durably step call_model"], key=lambda s: s.start_time or 0)
     assert first.attributes is not None and second.attributes is not None
     assert first.attributes["durably.step.attempt"] == 1

@@ -276,6 +276,106 @@ def test_a_finished_timer_replays_without_parking(
     assert kinds(engine, "c").count("run.parked") == 1
 
 
+class RacingClock(durably.FakeClock):
+    """A fake clock on which, the moment ``engine.run`` sleeps to the wake time, another
+    process (``taker``) claims the due run and drives it in a thread of its own."""
+
+    taker: durably.Engine | None = None
+    threads: list[threading.Thread]
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        taker, self.taker = self.taker, None
+        if taker is not None:
+            run = taker.claim_next(["default"])
+            assert run is not None
+            self.threads = [threading.Thread(target=taker.execute_claimed, args=(run,))]
+            self.threads[0].start()
+
+
+def test_engine_run_follows_a_worker_that_took_the_due_run_to_its_outcome(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    clock = RacingClock()
+    mine, theirs = durably.Engine(url, clock=clock), durably.Engine(url, clock=clock)
+    release = threading.Event()
+    drivers: list[str] = []
+
+    for engine, me in ((mine, "mine"), (theirs, "theirs")):
+
+        def slow_b(me: str = me) -> str:
+            drivers.append(me)
+            release.wait(10)  # the other driver is still at it when engine.run looks
+            return me
+
+        @engine.workflow(name="race")
+        def wf(ctx: durably.Context, slow_b: Any = slow_b) -> str:
+            ctx.sleep(60)
+            return str(ctx.step("b", slow_b))
+
+    clock.taker = theirs
+    threading.Timer(0.3, release.set).start()
+    # engine.run waits for the timer; "theirs" claims it when due and drives it; this
+    # call follows that run to its outcome instead of raising RunLeased.
+    assert mine.run("race", run_id="r") == "theirs"
+    clock.threads[0].join(10)
+    assert drivers == ["theirs"]
+    assert mine.get_run("r").status == "completed"
+    mine.close()
+    theirs.close()
+
+
+def test_a_halt_requested_while_parked_lands_at_the_timer_and_replays_there(
+    tmp_path: Path, clock: durably.FakeClock
+) -> None:
+    """A cancel asked for while the run is parked reaches the workflow at its timer (the
+    position that would go live), recorded there over the ``waiting`` record; a replay
+    raises it at the same place, never sleeping again. (engine.cancel builds on this; here
+    the halt is requested when the run is claimed, as it will.)"""
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", clock=clock, park_wait_s=0)
+    seen: list[str] = []
+
+    @engine.workflow(name="nap")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("a", lambda: "a")
+        try:
+            ctx.sleep(HOUR)
+        except durably.Cancelled as exc:
+            seen.append(f"cancelled at the timer: {exc.reason}")
+            raise
+        return "woke"
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="c")
+    begin = engine._begin
+
+    def begin_with_a_cancel(*args: Any, **kwargs: Any) -> Any:
+        att = begin(*args, **kwargs)
+        core = getattr(att, "core", None)
+        if core is not None:
+            core.request_halt(durably.Cancelled("run 'c' was cancelled: dup", "dup"))
+        return att
+
+    engine._begin = begin_with_a_cancel  # type: ignore[method-assign]
+    clock.advance(60)  # long before the wake time: a parked run is woken to unwind
+    engine.park_wait_s = None
+    with pytest.raises(durably.DurablyError):
+        engine._resume("c", wait=False)
+    assert seen == ["cancelled at the timer: dup"]
+    (marker,) = [r for r in engine.history("c") if r.position == "1"]
+    assert (marker.kind, marker.name, marker.status) == ("halt", "durably.cancel", "ok")
+    engine._begin = begin  # type: ignore[method-assign]
+    engine.store.requeue("c", ("failed", "cancelled"))
+    # The replay raises it at the timer again: no sleep. (How the run ends is the
+    # cancel's business: `cancelled` once engine.cancel lands.)
+    with pytest.raises(durably.DurablyError, match="cancelled: dup"):
+        engine.resume("c")
+    assert seen == ["cancelled at the timer: dup"] * 2
+    assert clock.time() == durably.FakeClock().time() + 60
+    engine.close()
+
+
 # -- async workflows ----------------------------------------------------------------------
 
 

@@ -424,6 +424,151 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
             assert any(f"def {name}(" in src for src in sources), name
 
 
+def test_parked_waiting_for_a_signal(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            first = ctx.wait_for_signal("approve", timeout_s=3600)
+            return [first, ctx.wait_for_signal("ship it")]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="waits")
+        got = why(journal_url, "waits")
+        assert got["state"] == "signal" and got["signal"] == "approve"
+        assert got["deadline"] == pytest.approx(got["since"] + 3600)
+        assert re.fullmatch(
+            r"parked waiting for signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC \(times out"
+            r" at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds no process or worker slot — send it:"
+            r" `durably signal waits approve --data JSON`",
+            got["sentence"],
+        ), got["sentence"]
+        assert got["due"] is False
+        engine.signal("waits", "approve", "yes")  # due now; no worker serves its queue
+        got = why(journal_url, "waits")
+        assert got["due"] is True and got["workers"] == 0
+        assert re.fullmatch(
+            r"parked on signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC: signal 'approve'"
+            r" arrived; no live worker serves queue 'default' \(start one: `durably worker"
+            r" MODULE:ENGINE --queue default`, or `engine.resume\('waits'\)`\)",
+            got["sentence"],
+        ), got["sentence"]
+        with pytest.raises(durably.RunParked):
+            engine.resume("waits")  # now on the second wait, without a timeout
+        got = why(journal_url, "waits")
+        assert got["signal"] == "ship it" and got["deadline"] is None
+        assert got["sentence"].endswith(
+            "(no timeout); it holds no process or worker slot — send it:"
+            " `durably signal waits 'ship it' --data JSON`"
+        )
+        assert "signal 'ship it' since" in got["reason"]
+
+
+def test_parked_on_a_signal_whose_timeout_passed(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.wait_for_signal("approve", timeout_s=0.2, default="no answer")
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="late")
+        time.sleep(0.3)
+        got = why(journal_url, "late")
+        assert got["state"] == "signal" and got["due"] is True
+        assert ": its timeout passed; no live worker serves queue 'default'" in got["sentence"]
+        engine.park_wait_s = None
+        assert engine.resume("late") == "no answer"
+
+
+def test_budget_exceeded(engine: durably.Engine, journal_url: str) -> None:
+    def call_model(prompt: str) -> str:
+        durably.usage(tokens=6200, cost_usd=0.2)
+        return prompt
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.budget(tokens=10_000, cost_usd=0.5)
+        ctx.step("plan", call_model, "a")
+        ctx.step("draft", call_model, "b")  # 12,400 tokens: more than 10,000
+        return str(ctx.step("review", call_model, "c"))
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="spent")
+    got = why(journal_url, "spent")
+    assert got["state"] == "budget_exceeded" and got["position"] == "2"
+    assert (got["spent_tokens"], got["budget_tokens"], got["budget_cost_usd"]) == (
+        12_400,
+        10_000,
+        0.5,
+    )
+    assert got["sentence"] == (
+        "stopped by its budget at step 2: tokens 12,400 of 10,000 (124%), cost $0.40 of"
+        " $0.50 (80%) — its recorded steps are kept: raise the budget (ctx.budget or"
+        " budget=), then `durably fork spent --at 2` goes on from there without paying for"
+        " them again"
+    )
+
+
+def test_running_near_its_budget(engine: durably.Engine, journal_url: str) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    def call_model(tokens: int) -> int:
+        durably.usage(tokens=tokens)
+        if tokens == 1:
+            inside.set()
+            assert release.wait(60)
+        return tokens
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> int:
+        ctx.budget(tokens=10_000)
+        ctx.step("plan", call_model, 8_500)
+        return ctx.step("draft", call_model, 1)
+
+    with running(engine, wf, "near", release):
+        assert inside.wait(60)
+        got = why(journal_url, "near")
+    assert got["state"] == "near_budget" and got["budget_used"] == 0.85
+    assert re.fullmatch(
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), past step 0"
+        r" plan; near its budget: tokens 8,500 of 10,000 \(85%\), cost \$0.00",
+        got["sentence"],
+    )
+
+
+def test_running_over_its_budget(engine: durably.Engine, journal_url: str) -> None:
+    inside, release = threading.Event(), threading.Event()
+    attempts: list[int] = []
+
+    @durably.step(retries=2, backoff=0)
+    def call_model(prompt: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            durably.usage(tokens=12_000)  # spent, then failed: the ledger has it
+            raise RateLimitError("429: slow down")
+        inside.set()
+        assert release.wait(60)
+        return "answer"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.budget(tokens=10_000)
+        return ctx.step("call_model", call_model, "hi")
+
+    with running(engine, wf, "over", release):
+        assert inside.wait(60)
+        got = why(journal_url, "over")
+    assert got["state"] == "over_budget" and got["spent_tokens"] == 12_000
+    assert re.fullmatch(
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 0"
+        r" call_model, attempt 2 of 3 after \S*RateLimitError: 429: slow down; over its"
+        r" budget: tokens 12,000 of 10,000 \(120%\), cost \$0.00 — it stops with"
+        r" BudgetExceeded at its next recording call",
+        got["sentence"],
+    )
+
+
 def test_parked_waiting_for_an_approval(journal_url: str) -> None:
     with durably.Engine(journal_url, park_wait_s=0) as engine:
 
@@ -448,9 +593,17 @@ def test_parked_waiting_for_an_approval(journal_url: str) -> None:
             rf" {prefix}` \(or `durably reject ... --reason TEXT`\)",
             got["sentence"],
         ), got["sentence"]
-        # The command it prints works as printed.
+        assert got["due"] is False
+        # The command it prints works as printed; the run is then due, no worker serves it.
         res = CliRunner().invoke(cli, [*got["command"].split()[1:], "--db", journal_url])
         assert res.exit_code == 0, res.output
+        got = why(journal_url, "asks")
+        assert got["due"] is True and got["workers"] == 0
+        assert got["sentence"] == (
+            "parked on approval of 'refund' (request 1): it was decided; no live worker serves"
+            " queue 'default' (start one: `durably worker MODULE:ENGINE --queue default`, or"
+            " `engine.resume('asks')`)"
+        )
         with pytest.raises(durably.RunParked):
             engine.resume("asks")  # now on the second request, without an expiry
         got = why(journal_url, "asks")

@@ -80,6 +80,9 @@ class KillResult:
     window: str
     duplicates: int
     extra_tokens: int
+    # The journal policies: the tokens the run's spend ledger counted (None otherwise).
+    # It equals the meter's bill, crash included: the ledger counts real spend.
+    ledger_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,18 @@ def _run_agent(point: KillPoint, folder: Path, kill: bool, synchronous: str) -> 
     return EXIT_NOT_KILLED if hook is not None else EXIT_OK
 
 
+def _ledger_tokens(folder: Path) -> int:
+    """The tokens the journal's spend ledger counted for the run in ``folder``."""
+    from ..clock import SystemClock
+    from ..store.sqlite import SQLiteStore
+
+    store = SQLiteStore(f"sqlite:///{folder / 'journal.db'}", SystemClock())
+    try:
+        return store.get_spend(RUN_ID).tokens
+    finally:
+        store.close()
+
+
 @dataclass
 class _Job:
     point: KillPoint
@@ -182,7 +197,7 @@ def run_matrix(
         todo.extend(_Job(kp, Path(tmp) / kp.slug) for kp in kill_points(policies))
         audits = _schedule(todo, jobs, synchronous, on_done)
     seconds = time.perf_counter() - t0
-    clean = {p: audits[KillPoint(p)] for p in policies}
+    clean = {p: {k: audits[KillPoint(p)][k] for k in ("writes", "tokens")} for p in policies}
     rows = []
     for kp in kill_points(policies):
         writes, tokens = audits[kp]["writes"], audits[kp]["tokens"]
@@ -195,6 +210,7 @@ def run_matrix(
                 kp.window,
                 writes - clean[kp.policy]["writes"],
                 tokens - clean[kp.policy]["tokens"],
+                audits[kp].get("ledger"),
             )
         )
     return MatrixReport(rows, summarize(rows, clean), seconds, jobs, clean)
@@ -243,6 +259,8 @@ def _schedule(
         world = World(job.folder / "world.db", honour_keys=False)
         audits[job.point] = {"writes": world.writes(), "tokens": world.tokens()}
         world.close()
+        if job.point.policy.startswith("journal"):
+            audits[job.point]["ledger"] = _ledger_tokens(job.folder)
         if on_done is not None and job.point.position is not None:
             on_done(job.point)
     return audits

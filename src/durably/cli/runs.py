@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from ..budget import Spend
 from ..errors import DurablyError
 from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
@@ -279,12 +280,15 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     help="Also show what each step was called with (its recorded arguments).",
 )
 def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
-    """Show one run and its journal: position, name, status, duration, key, attempts,
-    tokens and cost (and with --inputs, each step's arguments)."""
+    """Show one run, its spend against its budget (the spend ledger's sums: every call
+    that reported usage, calls repeated after a crash included), and its journal:
+    position, name, status, duration, key, attempts, tokens and cost (and with --inputs,
+    each step's arguments)."""
     engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
+        spend = engine.store.get_spend(run_id)
         args = _step_inputs(engine, steps) if with_inputs else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
@@ -295,9 +299,9 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
         if with_inputs:
             for row, s in zip(shown, steps, strict=True):
                 row["inputs"] = args.get(s.position)
-        click.echo(json_text({"run": run_json(run), "steps": shown}))
+        click.echo(json_text({"run": run_json(run), "spend": spend_json(spend), "steps": shown}))
         return
-    _print_run(run, steps)
+    _print_run(run, steps, spend)
     _print_inputs(steps, args)
 
 
@@ -332,7 +336,24 @@ def _print_inputs(steps: list[StepRecord], args: dict[str, Any]) -> None:
                 console.print(term(line), soft_wrap=True)
 
 
-def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
+def spend_json(spend: Spend) -> dict[str, Any]:
+    """The run's spend and budget as ``runs show --json`` prints them (``budget``: None
+    when none was stored; a limit of None is no limit on that measure)."""
+    budget = spend.budget
+    return {
+        "tokens": spend.tokens,
+        "input_tokens": spend.input_tokens,
+        "output_tokens": spend.output_tokens,
+        "cost_usd": spend.cost_usd,
+        "ledger_entries": spend.entries,
+        "budget": None
+        if budget is None
+        else {"tokens": budget.tokens, "cost_usd": budget.cost_usd},
+        "budget_used": spend.fraction(budget),
+    }
+
+
+def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
     from rich.table import Table
 
     console = _console()
@@ -349,6 +370,9 @@ def _print_run(run: RunRecord, steps: list[StepRecord]) -> None:
         console.print(f"error: {term(run.error_type)}: {term(run.error_message)}")
     if run.park_reason:
         console.print(f"why: {term(run.park_reason)}")
+    if spend.entries or spend.budget is not None:
+        # The ledger's sums: every call that reported usage, repeated calls included.
+        console.print(f"spend: {spend.text()}")
     table = Table()
     for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
         table.add_column(col)
@@ -394,8 +418,9 @@ def _console() -> Any:
 )
 def runs_why(run_id: str, db: str, as_json: bool) -> None:
     """Say in one sentence why RUN is where it is: queued behind whom, running which step
-    and attempt, orphaned, in doubt, blocked, quarantined, failed where, completed. The
-    states and their sentences are listed in docs/why.md."""
+    and attempt (and near or over its budget), orphaned, in doubt, blocked, quarantined,
+    failed where (or stopped by its budget), completed. The states and their sentences
+    are listed in docs/why.md."""
     import time
 
     from ..why import explain, gather

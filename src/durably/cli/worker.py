@@ -87,7 +87,8 @@ def worker_cmd(
     stats = w.run()
     click.echo(
         f"durably worker stopped: {stats.claimed} claimed, {stats.completed} completed,"
-        f" {stats.failed} failed, {stats.stale} lost to other workers",
+        f" {stats.failed} failed, {stats.stale} lost to other workers,"
+        f" {stats.other['parked']} parked",
         err=True,
     )
     sys.stdout.flush()

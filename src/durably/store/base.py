@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..approvals import ApprovalRequest, ApprovalRow
+from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
@@ -286,6 +287,46 @@ class Store(Protocol):
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
         failure outcome, reset the no-progress count, raise the fencing token and queue the
         run, all in one transaction. The incarnation (so every key) stays."""
+        ...
+
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
+        return its per-run sequence number (1, 2, ...), taken under the run's row lock,
+        with a ``signal.received`` event in the same transaction. A run parked waiting
+        for ``name`` is made due at once (PostgreSQL also notifies the workers). Not
+        fenced: any process may signal. Raises ``RunNotFound`` for an unknown run and
+        ``RunFinished`` for one completed, failed, cancelled or continued.
+
+        ``send`` names this send, the same on every retry of it: a send already stored
+        under that name (the retry of a call whose commit outcome was unknown) stores
+        nothing new and returns the stored signal's number, so a signal is never
+        delivered twice. None: a fresh name (the call is not retried by its caller)."""
+        ...
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume one signal of ``name`` for the wait ``consumer`` (its position) and
+        return ``(seq, data)``, or None when there is none. Fenced (``LeaseLost`` on a
+        stale token). Idempotent: a signal already consumed by ``consumer`` (the reply
+        was lost, or the process died before the wait was recorded) is returned again;
+        otherwise the oldest unconsumed signal of ``name`` is taken (FIFO)."""
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the run's spend ledger, in one transaction, once per
+        ``entry.entry`` (a write retried after an unknown outcome adds nothing), and
+        return the run's spend after it, with its stored budget. Not fenced: the call
+        happened whoever holds the lease now."""
+        ...
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend (the ledger's sums across generations; zero without rows) and
+        its stored budget (None when none was stored)."""
+        ...
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget, replacing any stored one; fenced (``LeaseLost`` on a
+        stale token)."""
         ...
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:

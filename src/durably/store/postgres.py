@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
 from ..approvals import ApprovalRequest, ApprovalRow
+from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -69,9 +70,11 @@ from .rules import (
     approval_params,
     approval_row,
     blob_params,
+    budget_params,
     check_claimable,
     check_decidable,
     check_requeueable,
+    check_signalable,
     dead_owners,
     fork_conflict,
     no_doubt_error,
@@ -79,6 +82,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    spend_from_row,
+    spend_params,
     worker_params,
     worker_rows,
 )
@@ -892,6 +897,64 @@ class PostgresStore:
 
         self._call(op)
 
+    # -- signals -------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store a signal for the run and return its per-run number (see the Store
+        protocol); not fenced: any process may signal. A retry after a lost connection
+        finds the first attempt's signal, if it committed, by the send's dedupe."""
+        now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
+        params = {
+            "run_id": run_id,
+            "name": name,
+            "data": data,
+            "now": now,
+            "dedupe": dedupe,
+            "channel": self._channel,
+        }
+
+        def op(conn: Conn, _: bool) -> int:
+            with conn.transaction():
+                status = _scalar(conn, "lock_run_for_signal", params)
+                sent = _scalar(conn, "signal_sent", params)
+                if sent is not None:
+                    return stream.sent_seq(sent)  # this send, retried: already stored
+                check_signalable(run_id, status, self.where)
+                seq = int(_scalar(conn, "next_signal_seq", params))
+                conn.execute(_Q["insert_signal"], {**params, "seq": seq})
+                event = stream.signal_received(name, seq, now, dedupe)
+                self._write_events(conn, run_id, [event])
+                if conn.execute(_Q["wake_for_signal"], params).rowcount:
+                    # Delivered at commit: a worker in LISTEN claims the run at once.
+                    conn.execute(_Q["notify_work"], params)
+            return seq
+
+        return self._call(op)
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
+        the Store protocol). A retry after a lost connection finds what the first attempt
+        consumed, if it committed, by ``consumer``."""
+        params = {"run_id": run_id, "name": name, "consumer": consumer}
+
+        def op(conn: Conn, _: bool) -> tuple[int, str] | None:
+            with conn.transaction():
+                # Under the run row's lock, so a claim cannot raise the token before commit.
+                if _scalar(conn, "lock_token", params) != token:
+                    raise LeaseLost(run_id, token)
+                found = conn.execute(_Q["taken_signal"], params).fetchone()
+                if found is None:
+                    found = conn.execute(_Q["oldest_signal"], params).fetchone()
+                    if found is None:
+                        return None
+                    conn.execute(_Q["consume_signal"], {**params, "seq": found[0]})
+            return int(found[0]), str(found[1])
+
+        return self._call(op)
+
     # -- approvals ------------------------------------------------------------------------
 
     def pending_approvals(
@@ -982,6 +1045,35 @@ class PostgresStore:
             "dedupes": [e.dedupe for e in events],
             "events_channel": self._events_channel,
         }
+
+    # -- the spend ledger and budgets ---------------------------------------------------
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the ledger once per entry; the run's spend after it."""
+        params = spend_params(run_id, entry, self.clock.time())
+
+        def op(conn: Conn, _: bool) -> Spend:
+            # The insert commits on its own (autocommit); its entry makes a retry a no-op.
+            conn.execute(_Q["insert_spend"], params)
+            return spend_from_row(conn.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
+
+        return self._call(op)
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend and stored budget."""
+        return self._call(
+            lambda c, _: spend_from_row(c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
+        )
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget (fenced: LeaseLost on a stale token)."""
+        params = budget_params(run_id, token, budget, self.clock.time())
+
+        def op(conn: Conn, _: bool) -> None:
+            if conn.execute(_Q["set_budget"], params).rowcount != 1:
+                raise LeaseLost(run_id, token)
+
+        self._call(op)
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Events after ``after`` (see the Store protocol); None for an unknown run."""

@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..approvals import EXPIRED, OUTCOMES, ApprovalRequest, ApprovalRow
+from ..budget import Budget, Spend, SpendEntry
 from ..errors import (
     ApprovalAlreadyDecided,
     ApprovalMismatch,
     ApprovalNotFound,
+    ConfigError,
     NotADurablyDatabase,
     RunConflict,
     RunFinished,
@@ -59,6 +61,23 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
         " two processes may never drive one run. Wait for it to finish or for the lease to"
         " expire, or stop that process."
     )
+
+
+def check_signalable(run_id: str, status: str | None, where: str) -> None:
+    """Raise unless a run with ``status`` (None: no such run) may take a signal:
+    ``RunNotFound``, or ``RunFinished`` once it is completed, failed, cancelled or
+    continued (a signal nobody can ever consume must not be accepted as sent)."""
+    if status is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {where}; nothing was sent. Check the run id"
+            " (`durably runs list` shows runs) and the database (--db / DURABLY_URL)"
+        )
+    if status in TERMINAL:
+        raise RunFinished(
+            f"run {run_id!r} is already {status}, so no wait can take a signal any more;"
+            " nothing was sent. Signal a run that is still going (`durably runs list"
+            " --status parked` shows the waiting ones)"
+        )
 
 
 def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:
@@ -173,6 +192,55 @@ def worker_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[str, ...
         ok = isinstance(queues, list) and all(isinstance(q, str) for q in queues)
         out.append((str(owner), tuple(queues) if ok and queues is not None else ()))
     return out
+
+
+def spend_params(run_id: str, entry: SpendEntry, now: float) -> dict[str, Any]:
+    """The named parameters of a ledger row (``insert_spend``)."""
+    return {
+        "run_id": run_id,
+        "entry": entry.entry,
+        "generation": entry.generation,
+        "position": entry.position,
+        "attempt": entry.attempt,
+        "token": entry.token,
+        "tokens": entry.tokens,
+        "input_tokens": entry.input_tokens,
+        "output_tokens": entry.output_tokens,
+        "cost_usd": entry.cost_usd,
+        "now": now,
+    }
+
+
+def budget_params(run_id: str, token: int, budget: Budget, now: float) -> dict[str, Any]:
+    """The named parameters of ``set_budget``."""
+    return {
+        "run_id": run_id,
+        "token": token,
+        "tokens": budget.tokens,
+        "cost_usd": budget.cost_usd,
+        "now": now,
+    }
+
+
+def spend_from_row(row: Sequence[Any] | None) -> Spend:
+    """A ``get_spend`` row as a :class:`Spend` (a hand-edited row that does not make a
+    budget is shown as no budget rather than trusted)."""
+    if row is None:
+        return Spend()
+    tokens, ins, outs, cost, entries, has_budget, b_tokens, b_cost = row
+    budget = None
+    if has_budget:
+        try:
+            budget = Budget(b_tokens, None if b_cost is None else float(b_cost))
+        except ConfigError:
+            budget = None
+    try:
+        return Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
+    except (TypeError, ValueError) as exc:
+        raise NotADurablyDatabase(
+            f"the spend ledger holds a value that is not a number ({exc}); repair the row"
+            " or restore the journal from a backup"
+        ) from exc
 
 
 # -- approvals -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._fork import reset_after_fork
 from ..approvals import ApprovalRequest, ApprovalRow
+from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -45,9 +46,11 @@ from .rules import (
     approval_params,
     approval_row,
     blob_params,
+    budget_params,
     check_claimable,
     check_decidable,
     check_requeueable,
+    check_signalable,
     dead_owners,
     fork_conflict,
     no_doubt_error,
@@ -55,6 +58,8 @@ from .rules import (
     quarantined_error,
     record_params,
     run_from_row,
+    spend_from_row,
+    spend_params,
     worker_params,
     worker_rows,
 )
@@ -757,6 +762,44 @@ class SQLiteStore:
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
 
+    # -- signals -------------------------------------------------------------------------
+
+    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
+        """Store a signal for the run and return its per-run number (see the Store
+        protocol); not fenced: any process may signal."""
+        now = self.clock.time()
+        dedupe = stream.signal_dedupe(send)
+        params = {"run_id": run_id, "name": name, "data": data, "now": now, "dedupe": dedupe}
+        with self._tx() as c:  # BEGIN IMMEDIATE: the one writer, so the run's lock too
+            sent = c.execute(_Q["signal_sent"], params).fetchone()
+            if sent is not None:
+                return stream.sent_seq(sent[0])  # this send, retried: already stored
+            row = c.execute(_Q["run_status"], params).fetchone()
+            check_signalable(run_id, None if row is None else row[0], self.path)
+            seq = int(c.execute(_Q["next_signal_seq"], params).fetchone()[0])
+            c.execute(_Q["insert_signal"], {**params, "seq": seq})
+            self._write_events(c, run_id, [stream.signal_received(name, seq, now, dedupe)])
+            c.execute(_Q["wake_for_signal"], params)  # workers poll: no notification
+        return seq
+
+    def take_signal(
+        self, run_id: str, token: int, name: str, consumer: str
+    ) -> tuple[int, str] | None:
+        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
+        the Store protocol)."""
+        params = {"run_id": run_id, "name": name, "consumer": consumer}
+        with self._tx() as c:
+            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+            if row is None or row[0] != token:
+                raise LeaseLost(run_id, token)
+            found = c.execute(_Q["taken_signal"], params).fetchone()
+            if found is None:
+                found = c.execute(_Q["oldest_signal"], params).fetchone()
+                if found is None:
+                    return None
+                c.execute(_Q["consume_signal"], {**params, "seq": found[0]})
+        return int(found[0]), str(found[1])
+
     # -- approvals ------------------------------------------------------------------------
 
     def pending_approvals(
@@ -821,6 +864,28 @@ class SQLiteStore:
         return None if found is None else approval_row(found)
 
     # -- the event stream -----------------------------------------------------------------
+
+    # -- the spend ledger and budgets ---------------------------------------------------
+
+    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
+        """Add one call's usage to the ledger once per entry; the run's spend after it."""
+        now = self.clock.time()
+        with self._tx() as c:
+            c.execute(_Q["insert_spend"], spend_params(run_id, entry, now))
+            row = c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone()
+        return spend_from_row(row)
+
+    def get_spend(self, run_id: str) -> Spend:
+        """The run's spend and stored budget."""
+        rows = self._read(_Q["get_spend"], {"run_id": run_id})
+        return spend_from_row(rows[0] if rows else None)
+
+    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
+        """Store the run's budget (fenced: LeaseLost on a stale token)."""
+        params = budget_params(run_id, token, budget, self.clock.time())
+        with self._tx() as c:
+            if c.execute(_Q["set_budget"], params).rowcount != 1:
+                raise LeaseLost(run_id, token)
 
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Events after ``after`` (see the Store protocol); None for an unknown run."""

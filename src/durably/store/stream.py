@@ -30,6 +30,7 @@ from ..events import (
     RUN_QUARANTINED,
     RUN_RESUMED,
     RUN_STARTED,
+    SIGNAL_RECEIVED,
     Event,
     EventPage,
     NewEvent,
@@ -147,6 +148,36 @@ def resumed(run: RunRecord, skipped: bool, now: float) -> NewEvent:
     """``run.resumed`` for an operator's requeue of ``run`` (before the change)."""
     data = {"previous": run.status, "reason": "skip" if skipped else "retry"}
     return new_event(RUN_RESUMED, None, data, now, f"t{run.fencing_token + 1}:{RUN_RESUMED}")
+
+
+def signal_dedupe(send: str | None) -> str:
+    """The dedupe of a send's ``signal.received`` event: ``send`` names the send (the
+    same on every retry of it); None draws a fresh name (a send no caller retries)."""
+    if send is None:
+        import uuid
+
+        send = uuid.uuid4().hex
+    return f"signal:{send}"
+
+
+def signal_received(name: str, seq: int, now: float, dedupe: str) -> NewEvent:
+    """``signal.received`` for signal ``seq`` of the run (its data stays out: it may hold
+    secrets, and the stream is read by dashboards and followers)."""
+    return new_event(SIGNAL_RECEIVED, None, {"name": name, "seq": seq}, now, dedupe)
+
+
+def sent_seq(data: str) -> int:
+    """The signal number a stored ``signal.received`` event names."""
+    try:
+        seq = json.loads(data)["seq"]
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            return seq
+    except (ValueError, TypeError, KeyError):
+        pass
+    raise NotADurablyDatabase(
+        f"a signal.received event holds no signal number ({data[:200]!r}); restore the"
+        " journal from a backup, or delete that event row"
+    )
 
 
 def page(

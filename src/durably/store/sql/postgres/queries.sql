@@ -180,7 +180,13 @@ SELECT runs.run_id, runs.generation, %(position)s::text, %(kind)s::text, %(name)
 FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
 FOR KEY SHARE OF runs
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
     usage_cost_usd = excluded.usage_cost_usd,
@@ -383,7 +389,13 @@ WITH appended AS (
     FROM runs WHERE runs.run_id = %(run_id)s AND runs.fencing_token = %(token)s
     FOR KEY SHARE OF runs
     ON CONFLICT (run_id, generation, position) DO UPDATE
-    SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+    -- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
         error_message = excluded.error_message, attempts = excluded.attempts,
         finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
         usage_cost_usd = excluded.usage_cost_usd,
@@ -443,6 +455,72 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);
+
+-- name: lock_run_for_signal
+-- The run row locked to commit: signals of one run are numbered one at a time, and a
+-- park (which checks for a waiting signal under the same lock) sees this one or wakes.
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: next_signal_seq
+SELECT coalesce(max(seq), 0) + 1 FROM signals WHERE run_id = %(run_id)s;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, seq, name, data, sent_at)
+VALUES (%(run_id)s, %(seq)s, %(name)s, %(data)s, %(now)s);
+
+-- name: taken_signal
+-- The signal a wait at %(consumer)s consumed already (its reply was lost, or the process
+-- died before the wait's record was written): handed out again, never a second one.
+SELECT seq, data FROM signals
+WHERE run_id = %(run_id)s AND name = %(name)s AND consumed_by = %(consumer)s
+ORDER BY seq LIMIT 1;
+
+-- name: oldest_signal
+-- FIFO per name: the oldest signal of %(name)s nobody consumed yet.
+SELECT seq, data FROM signals
+WHERE run_id = %(run_id)s AND name = %(name)s AND consumed_by IS NULL
+ORDER BY seq LIMIT 1;
+
+-- name: consume_signal
+UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq = %(seq)s;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now; the caller then notifies the
+-- workers in the same transaction (delivered at commit), so one claims it at once.
+UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
+  AND (wake_at IS NULL OR wake_at > %(now)s);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = %(run_id)s AND dedupe = %(dedupe)s;
+-- name: insert_spend
+-- One ledger row per call that reported usage; the entry names the call, so a write
+-- retried after an unknown outcome inserts nothing.
+INSERT INTO spend (run_id, entry, generation, position, attempt, fencing_token, tokens,
+                   input_tokens, output_tokens, cost_usd, recorded_at)
+VALUES (%(run_id)s, %(entry)s, %(generation)s, %(position)s, %(attempt)s, %(token)s, %(tokens)s,
+        %(input_tokens)s, %(output_tokens)s, %(cost_usd)s, %(now)s)
+ON CONFLICT (run_id, entry) DO NOTHING;
+
+-- name: get_spend
+-- The run's spend (sums over its ledger rows, all generations) and its stored budget.
+SELECT coalesce(sum(tokens), 0)::bigint, coalesce(sum(input_tokens), 0)::bigint,
+       coalesce(sum(output_tokens), 0)::bigint, coalesce(sum(cost_usd), 0)::double precision,
+       count(*),
+       (SELECT count(*) FROM budgets b WHERE b.run_id = %(run_id)s),
+       (SELECT b.tokens FROM budgets b WHERE b.run_id = %(run_id)s),
+       (SELECT b.cost_usd FROM budgets b WHERE b.run_id = %(run_id)s)
+FROM spend WHERE run_id = %(run_id)s;
+
+-- name: set_budget
+-- Fenced: written only while the token is current (no row changed: a stale token).
+INSERT INTO budgets (run_id, tokens, cost_usd, set_at)
+SELECT run_id, %(tokens)s::bigint, %(cost_usd)s::double precision, %(now)s FROM runs
+WHERE run_id = %(run_id)s AND fencing_token = %(token)s
+ON CONFLICT (run_id) DO UPDATE
+SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
 
 -- name: put_approval
 -- A request's row, written with the park that waits on it; the same request parked again

@@ -110,7 +110,13 @@ SELECT :run_id, generation, :position, :kind, :name, :input_digest, :status, :ou
        :usage_tokens, :usage_cost_usd, :inputs
 FROM runs WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id, generation, position) DO UPDATE
-SET status = excluded.status, output = excluded.output, error_type = excluded.error_type,
+-- Kind, name and digest change only over a wait in progress (a result over its
+-- intent has the same), and so does the start (a result keeps its intent's): a
+-- cancel delivered at a timer records its halt marker there, stored as written.
+SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_digest,
+    started_at = CASE WHEN steps.status = 'waiting' THEN excluded.started_at
+                      ELSE steps.started_at END,
+    status = excluded.status, output = excluded.output, error_type = excluded.error_type,
     error_message = excluded.error_message, attempts = excluded.attempts,
     finished_at = excluded.finished_at, usage_tokens = excluded.usage_tokens,
     usage_cost_usd = excluded.usage_cost_usd,
@@ -268,6 +274,67 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));
+
+-- name: next_signal_seq
+-- The run's next signal number (1, 2, ...), read inside the write transaction that
+-- inserts it (SQLite's single writer is the run's lock).
+SELECT coalesce(max(seq), 0) + 1 FROM signals WHERE run_id = :run_id;
+
+-- name: insert_signal
+INSERT INTO signals (run_id, seq, name, data, sent_at)
+VALUES (:run_id, :seq, :name, :data, :now);
+
+-- name: taken_signal
+-- The signal a wait at :consumer consumed already (its reply was lost, or the process
+-- died before the wait's record was written): handed out again, never a second one.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by = :consumer
+ORDER BY seq LIMIT 1;
+
+-- name: oldest_signal
+-- FIFO per name: the oldest signal of :name nobody consumed yet.
+SELECT seq, data FROM signals
+WHERE run_id = :run_id AND name = :name AND consumed_by IS NULL
+ORDER BY seq LIMIT 1;
+
+-- name: consume_signal
+UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq;
+
+-- name: wake_for_signal
+-- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
+UPDATE runs SET wake_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
+  AND (wake_at IS NULL OR wake_at > :now);
+
+-- name: signal_sent
+-- The signal.received event of an earlier attempt of this very send (its dedupe names
+-- the send): a retry after an unknown commit outcome returns that signal's number.
+SELECT data FROM events WHERE run_id = :run_id AND dedupe = :dedupe;
+-- name: insert_spend
+-- One ledger row per call that reported usage; the entry names the call, so a write
+-- retried after an unknown outcome inserts nothing.
+INSERT INTO spend (run_id, entry, generation, position, attempt, fencing_token, tokens,
+                   input_tokens, output_tokens, cost_usd, recorded_at)
+VALUES (:run_id, :entry, :generation, :position, :attempt, :token, :tokens,
+        :input_tokens, :output_tokens, :cost_usd, :now)
+ON CONFLICT (run_id, entry) DO NOTHING;
+
+-- name: get_spend
+-- The run's spend (sums over its ledger rows, all generations) and its stored budget.
+SELECT coalesce(sum(tokens), 0), coalesce(sum(input_tokens), 0),
+       coalesce(sum(output_tokens), 0), coalesce(sum(cost_usd), 0), count(*),
+       (SELECT count(*) FROM budgets b WHERE b.run_id = :run_id),
+       (SELECT b.tokens FROM budgets b WHERE b.run_id = :run_id),
+       (SELECT b.cost_usd FROM budgets b WHERE b.run_id = :run_id)
+FROM spend WHERE run_id = :run_id;
+
+-- name: set_budget
+-- Fenced: written only while the token is current (no row changed: a stale token).
+INSERT INTO budgets (run_id, tokens, cost_usd, set_at)
+SELECT run_id, :tokens, :cost_usd, :now FROM runs
+WHERE run_id = :run_id AND fencing_token = :token
+ON CONFLICT (run_id) DO UPDATE
+SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
 
 -- name: put_approval
 -- A request's row, written with the park that waits on it; the same request parked again
