@@ -219,6 +219,8 @@ def test_on_timeout_cancel_raises_cancelled_latched_at_the_next_position(
     with pytest.raises(durably.RunParked):
         engine.run(wf, run_id="r1")
     clock.advance(60)
+    # The run then ends as the engine ends a run whose core halted with Cancelled (lane
+    # cancel: status cancelled, resume raises Cancelled); the branch itself is checked here.
     with pytest.raises(durably.DurablyError):
         engine.resume("r1")
     assert seen == ["approval 'refund' expired", "again"] and ran == []
