@@ -206,3 +206,33 @@ def test_approval_decision_is_fenced(store: Store, clock: FakeClock) -> None:
     with pytest.raises(LeaseLost):
         store.approval_decision("r1", old, "1")
     assert store.approval_decision("r1", old + 1, "2") is None  # no request there
+
+
+def test_concurrent_decisions_exactly_one_wins(store: Store, clock: FakeClock) -> None:
+    import threading
+
+    park_on(store, clock)
+    won: list[str] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(6)
+
+    def decide(who: str) -> None:
+        start.wait()
+        try:
+            store.decide_approval("r1", "1", digest=DIGEST, outcome="approved", by=who, note=None)
+            with lock:
+                won.append(who)
+        except ApprovalAlreadyDecided as exc:
+            with lock:
+                refused.append(str(exc.by))
+
+    threads = [threading.Thread(target=decide, args=(f"p{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(won) == 1 and len(refused) == 5
+    assert set(refused) == set(won)  # every refusal names the one who decided
+    assert store.get_approval("r1", "1").by == won[0]  # type: ignore[union-attr]
+    assert kinds(store).count(APPROVAL_DECIDED) == 1
