@@ -84,8 +84,9 @@ class FlakyStore:
     def claim(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("claim", *args, **kwargs)
 
-    def append(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("append", *args, **kwargs)
+    def append(self, *args: Any, **kwargs: Any) -> bool:
+        """The inner append's result: whether a cancel was asked for the run."""
+        return bool(self._call("append", *args, **kwargs))
 
     def finish(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("finish", *args, **kwargs)

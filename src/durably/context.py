@@ -37,6 +37,7 @@ from .core import (
     TakeSignal,
     Wait,
     Write,
+    cancelled_error,
 )
 from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
 from .steps import USAGE, Usage
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     import uuid
 
     from .approvals import ApprovalRow, Decision
+    from .saga import AsyncSaga, Saga
 
 T = TypeVar("T")
 
@@ -97,6 +99,9 @@ class Executor:
         """Append records, fenced by the core's token; yields the pauses to wait between
         attempts after a transient store error.
 
+        When the append reports a cancel asked for, the core is asked to halt the
+        workflow with ``Cancelled`` at its next position that would go live.
+
         A store error never reaches the workflow as an ordinary exception: a refused
         append (another owner) or a store that still fails after the retries latches a stop
         in the core (``LeaseLost`` / ``StoreFailed``, both BaseExceptions), so every later
@@ -104,10 +109,18 @@ class Executor:
         """
         core = self.core
         with recording(core):
-            yield from retry.attempts(
+            cancel = yield from retry.attempts(
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
+            if cancel and core.halt_requested is None:
+                # The append saw the cancel flag (no query of its own): read the reason
+                # once, and the workflow stops at its next position that would go live.
+                run = yield from retry.attempts(
+                    lambda: self.store.get_run(core.run_id), self.store_retry_s
+                )
+                reason = run.cancel_reason if run is not None else None
+                core.request_halt(cancelled_error(core.run_id, reason))
 
     def take_signal(self, op: TakeSignal) -> Generator[float, None, tuple[int, str] | None]:
         """Consume a signal for the wait at ``op.consumer``, fenced by the core's token;
@@ -521,7 +534,8 @@ class Context:
         top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
         the recorded wake time wins: a crash, a restart or a deploy that changes the
         duration never starts a fresh sleep for this run. ``sleep(0)`` records and
-        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``) when the
+        timer is first reached; a timer reached before ignores its argument."""
         self._core.sleep(seconds)
 
     def sleep_until(self, when: dt.datetime) -> None:
@@ -571,6 +585,27 @@ class Context:
         """Once no run on the old path remains, replace ``ctx.patched(change_id)`` with
         this: it consumes the marker runs recorded, records nothing, returns None."""
         self._core.deprecate_patch(change_id)
+
+    def saga(self) -> Saga:
+        """A saga for one block: ``with ctx.saga() as saga: saga.step(name, do, undo,
+        *args, **kwargs)``. Each ``saga.step`` records ``do`` as an ordinary step and,
+        once it succeeded, keeps ``undo`` as its compensation.
+
+        When the block exits with an exception (``StepFailed``, ``Cancelled``,
+        ``BudgetExceeded``, anything raised inside it), the compensations of the steps that
+        succeeded run as recorded steps ``undo:{name}``, most recent first, after a
+        ``compensate`` marker at the next position; then the exception goes on. A
+        compensation that fails for good (after its own retries) does not stop the others;
+        once all were tried, ``CompensationFailed`` is raised instead, naming both errors.
+        Nothing is compensated when the block succeeds, when the run stops (a lost lease,
+        parking, a store failure, a process exit: it resumes later and compensates then)
+        or when the run is blocked. A saga nested in another that ends without
+        compensating hands its steps to the outer one. ``ctx.saga()`` itself records
+        nothing.
+        """
+        from .saga import Saga
+
+        return Saga(self._core, self._ex)
 
 
 class AsyncContext:
@@ -668,6 +703,20 @@ class AsyncContext:
         """Consume a recorded marker of ``change_id``, never record (see
         :meth:`Context.deprecate_patch`)."""
         self._core.deprecate_patch(change_id)
+
+    def saga(self) -> AsyncSaga:
+        """A saga for one block: ``async with ctx.saga() as saga: await saga.step(name,
+        do, undo, *args)`` (see :meth:`Context.saga`). ``saga.step(...)`` may be passed to
+        ``ctx.gather``: the steps of all branches join the saga, and a failure undoes
+        those that succeeded in reverse order of position (a replay reproduces it, where
+        completion times would not). A saga opened inside a gather branch compensates
+        when its own block raises; a branch cancelled because a sibling failed (an
+        ``asyncio.CancelledError``) hands its steps to the enclosing saga instead, so put
+        a saga around the gather to undo every branch's work.
+        """
+        from .saga import AsyncSaga
+
+        return AsyncSaga(self._core, self._ex)
 
     async def gather(self, *branches: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Run branches concurrently with positions that do not depend on timing.

@@ -8,13 +8,14 @@ So there is a single implementation of replay semantics for sync and async workf
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
 import hashlib
 import math
 import random as _random
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +62,7 @@ from .events import (
 )
 from .history import (
     APPROVAL,
+    COMPENSATE,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
@@ -259,6 +261,14 @@ def _too_many(position: str) -> ConfigError:
 
 SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
 
+# The run whose saga compensation the code running now is (set by ``RunCore.compensation``
+# for the thread or asyncio task that compensates): only that code passes a delivered halt.
+# A per-run counter alone would let a sibling gather branch record live work under the
+# cancel latch while another branch compensates.
+_COMPENSATING: contextvars.ContextVar[RunCore | None] = contextvars.ContextVar(
+    "durably_compensating", default=None
+)
+
 
 def type_name(exc: BaseException) -> str:
     """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
@@ -324,9 +334,9 @@ class RunCore:
         self.manifests: dict[str, inputs.Manifest] = {}
         # A run-wide stop that must reach the workflow as an ordinary exception (a cancel,
         # a crossed budget): requested by the driver or the ledger, delivered at the next
-        # position that would go live (``live``), then latched in ``halted``. While
-        # ``compensating`` is above zero (a saga's compensations), it neither is
-        # delivered nor stops recording calls.
+        # position that would go live (``live``), then latched in ``halted``. Inside a
+        # saga's compensation (``compensation()``: ``compensating`` counts them, and the
+        # code running in one is marked) it neither is delivered nor stops recording calls.
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
@@ -356,8 +366,25 @@ class RunCore:
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
         if self.checking:
             raise self.latch(ReplayEnd(pos))
-        if self.halt_requested is not None and self.halted is None and not self.compensating:
+        if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
+
+    @contextlib.contextmanager
+    def compensation(self) -> Iterator[None]:
+        """Around a saga's compensations: the code running inside (this thread, or this
+        asyncio task) records despite a delivered halt (cancel, budget), and no halt is
+        delivered to it; everything else the run does stays under the latch."""
+        self.compensating += 1
+        token = _COMPENSATING.set(self)
+        try:
+            yield
+        finally:
+            _COMPENSATING.reset(token)
+            self.compensating -= 1
+
+    def compensating_here(self) -> bool:
+        """Whether the code running now is one of this run's saga compensations."""
+        return self.compensating > 0 and _COMPENSATING.get() is self
 
     def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
         """Ask for ``exc`` to stop the workflow at its next position that goes live (the
@@ -459,7 +486,7 @@ class RunCore:
         if self.stopped is not None:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
-        if halt and self.halted is not None and not self.compensating:
+        if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
 
     def recorded(
@@ -688,16 +715,56 @@ class RunCore:
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
 
+    # -- sagas ---------------------------------------------------------------------------
+
+    def compensate_begin(self, positions: list[str], error: str) -> None:
+        """A saga starts compensating the steps at ``positions`` (in the order it will
+        undo them) because of ``error``: take the next position and check or record a
+        ``compensate`` marker there. Its digest covers the positions, so a replay that
+        would undo other steps, or in another order, is caught before any compensation
+        runs; the error text is kept for people (it may differ on replay: a message the
+        workflow built live). The marker rides with the first compensation's write."""
+        self.guard()
+        pos = self.take()
+        digest = codec.digest(COMPENSATE_NAME, [positions], {})
+        rec = self.history.get(pos)
+        if rec is not None:
+            self.consumed.add(pos)
+            if rec.kind != COMPENSATE or rec.digest != digest:
+                raise self.poison(
+                    NonDeterminism(
+                        f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
+                        f" for a saga compensating the steps at {', '.join(positions)}"
+                        f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
+                        " run's history: revert the change, or let old runs finish on workers"
+                        " that serve their version first. The run is blocked; nothing recorded"
+                        " was lost, and it resumes once the code matches."
+                    )
+                )
+            return
+        self.live(pos)
+        text = codec.dumps(
+            {"steps": positions, "error": storable_text(error, ERROR_MESSAGE_CHARS_MAX)},
+            f"compensate {pos}",
+        )
+        now = self.clock.time()
+        self.pending.append(
+            StepRecord(
+                pos, COMPENSATE, COMPENSATE_NAME, digest, OK, text, started_at=now, finished_at=now
+            )
+        )
+
     # -- timers --------------------------------------------------------------------------
 
     def sleep(self, seconds: Any) -> None:
         """``ctx.sleep(seconds)``: a durable timer at the next position (see
         :meth:`_timer`)."""
         self.guard()
-        if (
+        if not self._timer_reached() and (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
+            # The range first: it also refuses NaN and infinities, and compares an int too
+            # large for a float (10**400) exactly, where math.isfinite would raise.
             or not 0 <= seconds <= TIMER_S_MAX
         ):
             raise self.poison(
@@ -708,8 +775,7 @@ class RunCore:
                     " the code, then resume it."
                 )
             )
-        delay = float(seconds)
-        self._timer(lambda now: now + delay)
+        self._timer(lambda now: now + float(seconds))
 
     def sleep_until(self, when: Any) -> None:
         """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
@@ -740,6 +806,14 @@ class RunCore:
                 )
             )
         self._timer(lambda now: at)
+
+    def _timer_reached(self) -> bool:
+        """Whether the timer about to take the next position was reached before (its
+        record is there): then its recorded wake time wins and its argument is not looked
+        at, so one computed from the wall clock (``reset_at - time.time()``, negative on the
+        replay after the wake) does not block the run."""
+        rec = self.history.get(self.scope().peek())
+        return rec is not None and rec.kind == SLEEP
 
     def _timer(self, wake: Callable[[float], float]) -> None:
         """A durable timer at the next position; ``wake(now)`` gives the wake time when the
@@ -790,6 +864,10 @@ class RunCore:
             at = codec.loads(rec.output or "null")["wake_at"]
             if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
                 raise ValueError(f"wake_at {at!r}")
+            if at - self.clock.time() > TIMER_S_MAX:
+                # No timer durably records ends that far out, and the park reason could
+                # not print it (past year 9999): a damaged row, not a wait.
+                raise ValueError(f"wake_at {at!r} is more than 100 years ahead")
             return float(at)
         except (SerializationError, TypeError, KeyError, ValueError) as exc:
             raise self.poison(
@@ -932,10 +1010,17 @@ class RunCore:
             check_name(name, "ctx.wait_for_signal: the signal name")
         except ConfigError as exc:
             raise self.poison(exc) from None
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        # A wait reached before keeps its recorded deadline: its timeout_s is not looked
+        # at, so one computed from the wall clock (negative after the deadline) is fine.
+        reached = self.history.get(self.scope().peek())
+        if (
+            (reached is None or reached.kind != SIGNAL or reached.status not in (OK, WAITING))
+            and timeout_s is not None
+            and (
+                isinstance(timeout_s, bool)
+                or not isinstance(timeout_s, (int, float))
+                or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+            )
         ):
             raise self.poison(
                 ConfigError(
@@ -1510,6 +1595,7 @@ def _patch_digest(change_id: str) -> str:
 
 
 GATHER_NAME = "durably.gather"
+COMPENSATE_NAME = "durably.compensate"
 
 SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
 """Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
@@ -1548,12 +1634,23 @@ def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
 def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
     """The deadline a ``waiting`` record holds (None: it waits without one)."""
     try:
+        # The start and the deadline are printed in the park reason: NaN or a time past
+        # year 9999 would crash that inside the workflow (failing the run), so both must
+        # be finite and no later than the longest timeout from now.
+        since = rec.started_at
+        if not math.isfinite(since) or since - core.clock.time() > SIGNAL_TIMEOUT_S_MAX:
+            raise TypeError(f"started_at {since!r}")
         out = codec.loads(rec.output or "null")
         deadline = out["deadline"]
-        if deadline is None or (
-            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        if deadline is None:
+            return None
+        if (
+            isinstance(deadline, (int, float))
+            and not isinstance(deadline, bool)
+            and math.isfinite(deadline)
+            and deadline - core.clock.time() <= SIGNAL_TIMEOUT_S_MAX
         ):
-            return None if deadline is None else float(deadline)
+            return float(deadline)
         raise TypeError(f"deadline {deadline!r}")
     except (SerializationError, TypeError, KeyError) as exc:
         raise core.poison(
@@ -1589,6 +1686,13 @@ HALT_NAMES: dict[type[DurablyError], str] = {
     BudgetExceeded: "durably.budget",
 }
 _HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items()}
+
+
+def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
+    """The ``Cancelled`` of a run cancelled with ``reason`` (the one message for the
+    workflow, ``engine.run``, ``Handle.result`` and the worker's log)."""
+    said = f": {reason}" if reason else " (no reason given)"
+    return Cancelled(f"run {run_id!r} was cancelled{said}", reason)
 
 
 def _halt_digest(name: str) -> str:

@@ -37,9 +37,10 @@ from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
-from .core import FaultHook, RunCore, type_name
+from .core import FaultHook, RunCore, cancelled_error, type_name
 from .errors import (
     Cancelled,
+    CompensationFailed,
     ConfigError,
     DurablyError,
     LeaseLost,
@@ -62,6 +63,7 @@ from .errors import (
 from .events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
 from .history import (
     BLOCKED,
+    CANCEL_REASON_CHARS_MAX,
     CANCELLED,
     COMPLETED,
     ERROR_MESSAGE_CHARS_MAX,
@@ -91,7 +93,7 @@ from .redact import redact_url
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
-from .store.rules import check_requeueable
+from .store.rules import CANCEL_ERROR_TYPE, check_requeueable
 
 T = TypeVar("T")
 
@@ -606,7 +608,9 @@ class Engine:
         A ``failed`` run re-opens at its failed position: every recorded step replays (a
         model call paid for is not paid again), the step whose failure ended the run runs
         again with the same idempotency key, and the failure outcome is cleared; a run
-        whose workflow raised without a failed step re-runs from its replay. For an
+        whose workflow raised without a failed step re-runs from its replay. A failed run
+        whose saga compensated is refused (``ConfigError`` naming the ``durably fork`` to
+        use instead): its undone steps would replay as done. For an
         ``in_doubt`` run the step in doubt runs again (with the same key: check the
         receiving system first). A ``quarantined`` run gets a fresh count of starts and a
         ``blocked`` one is queued (fix its code first); both keep their effect intents, so
@@ -618,6 +622,7 @@ class Engine:
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
             history = self.history(run_id)
+            reopen.check_not_compensated(run, history)
             failed = reopen.failed_frontier(history)
             reopen.check_reopenable(run, history, failed)
             return self.store.requeue(run_id, (FAILED_RUN,), drop_positions=failed)
@@ -635,6 +640,38 @@ class Engine:
         # since it was read above needs that branch's drops, so it is refused here.
         check_requeueable(run, (FAILED_RUN, IN_DOUBT, QUARANTINED, BLOCKED))
         return self.store.requeue(run_id, (QUARANTINED, BLOCKED))
+
+    def cancel(self, run_id: str, reason: str | None = None) -> RunRecord:
+        """Cancel a run, from any process or machine; returns the run as it is after.
+
+        A durable flag, not a status, until the workflow has unwound: the run's driver
+        sees it at its next step boundary (the append of each step reads it, at no extra
+        query) or when it claims the run, and the workflow gets ``durably.Cancelled``
+        (``.reason``) at its next recording call that would go live; it is latched, so
+        every later recording call raises it again (cleanup in ``except``/``finally``
+        can ``ctx.emit`` and return, never run another live step). The run then ends
+        ``cancelled`` with ``reason`` as its message, whatever the workflow did, and
+        ``engine.run`` raises ``Cancelled``. A parked run is woken to unwind. A run
+        that cannot run again without a person ends ``cancelled`` at once, without its
+        cleanup: ``queued`` with nothing recorded yet, ``blocked``, ``quarantined``,
+        ``in_doubt`` (to let it clean up, ``retry`` it first, then cancel it).
+
+        A cancel that arrives after the workflow's last recording call lets it complete.
+        Cancelling a cancelled run, or one whose cancel was asked for already, changes
+        nothing (the first reason stays). Raises ``RunNotFound``, and ``RunFinished`` for
+        a run that completed, failed or continued. ``reason`` is cut to
+        ``CANCEL_REASON_CHARS_MAX`` characters.
+        """
+        if reason is not None and not isinstance(reason, str):
+            raise ConfigError(f"reason must be a str or None, got {reason!r:.100}")
+        text = None if reason is None else storable_text(reason, CANCEL_REASON_CHARS_MAX)
+        run = self._store_call(lambda: self.store.request_cancel(run_id, text))
+        with self._active_lock:
+            att = self._active.get(run_id)
+        if att is not None and run.cancel_requested_at is not None:
+            # Driven by this process: no need to wait for its next append to see it.
+            att.core.request_halt(cancelled_error(run_id, run.cancel_reason))
+        return run
 
     def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
         """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes
@@ -796,10 +833,15 @@ class Engine:
         told = False
         while run.status == PARKED:
             now = self.clock.time()
-            if run.wake_at is not None and run.wake_at <= now:
+            wake = run.wake_at
+            if wake is not None and math.isnan(wake):
+                # A hand-edited row (PostgreSQL keeps NaN, which no claim finds due): no
+                # wake time, so the waits below are slices, not a loop of zero waits.
+                wake = None
+            if wake is not None and wake <= now:
                 break
             if deadline is not None and now >= deadline:
-                raise RunParked(run.run_id, run.park_reason or "parked", run.wake_at)
+                raise RunParked(run.run_id, run.park_reason or "parked", wake)
             if not told:
                 _log.info(
                     "durably: run %s is parked (%s); waiting in this process",
@@ -808,7 +850,7 @@ class Engine:
                 )
                 told = True
             until = min(
-                math.inf if run.wake_at is None else run.wake_at,
+                math.inf if wake is None else wake,
                 math.inf if deadline is None else deadline,
             )
             if not real and math.isfinite(until):
@@ -1040,6 +1082,10 @@ class Engine:
             # The driver's own view of its lease, on the engine's clock: every live step
             # checks it first (no I/O), so a process stopped past its lease runs no step.
             core.lease_deadline = run.lease_expires_at
+            if run.cancel_requested_at is not None:
+                # Cancelled before this claim (or while parked): the replay reaches where
+                # it was, and the first position that would go live raises Cancelled.
+                core.request_halt(cancelled_error(run.run_id, run.cancel_reason))
             hb = self._keeper.add(core)
             ex = Executor(core, self.store, self.clock, self.store_retry_s, self.lease_s)
             att = _Attempt(w, run, core, ex, hb, [], {})
@@ -1120,6 +1166,17 @@ class Engine:
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
                 return
+            if (
+                isinstance(core.halted, Cancelled)
+                and isinstance(signal, Exception)
+                and not isinstance(signal, CompensationFailed)
+            ):
+                # Cancelled: whatever the workflow made of it (raised it, caught it and
+                # returned, raised something else), the run ends cancelled; the halt
+                # marker rides with the pending records. Except when a saga's
+                # compensation failed for good: something the cancel should have undone
+                # may be left in place, so the run ends failed, for a person to look at.
+                self._finish_cancelled(core, run_id, core.halted)
             if isinstance(signal, Parked) and signal.reason in PARK_KINDS:
                 self._park(core, run_id, token, signal)
             if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
@@ -1157,6 +1214,26 @@ class Engine:
         except StoreFailed as failed:
             self._give_back(run_id, token)
             raise failed.error from (exc if exc is not failed else None)
+
+    def _finish_cancelled(self, core: RunCore, run_id: str, halted: Cancelled) -> NoReturn:
+        """Record the run ``cancelled`` (its pending records with the halt marker, the
+        reason as its message) and raise ``Cancelled`` for the caller of ``engine.run``."""
+        reason = halted.reason
+        message = None if reason is None else storable_text(reason, ERROR_MESSAGE_CHARS_MAX)
+        records, events = core.take_pending(), core.take_events()
+        self._record(
+            core,
+            lambda: self.store.finish(
+                run_id,
+                core.token,
+                CANCELLED,
+                records,
+                error_type=CANCEL_ERROR_TYPE,
+                error_message=message,
+                events=events,
+            ),
+        )
+        raise cancelled_error(run_id, reason) from None
 
     def _park(self, core: RunCore, run_id: str, token: int, parked: Parked) -> NoReturn:
         """Park the run (its pending records, such as the timer's ``waiting`` record, and
@@ -1262,7 +1339,7 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     if run.status == FAILED_RUN:
         raise WorkflowFailed(run.run_id, run.error_type or "Exception", run.error_message or "")
     if run.status == CANCELLED:
-        raise Cancelled(f"run {run.run_id!r} was cancelled: {run.error_message or 'no reason'}")
+        raise cancelled_error(run.run_id, run.cancel_reason or run.error_message)
     if run.status == QUARANTINED:
         raise RunQuarantined(
             f"run {run.run_id!r} is quarantined after {run.starts} starts without progress;"

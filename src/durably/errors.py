@@ -147,10 +147,19 @@ class RunParked(DurablyError):
         self.run_id = run_id
         self.reason = reason
         self.wake_at = wake_at
+        # A signal wait is due only when its signal comes (or its timeout passes): say how
+        # to send one, or the reader waits for a worker that has nothing to do.
+        due = (
+            f" (due once the signal is sent: engine.signal({run_id!r}, NAME, data) or"
+            f" `durably signal {run_id} NAME --data JSON`, or its timeout passes)"
+            if reason.startswith("signal ")
+            else ""
+        )
         super().__init__(
-            f"run {run_id!r} is parked ({reason}) and stays parked: a worker (`durably"
-            " worker MODULE:ENGINE`) resumes it when it is due, or call engine.run(...,"
-            f" run_id={run_id!r}) or engine.resume({run_id!r}) again to wait for it here"
+            f"run {run_id!r} is parked ({reason}) and stays parked{due}: a worker"
+            " (`durably worker MODULE:ENGINE`) resumes it when it is due, or call"
+            f" engine.run(..., run_id={run_id!r}) or engine.resume({run_id!r}) again to"
+            " wait for it here"
         )
 
 
@@ -172,6 +181,40 @@ class Cancelled(DurablyError):
 
 class BudgetExceeded(DurablyError):
     """The run spent more than its budget allows (latched like ``Cancelled``)."""
+
+
+class CompensationFailed(DurablyError):
+    """A saga's compensation failed for good (after its own retries): the run ends
+    ``failed`` with this error, naming both the error that set off compensation and the
+    first compensation that failed.
+
+    Compensation is best effort: after a failed compensation the remaining ones still
+    run, and this is raised once all have been tried. ``error`` describes what set off
+    compensation, ``failures`` holds every compensation's ``StepFailed`` (first failed
+    first) and ``total`` counts the compensations tried. What a failed compensation
+    should have undone may still be in place in the receiving system: a person checks it.
+    """
+
+    def __init__(
+        self, run_id: str, error: str, failures: tuple[StepFailed, ...], total: int
+    ) -> None:
+        self.run_id = run_id
+        self.error = error
+        self.failures = failures
+        self.total = total
+        first = failures[0]
+        others = total - len(failures)
+        tally = (
+            f"{len(failures)} of {total} compensations failed, the other {others} ran"
+            if others
+            else f"{len(failures)} of {total} compensations failed"
+        )
+        super().__init__(
+            f"compensation failed: {first} ({tally}). It was compensating for: {error}."
+            f" What the failed compensation should have undone may still be in place:"
+            f" check the receiving system and undo it by hand (`durably runs show {run_id}`"
+            " lists what ran)"
+        )
 
 
 class IdempotencyKeyReused(DurablyError):

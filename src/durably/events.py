@@ -31,6 +31,7 @@ __all__ = [
     "LEASE_TAKEN",
     "RUN_BLOCKED",
     "RUN_CANCELLED",
+    "RUN_CANCEL_REQUESTED",
     "RUN_COMPLETED",
     "RUN_CREATED",
     "RUN_FAILED",
@@ -59,6 +60,7 @@ RUN_RESUMED: Final = "run.resumed"
 RUN_COMPLETED: Final = "run.completed"
 RUN_FAILED: Final = "run.failed"
 RUN_CANCELLED: Final = "run.cancelled"
+RUN_CANCEL_REQUESTED: Final = "run.cancel_requested"
 RUN_BLOCKED: Final = "run.blocked"
 RUN_QUARANTINED: Final = "run.quarantined"
 RUN_IN_DOUBT: Final = "run.in_doubt"
@@ -123,7 +125,16 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         "the run failed (the workflow raised)",
         {"error_type": "the exception type", "error_message": "its message"},
     ),
-    EventKind(RUN_CANCELLED, "the run was cancelled", {"reason": "why"}),
+    EventKind(
+        RUN_CANCEL_REQUESTED,
+        "a cancel was asked for (engine.cancel): the workflow unwinds at its next step",
+        {"reason": "the reason given (if any)"},
+    ),
+    EventKind(
+        RUN_CANCELLED,
+        "the run ended cancelled (it unwound, or a cancel ended it at once)",
+        {"reason": "the reason given to the cancel (if any)"},
+    ),
     EventKind(
         RUN_BLOCKED,
         "the run stopped for a person: the code no longer matches its history, or data"

@@ -29,6 +29,11 @@ SIGNAL: Final = "signal"
 # position that would have gone live, so a replay raises it at the same place and the
 # workflow unwinds (cleans up, compensates) along the same path.
 HALT: Final = "halt"
+# Where a saga began compensating (``ctx.saga()``): its output names the positions of the
+# steps it undoes, in the order it undoes them, and what set it off; each compensation
+# (``undo:<name>``) is then an ordinary step at the positions after it. ``engine.retry``
+# reads it to refuse re-opening a run whose steps were already undone.
+COMPENSATE: Final = "compensate"
 # A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
 # time taken from the recorded clock when the timer was first reached.
 SLEEP: Final = "sleep"
@@ -36,7 +41,9 @@ SLEEP: Final = "sleep"
 # digest sha256 of [action, args]: ``waiting`` {"requested_at", "expires_at"} while it
 # waits, then ``ok`` {"outcome", "by", "note", "decided_at"} (the decision it took).
 APPROVAL: Final = "approval"
-KINDS: Final = frozenset({STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, SLEEP, SIGNAL, APPROVAL})
+KINDS: Final = frozenset(
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, SIGNAL, APPROVAL}
+)
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
 # results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
@@ -113,6 +120,8 @@ ERROR_MESSAGE_CHARS_MAX: Final = 10_000
 """Longest recorded error message; longer ones are cut."""
 PARK_REASON_CHARS_MAX: Final = 2_000
 """Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
+CANCEL_REASON_CHARS_MAX: Final = 2_000
+"""Longest reason ``engine.cancel`` records; longer ones are cut."""
 
 # Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
 # and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"
@@ -204,6 +213,10 @@ class RunRecord:
     updated_at: float = 0.0
     finished_at: float | None = None
     incarnation: str | None = None
+    # A cancel asked for (``engine.cancel``): a durable flag, not a status, until the
+    # workflow has unwound and the run ends ``cancelled``. The first reason stays.
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
@@ -258,6 +271,8 @@ _RUN_TYPES: Final = {
     ),
     **dict.fromkeys(("park_reason", "incarnation"), _S + _N),
     **dict.fromkeys(("lease_expires_at", "wake_at", "finished_at"), _F + _N),
+    "cancel_requested_at": _F + _N,
+    "cancel_reason": _S + _N,
     **dict.fromkeys(("created_at", "updated_at"), _F),
 }
 _SHOWN_CHARS_MAX: Final = 60

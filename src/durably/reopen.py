@@ -13,8 +13,18 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .errors import ConfigError
-from .history import FAILED, INTENT, WAITING, RunRecord, StepRecord, position_key, top_level
+from . import codec
+from .errors import ConfigError, SerializationError
+from .history import (
+    COMPENSATE,
+    FAILED,
+    INTENT,
+    WAITING,
+    RunRecord,
+    StepRecord,
+    position_key,
+    top_level,
+)
 
 # Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
 _DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
@@ -75,6 +85,47 @@ def check_reopenable(
         f" {pos}: it would replay the same failure. Fork it instead: `durably fork"
         f" {run.run_id} --at {top_level(pos)}` (engine.fork(run_id, at={top_level(pos)}))"
         " runs from there under new keys; effects from there on happen again, so check"
+        " the receiving systems first. Nothing was changed."
+    )
+
+
+def compensated_steps(history: Sequence[StepRecord]) -> list[str]:
+    """The positions of the steps a saga undid (its ``compensate`` markers name them),
+    in program order; a marker that cannot be read counts by its own position."""
+    undone: set[str] = set()
+    for rec in history:
+        if rec.kind != COMPENSATE:
+            continue
+        try:
+            steps = codec.loads(rec.output or "null")["steps"]
+            undone.update(str(p) for p in steps)
+        except (SerializationError, KeyError, TypeError):
+            undone.add(rec.position)
+    return sorted(undone, key=position_key)
+
+
+def check_not_compensated(run: RunRecord, history: Sequence[StepRecord]) -> None:
+    """Refuse a retry of a failed run whose saga compensated: its undone steps would
+    replay as done (their results are recorded) while the world has undone them, and
+    the failure would replay and compensate nothing new. A fork at the first undone
+    step's top-level position redoes the saga from there under new keys."""
+    undone = compensated_steps(history)
+    if not undone:
+        return
+    at = top_level(undone[0])
+    listed = ", ".join(undone[:5]) + (", ..." if len(undone) > 5 else "")
+    broken = ""
+    if (run.error_type or "").endswith("CompensationFailed"):
+        broken = (
+            " A compensation failed, so part of what the saga did may still be in place:"
+            " undo it by hand before redoing the work."
+        )
+    raise ConfigError(
+        f"run {run.run_id!r} failed after a saga compensated it (the steps at {listed} were"
+        " undone), so a retry cannot re-open it: those steps would replay as done while"
+        f" their effects were undone.{broken} Fork it instead: `durably fork {run.run_id}"
+        f" --at {at}` (engine.fork(run_id, at={at})) starts a new run that redoes the work"
+        f" from position {at} under new keys; effects from there on happen again, so check"
         " the receiving systems first. Nothing was changed."
     )
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .context import AsyncContext, Context, Executor
 from .core import Charge, ReadSpend, RunCore, SetBudget, Write
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
-from .history import FAILED_RUN, RunRecord
+from .history import CANCELLED, FAILED_RUN, RunRecord
 
 if TYPE_CHECKING:
     import asyncio
@@ -123,7 +123,10 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except Exception as exc:
         # A latched stop outranks what the workflow made of it (as in the engine): code
         # that caught the end of history and raised something else still ended there.
-        if core.poisoned is None and core.stopped is None and run.status != FAILED_RUN:
+        # A failed run raised live too; a cancelled one raised at its recorded halt (and
+        # its cleanup, saga compensations included, replayed up to the same end).
+        ended = run.status == FAILED_RUN or (run.status == CANCELLED and core.halted is not None)
+        if core.poisoned is None and core.stopped is None and not ended:
             return _diverges(run, exc, f"the workflow raised {type(exc).__name__}: ")
     else:
         # A workflow that swallowed the end of history (``gather(...,

@@ -32,9 +32,10 @@ from .history import (
     RunRecord,
     StepRecord,
     position_key,
+    top_level,
 )
 from .ownership import describe_owner, owner_dead
-from .reopen import failed_frontier
+from .reopen import compensated_steps, failed_frontier
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -120,6 +121,8 @@ def explain(f: Facts) -> Why:
         builder = _running_near_budget
     elif run.status == "failed" and (run.error_type or "").endswith(BUDGET_EXCEEDED):
         builder = _over_budget
+    if run.cancel_requested_at is not None and run.status in ("queued", "running", "parked"):
+        builder = _cancel_requested
     state, sentence, facts = builder(f)
     return Why(state, sentence, {**base, **facts})
 
@@ -351,6 +354,17 @@ def _failed(f: Facts) -> _Built:
     error = f"{run.error_type}: {quote(run.error_message or '')}"
     frontier = failed_frontier(f.history)
     facts: dict[str, Any] = {"error_type": run.error_type, "error_message": run.error_message}
+    undone = compensated_steps(f.history)
+    if undone:
+        # A retry is refused (reopen.check_not_compensated): the sentence names the fork.
+        at = top_level(undone[0])
+        listed = ", ".join(undone[:5]) + (", ..." if len(undone) > 5 else "")
+        facts.update(compensated=undone, fork_at=at)
+        text = (
+            f"failed: {error}; a saga compensated it (undid the steps at {listed}) —"
+            f" `durably fork {run.run_id} --at {at}` redoes the work under new keys"
+        )
+        return "failed", text, facts
     if frontier:
         pos = frontier[0]
         name = next(r.name for r in f.history if r.position == pos)
@@ -378,6 +392,54 @@ def _completed(f: Facts) -> _Built:
         f" recorded step{'s' if steps != 1 else ''}; nothing left to do"
     )
     return "completed", text, {"steps": steps, "finished_at": run.finished_at}
+
+
+def _cancel_requested(f: Facts) -> _Built:
+    run = f.run
+    said = f": {quote(run.cancel_reason)}" if run.cancel_reason else " (no reason given)"
+    text = f"cancel requested at {clock_text(run.cancel_requested_at or run.updated_at)}{said}"
+    facts: dict[str, Any] = {
+        "cancel_requested_at": run.cancel_requested_at,
+        "cancel_reason": run.cancel_reason,
+    }
+    if run.status == "running" and not (f.owner_gone or orphaned_row(run, f.now)):
+        host, pid = describe_owner(run.owner)
+        who = f"pid {pid} at host {host}" if pid is not None else "its owner"
+        where, more = _where(f)
+        facts.update(owner_host=host or None, owner_pid=pid, **more)
+        text += (
+            f"; unwinding: {who} stops it at its next step (now {where}), then it ends cancelled"
+        )
+    else:
+        # Nobody drives it now: parked (woken for it), queued, or orphaned.
+        text += (
+            f"; it is {'orphaned' if run.status == 'running' else run.status} and unwinds"
+            " when a worker (or its engine.run) takes it: recorded steps replay, its next"
+            " step raises Cancelled, then it ends cancelled"
+        )
+    return "cancel_requested", text, facts
+
+
+def _cancelled(f: Facts) -> _Built:
+    run = f.run
+    reason = run.cancel_reason if run.cancel_reason is not None else run.error_message
+    said = f": {quote(reason)}" if reason else " (no reason given)"
+    at = clock_text(run.finished_at or run.updated_at)
+    unwound = any(r.kind == HALT for r in f.history)
+    text = f"cancelled at {at}{said}"
+    if unwound:
+        halt = next(r for r in f.history if r.kind == HALT)
+        text += f"; it unwound from step {halt.position}"
+    elif run.park_reason:
+        text += f"; {quote(run.park_reason)}"
+    text += "; nothing left to do"
+    facts: dict[str, Any] = {
+        "cancel_reason": reason,
+        "finished_at": run.finished_at,
+        "unwound": unwound,
+        "note": run.park_reason,
+    }
+    return "cancelled", text, facts
 
 
 def _parked(f: Facts) -> _Built:
@@ -536,7 +598,7 @@ def _approval_wait(
 
 
 def _other(f: Facts) -> _Built:
-    # cancelled, continued: their rows come with the issues that produce them.
+    # continued: their rows come with the issues that produce them.
     run = f.run
     reason = f": {quote(run.park_reason)}" if run.park_reason else ""
     text = f"{run.status}{reason} (since {clock_text(run.updated_at)})"
@@ -555,6 +617,8 @@ STATES = (
     "parked",
     "signal",
     "approval",
+    "cancel_requested",
+    "cancelled",
     "near_budget",
     "over_budget",
     "budget_exceeded",
@@ -574,6 +638,7 @@ _BUILDERS = {
     "quarantined": _quarantined,
     "failed": _failed,
     "completed": _completed,
+    "cancelled": _cancelled,
 }
 
 
@@ -582,8 +647,12 @@ def _last_record(history: Sequence[StepRecord]) -> StepRecord | None:
 
 
 def clock_text(t: float) -> str:
-    """A time of day for a sentence (UTC, with the date when it is not today's)."""
-    when = dt.datetime.fromtimestamp(t, dt.UTC)
+    """A time of day for a sentence (UTC, with the date when it is not today's); a value
+    that is no time (a hand-edited row: infinite, NaN, past year 9999) is said as such."""
+    try:
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{t!r} (not a time: the row was edited)"
     today = dt.datetime.now(dt.UTC).date()
     fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
     return when.strftime(fmt)
@@ -596,7 +665,9 @@ def seconds(s: float) -> str:
         return f"{s:.0f} s"
     if s < 7200:
         return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    hours = s / 3600
+    # Short either way: an edited row's 1e300 s must not print 300 digits.
+    return f"{hours:.1f} h" if hours < 1e6 else f"{hours:.3g} h"
 
 
 def quote(text: str) -> str:

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from .engine import Engine
-from .errors import ConfigError, DurablyError, RunParked, StaleLease, StoreError, WorkflowFailed
+from .errors import (
+    Cancelled,
+    ConfigError,
+    DurablyError,
+    RunParked,
+    StaleLease,
+    StoreError,
+    WorkflowFailed,
+)
 from .history import RunRecord
 from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
@@ -49,6 +57,7 @@ class WorkerStats:
     claimed: int = 0
     completed: int = 0
     failed: int = 0
+    cancelled: int = 0
     stale: int = 0
     other: Counter[str] = field(default_factory=Counter)
 
@@ -218,6 +227,11 @@ class Worker:
         except WorkflowFailed as exc:
             log.info("durably worker: run %s failed: %s", run.run_id, exc)
             self._count("failed")
+        except Cancelled as exc:
+            # An outcome someone asked for (engine.cancel), not an error of the worker.
+            reason = exc.reason if exc.reason else "no reason given"
+            log.info("durably worker: run %s cancelled: %s", run.run_id, reason)
+            self._count("cancelled")
         except StoreError as exc:
             # The journal failed while recording (after retries): the run stopped where it
             # was and stays resumable; one line, not a traceback.
@@ -236,7 +250,7 @@ class Worker:
 
     def _count(self, what: str) -> None:
         with self._lock:
-            if what in ("completed", "failed", "stale"):
+            if what in ("completed", "failed", "cancelled", "stale"):
                 setattr(self.stats, what, getattr(self.stats, what) + 1)
             else:
                 self.stats.other[what] += 1

@@ -149,7 +149,7 @@ def test_a_stalled_worker_is_fenced_out(
     assert stalled.wait(30) == 0
     log = (tmp_path / "worker-0.log").read_text()
     assert "lost run fenced to another worker" in log, log
-    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+    assert "0 completed, 0 failed, 0 cancelled, 1 lost to other workers" in log, log
 
 
 def test_the_journal_alone_fences_a_stalled_worker(
@@ -173,7 +173,7 @@ def test_the_journal_alone_fences_a_stalled_worker(
     assert stalled.wait(30) == 0
     log = (tmp_path / "worker-0.log").read_text()
     assert "lost run journal-fenced to another worker" in log, log
-    assert "0 completed, 0 failed, 1 lost to other workers" in log, log
+    assert "0 completed, 0 failed, 0 cancelled, 1 lost to other workers" in log, log
     by_pid = dict(
         world_rows(world_path, "SELECT pid, group_concat(step) FROM executions GROUP BY pid")
     )

@@ -219,11 +219,13 @@ def test_on_timeout_cancel_raises_cancelled_latched_at_the_next_position(
     with pytest.raises(durably.RunParked):
         engine.run(wf, run_id="r1")
     clock.advance(60)
-    # The run then ends as the engine ends a run whose core halted with Cancelled (lane
-    # cancel: status cancelled, resume raises Cancelled); the branch itself is checked here.
-    with pytest.raises(durably.DurablyError):
+    with pytest.raises(durably.Cancelled, match="approval 'refund' expired"):
         engine.resume("r1")
     assert seen == ["approval 'refund' expired", "again"] and ran == []
+    run = engine.get_run("r1")
+    assert run.status == "cancelled" and run.error_message == "approval 'refund' expired"
+    with pytest.raises(durably.Cancelled):
+        engine.resume("r1")  # the recorded outcome, nothing runs again
     history = engine.history("r1")
     assert [(r.position, r.kind, r.name) for r in history] == [
         ("0", "approval", "request_approval:refund"),
@@ -399,3 +401,24 @@ def test_bad_by_or_note_is_refused_before_anything_is_written(engine: durably.En
     with pytest.raises(durably.ConfigError, match="must be a str"):
         engine.reject("r1", "1", digest=digest, by=42)  # type: ignore[arg-type]
     assert engine.pending_approvals()[0].digest == digest  # still undecided
+
+
+def test_an_expiry_that_cancels_inside_a_saga_compensates_then_ends_cancelled(
+    engine: durably.Engine, clock: durably.FakeClock
+) -> None:
+    undone: list[str] = []
+
+    @engine.workflow(name="trip")
+    def trip(ctx: durably.Context) -> Any:
+        with ctx.saga() as saga:
+            saga.step("hold_seat", lambda: "seat", lambda: undone.append("seat"))
+            ctx.request_approval("book", {"seat": "12A"}, timeout_s=60, on_timeout="cancel")
+            saga.step("pay", lambda: "paid", lambda: undone.append("pay"))
+        return "booked"
+
+    with pytest.raises(durably.RunParked):
+        engine.run(trip, run_id="t1")
+    clock.advance(60)
+    with pytest.raises(durably.Cancelled):
+        engine.resume("t1")
+    assert undone == ["seat"] and engine.get_run("t1").status == "cancelled"

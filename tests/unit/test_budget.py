@@ -320,17 +320,9 @@ def test_compensations_still_record_after_the_budget_halt(engine: durably.Engine
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> str:
         ctx.budget(tokens=100)
-        ctx.step("book", model(150, calls, "book"), "x")
-        try:
-            ctx.step("pay", model(1, calls, "pay"), "y")
-        except durably.BudgetExceeded:
-            core = ctx._core  # what a saga does around its compensations (lane saga)
-            core.compensating += 1
-            try:
-                ctx.step("undo:book", model(20, calls, "undo"), "x")
-            finally:
-                core.compensating -= 1
-            raise
+        with ctx.saga() as saga:
+            saga.step("book", model(150, calls, "book"), model(20, calls, "undo"), "x")
+            saga.step("pay", model(1, calls, "pay"), model(1, calls, "refund"), "y")
         return "done"
 
     with pytest.raises(durably.WorkflowFailed, match="BudgetExceeded"):
@@ -339,7 +331,8 @@ def test_compensations_still_record_after_the_budget_halt(engine: durably.Engine
     assert [(r.position, r.name) for r in engine.history("r")] == [
         ("0", "book"),
         ("1", "durably.budget"),
-        ("2", "undo:book"),
+        ("2", "durably.compensate"),
+        ("3", "undo:book"),
     ]
     assert spent(engine, "r")[::2] == (170, 2)  # a compensation's spend is real spend too
 

@@ -91,20 +91,21 @@ def test_a_recorded_halt_replays_at_the_same_place(tmp_path: Path) -> None:
                 ctx.step("b", lambda: ran.append("b"))
             except durably.Cancelled as exc:
                 paths.append(f"unwound at b: {exc.reason}")
-                core = ctx._core  # a saga's compensation records despite the latch
-                core.compensating += 1
-                try:
+                # A saga's compensation records despite the latch (tests/unit/test_saga.py
+                # drives it through ctx.saga()).
+                with ctx._core.compensation():
                     ctx.step("undo:a", undo)
-                finally:
-                    core.compensating -= 1
                 raise
             return "done"
 
         with pytest.raises(durably.DurablyError):
             e.run(w, run_id="r")
         assert ran == ["a", "undo"]
-        e.retry("r")  # replays: a and undo:a are recorded, the halt is raised again at b
-        with pytest.raises(durably.DurablyError):
+        assert e.get_run("r").status == "cancelled"
+        # Queued again below the engine's rules (a cancelled run is never retried), only
+        # to replay it: a and undo:a are recorded, the halt is raised again at b.
+        e.store.requeue("r", ("cancelled",))
+        with pytest.raises(durably.Cancelled):
             e.run(w, run_id="r")
         assert ran == ["a", "undo"]  # nothing ran twice
         assert paths == ["unwound at b: dup", "unwound at b: dup"]
@@ -139,8 +140,8 @@ def test_a_halt_reaches_a_patched_marker_and_replays_there(tmp_path: Path) -> No
         for _ in range(2):
             with pytest.raises(durably.DurablyError):
                 e.run(w, run_id="r")
-            if e.get_run("r").status == "failed":
-                e.retry("r")
+            assert e.get_run("r").status == "cancelled"
+            e.store.requeue("r", ("cancelled",))  # only to replay it (see above)
         assert calls == ["a", "cancelled", "cancelled"]
         assert [(r.position, r.kind) for r in e.history("r")] == [("0", "step"), ("1", HALT)]
 

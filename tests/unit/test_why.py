@@ -108,6 +108,27 @@ def test_failed_in_the_workflow_code(engine: durably.Engine, journal_url: str) -
     )
 
 
+def test_failed_after_a_saga_compensated(engine: durably.Engine, journal_url: str) -> None:
+    def charge(total: int) -> None:
+        raise ValueError("card declined")
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        with ctx.saga() as saga:
+            saga.step("hotel", lambda city: city, lambda city: None, "Oslo")
+            saga.step("charge", charge, lambda total: None, 100)
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(wf, run_id="f3")
+    got = why(journal_url, "f3")
+    assert got["state"] == "failed" and got["compensated"] == ["1"] and got["fork_at"] == 1
+    assert got["sentence"] == (
+        "failed: ValueError: card declined; a saga compensated it (undid the steps at 1) —"
+        " `durably fork f3 --at 1` redoes the work under new keys"
+    )
+
+
 def test_blocked_by_nondeterminism(journal_url: str) -> None:
     old = durably.Engine(journal_url)
 
@@ -300,6 +321,69 @@ def test_running_at_an_effect_in_flight(engine: durably.Engine, journal_url: str
     assert re.fullmatch(
         r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 1 charge",
         got["sentence"],
+    )
+
+
+def cancel_cli(url: str, run_id: str, *extra: str) -> str:
+    res = CliRunner().invoke(cli, ["cancel", run_id, "--db", url, *extra])
+    assert res.exit_code == 0, res.output
+    return " ".join(res.output.split())
+
+
+def test_cancel_requested_while_running_then_cancelled(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    inside, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    @durably.step(effect=True)
+    def charge(amount: int, *, idempotency_key: str) -> str:
+        inside.set()
+        assert release.wait(60)
+        return "ok"
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: 1)
+        ctx.step("charge", charge, 100)
+        return ctx.step("ship", lambda: ran.append("ship") or "shipped")
+
+    with running(engine, wf, "live", release):
+        assert inside.wait(60)
+        said = cancel_cli(journal_url, "live", "--reason", "duplicate alert")
+        assert "will be cancelled: duplicate alert" in said and "unwinds at its next step" in said
+        got = why(journal_url, "live")
+    assert got["state"] == "cancel_requested" and got["cancel_reason"] == "duplicate alert"
+    assert got["position"] == "1" and got["step"] == "charge" and got["owner_pid"] is not None
+    assert re.fullmatch(
+        r"cancel requested at \d\d:\d\d:\d\d UTC: duplicate alert; unwinding: pid \d+ at"
+        r" host \S+ stops it at its next step \(now step 1 charge\), then it ends cancelled",
+        got["sentence"],
+    )
+    # The effect in flight completed under its key; the next step never ran.
+    assert ran == []
+    got = why(journal_url, "live")
+    assert got["state"] == "cancelled" and got["unwound"] is True
+    assert re.fullmatch(
+        r"cancelled at \d\d:\d\d:\d\d UTC: duplicate alert; it unwound from step 2;"
+        r" nothing left to do",
+        got["sentence"],
+    )
+
+
+def test_cancelled_at_once_while_queued(engine: durably.Engine, journal_url: str) -> None:
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> int:
+        return ctx.step("a", lambda: 1)
+
+    engine.start(wf, run_id="q")
+    said = cancel_cli(journal_url, "q", "--reason", "not needed")
+    assert said.startswith("run q is cancelled: not needed (cancelled while queued")
+    got = why(journal_url, "q")
+    assert got["state"] == "cancelled" and got["unwound"] is False
+    assert got["sentence"].startswith("cancelled at ") and got["sentence"].endswith(
+        ": not needed; cancelled while queued: it had not started, so nothing ran;"
+        " nothing left to do"
     )
 
 

@@ -6,9 +6,9 @@ runs, so ``durably --help`` and ``import durably`` stay fast.
 
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
-:mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay` (``replay --check``),
-:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``), :mod:`.approvals`
-(``approvals list``, ``approve``, ``reject``).
+:mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
+(``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "retry": "durably.cli.recovery:retry_cmd",
     "skip": "durably.cli.recovery:skip_cmd",
     "fork": "durably.cli.recovery:fork_cmd",
+    "cancel": "durably.cli.cancel:cancel_cmd",
     "recover": "durably.cli.recover:recover_cmd",
     "signal": "durably.cli.signal:signal_cmd",
     "replay": "durably.cli.replay:replay_cmd",

@@ -148,6 +148,8 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "error_type": run.error_type,
         "error_message": run.error_message,
         "reason": run.park_reason,
+        "cancel_requested_at": run.cancel_requested_at,
+        "cancel_reason": run.cancel_reason,
         "wake_at": run.wake_at,
         "created_at": run.created_at,
         "updated_at": run.updated_at,

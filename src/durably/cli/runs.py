@@ -366,8 +366,16 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
     )
     if run.owner is not None:
         console.print(f"owner: {term(owner_text(run))}  lease until: {lease_text(run)}")
-    if run.error_type:
+    if run.status == "cancelled":
+        said = run.cancel_reason if run.cancel_reason is not None else run.error_message
+        console.print(f"cancelled: {term(said or 'no reason given')}")
+    elif run.error_type:
         console.print(f"error: {term(run.error_type)}: {term(run.error_message)}")
+    if run.cancel_requested_at is not None and not run.terminal:
+        said = f": {term(run.cancel_reason)}" if run.cancel_reason else " (no reason given)"
+        console.print(
+            f"cancel requested at {ts(run.cancel_requested_at)}{said}; unwinding at its next step"
+        )
     if run.park_reason:
         console.print(f"why: {term(run.park_reason)}")
     if spend.entries or spend.budget is not None:

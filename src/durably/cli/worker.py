@@ -87,8 +87,8 @@ def worker_cmd(
     stats = w.run()
     click.echo(
         f"durably worker stopped: {stats.claimed} claimed, {stats.completed} completed,"
-        f" {stats.failed} failed, {stats.stale} lost to other workers,"
-        f" {stats.other['parked']} parked",
+        f" {stats.failed} failed, {stats.cancelled} cancelled, {stats.stale} lost to other"
+        f" workers, {stats.other['parked']} parked",
         err=True,
     )
     sys.stdout.flush()

@@ -249,12 +249,17 @@ class Store(Protocol):
         token: int,
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
-    ) -> None:
+    ) -> bool:
         """Write records in one transaction, fenced; a result replaces an intent. The
         records' blobs, and the ``events`` that describe them (numbered after the run's
         newest, each stored once by its dedupe name), commit in the same transaction.
         ``records`` may be empty: the events alone are written, fenced all the same
-        (LeaseLost on a stale token)."""
+        (LeaseLost on a stale token).
+
+        Returns True when a cancel was asked for the run (``runs.cancel_requested_at``),
+        read by the same statements at no extra round trip: this is how a cancel is
+        seen at every step boundary. A write found already stored (retried after an
+        unknown outcome) returns the flag as it is now."""
         ...
 
     def finish(
@@ -271,6 +276,23 @@ class Store(Protocol):
     ) -> None:
         """Write the last records, ``events`` and the run's outcome (with its event) in
         one fenced transaction."""
+        ...
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, in one transaction under its row lock; return
+        the run as it is after.
+
+        Raises ``RunNotFound``, and ``RunFinished`` for a run ``completed``, ``failed`` or
+        ``continued``. A run ``cancelled`` already, or whose cancel was asked for already,
+        is returned unchanged (the first reason stays). Otherwise sets
+        ``cancel_requested_at``/``cancel_reason`` and writes ``run.cancel_requested``; a
+        ``parked`` run wakes now (``wake_at`` = now; PostgreSQL NOTIFYs waiting workers in
+        the same transaction) so it unwinds. A run whose code cannot run again without a
+        person ends ``cancelled`` at once, in the same transaction (``run.cancelled``,
+        ``error_type`` ``durably.Cancelled``, the reason as ``error_message``, a note as
+        ``park_reason``): ``queued`` with no record in its current generation (nothing
+        ran), ``blocked``, ``quarantined``, ``in_doubt`` (their cleanup does not run; to
+        let it, retry the run first). That applies also when the flag was set already."""
         ...
 
     def requeue(
@@ -293,7 +315,9 @@ class Store(Protocol):
         """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
         return its per-run sequence number (1, 2, ...), taken under the run's row lock,
         with a ``signal.received`` event in the same transaction. A run parked waiting
-        for ``name`` is made due at once (PostgreSQL also notifies the workers). Not
+        for ``name`` is made due at once (PostgreSQL also notifies the workers): its wake
+        time becomes the earlier of now and when it parked, so a sender whose clock runs
+        ahead of the workers' delays nothing. Not
         fenced: any process may signal. Raises ``RunNotFound`` for an unknown run and
         ``RunFinished`` for one completed, failed, cancelled or continued.
 

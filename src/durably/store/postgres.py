@@ -61,16 +61,19 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..events import EventPage, NewEvent
-from ..history import CorruptRecord, RunRecord, StepRecord
+from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
 from . import stream
 from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs
 from .rules import (
+    CANCEL_ERROR_TYPE,
     WORKERS_MAX,
     approval_params,
     approval_row,
     blob_params,
     budget_params,
+    cancel_plan,
+    cancelled_at_once_note,
     check_claimable,
     check_decidable,
     check_requeueable,
@@ -777,39 +780,41 @@ class PostgresStore:
         token: int,
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
-    ) -> None:
+    ) -> bool:
         """Write records (their blobs, and the events that describe them) in one fenced
-        transaction; raises LeaseLost on a stale token."""
+        transaction; raises LeaseLost on a stale token. Returns whether a cancel was
+        asked for (read by the same statements, no extra round trip)."""
         if not records and not events:
-            return
+            return False
         params = [_record_params(run_id, token, r) for r in records]
 
-        def op(conn: Conn, retried: bool) -> None:
+        def op(conn: Conn, retried: bool) -> bool:
             if not records:
                 # Events alone (a step's retry): fenced by the token, read under the run
                 # row's lock so that a claim (FOR UPDATE) cannot raise it before commit.
                 with conn.transaction():
-                    if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
+                    row = conn.execute(_Q["lock_token"], {"run_id": run_id}).fetchone()
+                    if row is None or row[0] != token:
                         raise LeaseLost(run_id, token)
                     self._write_events(conn, run_id, events)
-                return
+                return bool(row[1])
             if len(params) == 1 and not events and not records[0].blobs:
                 # One autocommit statement is its own transaction: one round trip.
-                self._append(conn, run_id, token, records, params, retried)
-                return
+                return self._append(conn, run_id, token, records, params, retried)
             if len(params) == 1 and not records[0].blobs:
                 # The common write, a step's record and its events: one statement too. A
                 # record with blobs takes the transaction below (its blobs go first).
                 p = {**params[0], **self._event_params(run_id, events)}
-                row = conn.execute(_Q["append_with_events"], p).fetchone()
-                if row is None or row[0] != 1:
-                    self._refused(conn, run_id, token, records[0], retried)
-                return
+                found = conn.execute(_Q["append_with_events"], p).fetchone()
+                if found is None or found[0] != 1:
+                    return self._refused(conn, run_id, token, records[0], retried)
+                return bool(found[2])
             with conn.transaction():
-                self._append(conn, run_id, token, records, params, retried)
+                cancel = self._append(conn, run_id, token, records, params, retried)
                 self._write_events(conn, run_id, events)
+            return cancel
 
-        self._call(op)
+        return self._call(op)
 
     def _append(
         self,
@@ -819,32 +824,39 @@ class PostgresStore:
         records: Sequence[StepRecord],
         params: list[dict[str, Any]],
         retried: bool,
-    ) -> None:
+    ) -> bool:
+        """Upsert ``records`` (fenced); returns whether a cancel was asked for."""
+        cancel = False
         for rec, p in zip(records, params, strict=True):
             if rec.blobs:
                 # The record's blobs first, in its transaction: no record names a missing
                 # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
                 with conn.cursor() as cur:
                     cur.executemany(_Q["put_blob"], blob_params(rec, self.clock.time()))
-            if conn.execute(_Q["append_record"], p).rowcount != 1:
-                self._refused(conn, run_id, token, rec, retried)
+            row = conn.execute(_Q["append_record"], p).fetchone()
+            if row is None:
+                cancel = self._refused(conn, run_id, token, rec, retried)
+            else:
+                cancel = bool(row[0])
+        return cancel
 
-    def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> None:
+    def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
         A stored record equal to ``rec`` is this very write, retried (here, or by the
         engine after a transient error) when an earlier attempt committed before its
-        connection died: that is success, not a conflict.
+        connection died: that is success, not a conflict (returns whether a cancel was
+        asked for).
         """
-        current = _scalar(conn, "check_token", {"run_id": run_id})
-        if current is None or current != token:
+        current = conn.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+        if current is None or current[0] != token:
             raise LeaseLost(run_id, token)
         if retried or rec.status != "intent":
             row = conn.execute(
                 _Q["load_record"], {"run_id": run_id, "position": rec.position}
             ).fetchone()
             if row is not None and StepRecord(*row) == rec:
-                return
+                return bool(current[1])
         raise overwrite_error(run_id, rec.position)
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
@@ -896,6 +908,59 @@ class PostgresStore:
                 self._write_events(conn, run_id, changed)
 
         self._call(op)
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, under its row lock (see the Store protocol).
+        A parked run wakes now: waiting workers are NOTIFYed in the same transaction."""
+        now = self.clock.time()
+
+        def op(conn: Conn, _: bool) -> RunRecord:
+            why = reason
+            with conn.transaction():
+                row = conn.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
+                if row is None:
+                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
+                run = _run(row[:_RUN_FIELDS])
+                # A retry after an unknown outcome finds the flag set (or the run ended):
+                # nothing more to do, and the run as it is now is the answer.
+                plan = cancel_plan(run, bool(row[_RUN_FIELDS]))
+                if plan is None:
+                    return run
+                events: list[NewEvent] = []
+                if run.cancel_requested_at is None:
+                    conn.execute(
+                        _Q["request_cancel"], {"run_id": run_id, "reason": why, "now": now}
+                    )
+                    events.append(stream.cancel_requested(why, now))
+                    if run.status == PARKED:
+                        conn.execute(_Q["notify_work"], {"channel": self._channel})
+                else:
+                    why = run.cancel_reason  # the first reason stays
+                if plan == "at_once":
+                    conn.execute(
+                        _Q["cancel_at_once"],
+                        {
+                            "run_id": run_id,
+                            "error_type": CANCEL_ERROR_TYPE,
+                            "error_message": why,
+                            "park_reason": cancelled_at_once_note(run),
+                            "now": now,
+                            "expected_token": run.fencing_token,
+                        },
+                    )
+                    events += stream.status_changed(
+                        CANCELLED,
+                        run.fencing_token + 1,
+                        now,
+                        error_type=CANCEL_ERROR_TYPE,
+                        error_message=why,
+                    )
+                self._write_events(conn, run_id, events)
+                found = conn.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+            assert found is not None, "a cancel lost a row it held locked"
+            return _run(found)
+
+        return self._call(op)
 
     # -- signals -------------------------------------------------------------------------
 

@@ -25,7 +25,17 @@ from ..errors import (
     RunQuarantined,
     StoreError,
 )
-from ..history import IN_DOUBT, QUARANTINED, TERMINAL, CorruptRecord, RunRecord, StepRecord
+from ..history import (
+    BLOCKED,
+    CANCELLED,
+    IN_DOUBT,
+    QUARANTINED,
+    QUEUED,
+    TERMINAL,
+    CorruptRecord,
+    RunRecord,
+    StepRecord,
+)
 
 _RUN_FIELDS = len(RunRecord.__slots__)
 # Every column of a step row (the blobs a record carries go to the blobs table).
@@ -60,6 +70,42 @@ def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool
         f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
         " two processes may never drive one run. Wait for it to finish or for the lease to"
         " expire, or stop that process."
+    )
+
+
+CANCEL_ERROR_TYPE = "durably.Cancelled"
+"""The ``error_type`` of a cancelled run."""
+
+# Statuses whose code cannot run again without a person: a cancel ends them at once.
+_STUCK = frozenset({BLOCKED, QUARANTINED, IN_DOUBT})
+
+
+def cancel_plan(run: RunRecord, has_records: bool) -> str | None:
+    """What a cancel does to ``run`` (as found under its row lock): ``"at_once"`` (it ends
+    ``cancelled`` in the cancel's transaction: queued and never ran, or stuck waiting
+    for a person), ``"flag"`` (the flag is set; the workflow unwinds at its next step,
+    a parked run wakes for it) or None (nothing to do: cancelled already, or the flag
+    is set already). Raises ``RunFinished`` for a run that finished otherwise."""
+    if run.status == CANCELLED:
+        return None
+    if run.terminal:
+        raise RunFinished(
+            f"run {run.run_id!r} already finished ({run.status}); there is nothing to"
+            " cancel and its recorded outcome stands"
+        )
+    if run.status in _STUCK or (run.status == QUEUED and not has_records):
+        return "at_once"
+    return None if run.cancel_requested_at is not None else "flag"
+
+
+def cancelled_at_once_note(run: RunRecord) -> str:
+    """The recorded note (``park_reason``) of a run a cancel ended at once."""
+    if run.status == QUEUED:
+        return "cancelled while queued: it had not started, so nothing ran"
+    return (
+        f"cancelled while {run.status}: the workflow did not run again, so its cleanup"
+        " (except blocks, saga compensations) did not run; to let it clean up, `durably"
+        " retry` a run first and cancel it while it runs"
     )
 
 

@@ -37,16 +37,19 @@ from ..errors import (
     StoreError,
 )
 from ..events import EventPage, NewEvent
-from ..history import CorruptRecord, RunRecord, StepRecord
+from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
 from . import stream
 from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json
 from .rules import (
+    CANCEL_ERROR_TYPE,
     WORKERS_MAX,
     approval_params,
     approval_row,
     blob_params,
     budget_params,
+    cancel_plan,
+    cancelled_at_once_note,
     check_claimable,
     check_decidable,
     check_requeueable,
@@ -603,27 +606,30 @@ class SQLiteStore:
         token: int,
         records: Sequence[StepRecord],
         events: Sequence[NewEvent] = (),
-    ) -> None:
+    ) -> bool:
         """Write records (their blobs, and the events that describe them) in one fenced
-        transaction; raises LeaseLost on a stale token."""
+        transaction; raises LeaseLost on a stale token. Returns whether a cancel was
+        asked for (read by the same statements)."""
         if len(records) == 1 and not events and not records[0].blobs:
             # The common case, one step result: the fenced upsert is a single statement,
             # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
             # around it would only add two round trips through the library.
             with self._lock:
                 try:
-                    self._append(self._live(), run_id, token, records)
+                    return self._append(self._live(), run_id, token, records)
                 except sqlite3.DatabaseError as exc:
                     raise self._translate(exc) from exc
-            return
         with self._tx() as c:
             if not records:
                 # Events alone (a step's retry): fenced by the token check instead.
                 row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
                 if row is None or row[0] != token:
                     raise LeaseLost(run_id, token)
-            self._append(c, run_id, token, records)
+                cancel = row[1] is not None
+            else:
+                cancel = self._append(c, run_id, token, records)
             self._write_events(c, run_id, events)
+        return cancel
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number ``events`` after the run's newest and insert them, inside the open write
@@ -653,22 +659,30 @@ class SQLiteStore:
 
     def _append(
         self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> None:
+    ) -> bool:
+        """Upsert ``records`` (fenced); returns whether a cancel was asked for."""
         now = self.clock.time()
+        cancel = False
         for rec in records:
             params = record_params(run_id, rec)
             # The record's blobs first, in its transaction: no record names a missing blob.
             if rec.blobs:
                 c.executemany(_Q["put_blob"], blob_params(rec, now))
             params["token"] = token
-            if c.execute(_Q["append_record"], params).rowcount != 1:
-                self._refused(c, run_id, token, rec)
+            # fetchall: an unfinished RETURNING statement would keep its write pending.
+            rows = c.execute(_Q["append_record"], params).fetchall()
+            if len(rows) != 1:
+                cancel = self._refused(c, run_id, token, rec)
+            else:
+                cancel = rows[0][0] is not None
+        return cancel
 
-    def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> None:
+    def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
         A stored record equal to ``rec`` is this very write, retried after an error whose
-        commit outcome was unknown: that is success, not a conflict.
+        commit outcome was unknown: that is success, not a conflict (returns whether a
+        cancel was asked for).
         """
         row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
         if row is None or row[0] != token:
@@ -676,7 +690,7 @@ class SQLiteStore:
         stored = c.execute(_Q["load_record"], {"run_id": run_id, "position": rec.position})
         found = stored.fetchone()
         if found is not None and StepRecord(*found) == rec:
-            return
+            return row[1] is not None
         raise overwrite_error(run_id, rec.position)
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
@@ -759,6 +773,43 @@ class SQLiteStore:
                 {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
             )
             self._write_events(c, run_id, [stream.resumed(run, resolve is not None, now)])
+            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
+        return _run(row)
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, under its row lock (see the Store protocol)."""
+        now = self.clock.time()
+        with self._tx() as c:
+            row = c.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+            run = _run(row[:-1])
+            plan = cancel_plan(run, bool(row[-1]))
+            if plan is None:
+                return run
+            events: list[NewEvent] = []
+            if run.cancel_requested_at is None:
+                c.execute(_Q["request_cancel"], {"run_id": run_id, "reason": reason, "now": now})
+                events.append(stream.cancel_requested(reason, now))
+            else:
+                reason = run.cancel_reason  # the first reason stays
+            if plan == "at_once":
+                token = run.fencing_token + 1
+                c.execute(
+                    _Q["cancel_at_once"],
+                    {
+                        "run_id": run_id,
+                        "error_type": CANCEL_ERROR_TYPE,
+                        "error_message": reason,
+                        "park_reason": cancelled_at_once_note(run),
+                        "now": now,
+                        "expected_token": run.fencing_token,
+                    },
+                )
+                events += stream.status_changed(
+                    CANCELLED, token, now, error_type=CANCEL_ERROR_TYPE, error_message=reason
+                )
+            self._write_events(c, run_id, events)
             row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
         return _run(row)
 

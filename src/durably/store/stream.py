@@ -21,6 +21,7 @@ from ..events import (
     LEASE_LOST,
     LEASE_TAKEN,
     RUN_BLOCKED,
+    RUN_CANCEL_REQUESTED,
     RUN_CANCELLED,
     RUN_COMPLETED,
     RUN_CREATED,
@@ -110,7 +111,15 @@ def status_changed(
     }
     if kind in (RUN_FAILED, RUN_COMPLETED):
         data.pop("reason")
+    if kind == RUN_CANCELLED:
+        # The reason given to the cancel (a cancelled run records it as its message).
+        data = {"reason": error_message}
     return [new_event(kind, None, data, now, f"t{token}:{kind}")]
+
+
+def cancel_requested(reason: str | None, now: float) -> NewEvent:
+    """``run.cancel_requested``: written once per run (the first request sets the flag)."""
+    return new_event(RUN_CANCEL_REQUESTED, None, {"reason": reason}, now, RUN_CANCEL_REQUESTED)
 
 
 def parked(kind: str, reason: str, wake_at: float | None, token: int, now: float) -> NewEvent:

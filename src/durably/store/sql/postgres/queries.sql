@@ -41,7 +41,7 @@ SELECT pg_notify(%(channel)s, '') FROM created;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_run_for_claim
@@ -50,7 +50,8 @@ FROM runs WHERE run_id = %(run_id)s;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation, records_at_last_start
+       created_at, updated_at, finished_at, incarnation,
+       cancel_requested_at, cancel_reason, records_at_last_start
 FROM runs WHERE run_id = %(run_id)s
 FOR UPDATE;
 
@@ -64,7 +65,7 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent'
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
@@ -100,7 +101,7 @@ WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at, incarnation;
+          created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason;
 
 -- name: quarantine_run
 UPDATE runs
@@ -197,14 +198,21 @@ WHERE steps.status = 'intent'
    -- write retried after an unknown outcome); never to an intent or another wake time.
    OR (steps.status = 'waiting'
        AND (excluded.status IN ('ok', 'failed')
-            OR (excluded.status = 'waiting' AND excluded.output = steps.output)));
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
+-- Whether a cancel was asked for, read in the same statement: every step boundary checks
+-- the flag at no extra round trip (Store.append returns it). No row: the write was
+-- refused.
+RETURNING (SELECT r.cancel_requested_at IS NOT NULL FROM runs r
+           WHERE r.run_id = %(run_id)s);
 
 -- name: check_token
-SELECT fencing_token FROM runs WHERE run_id = %(run_id)s;
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s;
 
 -- name: lock_token
--- The token of a run whose row this transaction locks to its commit (a claim waits).
-SELECT fencing_token FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+-- The token of a run whose row this transaction locks to its commit (a claim waits),
+-- and whether a cancel was asked for.
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s
+FOR NO KEY UPDATE;
 
 -- name: finish_run
 -- A finished run frees a slot of its queue: wake waiting workers. One row when fenced in.
@@ -258,7 +266,7 @@ WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
           starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-          created_at, updated_at, finished_at, incarnation;
+          created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason;
 
 -- name: lock_queue
 -- Serialises claims on one concurrency-limited queue, so two workers cannot both see a
@@ -286,7 +294,8 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation, records_at_last_start
+       created_at, updated_at, finished_at, incarnation,
+       cancel_requested_at, cancel_reason, records_at_last_start
 FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue = ANY(%(queues)s::text[])
@@ -376,7 +385,8 @@ LIMIT %(limit)s;
 -- append_record and write_events in one statement, so the common write (one step record
 -- and its events) stays one autocommit round trip; a record with blobs is not written
 -- here (its blobs go first, in a transaction). The events are written only when the
--- record was (a refused append writes nothing); returns the number of records written.
+-- record was (a refused append writes nothing); returns the number of records written
+-- and whether a cancel was asked for.
 WITH appended AS (
     INSERT INTO steps (run_id, generation, position, kind, name, input_digest, status,
                        output, error_type, error_message, attempts, started_at,
@@ -429,7 +439,9 @@ SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_di
     RETURNING run_id
 )
 SELECT (SELECT count(*) FROM appended),
-       (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped);
+       (SELECT count(pg_notify(%(events_channel)s, run_id)) FROM bumped),
+       -- Whether a cancel was asked for (as append_record returns it).
+       (SELECT cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s);
 
 -- name: beat_worker
 -- A worker's row, written at its start and on every beat; started_at stays its first.
@@ -455,6 +467,41 @@ ON CONFLICT (digest) DO NOTHING;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);
+
+-- name: lock_run_for_cancel
+-- The run as a cancel finds it, locked to the cancel's commit, with whether its current
+-- generation holds any record (a queued run that never ran ends at once).
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason,
+       EXISTS (SELECT 1 FROM steps s
+               WHERE s.run_id = runs.run_id AND s.generation = runs.generation)
+FROM runs WHERE run_id = %(run_id)s
+FOR NO KEY UPDATE OF runs;
+
+-- name: request_cancel
+-- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind
+-- (the caller NOTIFYs waiting workers in the same transaction).
+UPDATE runs
+SET cancel_requested_at = %(now)s, cancel_reason = %(reason)s::text,
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN least(%(now)s::double precision, updated_at)
+                   ELSE wake_at END,
+    updated_at = %(now)s
+WHERE run_id = %(run_id)s AND cancel_requested_at IS NULL;
+
+-- name: cancel_at_once
+-- A run whose code will not run again without a person (queued and never ran; blocked,
+-- quarantined, in doubt) ends cancelled in the cancel's transaction. The new token
+-- fences out anything that still believes it holds the run.
+UPDATE runs
+SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, wake_at = NULL, error_type = %(error_type)s,
+    error_message = %(error_message)s::text, park_reason = %(park_reason)s,
+    finished_at = %(now)s, updated_at = %(now)s
+WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s;
 
 -- name: lock_run_for_signal
 -- The run row locked to commit: signals of one run are numbered one at a time, and a
@@ -487,9 +534,11 @@ UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
-UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
-  AND (wake_at IS NULL OR wake_at > %(now)s);
+  AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names

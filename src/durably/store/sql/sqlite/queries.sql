@@ -11,14 +11,14 @@ ON CONFLICT (run_id) DO NOTHING;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
@@ -127,7 +127,10 @@ WHERE steps.status = 'intent'
    -- write retried after an unknown outcome); never to an intent or another wake time.
    OR (steps.status = 'waiting'
        AND (excluded.status IN ('ok', 'failed')
-            OR (excluded.status = 'waiting' AND excluded.output = steps.output)));
+            OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
+-- Whether a cancel was asked for, read in the same statement: every step boundary checks
+-- the flag at no extra cost (Store.append returns it). No row: the write was refused.
+RETURNING (SELECT cancel_requested_at FROM runs WHERE run_id = :run_id);
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
@@ -138,7 +141,7 @@ FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = :run_id AND s.position = :position;
 
 -- name: check_token
-SELECT fencing_token FROM runs WHERE run_id = :run_id;
+SELECT fencing_token, cancel_requested_at FROM runs WHERE run_id = :run_id;
 
 -- name: finish_run
 UPDATE runs
@@ -204,7 +207,7 @@ GROUP BY queue;
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
-       created_at, updated_at, finished_at, incarnation
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
 WHERE status IN ('queued', 'running', 'parked')
   AND queue IN (SELECT value FROM json_each(:queues))
@@ -275,6 +278,39 @@ ON CONFLICT (digest) DO NOTHING;
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));
 
+-- name: lock_run_for_cancel
+-- The run as a cancel finds it (the caller's write transaction holds the lock), with
+-- whether its current generation holds any record (a queued run that never ran ends at
+-- once).
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason,
+       EXISTS (SELECT 1 FROM steps s
+               WHERE s.run_id = runs.run_id AND s.generation = runs.generation)
+FROM runs WHERE run_id = :run_id;
+
+-- name: request_cancel
+-- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind.
+UPDATE runs
+SET cancel_requested_at = :now, cancel_reason = :reason,
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN min(:now, updated_at) ELSE wake_at END,
+    updated_at = :now
+WHERE run_id = :run_id AND cancel_requested_at IS NULL;
+
+-- name: cancel_at_once
+-- A run whose code will not run again without a person (queued and never ran; blocked,
+-- quarantined, in doubt) ends cancelled in the cancel's transaction. The new token
+-- fences out anything that still believes it holds the run.
+UPDATE runs
+SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
+    lease_expires_at = NULL, wake_at = NULL, error_type = :error_type,
+    error_message = :error_message, park_reason = :park_reason, finished_at = :now,
+    updated_at = :now
+WHERE run_id = :run_id AND fencing_token = :expected_token;
+
 -- name: next_signal_seq
 -- The run's next signal number (1, 2, ...), read inside the write transaction that
 -- inserts it (SQLite's single writer is the run's lock).
@@ -302,9 +338,11 @@ UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq
 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
-UPDATE runs SET wake_at = :now, updated_at = :now
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
 WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
-  AND (wake_at IS NULL OR wake_at > :now);
+  AND (wake_at IS NULL OR wake_at > min(:now, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
