@@ -305,10 +305,10 @@ def waiting_times(output: str | None) -> tuple[float, float | None]:
     try:
         out = json.loads(output or "null")
         requested, expires = out["requested_at"], out["expires_at"]
-        if not _is_time(requested) or not (expires is None or _is_time(expires)):
+        if not is_time(requested) or not (expires is None or is_time(expires)):
             raise ValueError(f"times {requested!r}, {expires!r}")
         return float(requested), None if expires is None else float(expires)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise SerializationError(f"the recorded request cannot be read ({exc})") from None
 
 
@@ -325,7 +325,7 @@ def recorded_decision(output: str | None) -> Decision:
         out = json.loads(output or "null")
         outcome, at = out["outcome"], out["decided_at"]
         by, note = out.get("by"), out.get("note")
-        if outcome not in OUTCOMES or not _is_time(at):
+        if outcome not in OUTCOMES or not is_time(at):
             raise ValueError(f"outcome {outcome!r} at {at!r}")
         if not (by is None or isinstance(by, str)) or not (note is None or isinstance(note, str)):
             raise ValueError("by and note must be strings or null")
@@ -336,8 +336,16 @@ def recorded_decision(output: str | None) -> Decision:
         raise SerializationError(f"the recorded decision cannot be read ({exc})") from None
 
 
-def _is_time(t: Any) -> bool:
-    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+def is_time(t: Any) -> bool:
+    """Whether ``t`` is seconds since the epoch that name a datetime (a hand-edited row
+    may hold a bool, NaN, infinity or a year past 9999)."""
+    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+        return False
+    try:
+        dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
 
 
 def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:

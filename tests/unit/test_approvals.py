@@ -422,3 +422,24 @@ def test_an_expiry_that_cancels_inside_a_saga_compensates_then_ends_cancelled(
     with pytest.raises(durably.Cancelled):
         engine.resume("t1")
     assert undone == ["seat"] and engine.get_run("t1").status == "cancelled"
+
+
+def test_a_waiting_request_with_no_time_blocks_the_run(tmp_path: Any) -> None:
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.request_approval("a", {}, timeout_s=60).outcome
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="x")
+        with sqlite3.connect(tmp_path / "j.db") as db:  # a hand edit: past year 9999
+            output = '{"requested_at": 1, "expires_at": 1e300}'
+            db.execute("UPDATE steps SET output = ? WHERE position = '0'", (output,))
+            db.execute("UPDATE runs SET wake_at = 0")
+        with pytest.raises(durably.SerializationError, match="recorded request cannot be read"):
+            engine.resume("x")
+        assert engine.get_run("x").status == "blocked"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..approvals import EXPIRED, OUTCOMES, ApprovalRequest, ApprovalRow
+from ..approvals import EXPIRED, OUTCOMES, ApprovalRequest, ApprovalRow, is_time
 from ..budget import Budget, Spend, SpendEntry
 from ..errors import (
     ApprovalAlreadyDecided,
@@ -313,6 +313,12 @@ def approval_row(row: Sequence[Any]) -> ApprovalRow:
         None if row[9] is None else str(row[9]),
         None if row[10] is None else str(row[10]),
     )
+    times = (out.requested_at, out.expires_at, out.decided_at)
+    if not all(t is None or is_time(t) for t in times):
+        raise NotADurablyDatabase(
+            f"run {out.run_id!r} approval {out.request_id}: a time of the row is no time"
+            f" ({times!r}); the row was edited by hand: repair it or restore a backup"
+        )
     if out.outcome is not None and (out.outcome not in OUTCOMES or out.decided_at is None):
         raise NotADurablyDatabase(
             f"run {out.run_id!r} approval {out.request_id}: outcome {out.outcome!r} (decided"
