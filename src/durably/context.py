@@ -16,6 +16,7 @@ import contextvars
 import datetime as dt
 import inspect
 import threading
+import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
@@ -39,7 +40,15 @@ from .core import (
     Write,
     cancelled_error,
 )
-from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
+from .errors import (
+    Cancelled,
+    ConfigError,
+    LeaseLost,
+    Parked,
+    StepTimeout,
+    StoreError,
+    StoreFailed,
+)
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -51,6 +60,11 @@ if TYPE_CHECKING:
     from .saga import AsyncSaga, Saga
 
 T = TypeVar("T")
+
+# The asyncio tasks running a saga's exit (its compensations) right now: a gather whose
+# branch failed does not cancel such a sibling, whose undo steps would stop half-way
+# (the saga's marker recorded, its steps neither undone nor reported), but waits for it.
+COMPENSATING_TASKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Executor:
@@ -113,9 +127,10 @@ class Executor:
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
-            if cancel and core.halt_requested is None:
+            if cancel and core.halted is None and not isinstance(core.halt_requested, Cancelled):
                 # The append saw the cancel flag (no query of its own): read the reason
-                # once, and the workflow stops at its next position that would go live.
+                # once, and the workflow stops at its next position that would go live
+                # (a crossed budget not delivered yet gives way to it: request_halt).
                 run = yield from retry.attempts(
                     lambda: self.store.get_run(core.run_id), self.store_retry_s
                 )
@@ -712,7 +727,8 @@ class AsyncContext:
         completion times would not). A saga opened inside a gather branch compensates
         when its own block raises; a branch cancelled because a sibling failed (an
         ``asyncio.CancelledError``) hands its steps to the enclosing saga instead, so put
-        a saga around the gather to undo every branch's work.
+        a saga around the gather to undo every branch's work. A branch already
+        compensating is not cancelled: the gather waits for its compensations.
         """
         from .saga import AsyncSaga
 
@@ -727,8 +743,10 @@ class AsyncContext:
         ``p.i.0, p.i.1, ...``, so steps finishing in any order replay exactly. Pass
         awaitables that have not started (``ctx.step(...)`` without ``await``, or calls of
         ``async def`` helpers). On the first failure the other branches are cancelled and
-        the failure is raised; with ``return_exceptions=True`` failures are returned in
-        place (a stop of the run itself, such as a lost lease, is still raised).
+        the failure is raised (after a cancel or a crossed budget, which is latched, their
+        steps in flight finish and are recorded first); with ``return_exceptions=True``
+        failures are returned in place (a stop of the run itself, such as a lost lease, is
+        still raised).
         """
         import asyncio  # imported here so that `import durably` stays fast
 
@@ -752,9 +770,15 @@ class AsyncContext:
                 # is recorded first instead of being cancelled and run again on wake.
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
-            except BaseException:
-                for t in tasks:
-                    t.cancel()
+            except BaseException as exc:
+                # After a halt (cancel, budget) the latch stops every sibling at its next
+                # recording call, as for parking: a step in flight finishes and is recorded
+                # (a saga then undoes it too) instead of being abandoned with its effect
+                # done and unrecorded, and a sibling's compensation is not cut short.
+                if not (isinstance(exc, Exception) and self._core.halted is not None):
+                    for t in tasks:
+                        if t not in COMPENSATING_TASKS:
+                            t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
             for r in results:

@@ -489,6 +489,19 @@ class RunCore:
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
 
+    def guard_replay(self) -> None:
+        """:meth:`guard` for a call that may replay a finished record at its position.
+
+        After a delivered halt, a record that is there was made by a sibling gather
+        branch whose call was in flight when the halt came (the gather lets it finish):
+        a replay returns it as the live run did, so a saga around the gather undoes
+        the same steps. Anything else stays under the latch."""
+        self.guard(halt=False)
+        if self.halted is not None and not self.compensating_here():
+            rec = self.history.get(self.scope().peek())
+            if rec is None or rec.kind == HALT or rec.status not in (OK, FAILED):
+                raise self.halted.with_traceback(None)
+
     def recorded(
         self, pos: str, kind: str, name: str, digest: str, call: Any = None
     ) -> StepRecord | None:
@@ -890,7 +903,7 @@ class RunCore:
         recorded has its branches' records under ``pos`` and none at ``pos``: accepted
         without the check.
         """
-        self.guard()
+        self.guard_replay()
         self.check_dropped()
         scope = self.scope()
         pos = scope.take()
@@ -997,7 +1010,7 @@ class RunCore:
         first time) goes with the park, and the run parks until a signal of ``name`` or
         the deadline wakes it.
         """
-        self.guard()
+        self.guard_replay()
         self.check_dropped()
         if not isinstance(name, str) or not name:
             raise self.poison(
@@ -1214,7 +1227,7 @@ class RunCore:
         self, name: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Generator[Op, Any, Any]:
         """Replay or execute one step (see ``Context.step``)."""
-        self.guard()
+        self.guard_replay()
         if not isinstance(name, str) or not name:
             raise self.poison(
                 ConfigError(
@@ -1369,6 +1382,13 @@ class RunCore:
         while True:
             attempt += 1
             self.guard()
+            if attempt > 1 and isinstance(self.halt_requested, Cancelled):
+                # A retry is a new call: a cancel asked for while the failed attempt ran or
+                # during the backoff lands here (recorded at this position, over its
+                # intent), not after the remaining attempts, which would run live work
+                # under the cancel and let the step's failure end the run ``failed``. (A
+                # crossed budget lets the step finish its retries: docs/api.md, Budgets.)
+                self.live(pos)
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             _add_usage(spent, out.usage)
             # Real spend reaches the ledger now, before the "effect" window: a crash before

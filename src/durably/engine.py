@@ -615,9 +615,10 @@ class Engine:
         receiving system first). A ``quarantined`` run gets a fresh count of starts and a
         ``blocked`` one is queued (fix its code first); both keep their effect intents, so
         an effect that may have happened still parks ``in_doubt`` rather than run twice.
-        The run keeps its incarnation, so every key stays. It continues the next time it
-        is driven: ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a
-        worker.
+        The run keeps its incarnation, so every key stays. A cancel asked for before the
+        run stopped, which it never unwound for, is cleared: the retry is the later
+        decision (cancel again to stop it). It continues the next time it is driven:
+        ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a worker.
         """
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:

@@ -307,8 +307,9 @@ class Store(Protocol):
         """An operator's retry/skip of a stuck or failed run: optionally drop every
         unresolved intent (``drop_intents``), or the intents and failures at
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
-        failure outcome, reset the no-progress count, raise the fencing token and queue the
-        run, all in one transaction. The incarnation (so every key) stays."""
+        failure outcome and a cancel request the run never acted on, reset the no-progress
+        count, raise the fencing token and queue the run, all in one transaction. The
+        incarnation (so every key) stays."""
         ...
 
     def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:

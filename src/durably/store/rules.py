@@ -6,6 +6,7 @@ backend that the others import.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -281,12 +282,25 @@ def spend_from_row(row: Sequence[Any] | None) -> Spend:
         except ConfigError:
             budget = None
     try:
-        return Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
-    except (TypeError, ValueError) as exc:
+        spend = Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise NotADurablyDatabase(
             f"the spend ledger holds a value that is not a number ({exc}); repair the row"
             " or restore the journal from a backup"
         ) from exc
+    # Every row the ledger writes is a finite amount >= 0: a NaN (PostgreSQL keeps one)
+    # would make every later sum NaN and the budget never trigger; a negative amount
+    # would silently give a run more budget. Both come from a hand edit.
+    sums = (spend.tokens, spend.input_tokens, spend.output_tokens, spend.cost_usd)
+    if not all(math.isfinite(v) and v >= 0 for v in sums):
+        raise NotADurablyDatabase(
+            f"the spend ledger sums to tokens={spend.tokens}, input_tokens="
+            f"{spend.input_tokens}, output_tokens={spend.output_tokens}, cost_usd="
+            f"{spend.cost_usd}: a row holds a negative or non-finite amount (a hand"
+            " edit; durably writes none). Repair the spend rows or restore the journal"
+            " from a backup"
+        )
+    return spend
 
 
 # -- approvals -----------------------------------------------------------------------------

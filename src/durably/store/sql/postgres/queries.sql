@@ -257,11 +257,14 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
 -- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
+-- So is a cancel asked for before the run failed or went in doubt (it never unwound):
+-- the retry is the later decision (cancel again to stop it).
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
     wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
-    finished_at = NULL, updated_at = %(now)s
+    finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL,
+    updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,

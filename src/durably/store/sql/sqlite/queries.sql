@@ -181,11 +181,14 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
 -- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
+-- So is a cancel asked for before the run failed or went in doubt (it never unwound):
+-- the retry is the later decision (cancel again to stop it).
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
     wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
-    finished_at = NULL, updated_at = :now
+    finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL,
+    updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
