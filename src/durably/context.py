@@ -30,6 +30,7 @@ from .core import (
     Charge,
     Op,
     Outcome,
+    ReadDecision,
     ReadSpend,
     RunCore,
     Scope,
@@ -55,6 +56,7 @@ from .store.base import Store
 if TYPE_CHECKING:
     import uuid
 
+    from .approvals import ApprovalRow, Decision
     from .saga import AsyncSaga, Saga
 
 T = TypeVar("T")
@@ -150,6 +152,20 @@ class Executor:
                 )
             )
 
+    def read_decision(self, op: ReadDecision) -> Generator[float, None, ApprovalRow | None]:
+        """Read (and, when due, expire) the approval request at ``op.request_id``, fenced
+        by the core's token; yields the pauses between attempts after a transient store
+        error. A refusal or a store that still fails is latched like a refused write (see
+        :meth:`write`). Asking again is safe: a decided request stays decided."""
+        core = self.core
+        with recording(core):
+            return (
+                yield from retry.attempts(
+                    lambda: self.store.approval_decision(core.run_id, core.token, op.request_id),
+                    self.store_retry_s,
+                )
+            )
+
     def ledger(self, op: Charge | ReadSpend | SetBudget) -> Generator[float, None, Any]:
         """Carry out a ledger or budget operation (retried like a write); returns the
         run's spend for :class:`Charge` and :class:`ReadSpend`.
@@ -204,6 +220,8 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 reply = retry_sync(ex.take_signal(op), ex.clock)
             elif isinstance(op, Charge | ReadSpend | SetBudget):
                 reply = retry_sync(ex.ledger(op), ex.clock)
+            elif isinstance(op, ReadDecision):
+                reply = retry_sync(ex.read_decision(op), ex.clock)
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -229,9 +247,15 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
-            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget):
+            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision):
                 # One short transaction or read, like a write: no thread hop.
-                calls = ex.take_signal(op) if isinstance(op, TakeSignal) else ex.ledger(op)
+                calls: Generator[float, None, Any]
+                if isinstance(op, TakeSignal):
+                    calls = ex.take_signal(op)
+                elif isinstance(op, ReadDecision):
+                    calls = ex.read_decision(op)
+                else:
+                    calls = ex.ledger(op)
                 while True:
                     try:
                         pause = next(calls)
@@ -535,6 +559,35 @@ class Context:
         :meth:`sleep`."""
         self._core.sleep_until(when)
 
+    def request_approval(
+        self,
+        action: str,
+        args: Any,
+        *,
+        timeout_s: float | None = None,
+        on_timeout: str | Callable[[], Any] = "reject",
+    ) -> Decision:
+        """Ask a person to approve ``action`` with ``args`` (plain JSON data) and return
+        their :class:`~durably.Decision`.
+
+        A recorded call (one position, the request's ``request_id``): the request is
+        bound to a digest, sha256 of the canonical JSON of ``[action, args]`` (see
+        docs/api.md for the exact bytes), which ``engine.approve``/``engine.reject`` must
+        name, so a decision is always about exactly this action. The run then parks: it
+        holds no process, thread or worker slot until a decision (which wakes it at once)
+        or ``timeout_s`` seconds (None: no expiry; the deadline is fixed when the request
+        is first reached). On expiry: ``on_timeout="reject"`` returns a Decision with
+        outcome ``"expired"``; ``"cancel"`` cancels the run (``durably.Cancelled`` is
+        raised here and latched, and the run ends cancelled); a callable runs as the
+        recorded step ``on_timeout:{action}`` at the next position, called with no
+        arguments, and its result is the expired Decision's ``value``. The expiry is
+        recorded, so a replay takes the same branch, once.
+        """
+        decision: Decision = drive_sync(
+            self._ex, self._core.request_approval(action, args, timeout_s, on_timeout)
+        )
+        return decision
+
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the code path of change ``change_id``: True for a run
         that reaches this point after the change shipped (a marker is recorded, taking a
@@ -641,6 +694,20 @@ class AsyncContext:
         """Wait durably until the timezone-aware ``when`` (see
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
         return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
+
+    def request_approval(
+        self,
+        action: str,
+        args: Any,
+        *,
+        timeout_s: float | None = None,
+        on_timeout: str | Callable[[], Any] = "reject",
+    ) -> Coroutine[Any, Any, Decision]:
+        """Ask a person to approve ``action`` with ``args``:
+        ``decision = await ctx.request_approval("refund", {"amount": 20})`` (see
+        :meth:`Context.request_approval`). The run parks while it waits; an
+        ``on_timeout`` callable may be sync or async."""
+        return _ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
 
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes change ``change_id``'s path (see
@@ -862,6 +929,36 @@ class _StepCall(_Recording[T]):
         if core.dropped is not None:
             raise core.poison(ConfigError(core.dropped))
         return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
+
+
+class _ApprovalCall(_Recording["Decision"]):
+    __slots__ = ("_action", "_args", "_ex", "_on_timeout", "_timeout_s", "label")
+
+    def __init__(
+        self,
+        core: RunCore,
+        ex: Executor,
+        action: str,
+        args: Any,
+        timeout_s: float | None,
+        on_timeout: str | Callable[[], Any],
+    ) -> None:
+        super().__init__(core)
+        self._ex = ex
+        self._action = action
+        self._args = args
+        self._timeout_s = timeout_s
+        self._on_timeout = on_timeout
+        self.label = f"request_approval:{action}"
+
+    def _call(self) -> str:
+        return f"ctx.request_approval({self._action!r}, ...)"
+
+    def _run(self) -> Coroutine[Any, Any, Decision]:
+        core = self._core
+        core.check_dropped()
+        gen = core.request_approval(self._action, self._args, self._timeout_s, self._on_timeout)
+        return drive_async(self._ex, gen)
 
 
 class _ValueCall(_Recording[T]):

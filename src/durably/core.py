@@ -12,13 +12,29 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
+import hashlib
 import math
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec, inputs
+from .approvals import (
+    APPROVAL_NAME_PREFIX,
+    EXPIRED,
+    ApprovalRequest,
+    Decision,
+    approval_park_reason,
+    args_json,
+    canonical_args,
+    check_action,
+    check_on_timeout,
+    decision_json,
+    recorded_decision,
+    waiting_json,
+    waiting_times,
+)
 from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
 from .errors import (
@@ -45,6 +61,7 @@ from .events import (
     new_event,
 )
 from .history import (
+    APPROVAL,
     COMPENSATE,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
@@ -74,6 +91,8 @@ from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
     import uuid as _uuid
+
+T_ = TypeVar("T_")
 
 EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
@@ -114,6 +133,16 @@ class Wait:
 
 
 @dataclass(slots=True)
+class ReadDecision:
+    """Operation: read the decision of the run's approval request at ``request_id``
+    (fenced; the store takes the expiry first when the request is past it, so an expiry
+    and a person's decision are never both taken). The reply is the request's
+    :class:`~durably.approvals.ApprovalRow`, or None when the store has none."""
+
+    request_id: str
+
+
+@dataclass(slots=True)
 class TakeSignal:
     """Operation: consume the oldest unconsumed signal ``name`` of the run for the wait at
     position ``consumer`` (fenced; asking again for the same consumer returns the same
@@ -143,7 +172,7 @@ class SetBudget:
     budget: Budget
 
 
-Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget
+Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision
 
 
 @dataclass(slots=True)
@@ -1072,6 +1101,126 @@ class RunCore:
         why = signal_park_reason(name, since, deadline)
         raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
+    # -- approvals -----------------------------------------------------------------------
+
+    def request_approval(
+        self, action: Any, args: Any, timeout_s: Any, on_timeout: Any
+    ) -> Generator[Op, Any, Decision]:
+        """``ctx.request_approval(action, args, timeout_s=, on_timeout=)`` at the next
+        position p (see ``Context.request_approval``).
+
+        Recorded ``ok`` at p: the recorded decision, with no I/O. Nothing recorded: a
+        ``waiting`` record (requested_at, expires_at) goes with the park, which writes the
+        request's ``approvals`` row, and the run parks. ``waiting``: the store is asked
+        for the decision (a :class:`ReadDecision`; it takes the expiry itself when due),
+        recorded ``ok`` at p when there is one, else the run parks again. An expiry then
+        takes the ``on_timeout`` branch, the same on every replay.
+        """
+        self.guard()
+        self.check_dropped()
+        try:
+            action = check_action(action)
+            check_on_timeout(action, timeout_s, on_timeout)
+            args_text = canonical_args(action, args)
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        digest = hashlib.sha256(args_text.encode("utf-8")).hexdigest()
+        pos = self.take()
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        rec = self.recorded(pos, APPROVAL, rname, digest)
+        if rec is not None and rec.status == OK:
+            decision = _read_record(self, rec, recorded_decision)
+        else:
+            self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
+            decision = yield from self._await_decision(pos, rec, action, args, digest, timeout_s)
+        if decision.outcome != EXPIRED or on_timeout == "reject":
+            return decision
+        if on_timeout == "cancel":
+            self._cancel_on_expiry(pos, action)
+            return decision  # only inside a saga's compensation: the halt waits
+        value = yield from self.step(f"on_timeout:{action}", on_timeout, (), {})
+        expired: Decision = dataclasses.replace(decision, value=value)
+        return expired
+
+    def _await_decision(
+        self,
+        pos: str,
+        rec: StepRecord | None,
+        action: str,
+        args: Any,
+        digest: str,
+        timeout_s: float | None,
+    ) -> Generator[Op, Any, Decision]:
+        """The live part of a request: park on it, or record the decision it got."""
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        if rec is None:
+            requested = self.clock.time()
+            expires = None if timeout_s is None else requested + float(timeout_s)
+            text = waiting_json(requested, expires)
+            self.pending.append(
+                StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested)
+            )
+        else:
+            requested, expires = _read_record(self, rec, waiting_times)
+        req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
+        if rec is not None:
+            # The driver may run other code while the store answers (an async retry's
+            # pause): the scope is busy, so concurrent use of it is caught as for a step.
+            scope = self.scope()
+            scope.busy = f"approval request {pos} {rname!r}"
+            try:
+                row = yield ReadDecision(pos)
+            finally:
+                scope.busy = None
+            if row is None:
+                # Written with the request's park, in one transaction: only a hand-edited
+                # journal lacks it. Nobody could decide the request, so the run is blocked.
+                raise self.poison(
+                    SerializationError(
+                        f"position {pos} {rname!r}: the run waits on approval request {pos},"
+                        " but the approvals table has no row for it (deleted by hand?); the"
+                        " run is blocked until the row is restored from a backup"
+                    )
+                )
+            if row.outcome is not None:
+                decision: Decision = row.decision()
+                self.pending.append(
+                    StepRecord(
+                        pos,
+                        APPROVAL,
+                        rname,
+                        digest,
+                        OK,
+                        decision_json(row),
+                        started_at=requested,
+                        finished_at=self.clock.time(),
+                    )
+                )
+                return decision
+        why = approval_park_reason(action, digest, requested, expires)
+        raise self.latch(Parked(APPROVAL, expires, detail=why, approval=req))
+
+    def _cancel_on_expiry(self, pos: str, action: str) -> None:
+        """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
+        marker recorded there, or replayed from there), so the cancel latch applies."""
+        self.request_halt(
+            Cancelled(
+                f"run {self.run_id!r}: approval request {pos} ({action!r}) expired and its"
+                " on_timeout is 'cancel', so the run is cancelled",
+                f"approval {action!r} expired",
+            )
+        )
+        nxt = self.take()  # a halt recorded there is raised by take
+        if nxt in self.history:
+            raise self.poison(
+                NonDeterminism(
+                    f"step {nxt}: history has {self.history[nxt].name!r} after approval"
+                    f" request {pos} expired, where on_timeout='cancel' cancels the run; the"
+                    " code no longer matches this run's history and the run is blocked"
+                )
+            )
+        self.live(nxt)
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
@@ -1569,3 +1718,16 @@ def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
 
 def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})
+
+
+def _read_record(core: RunCore, rec: StepRecord, read: Callable[[str | None], T_]) -> T_:
+    """``read(rec.output)`` (an approval record's contents); a damaged row blocks the run."""
+    try:
+        return read(rec.output)
+    except SerializationError as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: {exc}; the run is blocked until the"
+                " row is repaired"
+            )
+        ) from None

@@ -128,8 +128,9 @@ SELECT pg_notify(%(channel)s, '') FROM released;
 -- The run gives up its process to wait (fenced; the row is locked by lock_token first, in
 -- a statement of its own, so a signal or cancel committed while this transaction waited
 -- for the row is seen here). It wakes at %(wake_at)s, or at once when a cancel was asked
--- for or the signal it waits for was sent before this park (the wake-up would otherwise
--- be lost: whoever sent it saw the run running, not parked).
+-- for, the signal it waits for was sent, or the approval it waits on was decided before
+-- this park (the wake-up would otherwise be lost: whoever sent it saw the run running,
+-- not parked).
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL,
     park_reason = %(park_reason)s::text, wait_signal = %(wait_signal)s::text,
@@ -139,6 +140,10 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL,
               AND EXISTS (SELECT 1 FROM signals s
                           WHERE s.run_id = runs.run_id AND s.name = %(wait_signal)s::text
                             AND s.consumed_by IS NULL))
+          OR (%(wait_approval)s::text IS NOT NULL
+              AND EXISTS (SELECT 1 FROM approvals a
+                          WHERE a.run_id = runs.run_id AND a.request_id = %(wait_approval)s::text
+                            AND a.outcome IS NOT NULL))
         THEN %(now)s::double precision
         ELSE %(wake_at)s::double precision
     END,
@@ -568,3 +573,55 @@ SELECT run_id, %(tokens)s::bigint, %(cost_usd)s::double precision, %(now)s FROM 
 WHERE run_id = %(run_id)s AND fencing_token = %(token)s
 ON CONFLICT (run_id) DO UPDATE
 SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
+
+-- name: put_approval
+-- A request's row, written with the park that waits on it; the same request parked again
+-- (a replay) keeps its row, decided or not.
+INSERT INTO approvals (run_id, request_id, action, args, digest, requested_at, expires_at)
+VALUES (%(run_id)s, %(request_id)s, %(action)s, %(args)s, %(digest)s, %(requested_at)s,
+        %(expires_at)s)
+ON CONFLICT (run_id, request_id) DO NOTHING;
+
+-- name: get_approval
+SELECT run_id, request_id, action, args, digest, requested_at, expires_at, decided_at,
+       outcome, by_name, note
+FROM approvals WHERE run_id = %(run_id)s AND request_id = %(request_id)s;
+
+-- name: pending_approvals
+-- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
+-- request undecided for ever: nobody waits for it), oldest first.
+SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
+       a.decided_at, a.outcome, a.by_name, a.note
+FROM approvals a JOIN runs r ON r.run_id = a.run_id
+WHERE a.outcome IS NULL
+  AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND (%(run_id)s::text IS NULL OR a.run_id = %(run_id)s::text)
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT %(limit)s;
+
+-- name: lock_run_status
+-- The run row locked to commit (a decision and a park of the same run take turns).
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: decide_approval
+UPDATE approvals
+SET outcome = %(outcome)s, by_name = %(by)s, note = %(note)s, decided_at = %(now)s
+WHERE run_id = %(run_id)s AND request_id = %(request_id)s AND outcome IS NULL;
+
+-- name: expire_approval
+-- The run's driver found the request past its expiry: the expiry is the decision, taken
+-- once (a person's decision committed first wins instead).
+UPDATE approvals
+SET outcome = 'expired', decided_at = expires_at
+WHERE run_id = %(run_id)s AND request_id = %(request_id)s AND outcome IS NULL
+  AND expires_at IS NOT NULL AND expires_at <= %(now)s;
+
+-- name: wake_for_approval
+-- A decision wakes the run parked on it, and the workers (a run not parked yet sees the
+-- decision when it parks: park_run checks for it).
+WITH woken AS (
+    UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+    WHERE run_id = %(run_id)s AND status = 'parked'
+    RETURNING 1
+)
+SELECT pg_notify(%(channel)s, '') FROM woken;

@@ -71,8 +71,9 @@ WHERE run_id = :run_id AND fencing_token = :token;
 
 -- name: park_run
 -- The run gives up its process to wait (fenced). It wakes at :wake_at, or at once when a
--- cancel was asked for or the signal it waits for was sent before this park (the wake-up
--- would otherwise be lost: whoever sent it saw the run running, not parked).
+-- cancel was asked for, the signal it waits for was sent, or the approval it waits on was
+-- decided before this park (the wake-up would otherwise be lost: whoever sent it saw the
+-- run running, not parked).
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :park_reason,
     wait_signal = :wait_signal,
@@ -82,6 +83,10 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :par
               AND EXISTS (SELECT 1 FROM signals s
                           WHERE s.run_id = runs.run_id AND s.name = :wait_signal
                             AND s.consumed_by IS NULL))
+          OR (:wait_approval IS NOT NULL
+              AND EXISTS (SELECT 1 FROM approvals a
+                          WHERE a.run_id = runs.run_id AND a.request_id = :wait_approval
+                            AND a.outcome IS NOT NULL))
         THEN :now
         ELSE :wake_at
     END,
@@ -371,3 +376,46 @@ SELECT run_id, :tokens, :cost_usd, :now FROM runs
 WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id) DO UPDATE
 SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
+
+-- name: put_approval
+-- A request's row, written with the park that waits on it; the same request parked again
+-- (a replay) keeps its row, decided or not.
+INSERT INTO approvals (run_id, request_id, action, args, digest, requested_at, expires_at)
+VALUES (:run_id, :request_id, :action, :args, :digest, :requested_at, :expires_at)
+ON CONFLICT (run_id, request_id) DO NOTHING;
+
+-- name: get_approval
+SELECT run_id, request_id, action, args, digest, requested_at, expires_at, decided_at,
+       outcome, by_name, note
+FROM approvals WHERE run_id = :run_id AND request_id = :request_id;
+
+-- name: pending_approvals
+-- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
+-- request undecided for ever: nobody waits for it), oldest first.
+SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
+       a.decided_at, a.outcome, a.by_name, a.note
+FROM approvals a JOIN runs r ON r.run_id = a.run_id
+WHERE a.outcome IS NULL
+  AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND (:run_id IS NULL OR a.run_id = :run_id)
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT :limit;
+
+-- name: decide_approval
+UPDATE approvals
+SET outcome = :outcome, by_name = :by, note = :note, decided_at = :now
+WHERE run_id = :run_id AND request_id = :request_id AND outcome IS NULL;
+
+-- name: expire_approval
+-- The run's driver found the request past its expiry: the expiry is the decision, taken
+-- once (a person's decision committed first wins instead).
+UPDATE approvals
+SET outcome = 'expired', decided_at = expires_at
+WHERE run_id = :run_id AND request_id = :request_id AND outcome IS NULL
+  AND expires_at IS NOT NULL AND expires_at <= :now;
+
+-- name: wake_for_approval
+-- A decision wakes the run parked on it (a run not parked yet sees the decision when it
+-- parks: park_run checks for it).
+UPDATE runs SET wake_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'parked';
