@@ -8,13 +8,16 @@ README.md and docs/ for the guarantees.
 
 from __future__ import annotations
 
+from .approvals import Decision, PendingApproval
 from .budget import Budget
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
 from .engine import Engine, Handle, Workflow
 from .errors import (
+    ApprovalAlreadyDecided,
     ApprovalMismatch,
+    ApprovalNotFound,
     BudgetExceeded,
     Cancelled,
     CompensationFailed,
@@ -50,7 +53,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "NOT_DONE",
+    "ApprovalAlreadyDecided",
     "ApprovalMismatch",
+    "ApprovalNotFound",
     "AsyncContext",
     "Budget",
     "BudgetExceeded",
@@ -59,6 +64,7 @@ __all__ = [
     "CompensationFailed",
     "ConfigError",
     "Context",
+    "Decision",
     "DurablyError",
     "Engine",
     "FakeClock",
@@ -68,6 +74,7 @@ __all__ = [
     "IdempotencyKeyReused",
     "NonDeterminism",
     "NotADurablyDatabase",
+    "PendingApproval",
     "RunBlocked",
     "RunConflict",
     "RunFinished",

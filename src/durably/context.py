@@ -16,6 +16,7 @@ import contextvars
 import datetime as dt
 import inspect
 import threading
+import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
@@ -29,6 +30,7 @@ from .core import (
     Charge,
     Op,
     Outcome,
+    ReadDecision,
     ReadSpend,
     RunCore,
     Scope,
@@ -38,7 +40,15 @@ from .core import (
     Write,
     cancelled_error,
 )
-from .errors import ConfigError, LeaseLost, Parked, StepTimeout, StoreError, StoreFailed
+from .errors import (
+    Cancelled,
+    ConfigError,
+    LeaseLost,
+    Parked,
+    StepTimeout,
+    StoreError,
+    StoreFailed,
+)
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -46,9 +56,15 @@ from .store.base import Store
 if TYPE_CHECKING:
     import uuid
 
+    from .approvals import ApprovalRow, Decision
     from .saga import AsyncSaga, Saga
 
 T = TypeVar("T")
+
+# The asyncio tasks running a saga's exit (its compensations) right now: a gather whose
+# branch failed does not cancel such a sibling, whose undo steps would stop half-way
+# (the saga's marker recorded, its steps neither undone nor reported), but waits for it.
+COMPENSATING_TASKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Executor:
@@ -111,9 +127,10 @@ class Executor:
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),
                 self.store_retry_s,
             )
-            if cancel and core.halt_requested is None:
+            if cancel and core.halted is None and not isinstance(core.halt_requested, Cancelled):
                 # The append saw the cancel flag (no query of its own): read the reason
-                # once, and the workflow stops at its next position that would go live.
+                # once, and the workflow stops at its next position that would go live
+                # (a crossed budget not delivered yet gives way to it: request_halt).
                 run = yield from retry.attempts(
                     lambda: self.store.get_run(core.run_id), self.store_retry_s
                 )
@@ -131,6 +148,20 @@ class Executor:
             return (
                 yield from retry.attempts(
                     lambda: self.store.take_signal(core.run_id, core.token, op.name, op.consumer),
+                    self.store_retry_s,
+                )
+            )
+
+    def read_decision(self, op: ReadDecision) -> Generator[float, None, ApprovalRow | None]:
+        """Read (and, when due, expire) the approval request at ``op.request_id``, fenced
+        by the core's token; yields the pauses between attempts after a transient store
+        error. A refusal or a store that still fails is latched like a refused write (see
+        :meth:`write`). Asking again is safe: a decided request stays decided."""
+        core = self.core
+        with recording(core):
+            return (
+                yield from retry.attempts(
+                    lambda: self.store.approval_decision(core.run_id, core.token, op.request_id),
                     self.store_retry_s,
                 )
             )
@@ -189,6 +220,8 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 reply = retry_sync(ex.take_signal(op), ex.clock)
             elif isinstance(op, Charge | ReadSpend | SetBudget):
                 reply = retry_sync(ex.ledger(op), ex.clock)
+            elif isinstance(op, ReadDecision):
+                reply = retry_sync(ex.read_decision(op), ex.clock)
             else:
                 ex.clock.sleep(op.seconds)
                 ex.refresh_lease()
@@ -214,9 +247,15 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
                 for pause in ex.write(op):
                     await _wait_async(ex.clock, Wait(pause))
                 reply = None
-            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget):
+            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision):
                 # One short transaction or read, like a write: no thread hop.
-                calls = ex.take_signal(op) if isinstance(op, TakeSignal) else ex.ledger(op)
+                calls: Generator[float, None, Any]
+                if isinstance(op, TakeSignal):
+                    calls = ex.take_signal(op)
+                elif isinstance(op, ReadDecision):
+                    calls = ex.read_decision(op)
+                else:
+                    calls = ex.ledger(op)
                 while True:
                     try:
                         pause = next(calls)
@@ -510,7 +549,8 @@ class Context:
         top when due (by a worker, or by ``engine.run`` waiting in-process). Once reached,
         the recorded wake time wins: a crash, a restart or a deploy that changes the
         duration never starts a fresh sleep for this run. ``sleep(0)`` records and
-        returns. Negative, NaN or infinite seconds block the run (``ConfigError``)."""
+        returns. Negative, NaN or infinite seconds block the run (``ConfigError``) when the
+        timer is first reached; a timer reached before ignores its argument."""
         self._core.sleep(seconds)
 
     def sleep_until(self, when: dt.datetime) -> None:
@@ -518,6 +558,35 @@ class Context:
         it names no fixed instant); a time already past records and returns. Otherwise as
         :meth:`sleep`."""
         self._core.sleep_until(when)
+
+    def request_approval(
+        self,
+        action: str,
+        args: Any,
+        *,
+        timeout_s: float | None = None,
+        on_timeout: str | Callable[[], Any] = "reject",
+    ) -> Decision:
+        """Ask a person to approve ``action`` with ``args`` (plain JSON data) and return
+        their :class:`~durably.Decision`.
+
+        A recorded call (one position, the request's ``request_id``): the request is
+        bound to a digest, sha256 of the canonical JSON of ``[action, args]`` (see
+        docs/api.md for the exact bytes), which ``engine.approve``/``engine.reject`` must
+        name, so a decision is always about exactly this action. The run then parks: it
+        holds no process, thread or worker slot until a decision (which wakes it at once)
+        or ``timeout_s`` seconds (None: no expiry; the deadline is fixed when the request
+        is first reached). On expiry: ``on_timeout="reject"`` returns a Decision with
+        outcome ``"expired"``; ``"cancel"`` cancels the run (``durably.Cancelled`` is
+        raised here and latched, and the run ends cancelled); a callable runs as the
+        recorded step ``on_timeout:{action}`` at the next position, called with no
+        arguments, and its result is the expired Decision's ``value``. The expiry is
+        recorded, so a replay takes the same branch, once.
+        """
+        decision: Decision = drive_sync(
+            self._ex, self._core.request_approval(action, args, timeout_s, on_timeout)
+        )
+        return decision
 
     def patched(self, change_id: str) -> bool:
         """Whether this run takes the code path of change ``change_id``: True for a run
@@ -626,6 +695,20 @@ class AsyncContext:
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
         return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
 
+    def request_approval(
+        self,
+        action: str,
+        args: Any,
+        *,
+        timeout_s: float | None = None,
+        on_timeout: str | Callable[[], Any] = "reject",
+    ) -> Coroutine[Any, Any, Decision]:
+        """Ask a person to approve ``action`` with ``args``:
+        ``decision = await ctx.request_approval("refund", {"amount": 20})`` (see
+        :meth:`Context.request_approval`). The run parks while it waits; an
+        ``on_timeout`` callable may be sync or async."""
+        return _ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
+
     async def patched(self, change_id: str) -> bool:
         """Whether this run takes change ``change_id``'s path (see
         :meth:`Context.patched`)."""
@@ -644,7 +727,8 @@ class AsyncContext:
         completion times would not). A saga opened inside a gather branch compensates
         when its own block raises; a branch cancelled because a sibling failed (an
         ``asyncio.CancelledError``) hands its steps to the enclosing saga instead, so put
-        a saga around the gather to undo every branch's work.
+        a saga around the gather to undo every branch's work. A branch already
+        compensating is not cancelled: the gather waits for its compensations.
         """
         from .saga import AsyncSaga
 
@@ -659,8 +743,10 @@ class AsyncContext:
         ``p.i.0, p.i.1, ...``, so steps finishing in any order replay exactly. Pass
         awaitables that have not started (``ctx.step(...)`` without ``await``, or calls of
         ``async def`` helpers). On the first failure the other branches are cancelled and
-        the failure is raised; with ``return_exceptions=True`` failures are returned in
-        place (a stop of the run itself, such as a lost lease, is still raised).
+        the failure is raised (after a cancel or a crossed budget, which is latched, their
+        steps in flight finish and are recorded first); with ``return_exceptions=True``
+        failures are returned in place (a stop of the run itself, such as a lost lease, is
+        still raised).
         """
         import asyncio  # imported here so that `import durably` stays fast
 
@@ -684,9 +770,15 @@ class AsyncContext:
                 # is recorded first instead of being cancelled and run again on wake.
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
-            except BaseException:
-                for t in tasks:
-                    t.cancel()
+            except BaseException as exc:
+                # After a halt (cancel, budget) the latch stops every sibling at its next
+                # recording call, as for parking: a step in flight finishes and is recorded
+                # (a saga then undoes it too) instead of being abandoned with its effect
+                # done and unrecorded, and a sibling's compensation is not cut short.
+                if not (isinstance(exc, Exception) and self._core.halted is not None):
+                    for t in tasks:
+                        if t not in COMPENSATING_TASKS:
+                            t.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
                 raise
             for r in results:
@@ -837,6 +929,36 @@ class _StepCall(_Recording[T]):
         if core.dropped is not None:
             raise core.poison(ConfigError(core.dropped))
         return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
+
+
+class _ApprovalCall(_Recording["Decision"]):
+    __slots__ = ("_action", "_args", "_ex", "_on_timeout", "_timeout_s", "label")
+
+    def __init__(
+        self,
+        core: RunCore,
+        ex: Executor,
+        action: str,
+        args: Any,
+        timeout_s: float | None,
+        on_timeout: str | Callable[[], Any],
+    ) -> None:
+        super().__init__(core)
+        self._ex = ex
+        self._action = action
+        self._args = args
+        self._timeout_s = timeout_s
+        self._on_timeout = on_timeout
+        self.label = f"request_approval:{action}"
+
+    def _call(self) -> str:
+        return f"ctx.request_approval({self._action!r}, ...)"
+
+    def _run(self) -> Coroutine[Any, Any, Decision]:
+        core = self._core
+        core.check_dropped()
+        gen = core.request_approval(self._action, self._args, self._timeout_s, self._on_timeout)
+        return drive_async(self._ex, gen)
 
 
 class _ValueCall(_Recording[T]):

@@ -12,13 +12,29 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
+import hashlib
 import math
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codec, inputs
+from .approvals import (
+    APPROVAL_NAME_PREFIX,
+    EXPIRED,
+    ApprovalRequest,
+    Decision,
+    approval_park_reason,
+    args_json,
+    canonical_args,
+    check_action,
+    check_on_timeout,
+    decision_json,
+    recorded_decision,
+    waiting_json,
+    waiting_times,
+)
 from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
 from .errors import (
@@ -45,6 +61,7 @@ from .events import (
     new_event,
 )
 from .history import (
+    APPROVAL,
     COMPENSATE,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
@@ -74,6 +91,8 @@ from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
     import uuid as _uuid
+
+T_ = TypeVar("T_")
 
 EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
@@ -114,6 +133,16 @@ class Wait:
 
 
 @dataclass(slots=True)
+class ReadDecision:
+    """Operation: read the decision of the run's approval request at ``request_id``
+    (fenced; the store takes the expiry first when the request is past it, so an expiry
+    and a person's decision are never both taken). The reply is the request's
+    :class:`~durably.approvals.ApprovalRow`, or None when the store has none."""
+
+    request_id: str
+
+
+@dataclass(slots=True)
 class TakeSignal:
     """Operation: consume the oldest unconsumed signal ``name`` of the run for the wait at
     position ``consumer`` (fenced; asking again for the same consumer returns the same
@@ -143,7 +172,7 @@ class SetBudget:
     budget: Budget
 
 
-Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget
+Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision
 
 
 @dataclass(slots=True)
@@ -460,6 +489,19 @@ class RunCore:
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
 
+    def guard_replay(self) -> None:
+        """:meth:`guard` for a call that may replay a finished record at its position.
+
+        After a delivered halt, a record that is there was made by a sibling gather
+        branch whose call was in flight when the halt came (the gather lets it finish):
+        a replay returns it as the live run did, so a saga around the gather undoes
+        the same steps. Anything else stays under the latch."""
+        self.guard(halt=False)
+        if self.halted is not None and not self.compensating_here():
+            rec = self.history.get(self.scope().peek())
+            if rec is None or rec.kind == HALT or rec.status not in (OK, FAILED):
+                raise self.halted.with_traceback(None)
+
     def recorded(
         self, pos: str, kind: str, name: str, digest: str, call: Any = None
     ) -> StepRecord | None:
@@ -733,10 +775,11 @@ class RunCore:
         """``ctx.sleep(seconds)``: a durable timer at the next position (see
         :meth:`_timer`)."""
         self.guard()
-        if (
+        if not self._timer_reached() and (
             isinstance(seconds, bool)
             or not isinstance(seconds, (int, float))
-            or not math.isfinite(seconds)
+            # The range first: it also refuses NaN and infinities, and compares an int too
+            # large for a float (10**400) exactly, where math.isfinite would raise.
             or not 0 <= seconds <= TIMER_S_MAX
         ):
             raise self.poison(
@@ -747,8 +790,7 @@ class RunCore:
                     " the code, then resume it."
                 )
             )
-        delay = float(seconds)
-        self._timer(lambda now: now + delay)
+        self._timer(lambda now: now + float(seconds))
 
     def sleep_until(self, when: Any) -> None:
         """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
@@ -779,6 +821,14 @@ class RunCore:
                 )
             )
         self._timer(lambda now: at)
+
+    def _timer_reached(self) -> bool:
+        """Whether the timer about to take the next position was reached before (its
+        record is there): then its recorded wake time wins and its argument is not looked
+        at, so one computed from the wall clock (``reset_at - time.time()``, negative on the
+        replay after the wake) does not block the run."""
+        rec = self.history.get(self.scope().peek())
+        return rec is not None and rec.kind == SLEEP
 
     def _timer(self, wake: Callable[[float], float]) -> None:
         """A durable timer at the next position; ``wake(now)`` gives the wake time when the
@@ -829,6 +879,10 @@ class RunCore:
             at = codec.loads(rec.output or "null")["wake_at"]
             if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
                 raise ValueError(f"wake_at {at!r}")
+            if at - self.clock.time() > TIMER_S_MAX:
+                # No timer durably records ends that far out, and the park reason could
+                # not print it (past year 9999): a damaged row, not a wait.
+                raise ValueError(f"wake_at {at!r} is more than 100 years ahead")
             return float(at)
         except (SerializationError, TypeError, KeyError, ValueError) as exc:
             raise self.poison(
@@ -851,7 +905,7 @@ class RunCore:
         recorded has its branches' records under ``pos`` and none at ``pos``: accepted
         without the check.
         """
-        self.guard()
+        self.guard_replay()
         self.check_dropped()
         scope = self.scope()
         pos = scope.take()
@@ -958,7 +1012,7 @@ class RunCore:
         first time) goes with the park, and the run parks until a signal of ``name`` or
         the deadline wakes it.
         """
-        self.guard()
+        self.guard_replay()
         self.check_dropped()
         if not isinstance(name, str) or not name:
             raise self.poison(
@@ -971,10 +1025,17 @@ class RunCore:
             check_name(name, "ctx.wait_for_signal: the signal name")
         except ConfigError as exc:
             raise self.poison(exc) from None
-        if timeout_s is not None and (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+        # A wait reached before keeps its recorded deadline: its timeout_s is not looked
+        # at, so one computed from the wall clock (negative after the deadline) is fine.
+        reached = self.history.get(self.scope().peek())
+        if (
+            (reached is None or reached.kind != SIGNAL or reached.status not in (OK, WAITING))
+            and timeout_s is not None
+            and (
+                isinstance(timeout_s, bool)
+                or not isinstance(timeout_s, (int, float))
+                or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
+            )
         ):
             raise self.poison(
                 ConfigError(
@@ -1042,13 +1103,133 @@ class RunCore:
         why = signal_park_reason(name, since, deadline)
         raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
+    # -- approvals -----------------------------------------------------------------------
+
+    def request_approval(
+        self, action: Any, args: Any, timeout_s: Any, on_timeout: Any
+    ) -> Generator[Op, Any, Decision]:
+        """``ctx.request_approval(action, args, timeout_s=, on_timeout=)`` at the next
+        position p (see ``Context.request_approval``).
+
+        Recorded ``ok`` at p: the recorded decision, with no I/O. Nothing recorded: a
+        ``waiting`` record (requested_at, expires_at) goes with the park, which writes the
+        request's ``approvals`` row, and the run parks. ``waiting``: the store is asked
+        for the decision (a :class:`ReadDecision`; it takes the expiry itself when due),
+        recorded ``ok`` at p when there is one, else the run parks again. An expiry then
+        takes the ``on_timeout`` branch, the same on every replay.
+        """
+        self.guard()
+        self.check_dropped()
+        try:
+            action = check_action(action)
+            check_on_timeout(action, timeout_s, on_timeout)
+            args_text = canonical_args(action, args)
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        digest = hashlib.sha256(args_text.encode("utf-8")).hexdigest()
+        pos = self.take()
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        rec = self.recorded(pos, APPROVAL, rname, digest)
+        if rec is not None and rec.status == OK:
+            decision = _read_record(self, rec, recorded_decision)
+        else:
+            self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
+            decision = yield from self._await_decision(pos, rec, action, args, digest, timeout_s)
+        if decision.outcome != EXPIRED or on_timeout == "reject":
+            return decision
+        if on_timeout == "cancel":
+            self._cancel_on_expiry(pos, action)
+            return decision  # only inside a saga's compensation: the halt waits
+        value = yield from self.step(f"on_timeout:{action}", on_timeout, (), {})
+        expired: Decision = dataclasses.replace(decision, value=value)
+        return expired
+
+    def _await_decision(
+        self,
+        pos: str,
+        rec: StepRecord | None,
+        action: str,
+        args: Any,
+        digest: str,
+        timeout_s: float | None,
+    ) -> Generator[Op, Any, Decision]:
+        """The live part of a request: park on it, or record the decision it got."""
+        rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        if rec is None:
+            requested = self.clock.time()
+            expires = None if timeout_s is None else requested + float(timeout_s)
+            text = waiting_json(requested, expires)
+            self.pending.append(
+                StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested)
+            )
+        else:
+            requested, expires = _read_record(self, rec, waiting_times)
+        req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
+        if rec is not None:
+            # The driver may run other code while the store answers (an async retry's
+            # pause): the scope is busy, so concurrent use of it is caught as for a step.
+            scope = self.scope()
+            scope.busy = f"approval request {pos} {rname!r}"
+            try:
+                row = yield ReadDecision(pos)
+            finally:
+                scope.busy = None
+            if row is None:
+                # Written with the request's park, in one transaction: only a hand-edited
+                # journal lacks it. Nobody could decide the request, so the run is blocked.
+                raise self.poison(
+                    SerializationError(
+                        f"position {pos} {rname!r}: the run waits on approval request {pos},"
+                        " but the approvals table has no row for it (deleted by hand?); the"
+                        " run is blocked until the row is restored from a backup"
+                    )
+                )
+            if row.outcome is not None:
+                decision: Decision = row.decision()
+                self.pending.append(
+                    StepRecord(
+                        pos,
+                        APPROVAL,
+                        rname,
+                        digest,
+                        OK,
+                        decision_json(row),
+                        started_at=requested,
+                        finished_at=self.clock.time(),
+                    )
+                )
+                return decision
+        why = approval_park_reason(action, digest, requested, expires)
+        raise self.latch(Parked(APPROVAL, expires, detail=why, approval=req))
+
+    def _cancel_on_expiry(self, pos: str, action: str) -> None:
+        """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
+        marker recorded there, or replayed from there), so the cancel latch applies."""
+        self.request_halt(
+            Cancelled(
+                f"run {self.run_id!r}: approval request {pos} ({action!r}) expired and its"
+                " on_timeout is 'cancel', so the run is cancelled",
+                f"approval {action!r} expired",
+            )
+        )
+        nxt = self.take()  # a halt recorded there is raised by take
+        if nxt in self.history:
+            raise self.poison(
+                NonDeterminism(
+                    f"step {nxt}: history has {self.history[nxt].name!r} after approval"
+                    f" request {pos} expired, where on_timeout='cancel' cancels the run; the"
+                    " code no longer matches this run's history and the run is blocked"
+                )
+            )
+        self.live(nxt)
+
     # -- steps ---------------------------------------------------------------------------
 
     def step(
         self, name: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Generator[Op, Any, Any]:
         """Replay or execute one step (see ``Context.step``)."""
-        self.guard()
+        self.guard_replay()
         if not isinstance(name, str) or not name:
             raise self.poison(
                 ConfigError(
@@ -1203,6 +1384,14 @@ class RunCore:
         while True:
             attempt += 1
             self.guard()
+            if attempt > 1 and self.halt_requested is not None:
+                # A retry is a new call: a cancel asked for while the failed attempt ran or
+                # during the backoff, or a budget that attempt crossed, lands here
+                # (recorded at this position, over its intent), not after the remaining
+                # attempts, which would run live work under the cancel, spend past the
+                # budget, and let the step's failure end the run ``failed`` for the wrong
+                # reason. A saga's compensation (not delivered to) keeps its retries.
+                self.live(pos)
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
             _add_usage(spent, out.usage)
             # Real spend reaches the ledger now, before the "effect" window: a crash before
@@ -1468,12 +1657,23 @@ def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
 def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
     """The deadline a ``waiting`` record holds (None: it waits without one)."""
     try:
+        # The start and the deadline are printed in the park reason: NaN or a time past
+        # year 9999 would crash that inside the workflow (failing the run), so both must
+        # be finite and no later than the longest timeout from now.
+        since = rec.started_at
+        if not math.isfinite(since) or since - core.clock.time() > SIGNAL_TIMEOUT_S_MAX:
+            raise TypeError(f"started_at {since!r}")
         out = codec.loads(rec.output or "null")
         deadline = out["deadline"]
-        if deadline is None or (
-            isinstance(deadline, (int, float)) and not isinstance(deadline, bool)
+        if deadline is None:
+            return None
+        if (
+            isinstance(deadline, (int, float))
+            and not isinstance(deadline, bool)
+            and math.isfinite(deadline)
+            and deadline - core.clock.time() <= SIGNAL_TIMEOUT_S_MAX
         ):
-            return None if deadline is None else float(deadline)
+            return float(deadline)
         raise TypeError(f"deadline {deadline!r}")
     except (SerializationError, TypeError, KeyError) as exc:
         raise core.poison(
@@ -1520,3 +1720,16 @@ def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
 
 def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})
+
+
+def _read_record(core: RunCore, rec: StepRecord, read: Callable[[str | None], T_]) -> T_:
+    """``read(rec.output)`` (an approval record's contents); a damaged row blocks the run."""
+    try:
+        return read(rec.output)
+    except SerializationError as exc:
+        raise core.poison(
+            SerializationError(
+                f"position {rec.position} {rec.name!r}: {exc}; the run is blocked until the"
+                " row is repaired"
+            )
+        ) from None

@@ -26,6 +26,14 @@ from typing import Any, NoReturn, TypeVar
 
 from . import codec, reopen
 from ._fork import reset_after_fork
+from .approvals import (
+    APPROVED,
+    REJECTED,
+    ApprovalRequest,
+    Decision,
+    PendingApproval,
+)
+from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
@@ -447,6 +455,77 @@ class Engine:
         send = uuid.uuid4().hex
         return self._store_call(lambda: self.store.send_signal(run_id, name, text, send))
 
+    # -- approvals -----------------------------------------------------------------------
+
+    def pending_approvals(self, run_id: str | None = None) -> list[PendingApproval]:
+        """Approval requests waiting for a person (of one run, or of all runs still going),
+        oldest first, at most ``APPROVALS_LIST_MAX``: each with ``run_id``,
+        ``request_id``, ``action``, ``args``, ``digest``, ``requested_at`` and
+        ``expires_at``. A request past its expiry stays listed until its run takes the
+        expiry, but can no longer be decided."""
+        rows = self._store_call(lambda: self.store.pending_approvals(run_id))
+        return [row.pending() for row in rows]
+
+    def approve(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        by: str | None = None,
+        note: str | None = None,
+    ) -> Decision:
+        """Approve the request ``request_id`` (its position, e.g. ``"3"``) of the run and
+        wake the run; returns the recorded :class:`~durably.Decision`.
+
+        ``digest`` must be the request's full digest (64 hex characters, as listed by
+        :meth:`pending_approvals`): a digest that is not the request's raises
+        ``ApprovalMismatch`` and changes nothing, so an approval is always of exactly the
+        action and arguments that were shown. A request already decided (or past its
+        expiry) raises ``ApprovalAlreadyDecided`` naming who decided and when; an unknown
+        run ``RunNotFound``, an unknown request ``ApprovalNotFound``, a finished run
+        ``RunFinished``.
+        """
+        return self._decide(run_id, request_id, digest, APPROVED, by, note, "engine.approve")
+
+    def reject(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        by: str | None = None,
+        reason: str | None = None,
+    ) -> Decision:
+        """Reject the request (see :meth:`approve`; the same checks): the workflow's
+        ``request_approval`` returns a Decision with outcome ``"rejected"`` and ``reason``
+        as its ``note``."""
+        return self._decide(run_id, request_id, digest, REJECTED, by, reason, "engine.reject")
+
+    def _decide(
+        self,
+        run_id: str,
+        request_id: str,
+        digest: str,
+        outcome: str,
+        by: str | None,
+        note: str | None,
+        where: str,
+    ) -> Decision:
+        for name, value in (("run_id", run_id), ("request_id", request_id)):
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{where}: {name} must be a non-empty str, got {value!r:.200}")
+        if not isinstance(digest, str):
+            raise ConfigError(f"{where}: digest must be the request's digest (a str)")
+        by = check_approval_text(by, f"{where}: by")
+        note = check_approval_text(note, f"{where}: {'note' if outcome == APPROVED else 'reason'}")
+        row = self._store_call(
+            lambda: self.store.decide_approval(
+                run_id, request_id, digest=digest, outcome=outcome, by=by, note=note
+            )
+        )
+        return row.decision()
+
     def start(
         self,
         wf: Workflow | str,
@@ -536,9 +615,10 @@ class Engine:
         receiving system first). A ``quarantined`` run gets a fresh count of starts and a
         ``blocked`` one is queued (fix its code first); both keep their effect intents, so
         an effect that may have happened still parks ``in_doubt`` rather than run twice.
-        The run keeps its incarnation, so every key stays. It continues the next time it
-        is driven: ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a
-        worker.
+        The run keeps its incarnation, so every key stays. A cancel asked for before the
+        run stopped, which it never unwound for, is cleared: the retry is the later
+        decision (cancel again to stop it). It continues the next time it is driven:
+        ``engine.run(..., run_id=run_id)``, ``engine.resume(run_id)`` or a worker.
         """
         run = self.get_run(run_id)
         if run.status == FAILED_RUN:
@@ -754,10 +834,15 @@ class Engine:
         told = False
         while run.status == PARKED:
             now = self.clock.time()
-            if run.wake_at is not None and run.wake_at <= now:
+            wake = run.wake_at
+            if wake is not None and math.isnan(wake):
+                # A hand-edited row (PostgreSQL keeps NaN, which no claim finds due): no
+                # wake time, so the waits below are slices, not a loop of zero waits.
+                wake = None
+            if wake is not None and wake <= now:
                 break
             if deadline is not None and now >= deadline:
-                raise RunParked(run.run_id, run.park_reason or "parked", run.wake_at)
+                raise RunParked(run.run_id, run.park_reason or "parked", wake)
             if not told:
                 _log.info(
                     "durably: run %s is parked (%s); waiting in this process",
@@ -766,7 +851,7 @@ class Engine:
                 )
                 told = True
             until = min(
-                math.inf if run.wake_at is None else run.wake_at,
+                math.inf if wake is None else wake,
                 math.inf if deadline is None else deadline,
             )
             if not real and math.isfinite(until):
@@ -1157,6 +1242,7 @@ class Engine:
         wake time (at once when a cancel or the awaited signal came first)."""
         reason = storable_text(park_reason(parked), PARK_REASON_CHARS_MAX)
         records, events = core.take_pending(), core.take_events()
+        approval = parked.approval if isinstance(parked.approval, ApprovalRequest) else None
         woke: list[float | None] = []
 
         def park() -> None:
@@ -1170,6 +1256,7 @@ class Engine:
                     park_reason=reason,
                     wake_at=parked.wake_at,
                     wait_signal=parked.wait_signal,
+                    approval=approval,
                 )
             )
 

@@ -147,10 +147,19 @@ class RunParked(DurablyError):
         self.run_id = run_id
         self.reason = reason
         self.wake_at = wake_at
+        # A signal wait is due only when its signal comes (or its timeout passes): say how
+        # to send one, or the reader waits for a worker that has nothing to do.
+        due = (
+            f" (due once the signal is sent: engine.signal({run_id!r}, NAME, data) or"
+            f" `durably signal {run_id} NAME --data JSON`, or its timeout passes)"
+            if reason.startswith("signal ")
+            else ""
+        )
         super().__init__(
-            f"run {run_id!r} is parked ({reason}) and stays parked: a worker (`durably"
-            " worker MODULE:ENGINE`) resumes it when it is due, or call engine.run(...,"
-            f" run_id={run_id!r}) or engine.resume({run_id!r}) again to wait for it here"
+            f"run {run_id!r} is parked ({reason}) and stays parked{due}: a worker"
+            " (`durably worker MODULE:ENGINE`) resumes it when it is due, or call"
+            f" engine.run(..., run_id={run_id!r}) or engine.resume({run_id!r}) again to"
+            " wait for it here"
         )
 
 
@@ -217,7 +226,45 @@ class IdempotencyKeyInFlight(DurablyError):
 
 
 class ApprovalMismatch(DurablyError):
-    """An approval named a digest other than that of the pending action."""
+    """An approval named a digest other than that of the pending action; nothing was
+    changed (the request still waits)."""
+
+
+class ApprovalNotFound(DurablyError, LookupError):
+    """The run has no approval request at this ``request_id`` (its position)."""
+
+
+class ApprovalAlreadyDecided(DurablyError):
+    """The approval request was already decided (or expired): a request takes one
+    decision. ``outcome``, ``by`` and ``decided_at`` (seconds since the epoch) say which,
+    by whom and when."""
+
+    def __init__(
+        self,
+        run_id: str,
+        request_id: str,
+        outcome: str,
+        by: str | None,
+        decided_at: float | None,
+    ) -> None:
+        import datetime as dt
+
+        self.run_id = run_id
+        self.request_id = request_id
+        self.outcome = outcome
+        self.by = by
+        self.decided_at = decided_at
+        when = (
+            "at an unknown time"
+            if decided_at is None
+            else "at " + dt.datetime.fromtimestamp(decided_at, dt.UTC).isoformat(timespec="seconds")
+        )
+        who = "nobody decided in time" if outcome == "expired" else f"by {by or 'someone'!r}"
+        verb = "expired" if outcome == "expired" else outcome
+        super().__init__(
+            f"run {run_id!r} request {request_id} was already {verb} ({who}) {when}; a"
+            " request takes one decision, so nothing was changed"
+        )
 
 
 class HistoryTooLarge(DurablyError):
@@ -293,7 +340,9 @@ class Parked(Unwind):
 
     ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``),
     ``wake_at`` when it wakes (None: no timer), ``wait_signal`` the signal name it waits
-    for, and ``detail`` the park reason in words when the default (``timer until
+    for, ``approval`` the approval request it waits on (a
+    ``durably.approvals.ApprovalRequest``: its row is written with the park), and
+    ``detail`` the park reason in words when the default (``timer until
     2026-11-30T10:00:00Z``) does not say enough.
     """
 
@@ -304,9 +353,11 @@ class Parked(Unwind):
         *,
         wait_signal: str | None = None,
         detail: str | None = None,
+        approval: object | None = None,
     ) -> None:
         self.reason = reason
         self.wake_at = wake_at
         self.wait_signal = wait_signal
         self.detail = detail
+        self.approval = approval
         super().__init__(f"parked ({reason})")

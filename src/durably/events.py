@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 __all__ = [
+    "APPROVAL_DECIDED",
+    "APPROVAL_REQUESTED",
     "EVENT_KINDS",
     "LEASE_EXPIRED",
     "LEASE_LOST",
@@ -70,6 +72,8 @@ LEASE_TAKEN: Final = "lease.taken"
 LEASE_LOST: Final = "lease.lost"
 LEASE_EXPIRED: Final = "lease.expired"
 SIGNAL_RECEIVED: Final = "signal.received"
+APPROVAL_REQUESTED: Final = "approval.requested"
+APPROVAL_DECIDED: Final = "approval.decided"
 USER: Final = "user"
 
 
@@ -216,6 +220,25 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         "engine.signal (or `durably signal`) sent the run a signal; its data is not in the"
         " event (it may hold secrets)",
         {"name": "the signal's name", "seq": "its per-run sequence number, from 1"},
+    ),
+    EventKind(
+        APPROVAL_REQUESTED,
+        "the run parked on an approval request (ctx.request_approval)",
+        {
+            "request_id": "the request's position",
+            "action": "what is to be approved",
+            "digest": "sha256 of [action, args] a decision must name",
+            "expires_at": "when it expires (if any)",
+        },
+    ),
+    EventKind(
+        APPROVAL_DECIDED,
+        "an approval request was approved, rejected, or expired",
+        {
+            "request_id": "the request's position",
+            "outcome": "approved, rejected or expired",
+            "by": "who decided (if any)",
+        },
     ),
     EventKind(
         USER,

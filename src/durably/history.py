@@ -37,8 +37,12 @@ COMPENSATE: Final = "compensate"
 # A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
 # time taken from the recorded clock when the timer was first reached.
 SLEEP: Final = "sleep"
+# A human approval request (``ctx.request_approval``), named ``request_approval:ACTION``,
+# digest sha256 of [action, args]: ``waiting`` {"requested_at", "expires_at"} while it
+# waits, then ``ok`` {"outcome", "by", "note", "decided_at"} (the decision it took).
+APPROVAL: Final = "approval"
 KINDS: Final = frozenset(
-    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, SIGNAL, "approval"}
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, SIGNAL, APPROVAL}
 )
 
 # Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are

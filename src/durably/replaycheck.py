@@ -114,8 +114,11 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
         args, kwargs = _decode_input(w, run)
     except DurablyError as exc:
         return _diverges(run, exc)
+    own = None
+    if runner is None:  # one run checked alone: its event loop is closed here
+        runner = own = _Runner()
     try:
-        _replay(w, core, ex, args, kwargs, runner or _Runner())
+        _replay(w, core, ex, args, kwargs, runner)
     except ReplayEnd:
         pass
     except Unwind:
@@ -137,6 +140,9 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
                 core.unconsumed_check()
             except DurablyError:
                 pass  # poisoned: reported below
+    finally:
+        if own is not None:
+            own.close()
     if core.poisoned is not None:
         return _diverges(run, core.poisoned)
     return None

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import codec
-from .context import Executor, _Recording, drive_async, drive_sync
+from .context import COMPENSATING_TASKS, Executor, _Recording, drive_async, drive_sync
 from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .history import check_name, describe_error, position_key
@@ -282,7 +282,16 @@ class AsyncSaga:
         return self
 
     async def __aexit__(self, typ: object, exc: BaseException | None, tb: object) -> None:
-        await drive_async(self._ex, self._saga.exit(exc))
+        import asyncio
+
+        task = asyncio.current_task()
+        if task is not None:  # a failing gather sibling lets the compensations finish
+            COMPENSATING_TASKS.add(task)
+        try:
+            await drive_async(self._ex, self._saga.exit(exc))
+        finally:
+            if task is not None:
+                COMPENSATING_TASKS.discard(task)
 
     def __enter__(self) -> None:
         raise self._saga.core.poison(

@@ -21,6 +21,7 @@ from . import events as ev_kinds
 from .budget import NEAR_FRACTION, Spend
 from .events import Event
 from .history import (
+    APPROVAL,
     FAILED,
     HALT,
     INTENT,
@@ -530,6 +531,72 @@ def _signal_wait(history: Sequence[StepRecord]) -> tuple[str, float, float | Non
     return name, last.started_at, deadline if isinstance(deadline, (int, float)) else None
 
 
+def _parked_approval(f: Facts) -> _Built:
+    """A run parked on ``ctx.request_approval``: the action, the digest prefix, since and
+    until when, and the exact command that approves it."""
+    run = f.run
+    wait = _approval_wait(f.history)
+    if wait is None:  # no request waiting in its history: say what the row says
+        return _other(f)
+    request_id, action, digest, since, expires = wait
+    prefix = digest[:12]
+    command = (
+        f"durably approve {shlex.quote(run.run_id)} {shlex.quote(request_id)} --digest {prefix}"
+    )
+    facts: dict[str, Any] = {
+        "waiting_for": "approval",
+        "request_id": request_id,
+        "action": action,
+        "digest": digest,
+        "since": since,
+        "expires_at": expires,
+        "command": command,
+        "reason": run.park_reason,
+        "due": run.wake_at is not None and run.wake_at <= f.now,
+    }
+    q = f.queue
+    if q is not None:
+        facts["workers"] = q.workers
+    if not facts["due"]:
+        until = "no expiry" if expires is None else f"expires at {clock_text(expires)}"
+        text = (
+            f"parked waiting for approval of {quote(action)!r} (request {request_id}, digest"
+            f" {prefix}) since {clock_text(since)} ({until}); it holds no process or worker"
+            f" slot — approve it: `{command}` (or `durably reject ... --reason TEXT`)"
+        )
+        return "approval", text, facts
+    # Woken at its expiry: it expired; earlier: a person decided (decide_approval).
+    expired = expires is not None and run.wake_at is not None and run.wake_at >= expires
+    cause = "it expired" if expired else "it was decided"
+    text = f"parked on approval of {quote(action)!r} (request {request_id}): {cause}"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
+    return "approval", text, facts
+
+
+def _approval_wait(
+    history: Sequence[StepRecord],
+) -> tuple[str, str, str, float, float | None] | None:
+    """``(request_id, action, digest, since, expires_at)`` of the approval request in
+    progress, if the last waiting record is one (named ``request_approval:ACTION``)."""
+    waits = [r for r in history if r.status == WAITING]
+    last = max(waits, key=lambda r: position_key(r.position), default=None)
+    if last is None or last.kind != APPROVAL:
+        return None
+    try:
+        expires = json.loads(last.output or "null")["expires_at"]
+    except (ValueError, TypeError, KeyError):
+        expires = None  # a damaged row: the run's replay blocks on it, not this sentence
+    action = last.name.removeprefix("request_approval:")
+    ok = isinstance(expires, (int, float)) and not isinstance(expires, bool)
+    return last.position, action, last.digest, last.started_at, expires if ok else None
+
+
 def _other(f: Facts) -> _Built:
     # continued: their rows come with the issues that produce them.
     run = f.run
@@ -549,6 +616,7 @@ STATES = (
     "completed",
     "parked",
     "signal",
+    "approval",
     "cancel_requested",
     "cancelled",
     "near_budget",
@@ -559,7 +627,7 @@ STATES = (
 each); other statuses get the status and its recorded reason."""
 
 # What a parked run waits for (the run.parked event's kind) -> its sentence.
-_PARKED_BY = {"timer": _parked_timer, "signal": _parked_signal}
+_PARKED_BY = {"timer": _parked_timer, "signal": _parked_signal, "approval": _parked_approval}
 
 _BUILDERS = {
     "queued": _queued,
@@ -579,8 +647,12 @@ def _last_record(history: Sequence[StepRecord]) -> StepRecord | None:
 
 
 def clock_text(t: float) -> str:
-    """A time of day for a sentence (UTC, with the date when it is not today's)."""
-    when = dt.datetime.fromtimestamp(t, dt.UTC)
+    """A time of day for a sentence (UTC, with the date when it is not today's); a value
+    that is no time (a hand-edited row: infinite, NaN, past year 9999) is said as such."""
+    try:
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{t!r} (not a time: the row was edited)"
     today = dt.datetime.now(dt.UTC).date()
     fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
     return when.strftime(fmt)
@@ -593,7 +665,9 @@ def seconds(s: float) -> str:
         return f"{s:.0f} s"
     if s < 7200:
         return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
+    hours = s / 3600
+    # Short either way: an edited row's 1e300 s must not print 300 digits.
+    return f"{hours:.1f} h" if hours < 1e6 else f"{hours:.3g} h"
 
 
 def quote(text: str) -> str:

@@ -139,6 +139,13 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     assert engine.signal("signalled", "go", {"token": "s3cr3t"}) == 1
     assert engine.resume("signalled") == {"token": "s3cr3t"}
 
+    # An approval request that expires (engine.run waits on the fake clock).
+    @engine.workflow()
+    def asking(ctx: durably.Context) -> str:
+        return ctx.request_approval("refund", {"amount": 1}, timeout_s=60).outcome
+
+    assert engine.run(asking, run_id="asking") == "expired"
+
     # Takeovers: a lease that ran out, and a holder judged gone before it ran out.
     engine.start(idle, run_id="expired")
     store.claim("expired", other_owner(), 5, 10, lambda _: False)
@@ -161,7 +168,18 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     engine.start(idle, run_id="cancel")
     assert engine.cancel("cancel", reason="asked to").status == CANCELLED
 
-    runs = ("good", "bad", "drifting", "effect", "signalled", "expired", "lost", "stuck", "cancel")
+    runs = (
+        "good",
+        "bad",
+        "drifting",
+        "effect",
+        "signalled",
+        "asking",
+        "expired",
+        "lost",
+        "stuck",
+        "cancel",
+    )
     for run_id in runs:
         events = all_events(engine, run_id)
         assert [e.cursor for e in events] == list(range(1, len(events) + 1)), run_id
@@ -198,6 +216,9 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     assert seen["run.quarantined"][0].data == {"starts": 1}
     assert seen["run.cancelled"][0].data == {"reason": "asked to"}
     assert [e.data for e in seen["signal.received"]] == [{"name": "go", "seq": 1}]
+    requested = seen["approval.requested"][0]
+    assert requested.position == "0" and requested.data["action"] == "refund"
+    assert seen["approval.decided"][0].data == {"request_id": "0", "outcome": "expired"}
     assert all(e.position is None for e in seen["run.started"])
     assert seen["step.completed"][0].position == "0"
 

@@ -152,7 +152,7 @@ def test_the_ledger_counts_a_failed_attempt_that_was_retried(engine: durably.Eng
     assert (rec.attempts, rec.usage_tokens) == (2, 200)  # the record sums its attempts too
 
 
-def test_a_failed_attempt_that_crosses_still_retries_and_halts_after(
+def test_a_failed_attempt_that_crosses_stops_the_retries(
     engine: durably.Engine,
 ) -> None:
     tries: list[int] = []
@@ -173,10 +173,11 @@ def test_a_failed_attempt_that_crosses_still_retries_and_halts_after(
 
     with pytest.raises(durably.WorkflowFailed, match="1,200 tokens, more than its budget of 1,000"):
         engine.run(w, run_id="r")
-    # The crossing came at attempt 2; the step finished (its retries are one recording
-    # call) and the halt landed at the next position.
-    assert len(tries) == 3
-    assert [(r.kind, r.status) for r in engine.history("r")] == [("step", "ok"), (HALT, "ok")]
+    # The crossing came at attempt 2 (a failure): the third attempt, which would spend past
+    # the budget, never ran; the halt took the step's position.
+    assert len(tries) == 2
+    assert [(r.kind, r.status) for r in engine.history("r")] == [(HALT, "ok")]
+    assert engine.store.get_spend("r").tokens == 1200  # both attempts counted
 
 
 def test_replayed_steps_are_not_counted_and_a_repeated_call_is(engine: durably.Engine) -> None:

@@ -623,31 +623,69 @@ def test_running_near_its_budget(engine: durably.Engine, journal_url: str) -> No
 
 def test_running_over_its_budget(engine: durably.Engine, journal_url: str) -> None:
     inside, release = threading.Event(), threading.Event()
-    attempts: list[int] = []
 
-    @durably.step(retries=2, backoff=0)
     def call_model(prompt: str) -> str:
-        attempts.append(1)
-        if len(attempts) == 1:
-            durably.usage(tokens=12_000)  # spent, then failed: the ledger has it
-            raise RateLimitError("429: slow down")
-        inside.set()
-        assert release.wait(60)
+        durably.usage(tokens=12_000)  # crosses the budget; its result is still recorded
         return "answer"
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> str:
         ctx.budget(tokens=10_000)
-        return ctx.step("call_model", call_model, "hi")
+        ctx.step("call_model", call_model, "hi")
+        inside.set()  # the workflow's own code runs on between steps
+        assert release.wait(60)
+        return ctx.step("next", call_model, "never")
 
     with running(engine, wf, "over", release):
         assert inside.wait(60)
         got = why(journal_url, "over")
     assert got["state"] == "over_budget" and got["spent_tokens"] == 12_000
     assert re.fullmatch(
-        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), step 0"
-        r" call_model, attempt 2 of 3 after \S*RateLimitError: 429: slow down; over its"
-        r" budget: tokens 12,000 of 10,000 \(120%\), cost \$0.00 — it stops with"
-        r" BudgetExceeded at its next recording call",
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), past step 0"
+        r" call_model; over its budget: tokens 12,000 of 10,000 \(120%\), cost \$0.00 — it"
+        r" stops with BudgetExceeded at its next recording call",
         got["sentence"],
-    )
+    ), got["sentence"]
+
+
+def test_parked_waiting_for_an_approval(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            ctx.step("plan", lambda: 1)
+            first = ctx.request_approval("refund", {"amount": 20}, timeout_s=3600)
+            return [first.outcome, ctx.request_approval("close ticket", {"id": 7}).outcome]
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="asks")
+        got = why(journal_url, "asks")
+        [pending] = engine.pending_approvals("asks")
+        assert got["state"] == "approval" and got["action"] == "refund"
+        assert got["request_id"] == "1" and got["digest"] == pending.digest
+        assert got["expires_at"] == pytest.approx(got["since"] + 3600)
+        prefix = pending.digest[:12]
+        assert re.fullmatch(
+            rf"parked waiting for approval of 'refund' \(request 1, digest {prefix}\) since"
+            r" (\S+ )?\d\d:\d\d:\d\d UTC \(expires at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds"
+            r" no process or worker slot — approve it: `durably approve asks 1 --digest"
+            rf" {prefix}` \(or `durably reject ... --reason TEXT`\)",
+            got["sentence"],
+        ), got["sentence"]
+        assert got["due"] is False
+        # The command it prints works as printed; the run is then due, no worker serves it.
+        res = CliRunner().invoke(cli, [*got["command"].split()[1:], "--db", journal_url])
+        assert res.exit_code == 0, res.output
+        got = why(journal_url, "asks")
+        assert got["due"] is True and got["workers"] == 0
+        assert got["sentence"] == (
+            "parked on approval of 'refund' (request 1): it was decided; no live worker serves"
+            " queue 'default' (start one: `durably worker MODULE:ENGINE --queue default`, or"
+            " `engine.resume('asks')`)"
+        )
+        with pytest.raises(durably.RunParked):
+            engine.resume("asks")  # now on the second request, without an expiry
+        got = why(journal_url, "asks")
+        assert got["action"] == "close ticket" and got["expires_at"] is None
+        assert "(no expiry)" in got["sentence"]
+        assert "`durably approve asks 2 --digest " in got["sentence"]

@@ -7,8 +7,8 @@ runs, so ``durably --help`` and ``import durably`` stay fast.
 Modules: :mod:`.common` (options and formatting every command shares), :mod:`.runs`
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
-(``replay --check``),
-:mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``, ``bench``).
+(``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ COMMANDS: dict[str, str] = {
     "chaos": "durably.cli.proof:chaos",
     "simulate": "durably.cli.proof:simulate",
     "bench": "durably.cli.proof:bench",
+    "approvals": "durably.cli.approvals:approvals",
+    "approve": "durably.cli.approvals:approve_cmd",
+    "reject": "durably.cli.approvals:reject_cmd",
 }
 
 

@@ -31,18 +31,25 @@ def cancel_cmd(run_id: str, reason: str | None, db: str, as_json: bool) -> None:
     """
     engine = open_engine(db, as_json)
     try:
+        # Read first only to word the answer: a run cancelled already is not one this
+        # command ended at once (cancelling it again changes nothing).
+        already = engine.get_run(run_id).status == CANCELLED
         run = engine.cancel(run_id, reason=reason)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
-    at_once = run.status == CANCELLED
+    at_once = run.status == CANCELLED and not already
     if as_json:
-        click.echo(json_text({**run_json(run), "ended_at_once": at_once}))
+        click.echo(
+            json_text({**run_json(run), "ended_at_once": at_once, "already_cancelled": already})
+        )
         return
     rid = inert(run.run_id)
     said = f": {inert(run.cancel_reason)}" if run.cancel_reason else ""
-    if at_once:
+    if already:
+        click.echo(f"run {rid} was already cancelled{said}; nothing changed")
+    elif at_once:
         click.echo(f"run {rid} is cancelled{said} ({inert(run.park_reason or 'ended at once')})")
     else:
         click.echo(

@@ -28,8 +28,10 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     retry is refused and names the `durably fork` that runs the step again). A step
     in doubt runs again with the same idempotency key, so check the receiving system
     first. A quarantined or blocked run keeps its effects in doubt: they still park
-    in_doubt rather than run twice. The run continues the next time it is driven
-    (engine.run with the same run_id, engine.resume, or a worker).
+    in_doubt rather than run twice. A cancel asked for before the run stopped, which
+    it never unwound for, is cleared (cancel again to stop it). The run continues the
+    next time it is driven (engine.run with the same run_id, engine.resume, or a
+    worker).
     """
     _requeue(db, as_json, lambda engine: engine.retry(run_id))
 

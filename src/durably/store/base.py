@@ -12,12 +12,16 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from .owner import Owner
 
 __all__ = ["NewRun", "Owner", "Store"]
+
+APPROVALS_LIST_MAX = 1000
+"""Most pending approval requests one listing returns."""
 
 
 Served = Mapping[str, Collection[str | None]]
@@ -177,16 +181,57 @@ class Store(Protocol):
         park_reason: str,
         wake_at: float | None,
         wait_signal: str | None = None,
+        approval: ApprovalRequest | None = None,
     ) -> float | None:
         """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
         ``records`` (with their blobs) and ``events``, set the status ``parked`` with
         ``park_reason``, ``wake_at`` and ``wait_signal`` (the signal name it waits for, if
         any), give up the lease (no owner), and write a ``run.parked`` event (``kind``,
-        the reason, the effective wake time). When a cancel was asked for, or
-        ``wait_signal`` is set and an unconsumed signal of that name is already there,
-        the run wakes at once instead (wake_at = now): whoever sent it found the run not
-        yet parked. Returns the effective wake time (None: no timer). PostgreSQL wakes
-        waiting workers in the same transaction when the run is due at once."""
+        the reason, the effective wake time). ``approval`` (the request the run waits on)
+        gets its ``approvals`` row in the same transaction, unless it has one. When a
+        cancel was asked for, or ``wait_signal`` is set and an unconsumed signal of that
+        name is already there, or ``approval`` was already decided, the run wakes at once
+        instead (wake_at = now): whoever sent it found the run not yet parked. Returns the
+        effective wake time (None: no timer). PostgreSQL wakes waiting workers in the same
+        transaction when the run is due at once."""
+        ...
+
+    def pending_approvals(
+        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
+    ) -> list[ApprovalRow]:
+        """Undecided approval requests of runs not finished (of one run, or all), oldest
+        request first, at most ``limit``."""
+        ...
+
+    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """The approval request at ``request_id`` of the run (decided or not), or None."""
+        ...
+
+    def decide_approval(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        outcome: str,
+        by: str | None,
+        note: str | None,
+    ) -> ApprovalRow:
+        """A person's decision (``outcome`` approved or rejected), under the run's row
+        lock, in one transaction: ``RunNotFound``, ``RunFinished`` (the run ended),
+        ``ApprovalNotFound`` (no request there), ``ApprovalMismatch`` (``digest`` is not
+        the request's) or ``ApprovalAlreadyDecided`` (decided, or past its expiry) change
+        nothing. Otherwise the decision is written with an ``approval.decided`` event and
+        a run parked on it is woken (wake_at = now; PostgreSQL NOTIFYs the workers).
+        Returns the decided row."""
+        ...
+
+    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
+        """For the run's driver (fenced by ``token``: ``LeaseLost``): the request's row,
+        after expiring it in the same transaction when it is undecided and past its
+        ``expires_at`` (outcome ``expired``, decided at ``expires_at``, with its
+        ``approval.decided`` event), so an expiry and a person's decision can never both
+        be taken. None when the run has no request there."""
         ...
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
@@ -262,15 +307,18 @@ class Store(Protocol):
         """An operator's retry/skip of a stuck or failed run: optionally drop every
         unresolved intent (``drop_intents``), or the intents and failures at
         ``drop_positions`` (never a result), or resolve one intent with an output; clear a
-        failure outcome, reset the no-progress count, raise the fencing token and queue the
-        run, all in one transaction. The incarnation (so every key) stays."""
+        failure outcome and a cancel request the run never acted on, reset the no-progress
+        count, raise the fencing token and queue the run, all in one transaction. The
+        incarnation (so every key) stays."""
         ...
 
     def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
         """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
         return its per-run sequence number (1, 2, ...), taken under the run's row lock,
         with a ``signal.received`` event in the same transaction. A run parked waiting
-        for ``name`` is made due at once (PostgreSQL also notifies the workers). Not
+        for ``name`` is made due at once (PostgreSQL also notifies the workers): its wake
+        time becomes the earlier of now and when it parked, so a sender whose clock runs
+        ahead of the workers' delays nothing. Not
         fenced: any process may signal. Raises ``RunNotFound`` for an unknown run and
         ``RunFinished`` for one completed, failed, cancelled or continued.
 

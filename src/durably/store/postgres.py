@@ -30,6 +30,7 @@ only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -45,6 +46,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
+from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
@@ -62,15 +64,18 @@ from ..events import EventPage, NewEvent
 from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
 from . import stream
-from .base import NewRun, Owner, Served, served_pairs
+from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
+    approval_params,
+    approval_row,
     blob_params,
     budget_params,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
+    check_decidable,
     check_requeueable,
     check_signalable,
     dead_owners,
@@ -714,6 +719,7 @@ class PostgresStore:
         park_reason: str,
         wake_at: float | None,
         wait_signal: str | None = None,
+        approval: ApprovalRequest | None = None,
     ) -> float | None:
         """Write ``records`` and park the run in one fenced transaction; returns the
         effective wake time (see the Store protocol). A run due at once wakes waiting
@@ -726,6 +732,7 @@ class PostgresStore:
             "park_reason": park_reason,
             "wake_at": wake_at,
             "wait_signal": wait_signal,
+            "wait_approval": None if approval is None else approval.request_id,
             "now": now,
         }
 
@@ -736,6 +743,11 @@ class PostgresStore:
                 if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
                     raise LeaseLost(run_id, token)
                 self._append(conn, run_id, token, records, params, retried)
+                asked: list[NewEvent] = []
+                if approval is not None:
+                    put = conn.execute(_Q["put_approval"], approval_params(run_id, approval))
+                    if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
+                        asked.append(stream.approval_requested(approval, now))
                 row = conn.execute(_Q["park_run"], park).fetchone()
                 if row is None:
                     raise LeaseLost(run_id, token)
@@ -743,7 +755,7 @@ class PostgresStore:
                 if effective is not None and effective <= now:
                     conn.execute(_Q["notify_work"], {"channel": self._channel})
                 event = stream.parked(kind, park_reason, effective, token, now)
-                self._write_events(conn, run_id, [*events, event])
+                self._write_events(conn, run_id, [*events, *asked, event])
             return effective
 
         return self._call(op)
@@ -1008,6 +1020,78 @@ class PostgresStore:
 
         return self._call(op)
 
+    # -- approvals ------------------------------------------------------------------------
+
+    def pending_approvals(
+        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
+    ) -> list[ApprovalRow]:
+        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
+        params = {"run_id": run_id, "limit": limit}
+        rows = self._call(lambda c, _: c.execute(_Q["pending_approvals"], params).fetchall())
+        return [approval_row(r) for r in rows]
+
+    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """The request at ``request_id`` of the run, or None."""
+        params = {"run_id": run_id, "request_id": request_id}
+        row = self._call(lambda c, _: c.execute(_Q["get_approval"], params).fetchone())
+        return None if row is None else approval_row(row)
+
+    def decide_approval(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        outcome: str,
+        by: str | None,
+        note: str | None,
+    ) -> ApprovalRow:
+        """A person's decision, checked and written under the run's row lock in one
+        transaction (see the Store protocol)."""
+        now = self.clock.time()
+        key = {"run_id": run_id, "request_id": request_id}
+
+        def op(conn: Conn, retried: bool) -> ApprovalRow:
+            with conn.transaction():
+                status = _scalar(conn, "lock_run_status", key)
+                found = conn.execute(_Q["get_approval"], key).fetchone()
+                row = None if found is None else approval_row(found)
+                if retried and row is not None and _same_decision(row, outcome, by, note):
+                    # The first attempt committed before its connection died: done.
+                    return row
+                row = check_decidable(run_id, request_id, status, row, digest, now, self.where)
+                params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
+                conn.execute(_Q["decide_approval"], params)
+                decided = dataclasses.replace(
+                    row, outcome=outcome, by=by, note=note, decided_at=now
+                )
+                self._write_events(conn, run_id, [stream.approval_decided(decided, now)])
+                conn.execute(
+                    _Q["wake_for_approval"], {**key, "now": now, "channel": self._channel}
+                ).fetchall()
+            return decided
+
+        return self._call(op)
+
+    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
+        """The request's row for its driver, expired first when due (fenced; see the Store
+        protocol)."""
+        now = self.clock.time()
+        key = {"run_id": run_id, "request_id": request_id}
+
+        def op(conn: Conn, _: bool) -> ApprovalRow | None:
+            with conn.transaction():
+                if _scalar(conn, "lock_token", key) != token:
+                    raise LeaseLost(run_id, token)
+                expired = conn.execute(_Q["expire_approval"], {**key, "now": now}).rowcount
+                found = conn.execute(_Q["get_approval"], key).fetchone()
+                row = None if found is None else approval_row(found)
+                if expired == 1 and row is not None:
+                    self._write_events(conn, run_id, [stream.approval_decided(row, now)])
+            return row
+
+        return self._call(op)
+
     # -- the event stream -----------------------------------------------------------------
 
     def _write_events(self, conn: Conn, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -1212,6 +1296,12 @@ class PostgresStore:
         with self._owner_lock:
             self._drop_owner_conn()
         self._pool.close()
+
+
+def _same_decision(row: ApprovalRow, outcome: str, by: str | None, note: str | None) -> bool:
+    """Whether ``row`` holds exactly this decision (a retried decide whose first attempt
+    committed)."""
+    return row.outcome == outcome and row.by == by and row.note == note
 
 
 def _close(conn: Conn | None) -> None:

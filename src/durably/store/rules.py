@@ -6,11 +6,16 @@ backend that the others import.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..approvals import EXPIRED, OUTCOMES, ApprovalRequest, ApprovalRow, is_time
 from ..budget import Budget, Spend, SpendEntry
 from ..errors import (
+    ApprovalAlreadyDecided,
+    ApprovalMismatch,
+    ApprovalNotFound,
     ConfigError,
     NotADurablyDatabase,
     RunConflict,
@@ -277,9 +282,123 @@ def spend_from_row(row: Sequence[Any] | None) -> Spend:
         except ConfigError:
             budget = None
     try:
-        return Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
-    except (TypeError, ValueError) as exc:
+        spend = Spend(int(tokens), int(ins), int(outs), float(cost), int(entries), budget)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise NotADurablyDatabase(
             f"the spend ledger holds a value that is not a number ({exc}); repair the row"
             " or restore the journal from a backup"
         ) from exc
+    # Every row the ledger writes is a finite amount >= 0: a NaN (PostgreSQL keeps one)
+    # would make every later sum NaN and the budget never trigger; a negative amount
+    # would silently give a run more budget. Both come from a hand edit.
+    sums = (spend.tokens, spend.input_tokens, spend.output_tokens, spend.cost_usd)
+    if not all(math.isfinite(v) and v >= 0 for v in sums):
+        raise NotADurablyDatabase(
+            f"the spend ledger sums to tokens={spend.tokens}, input_tokens="
+            f"{spend.input_tokens}, output_tokens={spend.output_tokens}, cost_usd="
+            f"{spend.cost_usd}: a row holds a negative or non-finite amount (a hand"
+            " edit; durably writes none). Repair the spend rows or restore the journal"
+            " from a backup"
+        )
+    return spend
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+APPROVAL_COLUMNS = (
+    "run_id, request_id, action, args, digest, requested_at, expires_at, decided_at,"
+    " outcome, by_name, note"
+)
+
+
+def approval_row(row: Sequence[Any]) -> ApprovalRow:
+    """An ``approvals`` row (columns in :data:`APPROVAL_COLUMNS` order), checked on the
+    way out: an outcome the code does not know is a damaged row."""
+    out = ApprovalRow(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        str(row[4]),
+        float(row[5]),
+        None if row[6] is None else float(row[6]),
+        None if row[7] is None else float(row[7]),
+        None if row[8] is None else str(row[8]),
+        None if row[9] is None else str(row[9]),
+        None if row[10] is None else str(row[10]),
+    )
+    times = (out.requested_at, out.expires_at, out.decided_at)
+    if not all(t is None or is_time(t) for t in times):
+        raise NotADurablyDatabase(
+            f"run {out.run_id!r} approval {out.request_id}: a time of the row is no time"
+            f" ({times!r}); the row was edited by hand: repair it or restore a backup"
+        )
+    if out.outcome is not None and (out.outcome not in OUTCOMES or out.decided_at is None):
+        raise NotADurablyDatabase(
+            f"run {out.run_id!r} approval {out.request_id}: outcome {out.outcome!r} (decided"
+            f" at {out.decided_at!r}) is not one durably writes; the row was edited by hand"
+        )
+    return out
+
+
+def approval_params(run_id: str, req: ApprovalRequest) -> dict[str, Any]:
+    """The parameters of put_approval for ``req``."""
+    return {
+        "run_id": run_id,
+        "request_id": req.request_id,
+        "action": req.action,
+        "args": req.args,
+        "digest": req.digest,
+        "requested_at": req.requested_at,
+        "expires_at": req.expires_at,
+    }
+
+
+def check_decidable(
+    run_id: str,
+    request_id: str,
+    status: str | None,
+    row: ApprovalRow | None,
+    digest: str,
+    now: float,
+    where: str,
+) -> ApprovalRow:
+    """Raise unless a person may decide the request ``row`` of a run with ``status``
+    (None: no such run) naming ``digest``; return the row. The order matters: an unknown
+    run or request says so before anything about digests, and a wrong digest is refused
+    before saying whether the request was decided (it names another action)."""
+    if status is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {where}; nothing was decided. `durably approvals list`"
+            " shows the requests waiting"
+        )
+    if row is None:
+        raise ApprovalNotFound(
+            f"run {run_id!r} has no approval request {request_id!r} (a request id is the"
+            " request's position, e.g. '3'); nothing was decided. `durably approvals list"
+            " --json` shows the requests waiting"
+        )
+    if digest != row.digest:
+        shown = digest if len(digest) <= 16 else f"{digest[:12]}..."
+        hint = (
+            " (the API takes the full 64-hex digest; the CLI takes a prefix)"
+            if len(digest) != len(row.digest)
+            else ""
+        )
+        raise ApprovalMismatch(
+            f"run {run_id!r} request {request_id} is for {row.action!r} with digest"
+            f" {row.digest[:12]}..., not {shown!r}{hint}: the decision names another action"
+            " or other arguments, so it was refused and nothing changed. Read the request"
+            " again (`durably approvals list`) and decide on what it shows"
+        )
+    if row.outcome is not None:
+        raise ApprovalAlreadyDecided(run_id, request_id, row.outcome, row.by, row.decided_at)
+    if row.expires_at is not None and now >= row.expires_at:
+        # The run takes the expiry when it wakes (due at expires_at): too late to decide.
+        raise ApprovalAlreadyDecided(run_id, request_id, EXPIRED, None, row.expires_at)
+    if status in TERMINAL:
+        raise RunFinished(
+            f"run {run_id!r} is already {status}, so nothing waits for request"
+            f" {request_id} any more; nothing was decided"
+        )
+    return row

@@ -12,6 +12,7 @@ cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .._fork import reset_after_fork
+from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
@@ -38,15 +40,18 @@ from ..events import EventPage, NewEvent
 from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
 from . import stream
-from .base import NewRun, Owner, Served, served_json
+from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
+    approval_params,
+    approval_row,
     blob_params,
     budget_params,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
+    check_decidable,
     check_requeueable,
     check_signalable,
     dead_owners,
@@ -552,6 +557,7 @@ class SQLiteStore:
         park_reason: str,
         wake_at: float | None,
         wait_signal: str | None = None,
+        approval: ApprovalRequest | None = None,
     ) -> float | None:
         """Write ``records`` and park the run in one fenced transaction; returns the
         effective wake time (see the Store protocol)."""
@@ -562,17 +568,23 @@ class SQLiteStore:
             "park_reason": park_reason,
             "wake_at": wake_at,
             "wait_signal": wait_signal,
+            "wait_approval": None if approval is None else approval.request_id,
             "now": now,
         }
         with self._tx() as c:
             self._append(c, run_id, token, records)
+            asked: list[NewEvent] = []
+            if approval is not None:
+                put = c.execute(_Q["put_approval"], approval_params(run_id, approval))
+                if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
+                    asked.append(stream.approval_requested(approval, now))
             # fetchall: a RETURNING statement left unfinished would keep COMMIT from running.
             rows = c.execute(_Q["park_run"], params).fetchall()
             if not rows:
                 raise LeaseLost(run_id, token)
             effective: float | None = rows[0][0]
             event = stream.parked(kind, park_reason, effective, token, now)
-            self._write_events(c, run_id, [*events, event])
+            self._write_events(c, run_id, [*events, *asked, event])
         return effective
 
     # -- history -------------------------------------------------------------------------
@@ -838,6 +850,69 @@ class SQLiteStore:
                     return None
                 c.execute(_Q["consume_signal"], {**params, "seq": found[0]})
         return int(found[0]), str(found[1])
+
+    # -- approvals ------------------------------------------------------------------------
+
+    def pending_approvals(
+        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
+    ) -> list[ApprovalRow]:
+        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
+        rows = self._read(_Q["pending_approvals"], {"run_id": run_id, "limit": limit})
+        return [approval_row(r) for r in rows]
+
+    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """The request at ``request_id`` of the run, or None."""
+        rows = self._read(_Q["get_approval"], {"run_id": run_id, "request_id": request_id})
+        return approval_row(rows[0]) if rows else None
+
+    def decide_approval(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        outcome: str,
+        by: str | None,
+        note: str | None,
+    ) -> ApprovalRow:
+        """A person's decision, checked and written in one transaction (see the Store
+        protocol); SQLite's single writer is the run's lock."""
+        now = self.clock.time()
+        key = {"run_id": run_id, "request_id": request_id}
+        with self._tx() as c:
+            status = c.execute(_Q["run_status"], {"run_id": run_id}).fetchone()
+            found = c.execute(_Q["get_approval"], key).fetchone()
+            row = check_decidable(
+                run_id,
+                request_id,
+                None if status is None else status[0],
+                None if found is None else approval_row(found),
+                digest,
+                now,
+                self.path,
+            )
+            params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
+            c.execute(_Q["decide_approval"], params)
+            decided = dataclasses.replace(row, outcome=outcome, by=by, note=note, decided_at=now)
+            self._write_events(c, run_id, [stream.approval_decided(decided, now)])
+            c.execute(_Q["wake_for_approval"], {"run_id": run_id, "now": now})
+        return decided
+
+    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
+        """The request's row for its driver, expired first when due (fenced; see the Store
+        protocol)."""
+        now = self.clock.time()
+        key = {"run_id": run_id, "request_id": request_id}
+        with self._tx() as c:
+            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+            if row is None or row[0] != token:
+                raise LeaseLost(run_id, token)
+            if c.execute(_Q["expire_approval"], {**key, "now": now}).rowcount == 1:
+                expired = approval_row(c.execute(_Q["get_approval"], key).fetchone())
+                self._write_events(c, run_id, [stream.approval_decided(expired, now)])
+                return expired
+            found = c.execute(_Q["get_approval"], key).fetchone()
+        return None if found is None else approval_row(found)
 
     # -- the event stream -----------------------------------------------------------------
 

@@ -12,8 +12,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..approvals import ApprovalRequest, ApprovalRow
 from ..errors import NotADurablyDatabase
 from ..events import (
+    APPROVAL_DECIDED,
+    APPROVAL_REQUESTED,
     LEASE_EXPIRED,
     LEASE_LOST,
     LEASE_TAKEN,
@@ -125,6 +128,29 @@ def parked(kind: str, reason: str, wake_at: float | None, token: int, now: float
     at once when a cancel or the awaited signal came first)."""
     data = {"kind": kind, "reason": reason, "wake_at": wake_at}
     return new_event(RUN_PARKED, None, data, now, f"t{token}:{RUN_PARKED}")
+
+
+def approval_requested(req: ApprovalRequest, now: float) -> NewEvent:
+    """``approval.requested`` when a request's row is first written (its arguments stay
+    out of the stream: they may hold personal data; ``durably approvals list`` shows them)."""
+    data: dict[str, Any] = {
+        "request_id": req.request_id,
+        "action": req.action,
+        "digest": req.digest,
+    }
+    if req.expires_at is not None:
+        data["expires_at"] = req.expires_at
+    dedupe = f"{APPROVAL_REQUESTED}:{req.request_id}"
+    return new_event(APPROVAL_REQUESTED, req.request_id, data, now, dedupe)
+
+
+def approval_decided(row: ApprovalRow, now: float) -> NewEvent:
+    """``approval.decided`` for a request's one decision (approved, rejected, expired)."""
+    data: dict[str, Any] = {"request_id": row.request_id, "outcome": row.outcome}
+    if row.by is not None:
+        data["by"] = row.by
+    dedupe = f"{APPROVAL_DECIDED}:{row.request_id}"
+    return new_event(APPROVAL_DECIDED, row.request_id, data, now, dedupe)
 
 
 def resumed(run: RunRecord, skipped: bool, now: float) -> NewEvent:

@@ -128,8 +128,9 @@ SELECT pg_notify(%(channel)s, '') FROM released;
 -- The run gives up its process to wait (fenced; the row is locked by lock_token first, in
 -- a statement of its own, so a signal or cancel committed while this transaction waited
 -- for the row is seen here). It wakes at %(wake_at)s, or at once when a cancel was asked
--- for or the signal it waits for was sent before this park (the wake-up would otherwise
--- be lost: whoever sent it saw the run running, not parked).
+-- for, the signal it waits for was sent, or the approval it waits on was decided before
+-- this park (the wake-up would otherwise be lost: whoever sent it saw the run running,
+-- not parked).
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL,
     park_reason = %(park_reason)s::text, wait_signal = %(wait_signal)s::text,
@@ -139,6 +140,10 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL,
               AND EXISTS (SELECT 1 FROM signals s
                           WHERE s.run_id = runs.run_id AND s.name = %(wait_signal)s::text
                             AND s.consumed_by IS NULL))
+          OR (%(wait_approval)s::text IS NOT NULL
+              AND EXISTS (SELECT 1 FROM approvals a
+                          WHERE a.run_id = runs.run_id AND a.request_id = %(wait_approval)s::text
+                            AND a.outcome IS NOT NULL))
         THEN %(now)s::double precision
         ELSE %(wake_at)s::double precision
     END,
@@ -252,11 +257,14 @@ WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(posit
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
 -- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
+-- So is a cancel asked for before the run failed or went in doubt (it never unwound):
+-- the retry is the later decision (cancel again to stop it).
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
     wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
-    finished_at = NULL, updated_at = %(now)s
+    finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL,
+    updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s
 RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
           codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
@@ -486,7 +494,11 @@ FOR NO KEY UPDATE OF runs;
 -- (the caller NOTIFYs waiting workers in the same transaction).
 UPDATE runs
 SET cancel_requested_at = %(now)s, cancel_reason = %(reason)s::text,
-    wake_at = CASE WHEN status = 'parked' THEN %(now)s ELSE wake_at END, updated_at = %(now)s
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN least(%(now)s::double precision, updated_at)
+                   ELSE wake_at END,
+    updated_at = %(now)s
 WHERE run_id = %(run_id)s AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once
@@ -531,9 +543,11 @@ UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
-UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
 WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
-  AND (wake_at IS NULL OR wake_at > %(now)s);
+  AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
@@ -565,3 +579,55 @@ SELECT run_id, %(tokens)s::bigint, %(cost_usd)s::double precision, %(now)s FROM 
 WHERE run_id = %(run_id)s AND fencing_token = %(token)s
 ON CONFLICT (run_id) DO UPDATE
 SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
+
+-- name: put_approval
+-- A request's row, written with the park that waits on it; the same request parked again
+-- (a replay) keeps its row, decided or not.
+INSERT INTO approvals (run_id, request_id, action, args, digest, requested_at, expires_at)
+VALUES (%(run_id)s, %(request_id)s, %(action)s, %(args)s, %(digest)s, %(requested_at)s,
+        %(expires_at)s)
+ON CONFLICT (run_id, request_id) DO NOTHING;
+
+-- name: get_approval
+SELECT run_id, request_id, action, args, digest, requested_at, expires_at, decided_at,
+       outcome, by_name, note
+FROM approvals WHERE run_id = %(run_id)s AND request_id = %(request_id)s;
+
+-- name: pending_approvals
+-- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
+-- request undecided for ever: nobody waits for it), oldest first.
+SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
+       a.decided_at, a.outcome, a.by_name, a.note
+FROM approvals a JOIN runs r ON r.run_id = a.run_id
+WHERE a.outcome IS NULL
+  AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND (%(run_id)s::text IS NULL OR a.run_id = %(run_id)s::text)
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT %(limit)s;
+
+-- name: lock_run_status
+-- The run row locked to commit (a decision and a park of the same run take turns).
+SELECT status FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+
+-- name: decide_approval
+UPDATE approvals
+SET outcome = %(outcome)s, by_name = %(by)s, note = %(note)s, decided_at = %(now)s
+WHERE run_id = %(run_id)s AND request_id = %(request_id)s AND outcome IS NULL;
+
+-- name: expire_approval
+-- The run's driver found the request past its expiry: the expiry is the decision, taken
+-- once (a person's decision committed first wins instead).
+UPDATE approvals
+SET outcome = 'expired', decided_at = expires_at
+WHERE run_id = %(run_id)s AND request_id = %(request_id)s AND outcome IS NULL
+  AND expires_at IS NOT NULL AND expires_at <= %(now)s;
+
+-- name: wake_for_approval
+-- A decision wakes the run parked on it, and the workers (a run not parked yet sees the
+-- decision when it parks: park_run checks for it).
+WITH woken AS (
+    UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+    WHERE run_id = %(run_id)s AND status = 'parked'
+    RETURNING 1
+)
+SELECT pg_notify(%(channel)s, '') FROM woken;

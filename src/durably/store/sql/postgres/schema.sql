@@ -154,3 +154,27 @@ CREATE TABLE spend (
     recorded_at   DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (run_id, entry)
 );
+
+-- Approval requests a run parked on (ctx.request_approval), one per position; the
+-- decision is written once (approve, reject, or the expiry the run took).
+CREATE TABLE approvals (
+    run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+    -- The request's position in its run (e.g. '3').
+    request_id   TEXT NOT NULL,
+    action       TEXT NOT NULL,
+    -- Canonical JSON of the arguments the person reads.
+    args         TEXT NOT NULL,
+    -- sha256 hex of the canonical JSON of [action, args] (no codec prefix).
+    digest       TEXT NOT NULL,
+    requested_at DOUBLE PRECISION NOT NULL,
+    expires_at   DOUBLE PRECISION,
+    decided_at   DOUBLE PRECISION,
+    -- NULL while pending; then 'approved', 'rejected' or 'expired'.
+    outcome      TEXT,
+    by_name      TEXT,
+    note         TEXT,
+    PRIMARY KEY (run_id, request_id)
+);
+
+-- Pending requests, oldest first (durably approvals list).
+CREATE INDEX approvals_pending ON approvals (requested_at) WHERE outcome IS NULL;

@@ -71,8 +71,9 @@ WHERE run_id = :run_id AND fencing_token = :token;
 
 -- name: park_run
 -- The run gives up its process to wait (fenced). It wakes at :wake_at, or at once when a
--- cancel was asked for or the signal it waits for was sent before this park (the wake-up
--- would otherwise be lost: whoever sent it saw the run running, not parked).
+-- cancel was asked for, the signal it waits for was sent, or the approval it waits on was
+-- decided before this park (the wake-up would otherwise be lost: whoever sent it saw the
+-- run running, not parked).
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :park_reason,
     wait_signal = :wait_signal,
@@ -82,6 +83,10 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :par
               AND EXISTS (SELECT 1 FROM signals s
                           WHERE s.run_id = runs.run_id AND s.name = :wait_signal
                             AND s.consumed_by IS NULL))
+          OR (:wait_approval IS NOT NULL
+              AND EXISTS (SELECT 1 FROM approvals a
+                          WHERE a.run_id = runs.run_id AND a.request_id = :wait_approval
+                            AND a.outcome IS NOT NULL))
         THEN :now
         ELSE :wake_at
     END,
@@ -176,11 +181,14 @@ WHERE run_id = :run_id AND generation = :generation AND position = :position
 -- An operator's decision on a stuck run: a new fencing token fences out any driver that
 -- still believes it owns the run.
 -- A failed run's outcome is cleared: it runs again. The incarnation (so every key) stays.
+-- So is a cancel asked for before the run failed or went in doubt (it never unwound):
+-- the retry is the later decision (cancel again to stop it).
 UPDATE runs
 SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     lease_expires_at = NULL, starts_without_progress = 0, park_reason = NULL,
     wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
-    finished_at = NULL, updated_at = :now
+    finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL,
+    updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
 
 -- name: running_per_queue
@@ -289,7 +297,10 @@ FROM runs WHERE run_id = :run_id;
 -- The durable cancel flag (the first reason stays). A parked run wakes now, to unwind.
 UPDATE runs
 SET cancel_requested_at = :now, cancel_reason = :reason,
-    wake_at = CASE WHEN status = 'parked' THEN :now ELSE wake_at END, updated_at = :now
+    -- Due by the time it parked, if the canceller's clock says later (one running ahead
+    -- of the workers' must not leave the run parked for the difference).
+    wake_at = CASE WHEN status = 'parked' THEN min(:now, updated_at) ELSE wake_at END,
+    updated_at = :now
 WHERE run_id = :run_id AND cancel_requested_at IS NULL;
 
 -- name: cancel_at_once
@@ -330,9 +341,11 @@ UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq
 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
-UPDATE runs SET wake_at = :now, updated_at = :now
+-- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
+-- ahead of the workers' must not leave the run parked for the difference.
+UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
 WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
-  AND (wake_at IS NULL OR wake_at > :now);
+  AND (wake_at IS NULL OR wake_at > min(:now, updated_at));
 
 -- name: signal_sent
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
@@ -363,3 +376,46 @@ SELECT run_id, :tokens, :cost_usd, :now FROM runs
 WHERE run_id = :run_id AND fencing_token = :token
 ON CONFLICT (run_id) DO UPDATE
 SET tokens = excluded.tokens, cost_usd = excluded.cost_usd, set_at = excluded.set_at;
+
+-- name: put_approval
+-- A request's row, written with the park that waits on it; the same request parked again
+-- (a replay) keeps its row, decided or not.
+INSERT INTO approvals (run_id, request_id, action, args, digest, requested_at, expires_at)
+VALUES (:run_id, :request_id, :action, :args, :digest, :requested_at, :expires_at)
+ON CONFLICT (run_id, request_id) DO NOTHING;
+
+-- name: get_approval
+SELECT run_id, request_id, action, args, digest, requested_at, expires_at, decided_at,
+       outcome, by_name, note
+FROM approvals WHERE run_id = :run_id AND request_id = :request_id;
+
+-- name: pending_approvals
+-- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
+-- request undecided for ever: nobody waits for it), oldest first.
+SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
+       a.decided_at, a.outcome, a.by_name, a.note
+FROM approvals a JOIN runs r ON r.run_id = a.run_id
+WHERE a.outcome IS NULL
+  AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND (:run_id IS NULL OR a.run_id = :run_id)
+ORDER BY a.requested_at, a.run_id, a.request_id
+LIMIT :limit;
+
+-- name: decide_approval
+UPDATE approvals
+SET outcome = :outcome, by_name = :by, note = :note, decided_at = :now
+WHERE run_id = :run_id AND request_id = :request_id AND outcome IS NULL;
+
+-- name: expire_approval
+-- The run's driver found the request past its expiry: the expiry is the decision, taken
+-- once (a person's decision committed first wins instead).
+UPDATE approvals
+SET outcome = 'expired', decided_at = expires_at
+WHERE run_id = :run_id AND request_id = :request_id AND outcome IS NULL
+  AND expires_at IS NOT NULL AND expires_at <= :now;
+
+-- name: wake_for_approval
+-- A decision wakes the run parked on it (a run not parked yet sees the decision when it
+-- parks: park_run checks for it).
+UPDATE runs SET wake_at = :now, updated_at = :now
+WHERE run_id = :run_id AND status = 'parked';
