@@ -1,4 +1,5 @@
-"""A step's write costs the same at its run's 10th step and its 10,000th (PostgreSQL).
+"""A step's write costs the same at its run's 10th step and its 10,000th (PostgreSQL),
+and touches one page of the dedupe index for its two events (SQLite).
 
 Every live step runs ``append_with_events`` (its record and events in one statement), and
 psycopg prepares it after a few calls, so the server reuses one generic plan, made without
@@ -6,17 +7,22 @@ the parameters' values. Checked here on a journal whose statistics say runs have
 events (many short runs analysed) and one long run written after: the generic plan probes
 the dedupe index once per new event and reads none of the run's other events (a hash anti
 join there hashed every one of them at each step); and the query text is short enough for
-psycopg to cache its parsing (a longer one is parsed again at every call).
+psycopg to cache its parsing (a longer one is parsed again at every call). On SQLite a
+step's ``step.started`` and ``step.completed`` dedupes sort side by side, so the unique
+dedupe index takes both entries in one leaf page (each page is a WAL write of 4 KB).
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+import durably
 from durably.clock import FakeClock
 from durably.events import new_event
 from durably.store.postgres import PostgresStore, _events_sql
@@ -127,3 +133,26 @@ def _nodes(plan: dict[str, Any]) -> Any:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
+
+
+def test_sqlite_a_step_events_sit_side_by_side_in_the_dedupe_index(tmp_path: Path) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}")
+
+    @engine.workflow()
+    def flow(ctx: durably.Context) -> int:
+        for i in range(12):  # positions 0..11: "10" sorts before "2" as text
+            ctx.step("s", abs, -i)
+        return 0
+
+    engine.run(flow, run_id="r")
+    engine.close()
+    conn = sqlite3.connect(tmp_path / "j.db")
+    rows = conn.execute(
+        "SELECT kind, position FROM events WHERE run_id = 'r' AND position IS NOT NULL"
+        " ORDER BY dedupe"  # the order of the dedupe index's entries
+    ).fetchall()
+    conn.close()
+    assert len(rows) == 24
+    for started, completed in zip(rows[::2], rows[1::2], strict=True):
+        assert started[1] == completed[1], rows  # one position after the other
+        assert {started[0], completed[0]} == {"step.started", "step.completed"}, rows
