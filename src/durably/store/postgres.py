@@ -1010,6 +1010,7 @@ class PostgresStore:
                 # Under the run row's lock, so a claim cannot raise the token before commit.
                 if _scalar(conn, "lock_token", params) != token:
                     raise LeaseLost(run_id, token)
+                conn.execute(_Q["release_renamed_signal"], params)
                 found = conn.execute(_Q["taken_signal"], params).fetchone()
                 if found is None:
                     found = conn.execute(_Q["oldest_signal"], params).fetchone()

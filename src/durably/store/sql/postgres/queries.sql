@@ -540,6 +540,13 @@ ORDER BY seq LIMIT 1;
 -- name: consume_signal
 UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq = %(seq)s;
 
+-- name: release_renamed_signal
+-- A wait at %(consumer)s now asks for another name: what it took under the old name was
+-- never recorded (the process died first, then a deploy changed the wait), so it goes
+-- back to its queue instead of staying taken by a wait that no longer exists.
+UPDATE signals SET consumed_by = NULL
+WHERE run_id = %(run_id)s AND consumed_by = %(consumer)s AND name <> %(name)s;
+
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
