@@ -799,7 +799,19 @@ class AsyncContext:
             _dispose((aw,))  # never started: close it, or Python warns it was never awaited
             raise
         SCOPE.set(scope)
-        result: T = await aw
+        core = self._core
+        try:
+            result: T = await aw
+        except BaseException as exc:
+            parked = core.branch_parks.get(prefix)
+            if parked is not None and exc is not parked:
+                # The branch parked, then its code caught the park (a bare except) and
+                # raised something else: the park still decides, as a latched stop would.
+                raise parked.with_traceback(None) from exc
+            raise
+        parked = core.branch_parks.get(prefix)
+        if parked is not None:
+            raise parked.with_traceback(None)  # it caught its own park and returned
         return result
 
 

@@ -276,3 +276,27 @@ def test_a_branch_that_catches_its_park_cannot_go_on_live(engine: durably.Engine
         engine.run(wf, run_id="r")
     # The sibling went on live; the branch's own next recording call raised its park again.
     assert ran == ["side"]
+
+
+def test_a_branch_turning_its_park_into_an_error_still_parks_without_compensating(
+    engine: durably.Engine, clock: durably.FakeClock
+) -> None:
+    undone: list[str] = []
+
+    async def branch(ctx: durably.AsyncContext) -> str:
+        async with ctx.saga() as saga:
+            await saga.step("book", lambda: "booked", lambda: undone.append("book"))
+            try:
+                await ctx.sleep(MIN)
+            except BaseException:
+                raise ValueError("turned the park into an error") from None
+        return "done"
+
+    @engine.workflow(name="wf")
+    async def wf(ctx: durably.AsyncContext) -> list[Any]:
+        return await ctx.gather(branch(ctx), ctx.sleep(2 * MIN))
+
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="r")
+    assert undone == []  # a park is never a reason to compensate
+    assert engine.get_run("r").status == "parked"
