@@ -1067,8 +1067,9 @@ async def _after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
     import asyncio
 
     try:
-        while pending := [t for t in tasks if not t.done()]:
-            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+        while True:
+            # Branches that ended already count too (they may all have ended before this
+            # ran): one that ended otherwise than by returning or parking ends the gather.
             for t in tasks:  # in branch order, as asyncio.gather would raise
                 if t.done():
                     if t.cancelled():
@@ -1076,6 +1077,10 @@ async def _after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
                     exc = t.exception()
                     if exc is not None and not _local_park(core, exc):
                         raise exc
+            pending = [t for t in tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException as exc:
         await _unwind(core, tasks, exc)
         raise

@@ -300,3 +300,22 @@ def test_a_branch_turning_its_park_into_an_error_still_parks_without_compensatin
         engine.run(wf, run_id="r")
     assert undone == []  # a park is never a reason to compensate
     assert engine.get_run("r").status == "parked"
+
+
+def test_a_sibling_failing_before_the_gather_looks_still_fails_it(
+    engine: durably.Engine,
+) -> None:
+    """Every branch may have ended (one parked, one failed) before the gather sees the
+    park: the failure is not lost behind it."""
+
+    async def fails_later(ctx: durably.AsyncContext) -> None:
+        await ctx.step("in_thread", lambda: "slow enough to let the sibling park first")
+        raise ValueError("boom")
+
+    @engine.workflow(name="wf")
+    async def wf(ctx: durably.AsyncContext) -> list[Any]:
+        return await ctx.gather(fails_later(ctx), ctx.sleep(MIN))
+
+    with pytest.raises(durably.WorkflowFailed, match="boom"):
+        engine.run(wf, run_id="r")
+    assert engine.get_run("r").status == "failed"
