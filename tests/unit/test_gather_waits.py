@@ -15,7 +15,7 @@ import pytest
 
 import durably
 from durably.approvals import approval_digest
-from durably.history import HALT
+from durably.history import COMPENSATE, HALT
 
 MIN = 60.0
 
@@ -298,7 +298,8 @@ def test_a_branch_turning_its_park_into_an_error_still_parks_without_compensatin
 
     with pytest.raises(durably.RunParked):
         engine.run(wf, run_id="r")
-    assert undone == []  # a park is never a reason to compensate
+    assert undone == []  # a park is never a reason to compensate: nothing began one
+    assert COMPENSATE not in [r.kind for r in engine.history("r")]
     assert engine.get_run("r").status == "parked"
 
 
@@ -309,8 +310,10 @@ def test_a_sibling_failing_before_the_gather_looks_still_fails_it(
     park: the failure is not lost behind it."""
 
     async def fails_later(ctx: durably.AsyncContext) -> None:
-        await ctx.step("in_thread", lambda: "slow enough to let the sibling park first")
-        raise ValueError("boom")
+        import asyncio
+
+        await asyncio.sleep(0)  # one turn of the loop: the sibling parks first
+        raise ValueError("boom")  # ...and this ends before the gather wakes up
 
     @engine.workflow(name="wf")
     async def wf(ctx: durably.AsyncContext) -> list[Any]:
