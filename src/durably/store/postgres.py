@@ -1053,13 +1053,22 @@ class PostgresStore:
 
         def op(conn: Conn, retried: bool) -> ApprovalRow:
             with conn.transaction():
-                status = _scalar(conn, "lock_run_status", key)
+                run = conn.execute(_Q["lock_run_status"], key).fetchone()
                 found = conn.execute(_Q["get_approval"], key).fetchone()
                 row = None if found is None else approval_row(found)
                 if retried and row is not None and _same_decision(row, outcome, by, note):
                     # The first attempt committed before its connection died: done.
                     return row
-                row = check_decidable(run_id, request_id, status, row, digest, now, self.where)
+                row = check_decidable(
+                    run_id,
+                    request_id,
+                    None if run is None else run[0],
+                    row,
+                    digest,
+                    now,
+                    self.where,
+                    cancelling=run is not None and bool(run[1]),
+                )
                 params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
                 conn.execute(_Q["decide_approval"], params)
                 decided = dataclasses.replace(

@@ -362,11 +362,15 @@ def check_decidable(
     digest: str,
     now: float,
     where: str,
+    *,
+    cancelling: bool = False,
 ) -> ApprovalRow:
     """Raise unless a person may decide the request ``row`` of a run with ``status``
     (None: no such run) naming ``digest``; return the row. The order matters: an unknown
     run or request says so before anything about digests, and a wrong digest is refused
-    before saying whether the request was decided (it names another action)."""
+    before saying whether the request was decided (it names another action).
+    ``cancelling``: a cancel was asked for, so the run unwinds at its next wake and never
+    uses a decision (accepting one would tell the person it was approved)."""
     if status is None:
         raise RunNotFound(
             f"no run {run_id!r} in {where}; nothing was decided. `durably approvals list`"
@@ -400,5 +404,11 @@ def check_decidable(
         raise RunFinished(
             f"run {run_id!r} is already {status}, so nothing waits for request"
             f" {request_id} any more; nothing was decided"
+        )
+    if cancelling:
+        raise RunFinished(
+            f"run {run_id!r} is being cancelled (a cancel was asked for), so it will not"
+            f" act on request {request_id}: nothing was decided. `durably runs why"
+            f" {run_id}` says when it ends"
         )
     return row

@@ -1,0 +1,63 @@
+"""Review of human approvals (issue 12): ways to decide something other than what was
+shown, or to be told a decision was taken that nothing will act on. Real SQLite files and
+real PostgreSQL schemas; hand-edited rows written with sqlite3 directly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import durably
+from durably.cli import main as cli
+
+ARGS = {"order": "A-17", "amount": 20}
+
+
+def client_digest(action: str, args: Any) -> str:
+    text = json.dumps([action, args], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def refund(engine: durably.Engine, paid: list[str]) -> Any:
+    @engine.workflow(name="refund")
+    def wf(ctx: durably.Context) -> str:
+        d = ctx.request_approval("refund", ARGS)
+        if d.approved:
+            ctx.step("pay", lambda: paid.append("pay"))
+        return d.outcome
+
+    return wf
+
+
+def test_a_run_being_cancelled_takes_no_decision(journal_url: str) -> None:
+    # A person approving a run whose cancel was asked for was told "approved" (with an
+    # approval.decided event) while the run unwound and ended cancelled: nothing ever
+    # acted on the approval. The request is no longer listed, and a decision is refused.
+    paid: list[str] = []
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+        wf = refund(engine, paid)
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        digest = client_digest("refund", ARGS)
+        assert [p.digest for p in engine.pending_approvals()] == [digest]
+        engine.cancel("r1", "customer withdrew")
+        assert engine.pending_approvals() == [] and engine.pending_approvals("r1") == []
+        with pytest.raises(durably.RunFinished, match="being cancelled.*nothing was decided"):
+            engine.approve("r1", "0", digest=digest, by="ana")
+        res = CliRunner().invoke(
+            cli, ["approve", "r1", "0", "--digest", digest[:8], "--db", journal_url]
+        )
+        assert res.exit_code == 1 and "being cancelled" in res.output
+        row = engine.store.get_approval("r1", "0")
+        assert row is not None and row.outcome is None
+        with pytest.raises(durably.Cancelled):
+            engine.resume("r1")
+        assert engine.get_run("r1").status == "cancelled" and paid == []
+        kinds = [e.kind for e in engine.events("r1").events]
+        assert "approval.decided" not in kinds
