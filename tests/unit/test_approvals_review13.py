@@ -61,3 +61,25 @@ def test_a_run_being_cancelled_takes_no_decision(journal_url: str) -> None:
         assert engine.get_run("r1").status == "cancelled" and paid == []
         kinds = [e.kind for e in engine.events("r1").events]
         assert "approval.decided" not in kinds
+
+
+def test_an_approvals_row_for_another_action_blocks_the_run(tmp_path: Path) -> None:
+    # The run's driver took the decision of its approvals row without checking that the
+    # row is the request it recorded: a row edited to show other arguments (and their
+    # digest) could be approved, and the run acted on its own, different arguments.
+    paid: list[str] = []
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+        wf = refund(engine, paid)
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        shown = {"order": "A-17", "amount": 1}
+        with sqlite3.connect(tmp_path / "j.db") as db:
+            db.execute(
+                "UPDATE approvals SET args = ?, digest = ?",
+                (json.dumps(shown), client_digest("refund", shown)),
+            )
+        engine.approve("r1", "0", digest=client_digest("refund", shown), by="ana")
+        with pytest.raises(durably.SerializationError, match="edited by hand"):
+            engine.resume("r1")
+        assert engine.get_run("r1").status == "blocked" and paid == []
