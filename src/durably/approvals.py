@@ -261,6 +261,17 @@ class ApprovalRow:
             utc(self.expires_at),
         )
 
+    def shows_its_digest(self) -> bool:
+        """Whether the row's action and arguments are what its digest covers (the
+        canonical ``[action, args]`` hashes to it): false only after a hand edit, when
+        a decision naming the digest would approve something other than what is shown."""
+        text = "[" + _ENCODER.encode(self.action) + "," + self.args + "]"
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return hashlib.sha256(data).hexdigest() == self.digest
+
     def decision(self) -> Decision:
         """The row's decision (it must have one)."""
         assert self.outcome is not None and self.decided_at is not None

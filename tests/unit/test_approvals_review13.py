@@ -77,9 +77,40 @@ def test_an_approvals_row_for_another_action_blocks_the_run(tmp_path: Path) -> N
         with sqlite3.connect(tmp_path / "j.db") as db:
             db.execute(
                 "UPDATE approvals SET args = ?, digest = ?",
-                (json.dumps(shown), client_digest("refund", shown)),
+                (
+                    json.dumps(shown, sort_keys=True, separators=(",", ":")),
+                    client_digest("refund", shown),
+                ),
             )
         engine.approve("r1", "0", digest=client_digest("refund", shown), by="ana")
         with pytest.raises(durably.SerializationError, match="edited by hand"):
             engine.resume("r1")
         assert engine.get_run("r1").status == "blocked" and paid == []
+
+
+@pytest.mark.parametrize("shown", ['{"amount":1,"order":"A-17"}', "{bad"])
+def test_a_row_whose_arguments_are_not_its_digest_cannot_be_decided(
+    tmp_path: Path, shown: str
+) -> None:
+    # The digest binds a decision to the action shown only if what is shown hashes to it:
+    # a row whose arguments were edited (digest kept) was approved by its digest prefix
+    # while `durably approve` printed the edited arguments, and the run then acted on
+    # the recorded ones.
+    paid: list[str] = []
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+        wf = refund(engine, paid)
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        with sqlite3.connect(tmp_path / "j.db") as db:
+            db.execute("UPDATE approvals SET args = ?", (shown,))
+        digest = client_digest("refund", ARGS)
+        with pytest.raises(durably.DurablyError, match="edited by hand.*Nothing was decided"):
+            engine.approve("r1", "0", digest=digest, by="ana")
+        res = CliRunner().invoke(cli, ["approve", "r1", "0", "--digest", digest[:8], "--db", url])
+        assert res.exit_code == 1 and "do not hash to its digest" in res.output
+        row = engine.store.get_approval("r1", "0")
+        assert row is not None and row.outcome is None
+        with pytest.raises(durably.RunParked):
+            engine.resume("r1")
+        assert paid == []

@@ -395,6 +395,13 @@ def check_decidable(
             " or other arguments, so it was refused and nothing changed. Read the request"
             " again (`durably approvals list`) and decide on what it shows"
         )
+    if not row.shows_its_digest():
+        raise NotADurablyDatabase(
+            f"run {run_id!r} request {request_id}: the action and arguments of its approvals"
+            f" row do not hash to its digest {row.digest[:12]}...: the row was edited by hand,"
+            " so what it shows is not what the run asked for. Nothing was decided; restore"
+            " the row from a backup"
+        )
     if row.outcome is not None:
         raise ApprovalAlreadyDecided(run_id, request_id, row.outcome, row.by, row.decided_at)
     if row.expires_at is not None and now >= row.expires_at:
