@@ -114,3 +114,75 @@ def test_a_row_whose_arguments_are_not_its_digest_cannot_be_decided(
         with pytest.raises(durably.RunParked):
             engine.resume("r1")
         assert paid == []
+
+
+# A client in another language: JavaScript's own JSON, keys sorted, sha256 of the UTF-8.
+NODE_DIGEST = r"""
+const crypto = require("crypto");
+const sorted = (v) => Array.isArray(v) ? v.map(sorted)
+  : v !== null && typeof v === "object"
+    ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])])) : v;
+const rows = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const out = rows.map((r) => crypto.createHash("sha256")
+  .update(JSON.stringify([r.action, sorted(r.args)]), "utf8").digest("hex"));
+process.stdout.write(JSON.stringify(out));
+"""
+
+MIXED = {
+    "amount": 20.0,
+    "fee": 1.5,
+    "zero": -0.0,
+    "sum": 0.1 + 0.2,
+    "big": 2**53 - 1,
+    "memo": 'café ☕ 🙂 \x1f\x7f \u2028 "q" \\',
+    "nested": {"é": [1.0, {"b": True, "a": None}], "Z": "z", "a": 123456.789},
+}
+
+
+def test_a_javascript_client_recomputes_the_listed_digest(tmp_path: Path) -> None:
+    # The digest was json.dumps of the workflow's own values: 20.0 hashed as "20.0",
+    # -0.0 as "-0.0", while every JavaScript (or Go) client that reads the listed args
+    # writes 20 and 0, so it could never recompute the digest of a request with a
+    # whole-valued float in it.
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            return ctx.request_approval("refund", MIXED).outcome
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        listed = CliRunner().invoke(cli, ["approvals", "list", "--json", "--db", url])
+        assert listed.exit_code == 0, listed.output
+        got = subprocess.run(
+            [node, "-e", NODE_DIGEST], input=listed.output, capture_output=True, text=True
+        )
+        assert got.returncode == 0, got.stderr
+        [p] = engine.pending_approvals()
+        assert json.loads(got.stdout) == [p.digest]
+        assert client_digest(p.action, p.args) == p.digest  # the documented Python recipe
+        assert type(json.loads(listed.output)[0]["args"]["amount"]) is int  # listed as 20
+        assert engine.approve("r1", "0", digest=p.digest).approved
+
+
+@pytest.mark.parametrize("value", [1e-05, 1e16, -2.5e-7, 1.5e300])
+def test_a_float_other_languages_print_otherwise_blocks_the_run(
+    tmp_path: Path, value: float
+) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            return ctx.request_approval("refund", {"rate": value}).outcome
+
+        with pytest.raises(durably.ConfigError, match="pass it as a string"):
+            engine.run(wf, run_id="r1")
+        assert engine.get_run("r1").status == "blocked" and engine.pending_approvals() == []
