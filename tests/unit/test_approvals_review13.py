@@ -186,3 +186,28 @@ def test_a_float_other_languages_print_otherwise_blocks_the_run(
         with pytest.raises(durably.ConfigError, match="pass it as a string"):
             engine.run(wf, run_id="r1")
         assert engine.get_run("r1").status == "blocked" and engine.pending_approvals() == []
+
+
+def test_bidi_marks_and_line_separators_are_shown_escaped(tmp_path: Path) -> None:
+    # `durably approvals list` and `durably approve` printed the bidirectional marks
+    # (RLM, LRM, ALM: they reorder the digits and signs around them) and U+2028/U+2029
+    # (line breaks in some terminals) raw, so the arguments a person approved could read
+    # otherwise than they are; the overrides (U+202E) were already escaped.
+    sneaky = "\u200f\u061c\u200e\u2028\u2029"
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            return ctx.request_approval("pay" + sneaky, {"to": "acct-1" + sneaky}).outcome
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        [p] = engine.pending_approvals()
+        listed = CliRunner().invoke(cli, ["approvals", "list", "--db", url])
+        shown = CliRunner().invoke(
+            cli, ["approve", "r1", "0", "--digest", p.digest[:8], "--db", url]
+        )
+        for out in (listed.output, shown.output):
+            assert not set(sneaky) & set(out), repr(out)
+        assert "\\u200f" in listed.output and "acct-1\\u200f\\u061c" in shown.output
