@@ -211,3 +211,41 @@ def test_bidi_marks_and_line_separators_are_shown_escaped(tmp_path: Path) -> Non
         for out in (listed.output, shown.output):
             assert not set(sneaky) & set(out), repr(out)
         assert "\\u200f" in listed.output and "acct-1\\u200f\\u061c" in shown.output
+
+
+@pytest.mark.postgres
+def test_a_retried_decision_with_a_wrong_digest_is_refused(pg_url: str) -> None:
+    # PostgreSQL retries a decision once on a lost connection and took a row already
+    # holding the same outcome, by and note as its own committed first attempt, without
+    # the digest: a wrong digest whose connection dropped was answered "approved" when
+    # someone else (anonymous too) had approved the request meanwhile.
+    import psycopg
+
+    paid: list[str] = []
+    with (
+        durably.Engine(pg_url, park_wait_s=0) as engine,
+        durably.Engine(pg_url, park_wait_s=0) as other,
+    ):
+        wf = refund(engine, paid)
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        digest = client_digest("refund", ARGS)
+        store: Any = engine.store
+        call = store._call
+        dropped: list[bool] = []
+
+        def drop_first(op: Any) -> Any:
+            def attempt(conn: Any, retried: bool) -> Any:
+                if not dropped:  # someone else decides, then this connection dies
+                    dropped.append(True)
+                    other.approve("r1", "0", digest=digest)
+                    raise psycopg.OperationalError("injected: the server closed the connection")
+                return op(conn, retried)
+
+            return call(attempt)
+
+        store._call = drop_first
+        wrong = client_digest("refund", {**ARGS, "amount": 20000})
+        with pytest.raises(durably.ApprovalMismatch):
+            engine.approve("r1", "0", digest=wrong)
+        assert dropped == [True]
