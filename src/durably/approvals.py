@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import ConfigError, SerializationError
-from .history import check_name
+from .history import NAME_BYTES_MAX, check_name
 
 __all__ = [
     "APPROVED",
@@ -313,6 +313,16 @@ def check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
             f"ctx.request_approval({action!r}): timeout_s must be None (wait for ever) or a"
             f" number of seconds from 0 to {APPROVAL_TIMEOUT_S_MAX:,.0f}, got"
             f" {timeout_s!r:.100}. The run is blocked; fix the code, then resume it."
+        )
+    step_name = f"on_timeout:{action}"
+    if callable(on_timeout) and len(step_name.encode("utf-8")) > NAME_BYTES_MAX:
+        # Checked at the request, not at the expiry: the run would wait out its timeout
+        # and only then block on a step name too long to record.
+        raise ConfigError(
+            f"ctx.request_approval({action[:40]!r}...): with an on_timeout function the"
+            f" action is also the name of the step {step_name[:40]!r}..., which is"
+            f" {len(step_name.encode('utf-8')):,} bytes, more than {NAME_BYTES_MAX}; use a"
+            " shorter action. The run is blocked; fix the code, then resume it."
         )
     if on_timeout not in ("reject", "cancel") and not callable(on_timeout):
         raise ConfigError(

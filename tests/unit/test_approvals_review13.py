@@ -249,3 +249,23 @@ def test_a_retried_decision_with_a_wrong_digest_is_refused(pg_url: str) -> None:
         with pytest.raises(durably.ApprovalMismatch):
             engine.approve("r1", "0", digest=wrong)
         assert dropped == [True]
+
+
+def test_an_action_too_long_for_its_on_timeout_step_blocks_at_the_request(
+    tmp_path: Path,
+) -> None:
+    # An action of 190 to 200 bytes is a valid action, but "on_timeout:" + action is too
+    # long a step name: the run waited out the whole timeout, took the expiry, and only
+    # then blocked on the name. It is refused when the request is made.
+    clock = durably.FakeClock()
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0, clock=clock) as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            d = ctx.request_approval("a" * 195, {}, timeout_s=86400, on_timeout=lambda: "x")
+            return str(d.value)
+
+        with pytest.raises(durably.ConfigError, match="shorter action"):
+            engine.run(wf, run_id="r1")
+        assert engine.get_run("r1").status == "blocked" and engine.history("r1") == []
