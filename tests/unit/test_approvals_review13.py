@@ -269,3 +269,17 @@ def test_an_action_too_long_for_its_on_timeout_step_blocks_at_the_request(
         with pytest.raises(durably.ConfigError, match="shorter action"):
             engine.run(wf, run_id="r1")
         assert engine.get_run("r1").status == "blocked" and engine.history("r1") == []
+
+
+def test_an_upper_case_digest_is_refused_saying_why(tmp_path: Path) -> None:
+    # The API compares digests exactly; an upper-cased copy of the right digest was
+    # refused as "another action", which sends the person re-reading the request.
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+        wf = refund(engine, [])
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="r1")
+        digest = client_digest("refund", ARGS)
+        with pytest.raises(durably.ApprovalMismatch, match="lowercase hex"):
+            engine.approve("r1", "0", digest=digest.upper())
+        assert engine.pending_approvals()[0].digest == digest

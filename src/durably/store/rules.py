@@ -387,6 +387,8 @@ def check_decidable(
         hint = (
             " (the API takes the full 64-hex digest; the CLI takes a prefix)"
             if len(digest) != len(row.digest)
+            else " (digests are lowercase hex: pass it as listed)"
+            if digest.lower() == row.digest
             else ""
         )
         raise ApprovalMismatch(
