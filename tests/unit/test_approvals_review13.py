@@ -283,3 +283,25 @@ def test_an_upper_case_digest_is_refused_saying_why(tmp_path: Path) -> None:
         with pytest.raises(durably.ApprovalMismatch, match="lowercase hex"):
             engine.approve("r1", "0", digest=digest.upper())
         assert engine.pending_approvals()[0].digest == digest
+
+
+def test_the_approve_command_runs_why_prints_works_for_a_run_id_like_an_option(
+    tmp_path: Path,
+) -> None:
+    # `runs why` printed `durably approve -r1 0 --digest ...` for run "-r1", which click
+    # reads as an unknown option -r: the exact command it promises exited 2.
+    import re
+    import shlex
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url, park_wait_s=0) as engine:
+        wf = refund(engine, [])
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="-r1")
+        why = CliRunner().invoke(cli, ["runs", "why", "--db", url, "--", "-r1"])
+        found = re.search(r"`(durably approve [^`]*)`", why.output)
+        assert found is not None, why.output
+        command = shlex.split(found.group(1))[1:]
+        done = CliRunner().invoke(cli, [command[0], "--db", url, *command[1:]])
+        assert done.exit_code == 0, done.output
+        assert "approved run -r1 request 0" in done.output
