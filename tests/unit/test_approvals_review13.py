@@ -48,7 +48,7 @@ def test_a_run_being_cancelled_takes_no_decision(journal_url: str) -> None:
         assert [p.digest for p in engine.pending_approvals()] == [digest]
         engine.cancel("r1", "customer withdrew")
         assert engine.pending_approvals() == [] and engine.pending_approvals("r1") == []
-        with pytest.raises(durably.RunFinished, match="being cancelled.*nothing was decided"):
+        with pytest.raises(durably.RunFinished, match=r"being cancelled.*nothing was decided"):
             engine.approve("r1", "0", digest=digest, by="ana")
         res = CliRunner().invoke(
             cli, ["approve", "r1", "0", "--digest", digest[:8], "--db", journal_url]
@@ -105,7 +105,7 @@ def test_a_row_whose_arguments_are_not_its_digest_cannot_be_decided(
         with sqlite3.connect(tmp_path / "j.db") as db:
             db.execute("UPDATE approvals SET args = ?", (shown,))
         digest = client_digest("refund", ARGS)
-        with pytest.raises(durably.DurablyError, match="edited by hand.*Nothing was decided"):
+        with pytest.raises(durably.DurablyError, match=r"edited by hand.*Nothing was decided"):
             engine.approve("r1", "0", digest=digest, by="ana")
         res = CliRunner().invoke(cli, ["approve", "r1", "0", "--digest", digest[:8], "--db", url])
         assert res.exit_code == 1 and "do not hash to its digest" in res.output
