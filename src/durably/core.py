@@ -607,7 +607,9 @@ class RunCore:
     def step_event(self, kind: str, pos: str, data: dict[str, Any], tail: str = "") -> NewEvent:
         """A step event of this claim (its dedupe carries the fencing token: a write
         retried after an unknown outcome stores it once; a later claim's is another)."""
-        dedupe = f"t{self.token}:{kind}:{pos}{tail}"
+        # The position before the kind: a step's started and completed events sit side by
+        # side in the dedupe index, so its write touches one index page, not two.
+        dedupe = f"t{self.token}:{pos}:{kind}{tail}"
         return new_event(kind, pos, data, self.clock.time(), dedupe)
 
     def emit(self, kind: Any, data: Any = None) -> None:

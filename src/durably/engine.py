@@ -210,6 +210,12 @@ class Engine:
                 f"park_wait_s={park_wait_s!r}: must be None (wait in-process as long as a"
                 " parked run needs) or a number of seconds >= 0"
             )
+        if park_wait_s is not None:
+            # A bound past any float (10**400) or infinity is no bound at all; kept as a
+            # float, a huge int would overflow where the wait's deadline is computed.
+            park_wait_s = float(park_wait_s) if park_wait_s < 1e300 else math.inf
+            if math.isinf(park_wait_s):
+                park_wait_s = None
         self.park_wait_s = park_wait_s
         self.url = url or os.environ.get("DURABLY_URL") or DEFAULT_URL
         self.clock: Clock = clock or SystemClock()

@@ -362,7 +362,7 @@ class NewEvent:
     """An event on its way into a run's stream; the store gives it its cursor.
 
     ``data`` is canonical JSON text. ``dedupe`` names this occurrence of the event within
-    its run (for example ``emit:3:0`` for the first emit at position 3, or ``t7:step.completed:3``
+    its run (for example ``emit:3:0`` for the first emit at position 3, or ``t7:3:step.completed``
     for a step result recorded under fencing token 7): a write repeated after an unknown
     commit outcome, or an emit replayed after a crash, is stored once.
     """

@@ -330,6 +330,51 @@ def test_a_write_repeated_after_an_unknown_outcome_stores_its_events_once(
     assert len(all_events(engine, "r")) == 5
 
 
+@pytest.mark.parametrize("count", [2, 3, 8, 9, 20])
+def test_one_write_of_many_events_numbers_them_in_order_and_stores_repeats_once(
+    engine: durably.Engine, clock: FakeClock, count: int
+) -> None:
+    # A step's write carries its two events and every emit since the last step: PostgreSQL
+    # writes up to 8 of them as one VALUES list and more as arrays, so both sides of that
+    # line are written here, each with repeats of events stored earlier mixed in.
+    store = engine.store
+
+    @engine.workflow()
+    def idle(ctx: durably.Context) -> None:
+        return None
+
+    engine.start(idle, run_id="r")
+    run = store.claim("r", other_owner(), 300, 10, lambda _: False)
+    before = len(all_events(engine, "r"))
+
+    def emits(first: int, n: int) -> list[Any]:
+        return [
+            new_event(USER, "0", {"i": i, "q": 'a "quoted" \\ text'}, clock.time(), f"e:{i}")
+            for i in range(first, first + n)
+        ]
+
+    rec = StepRecord("0", "step", "s", "d" * 64, "ok", "1", started_at=1.0, finished_at=2.0)
+    first = emits(0, count)
+    assert store.append("r", run.fencing_token, [rec], first) is False
+    # The same write again (its outcome was unknown): nothing new.
+    store.append("r", run.fencing_token, [rec], first)
+    assert [e.cursor for e in all_events(engine, "r")] == list(range(1, before + count + 1))
+    # Events alone (a retry's), new ones among repeats: the new ones take the next
+    # cursors in their order, no gap.
+    store.append("r", run.fencing_token, [], [*first[::2], *emits(count, count), *first[1::2]])
+    events = all_events(engine, "r")[before:]
+    assert [e.cursor for e in events] == list(range(before + 1, before + 2 * count + 1))
+    assert [e.data["i"] for e in events] == list(range(2 * count))
+    assert all(e.data["q"] == 'a "quoted" \\ text' for e in events)
+    assert [e.position for e in events] == ["0"] * (2 * count)
+    # A record with new events and repeats in one write (the next step's).
+    later = [*emits(2 * count, count), *first]
+    store.append("r", run.fencing_token, [rec.replace(position="1")], later)
+    events = all_events(engine, "r")[before:]
+    assert [e.cursor for e in events] == list(range(before + 1, before + 3 * count + 1))
+    assert [e.data["i"] for e in events] == list(range(3 * count))
+
+
 def test_a_retry_is_committed_before_its_backoff_and_a_stale_one_refused(
     engine: durably.Engine,
 ) -> None:

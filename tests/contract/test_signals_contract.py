@@ -162,3 +162,16 @@ def test_a_send_repeated_under_its_name_is_stored_once(store: Store) -> None:
     assert store.send_signal("r1", "go", '"once"', "send-1") == 1
     with pytest.raises(RunFinished):
         store.send_signal("r1", "go", '"new"', "send-3")
+
+
+def test_a_signal_taken_by_a_wait_that_was_renamed_goes_back(store: Store) -> None:
+    """A process took signal 'go' for the wait at position 3 and died before recording
+    it; the redeployed code waits for 'start' there. The 'go' signal must not stay taken
+    by a wait that no longer exists: a later wait for 'go' gets it."""
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.send_signal("r1", "go", '"first"')
+    assert store.take_signal("r1", token, "go", "3") == (1, '"first"')
+    assert store.take_signal("r1", token, "start", "3") is None  # the renamed wait
+    assert store.take_signal("r1", token, "go", "4") == (1, '"first"')
+    assert store.take_signal("r1", token, "go", "4") == (1, '"first"')  # still idempotent

@@ -160,3 +160,49 @@ def test_no_pickle_anywhere() -> None:
     for path in src.rglob("*.py"):
         text = path.read_text()
         assert "import pickle" not in text and "pickle.loads" not in text, path
+
+
+class _Level(enum.IntEnum):
+    LOW = 1
+
+
+flat_values = st.dictionaries(
+    st.text(max_size=6),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # nan and infinities too: tagged, so not "flat"
+    | st.text(max_size=6)
+    | st.just(_Level.LOW),
+    max_size=4,
+)
+
+
+@given(flat_values)
+def test_a_flat_dict_encodes_as_the_full_walk_does(d: dict[str, Any]) -> None:
+    # codec.dumps skips to_json for a dict of plain scalars (every step's result and
+    # event data): the text must be the one the full walk gives, byte for byte.
+    assert codec.dumps(d) == codec.canonical(codec.to_json(d))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"$tag": 1},  # a lone "$" key is escaped as pairs
+        {"$a": 1, "b": 2},
+        {1: "x"},  # a non-str key makes a $map
+        {"x": float("inf")},
+        {"x": float("nan")},
+        {"x": _Level.LOW},
+        {"x": True, "y": None},
+        {},
+    ],
+)
+def test_a_dict_the_fast_path_must_not_take_encodes_as_before(value: dict[Any, Any]) -> None:
+    assert codec.dumps(value) == codec.canonical(codec.to_json(value))
+    assert codec.dumps(codec.loads(codec.dumps(value))) == codec.dumps(value)
+
+
+def test_a_flat_dict_with_a_lone_surrogate_is_still_refused() -> None:
+    with pytest.raises(SerializationError, match="surrogate"):
+        codec.dumps({"text": "cut \udc80"})

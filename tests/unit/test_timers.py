@@ -548,3 +548,24 @@ def test_a_worker_frees_its_slot_while_a_run_is_parked_and_resumes_it_when_due(
     assert worker.stats.other["parked"] == 1
     assert worker.stats.completed == 2 and worker.stats.claimed == 3
     engine.close()
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "10", True])
+def test_park_wait_s_refuses_what_is_not_a_number_of_seconds(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(durably.ConfigError, match=r"park_wait_s=.*must be None"):
+        durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", park_wait_s=bad)
+
+
+@pytest.mark.parametrize("huge", [10**400, float("inf")])
+def test_a_park_wait_past_any_float_is_no_bound(tmp_path: Path, huge: Any) -> None:
+    """10**400 used to overflow where engine.run computed the wait's deadline."""
+    clock = durably.FakeClock()
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", clock=clock, park_wait_s=huge) as e:
+        assert e.park_wait_s is None
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            ctx.sleep(60)
+            return "woke"
+
+        assert e.run(w, run_id="r") == "woke"

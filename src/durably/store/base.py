@@ -336,7 +336,9 @@ class Store(Protocol):
         return ``(seq, data)``, or None when there is none. Fenced (``LeaseLost`` on a
         stale token). Idempotent: a signal already consumed by ``consumer`` (the reply
         was lost, or the process died before the wait was recorded) is returned again;
-        otherwise the oldest unconsumed signal of ``name`` is taken (FIFO)."""
+        otherwise the oldest unconsumed signal of ``name`` is taken (FIFO). A signal of
+        another name taken by ``consumer`` (never recorded; a deploy renamed the wait
+        since) goes back, unconsumed."""
 
     def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
         """Add one call's usage to the run's spend ledger, in one transaction, once per

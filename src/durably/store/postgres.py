@@ -805,7 +805,7 @@ class PostgresStore:
                 # The common write, a step's record and its events: one statement too. A
                 # record with blobs takes the transaction below (its blobs go first).
                 p = {**params[0], **self._event_params(run_id, events)}
-                found = conn.execute(_Q["append_with_events"], p).fetchone()
+                found = conn.execute(_events_sql("append_with_events", len(events)), p).fetchone()
                 if found is None or found[0] != 1:
                     return self._refused(conn, run_id, token, records[0], retried)
                 return bool(found[2])
@@ -1010,6 +1010,7 @@ class PostgresStore:
                 # Under the run row's lock, so a claim cannot raise the token before commit.
                 if _scalar(conn, "lock_token", params) != token:
                     raise LeaseLost(run_id, token)
+                conn.execute(_Q["release_renamed_signal"], params)
                 found = conn.execute(_Q["taken_signal"], params).fetchone()
                 if found is None:
                     found = conn.execute(_Q["oldest_signal"], params).fetchone()
@@ -1108,19 +1109,27 @@ class PostgresStore:
     def _write_events(self, conn: Conn, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number and insert ``events`` inside the open transaction (see write_events)."""
         if events:
-            conn.execute(_Q["write_events"], self._event_params(run_id, events))
+            params = self._event_params(run_id, events)
+            conn.execute(_events_sql("write_events", len(events)), params)
 
     def _event_params(self, run_id: str, events: Sequence[NewEvent]) -> dict[str, Any]:
-        """The parameters of write_events (and append_with_events) for ``events``."""
-        return {
-            "run_id": run_id,
-            "kinds": [e.kind for e in events],
-            "positions": [e.position for e in events],
-            "datas": [e.data for e in events],
-            "ats": [e.at for e in events],
-            "dedupes": [e.dedupe for e in events],
-            "events_channel": self._events_channel,
-        }
+        """The parameters of write_events (and append_with_events) for ``events``, as
+        :func:`_events_sql` names them for their number."""
+        params: dict[str, Any] = {"run_id": run_id, "events_channel": self._events_channel}
+        if len(events) > _EVENTS_VALUES_MAX:
+            params["kinds"] = [e.kind for e in events]
+            params["positions"] = [e.position for e in events]
+            params["datas"] = [e.data for e in events]
+            params["ats"] = [e.at for e in events]
+            params["dedupes"] = [e.dedupe for e in events]
+            return params
+        for i, e in enumerate(events):
+            params[f"k{i}"] = e.kind
+            params[f"p{i}"] = e.position
+            params[f"d{i}"] = e.data
+            params[f"a{i}"] = e.at
+            params[f"x{i}"] = e.dedupe
+        return params
 
     # -- the spend ledger and budgets ---------------------------------------------------
 
@@ -1316,6 +1325,43 @@ def _close(conn: Conn | None) -> None:
             conn.close()
         except psycopg.Error:
             pass  # already dead
+
+
+_EVENTS_VALUES_MAX = 8
+"""Events written at most as a VALUES list (a step's two, plus a few emits); more go as
+arrays. Scalar parameters cost psycopg about half of what five arrays do, the row count
+is part of the query text (so a generic plan is exact), and each count is its own
+prepared statement: few counts, few statements."""
+
+_EVENTS_ROW = (
+    "(%(k{i})s::text, %(p{i})s::text, %(d{i})s::text, %(a{i})s::double precision,"
+    " %(x{i})s::text, {n})"
+)
+# The arrays go through scalar subqueries so that the planner estimates the same row count
+# with or without their values: the cached generic plan then costs what a custom one does
+# and is kept, instead of the statement being planned again at each call.
+_EVENTS_ARRAYS = (
+    "unnest((SELECT %(kinds)s::text[]), (SELECT %(positions)s::text[]),"
+    " (SELECT %(datas)s::text[]), (SELECT %(ats)s::double precision[]),"
+    " (SELECT %(dedupes)s::text[])) WITH ORDINALITY"
+)
+_events_queries: dict[tuple[str, int], str] = {}
+
+
+def _events_sql(name: str, count: int) -> str:
+    """Query ``name`` (write_events or append_with_events) for ``count`` events: its
+    ``{events}`` rows a VALUES list of ``count`` rows, or arrays past
+    ``_EVENTS_VALUES_MAX`` (the parameters :meth:`PostgresStore._event_params` makes)."""
+    key = (name, count if count <= _EVENTS_VALUES_MAX else 0)
+    query = _events_queries.get(key)
+    if query is None:
+        if count > _EVENTS_VALUES_MAX:
+            rows = _EVENTS_ARRAYS
+        else:
+            values = (_EVENTS_ROW.format(i=i, n=i + 1) for i in range(count))
+            rows = f"(VALUES {', '.join(values)})"
+        query = _events_queries[key] = _Q[name].replace("{events}", rows)
+    return query
 
 
 def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:

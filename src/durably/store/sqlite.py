@@ -843,6 +843,7 @@ class SQLiteStore:
             row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
             if row is None or row[0] != token:
                 raise LeaseLost(run_id, token)
+            c.execute(_Q["release_renamed_signal"], params)
             found = c.execute(_Q["taken_signal"], params).fetchone()
             if found is None:
                 found = c.execute(_Q["oldest_signal"], params).fetchone()

@@ -357,11 +357,14 @@ WITH locked AS (
     SELECT last_event FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE
 ), fresh AS (
     SELECT e.kind, e.position, e.data, e.at, e.dedupe, e.ord
-    FROM unnest(%(kinds)s::text[], %(positions)s::text[], %(datas)s::text[],
-                %(ats)s::double precision[], %(dedupes)s::text[])
-         WITH ORDINALITY AS e (kind, position, data, at, dedupe, ord)
-    WHERE NOT EXISTS (SELECT 1 FROM events x
-                      WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe)
+    -- {events}: the events' rows (kind, position, data, at, dedupe, ord), written in
+    -- by PostgresStore._events_sql: a VALUES list for a few events, arrays for many.
+    FROM {events} AS e (kind, position, data, at, dedupe, ord)
+    -- A scalar subquery, not NOT EXISTS: the planner cannot turn it into a hash anti
+    -- join, which in a generic plan (statistics that say a run has few events) hashes
+    -- every event of the run on every step. Each event is one index probe.
+    WHERE (SELECT 1 FROM events x
+           WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe) IS NULL
 ), inserted AS (
     INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
     SELECT %(run_id)s, locked.last_event + row_number() OVER (ORDER BY fresh.ord),
@@ -425,11 +428,14 @@ SET kind = excluded.kind, name = excluded.name, input_digest = excluded.input_di
     FOR NO KEY UPDATE
 ), fresh AS (
     SELECT e.kind, e.position, e.data, e.at, e.dedupe, e.ord
-    FROM unnest(%(kinds)s::text[], %(positions)s::text[], %(datas)s::text[],
-                %(ats)s::double precision[], %(dedupes)s::text[])
-         WITH ORDINALITY AS e (kind, position, data, at, dedupe, ord)
-    WHERE NOT EXISTS (SELECT 1 FROM events x
-                      WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe)
+    -- {events}: the events' rows (kind, position, data, at, dedupe, ord), written in
+    -- by PostgresStore._events_sql: a VALUES list for a few events, arrays for many.
+    FROM {events} AS e (kind, position, data, at, dedupe, ord)
+    -- A scalar subquery, not NOT EXISTS: the planner cannot turn it into a hash anti
+    -- join, which in a generic plan (statistics that say a run has few events) hashes
+    -- every event of the run on every step. Each event is one index probe.
+    WHERE (SELECT 1 FROM events x
+           WHERE x.run_id = %(run_id)s AND x.dedupe = e.dedupe) IS NULL
 ), inserted AS (
     INSERT INTO events (run_id, cursor, kind, position, data, at, dedupe)
     SELECT %(run_id)s, locked.last_event + row_number() OVER (ORDER BY fresh.ord),
@@ -533,6 +539,13 @@ ORDER BY seq LIMIT 1;
 
 -- name: consume_signal
 UPDATE signals SET consumed_by = %(consumer)s WHERE run_id = %(run_id)s AND seq = %(seq)s;
+
+-- name: release_renamed_signal
+-- A wait at %(consumer)s now asks for another name: what it took under the old name was
+-- never recorded (the process died first, then a deploy changed the wait), so it goes
+-- back to its queue instead of staying taken by a wait that no longer exists.
+UPDATE signals SET consumed_by = NULL
+WHERE run_id = %(run_id)s AND consumed_by = %(consumer)s AND name <> %(name)s;
 
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now; the caller then notifies the

@@ -339,6 +339,13 @@ ORDER BY seq LIMIT 1;
 -- name: consume_signal
 UPDATE signals SET consumed_by = :consumer WHERE run_id = :run_id AND seq = :seq;
 
+-- name: release_renamed_signal
+-- A wait at :consumer now asks for another name: what it took under the old name was
+-- never recorded (the process died first, then a deploy changed the wait), so it goes
+-- back to its queue instead of staying taken by a wait that no longer exists.
+UPDATE signals SET consumed_by = NULL
+WHERE run_id = :run_id AND consumed_by = :consumer AND name <> :name;
+
 -- name: wake_for_signal
 -- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
 -- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
