@@ -15,6 +15,15 @@ themselves, not ``\\u`` escapes)::
     text = json.dumps([action, args], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
 
+The recipe is to be run on the args as listed (``pending_approvals``, ``durably approvals
+list --json``), which are the canonical ones: a float with an integral value is written
+as an integer (``20.0`` is listed and hashed as ``20``, as JavaScript and Go print it),
+and a float Python would print with an exponent (``1e-05``) is refused, since JSON
+libraries print those differently. Keys are sorted by Unicode code point (JavaScript's
+default sort compares UTF-16 units: they differ only for keys mixing characters past
+U+FFFF with ones from U+E000 to U+FFFF). Integers past 2**53 need a client that parses
+JSON integers exactly (JavaScript's ``JSON.parse`` does not: pass such ids as strings).
+
 For that to hold, ``args`` must be plain JSON data (dicts with str keys, lists, str,
 int, finite float, bool, None): a tuple, a datetime or a dataclass would be encoded with
 codec tags no other client knows, so they are refused.
@@ -30,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import ConfigError, SerializationError
-from .history import check_name
+from .history import NAME_BYTES_MAX, check_name
 
 __all__ = [
     "APPROVED",
@@ -67,7 +76,7 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 def canonical_args(action: str, args: Any) -> str:
     """The canonical JSON text of ``[action, args]`` (what the digest covers); raises
     ``ConfigError`` when ``args`` is not plain JSON data or is too large."""
-    _check_plain(args, "args")
+    args = _plain(args, "args")
     try:
         text = _ENCODER.encode([action, args])
     except (ValueError, TypeError, RecursionError, OverflowError) as exc:
@@ -94,7 +103,7 @@ def canonical_args(action: str, args: Any) -> str:
 def args_json(args: Any) -> str:
     """The canonical JSON text of ``args`` alone (what the approvals row keeps); call it
     after :func:`canonical_args` has checked them."""
-    return _ENCODER.encode(args)
+    return _ENCODER.encode(_plain(args, "args"))
 
 
 def approval_digest(action: str, args: Any) -> str:
@@ -103,33 +112,45 @@ def approval_digest(action: str, args: Any) -> str:
     return hashlib.sha256(canonical_args(action, args).encode("utf-8")).hexdigest()
 
 
-def _check_plain(value: Any, where: str, depth: int = 0) -> None:
-    """Refuse what is not plain JSON data (it would not survive ``json.loads(json.dumps)``
-    as itself, so another client could not recompute the digest from the listed args)."""
+def _plain(value: Any, where: str, depth: int = 0) -> Any:
+    """``value`` as the plain JSON data the digest covers; refuse what is not plain JSON
+    data (it would not survive ``json.loads(json.dumps)`` as itself, so another client
+    could not recompute the digest from the listed args).
+
+    Numbers are written as every JSON library writes them back: a float with an integral
+    value as an integer (``20.0`` as ``20``: JavaScript, Go and others print no ``.0``),
+    and a float that Python would print with an exponent (``1e-05``, ``1e+16``; other
+    languages print those differently) is refused."""
     if depth > 64:
         raise ConfigError(f"request_approval: {where} is nested more than 64 levels deep")
     t = type(value)
     if value is None or t is str or t is bool or t is int:
-        return
+        return value
     if t is float:
         if not math.isfinite(value):
             raise ConfigError(
                 f"request_approval: {where} is {value!r}, which JSON cannot hold; pass a"
                 " finite number or a string"
             )
-        return
+        if "e" in repr(value):
+            raise ConfigError(
+                f"request_approval: {where} is {value!r}, a float JSON libraries write in"
+                " different forms (1e-05, 0.00001, 1e+16, 10000000000000000), so another"
+                " client could not recompute the digest; pass it as a string, or scale it"
+                " (cents, not 1e-05 of a unit)"
+            )
+        return int(value) if value.is_integer() else value
     if t is list:
-        for i, v in enumerate(value):
-            _check_plain(v, f"{where}[{i}]", depth + 1)
-        return
+        return [_plain(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(value)]
     if t is dict:
+        out: dict[str, Any] = {}
         for k, v in value.items():
             if type(k) is not str:
                 raise ConfigError(
                     f"request_approval: {where} has the key {k!r:.60}; JSON object keys are strings"
                 )
-            _check_plain(v, f"{where}[{k!r:.60}]", depth + 1)
-        return
+            out[k] = _plain(v, f"{where}[{k!r:.60}]", depth + 1)
+        return out
     raise ConfigError(
         f"request_approval: {where} is a {t.__module__}.{t.__qualname__}; the arguments of"
         " an approval must be plain JSON data (dict with str keys, list, str, int, float,"
@@ -261,6 +282,17 @@ class ApprovalRow:
             utc(self.expires_at),
         )
 
+    def shows_its_digest(self) -> bool:
+        """Whether the row's action and arguments are what its digest covers (the
+        canonical ``[action, args]`` hashes to it): false only after a hand edit, when
+        a decision naming the digest would approve something other than what is shown."""
+        text = "[" + _ENCODER.encode(self.action) + "," + self.args + "]"
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return hashlib.sha256(data).hexdigest() == self.digest
+
     def decision(self) -> Decision:
         """The row's decision (it must have one)."""
         assert self.outcome is not None and self.decided_at is not None
@@ -281,6 +313,16 @@ def check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
             f"ctx.request_approval({action!r}): timeout_s must be None (wait for ever) or a"
             f" number of seconds from 0 to {APPROVAL_TIMEOUT_S_MAX:,.0f}, got"
             f" {timeout_s!r:.100}. The run is blocked; fix the code, then resume it."
+        )
+    step_name = f"on_timeout:{action}"
+    if callable(on_timeout) and len(step_name.encode("utf-8")) > NAME_BYTES_MAX:
+        # Checked at the request, not at the expiry: the run would wait out its timeout
+        # and only then block on a step name too long to record.
+        raise ConfigError(
+            f"ctx.request_approval({action[:40]!r}...): with an on_timeout function the"
+            f" action is also the name of the step {step_name[:40]!r}..., which is"
+            f" {len(step_name.encode('utf-8')):,} bytes, more than {NAME_BYTES_MAX}; use a"
+            " shorter action. The run is blocked; fix the code, then resume it."
         )
     if on_timeout not in ("reject", "cancel") and not callable(on_timeout):
         raise ConfigError(

@@ -1214,6 +1214,19 @@ class RunCore:
                         " run is blocked until the row is restored from a backup"
                     )
                 )
+            if row.digest != digest:
+                # Written with this record's digest, in one transaction: only a hand edit
+                # makes them differ, and a decision taken on the row's action and
+                # arguments must not be carried over to this one.
+                raise self.poison(
+                    SerializationError(
+                        f"position {pos} {rname!r}: the run waits on approval request {pos}"
+                        f" with digest {digest[:12]}..., but its approvals row holds digest"
+                        f" {row.digest[:12]}... (action {row.action!r:.80}); the row was"
+                        " edited by hand, so no decision on it is taken and the run is"
+                        " blocked until the row is restored from a backup"
+                    )
+                )
             if row.outcome is not None:
                 decision: Decision = row.decision()
                 self.pending.append(

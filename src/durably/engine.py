@@ -490,8 +490,8 @@ class Engine:
         ``ApprovalMismatch`` and changes nothing, so an approval is always of exactly the
         action and arguments that were shown. A request already decided (or past its
         expiry) raises ``ApprovalAlreadyDecided`` naming who decided and when; an unknown
-        run ``RunNotFound``, an unknown request ``ApprovalNotFound``, a finished run
-        ``RunFinished``.
+        run ``RunNotFound``, an unknown request ``ApprovalNotFound``, a finished run (or
+        one being cancelled, which never uses a decision) ``RunFinished``.
         """
         return self._decide(run_id, request_id, digest, APPROVED, by, note, "engine.approve")
 

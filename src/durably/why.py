@@ -540,8 +540,12 @@ def _parked_approval(f: Facts) -> _Built:
         return _other(f)
     request_id, action, digest, since, expires = wait
     prefix = digest[:12]
+    ids = f"{shlex.quote(run.run_id)} {shlex.quote(request_id)}"
+    # A run id starting with "-" would be read as an option: it goes after "--".
     command = (
-        f"durably approve {shlex.quote(run.run_id)} {shlex.quote(request_id)} --digest {prefix}"
+        f"durably approve --digest {prefix} -- {ids}"
+        if run.run_id.startswith("-")
+        else f"durably approve {ids} --digest {prefix}"
     )
     facts: dict[str, Any] = {
         "waiting_for": "approval",

@@ -207,7 +207,7 @@ def approve_cmd(
     Prints the action and arguments, checks --digest against the request's digest, and
     only then records the approval and wakes the run. Never prompts. Exits 1, deciding
     nothing, when the digest does not match, the request was already decided or expired,
-    or the run or request is unknown.
+    the run finished or is being cancelled, or the run or request is unknown.
     """
     _decide(run_id, request_id, prefix, APPROVED, by, note, db, as_json)
 
@@ -237,6 +237,7 @@ def reject_cmd(
     Prints the action and arguments, checks --digest against the request's digest, and
     only then records the rejection and wakes the run (its request_approval returns a
     Decision with outcome "rejected"). Never prompts. Exits 1, deciding nothing, on a
-    digest mismatch, a request already decided or expired, or an unknown run or request.
+    digest mismatch, a request already decided or expired, a run finished or being
+    cancelled, or an unknown run or request.
     """
     _decide(run_id, request_id, prefix, REJECTED, by, reason, db, as_json)

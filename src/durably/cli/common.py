@@ -230,8 +230,11 @@ def duration(s: StepRecord) -> str:
 
 
 # C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; CR rewrites the
-# line), and the bidirectional overrides that reorder what a reader sees.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# line), the bidirectional overrides, isolates and marks (LRM, RLM, ALM) that reorder what
+# a reader sees, and the line and paragraph separators some terminals break lines at.
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def inert(text: str, keep: str = "") -> str:

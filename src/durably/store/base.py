@@ -202,8 +202,8 @@ class Store(Protocol):
     def pending_approvals(
         self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
     ) -> list[ApprovalRow]:
-        """Undecided approval requests of runs not finished (of one run, or all), oldest
-        request first, at most ``limit``."""
+        """Undecided approval requests of runs not finished and not being cancelled (of
+        one run, or all), oldest request first, at most ``limit``."""
         ...
 
     def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
@@ -221,7 +221,8 @@ class Store(Protocol):
         note: str | None,
     ) -> ApprovalRow:
         """A person's decision (``outcome`` approved or rejected), under the run's row
-        lock, in one transaction: ``RunNotFound``, ``RunFinished`` (the run ended),
+        lock, in one transaction: ``RunNotFound``, ``RunFinished`` (the run ended, or a
+        cancel was asked for: it unwinds and would never use the decision),
         ``ApprovalNotFound`` (no request there), ``ApprovalMismatch`` (``digest`` is not
         the request's) or ``ApprovalAlreadyDecided`` (decided, or past its expiry) change
         nothing. Otherwise the decision is written with an ``approval.decided`` event and

@@ -1057,13 +1057,24 @@ class PostgresStore:
 
         def op(conn: Conn, retried: bool) -> ApprovalRow:
             with conn.transaction():
-                status = _scalar(conn, "lock_run_status", key)
+                run = conn.execute(_Q["lock_run_status"], key).fetchone()
                 found = conn.execute(_Q["get_approval"], key).fetchone()
                 row = None if found is None else approval_row(found)
-                if retried and row is not None and _same_decision(row, outcome, by, note):
-                    # The first attempt committed before its connection died: done.
+                if retried and row is not None and _same_decision(row, digest, outcome, by, note):
+                    # The first attempt committed before its connection died: done. (Its
+                    # digest was checked then; a decision of the same words by someone
+                    # else, named by another digest, is not this one: checked below.)
                     return row
-                row = check_decidable(run_id, request_id, status, row, digest, now, self.where)
+                row = check_decidable(
+                    run_id,
+                    request_id,
+                    None if run is None else run[0],
+                    row,
+                    digest,
+                    now,
+                    self.where,
+                    cancelling=run is not None and bool(run[1]),
+                )
                 params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
                 conn.execute(_Q["decide_approval"], params)
                 decided = dataclasses.replace(
@@ -1302,10 +1313,12 @@ class PostgresStore:
         self._pool.close()
 
 
-def _same_decision(row: ApprovalRow, outcome: str, by: str | None, note: str | None) -> bool:
-    """Whether ``row`` holds exactly this decision (a retried decide whose first attempt
-    committed)."""
-    return row.outcome == outcome and row.by == by and row.note == note
+def _same_decision(
+    row: ApprovalRow, digest: str, outcome: str, by: str | None, note: str | None
+) -> bool:
+    """Whether ``row`` holds exactly this decision, named by this digest (a retried
+    decide whose first attempt committed)."""
+    return row.digest == digest and (row.outcome, row.by, row.note) == (outcome, by, note)
 
 
 def _close(conn: Conn | None) -> None:

@@ -382,11 +382,15 @@ def check_decidable(
     digest: str,
     now: float,
     where: str,
+    *,
+    cancelling: bool = False,
 ) -> ApprovalRow:
     """Raise unless a person may decide the request ``row`` of a run with ``status``
     (None: no such run) naming ``digest``; return the row. The order matters: an unknown
     run or request says so before anything about digests, and a wrong digest is refused
-    before saying whether the request was decided (it names another action)."""
+    before saying whether the request was decided (it names another action).
+    ``cancelling``: a cancel was asked for, so the run unwinds at its next wake and never
+    uses a decision (accepting one would tell the person it was approved)."""
     if status is None:
         raise RunNotFound(
             f"no run {run_id!r} in {where}; nothing was decided. `durably approvals list`"
@@ -403,6 +407,8 @@ def check_decidable(
         hint = (
             " (the API takes the full 64-hex digest; the CLI takes a prefix)"
             if len(digest) != len(row.digest)
+            else " (digests are lowercase hex: pass it as listed)"
+            if digest.lower() == row.digest
             else ""
         )
         raise ApprovalMismatch(
@@ -410,6 +416,13 @@ def check_decidable(
             f" {row.digest[:12]}..., not {shown!r}{hint}: the decision names another action"
             " or other arguments, so it was refused and nothing changed. Read the request"
             " again (`durably approvals list`) and decide on what it shows"
+        )
+    if not row.shows_its_digest():
+        raise NotADurablyDatabase(
+            f"run {run_id!r} request {request_id}: the action and arguments of its approvals"
+            f" row do not hash to its digest {row.digest[:12]}...: the row was edited by hand,"
+            " so what it shows is not what the run asked for. Nothing was decided; restore"
+            " the row from a backup"
         )
     if row.outcome is not None:
         raise ApprovalAlreadyDecided(run_id, request_id, row.outcome, row.by, row.decided_at)
@@ -420,5 +433,11 @@ def check_decidable(
         raise RunFinished(
             f"run {run_id!r} is already {status}, so nothing waits for request"
             f" {request_id} any more; nothing was decided"
+        )
+    if cancelling:
+        raise RunFinished(
+            f"run {run_id!r} is being cancelled (a cancel was asked for), so it will not"
+            f" act on request {request_id}: nothing was decided. `durably runs why"
+            f" {run_id}` says when it ends"
         )
     return row

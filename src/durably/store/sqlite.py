@@ -884,16 +884,17 @@ class SQLiteStore:
         now = self.clock.time()
         key = {"run_id": run_id, "request_id": request_id}
         with self._tx() as c:
-            status = c.execute(_Q["run_status"], {"run_id": run_id}).fetchone()
+            run = c.execute(_Q["decision_run"], {"run_id": run_id}).fetchone()
             found = c.execute(_Q["get_approval"], key).fetchone()
             row = check_decidable(
                 run_id,
                 request_id,
-                None if status is None else status[0],
+                None if run is None else run[0],
                 None if found is None else approval_row(found),
                 digest,
                 now,
                 self.path,
+                cancelling=run is not None and bool(run[1]),
             )
             params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
             c.execute(_Q["decide_approval"], params)

@@ -609,19 +609,23 @@ FROM approvals WHERE run_id = %(run_id)s AND request_id = %(request_id)s;
 
 -- name: pending_approvals
 -- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
--- request undecided for ever: nobody waits for it), oldest first.
+-- request undecided for ever: nobody waits for it; nor does a run being cancelled, which
+-- unwinds when next driven), oldest first.
 SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
        a.decided_at, a.outcome, a.by_name, a.note
 FROM approvals a JOIN runs r ON r.run_id = a.run_id
 WHERE a.outcome IS NULL
   AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND r.cancel_requested_at IS NULL
   AND (%(run_id)s::text IS NULL OR a.run_id = %(run_id)s::text)
 ORDER BY a.requested_at, a.run_id, a.request_id
 LIMIT %(limit)s;
 
 -- name: lock_run_status
--- The run row locked to commit (a decision and a park of the same run take turns).
-SELECT status FROM runs WHERE run_id = %(run_id)s FOR NO KEY UPDATE;
+-- The run row locked to commit (a decision and a park, or a cancel, of the same run take
+-- turns), with whether a cancel was asked for (its run unwinds: nobody uses a decision).
+SELECT status, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s
+FOR NO KEY UPDATE;
 
 -- name: decide_approval
 UPDATE approvals

@@ -403,15 +403,22 @@ FROM approvals WHERE run_id = :run_id AND request_id = :request_id;
 
 -- name: pending_approvals
 -- Undecided requests of runs still going (a run that ended, cancelled say, leaves its
--- request undecided for ever: nobody waits for it), oldest first.
+-- request undecided for ever: nobody waits for it; nor does a run being cancelled, which
+-- unwinds when next driven), oldest first.
 SELECT a.run_id, a.request_id, a.action, a.args, a.digest, a.requested_at, a.expires_at,
        a.decided_at, a.outcome, a.by_name, a.note
 FROM approvals a JOIN runs r ON r.run_id = a.run_id
 WHERE a.outcome IS NULL
   AND r.status NOT IN ('completed', 'failed', 'cancelled', 'continued')
+  AND r.cancel_requested_at IS NULL
   AND (:run_id IS NULL OR a.run_id = :run_id)
 ORDER BY a.requested_at, a.run_id, a.request_id
 LIMIT :limit;
+
+-- name: decision_run
+-- The run a person decides for: its status and whether a cancel was asked for (its run
+-- unwinds: nobody uses a decision).
+SELECT status, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = :run_id;
 
 -- name: decide_approval
 UPDATE approvals
