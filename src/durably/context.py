@@ -747,7 +747,11 @@ class AsyncContext:
         the failure is raised (after a cancel or a crossed budget, which is latched, their
         steps in flight finish and are recorded first); with ``return_exceptions=True``
         failures are returned in place (a stop of the run itself, such as a lost lease, is
-        still raised).
+        still raised). A branch whose wait must park (a timer, a signal wait, an approval
+        request) ends alone while the others go on until each finishes or parks too; the
+        gather then parks the run once on all of their waits (the earliest wake time, any
+        waited signal, any request decided), so waits in parallel branches run at the
+        same time.
         """
         import asyncio  # imported here so that `import durably` stays fast
 
