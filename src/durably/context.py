@@ -39,6 +39,7 @@ from .core import (
     Wait,
     Write,
     cancelled_error,
+    combine_parks,
 )
 from .errors import (
     Cancelled,
@@ -746,7 +747,11 @@ class AsyncContext:
         the failure is raised (after a cancel or a crossed budget, which is latched, their
         steps in flight finish and are recorded first); with ``return_exceptions=True``
         failures are returned in place (a stop of the run itself, such as a lost lease, is
-        still raised).
+        still raised). A branch whose wait must park (a timer, a signal wait, an approval
+        request) ends alone while the others go on until each finishes or parks too; the
+        gather then parks the run once on all of their waits (the earliest wake time, any
+        waited signal, any request decided), so waits in parallel branches run at the
+        same time.
         """
         import asyncio  # imported here so that `import durably` stays fast
 
@@ -757,6 +762,7 @@ class AsyncContext:
             _dispose(branches)  # the error is the story, not their "never awaited"
             raise
         failed = True
+        core = self._core
         try:
             tasks = [
                 asyncio.ensure_future(self._branch(f"{pos}.{i}.", b))
@@ -764,30 +770,28 @@ class AsyncContext:
             ]
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
-            except Parked:
-                # A branch parked (a timer): the parking is latched, so every sibling
-                # stops at its next recording call; a step already in flight finishes and
-                # is recorded first instead of being cancelled and run again on wake.
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
             except BaseException as exc:
-                # After a halt (cancel, budget) the latch stops every sibling at its next
-                # recording call, as for parking: a step in flight finishes and is recorded
-                # (a saga then undoes it too) instead of being abandoned with its effect
-                # done and unrecorded, and a sibling's compensation is not cut short.
-                if not (isinstance(exc, Exception) and self._core.halted is not None):
-                    for t in tasks:
-                        if t not in COMPENSATING_TASKS:
-                            t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
+                if not _local_park(core, exc):
+                    await _unwind(core, tasks, exc)
+                    raise
+                # A branch parked on its own wait (not latched): the others go on live,
+                # so waits in parallel branches run at the same time.
+                results = await _after_park(core, tasks)
+            parks = [r for r in results if _local_park(core, r)]
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, Exception):
-                    raise r  # the run must stop (lease lost, parked, a process exit)
+                    if not any(r is p for p in parks):
+                        raise r  # the run must stop (lease lost, in doubt, a process exit)
+            if parks:
+                if core.stopped is not None:
+                    raise core.stopped.with_traceback(None)
+                # One park for the whole gather, latched at the top level (or this
+                # gather's own branch-local park when it is nested in a branch).
+                raise core.park(combine_parks([p for p in parks if isinstance(p, Parked)]))
             failed = False
             return list(results)
         finally:
-            self._core.gather_end(scope, pos, failed)
+            core.gather_end(scope, pos, failed)
             _dispose(branches)
 
     async def _branch(self, prefix: str, aw: Awaitable[T]) -> T:
@@ -799,7 +803,19 @@ class AsyncContext:
             _dispose((aw,))  # never started: close it, or Python warns it was never awaited
             raise
         SCOPE.set(scope)
-        result: T = await aw
+        core = self._core
+        try:
+            result: T = await aw
+        except BaseException as exc:
+            parked = core.branch_parks.get(prefix)
+            if parked is not None and exc is not parked:
+                # The branch parked, then its code caught the park (a bare except) and
+                # raised something else: the park still decides, as a latched stop would.
+                raise parked.with_traceback(None) from exc
+            raise
+        parked = core.branch_parks.get(prefix)
+        if parked is not None:
+            raise parked.with_traceback(None)  # it caught its own park and returned
         return result
 
 
@@ -1020,6 +1036,59 @@ class _SleepCall(_Recording[None]):
         self._core.check_dropped()
         self._timer()
         return _at_once(None)
+
+
+def _local_park(core: RunCore, exc: object) -> bool:
+    """Whether ``exc`` is a gather branch's own park (not the run-wide latched stop)."""
+    return isinstance(exc, Parked) and exc is not core.stopped
+
+
+async def _unwind(core: RunCore, tasks: list[Any], exc: BaseException) -> None:
+    """A gather ends by raising ``exc``: settle its branches first.
+
+    After a latched park the latch stops every sibling at its next recording call; a step
+    already in flight finishes and is recorded first instead of being cancelled and run
+    again on wake. After a halt (cancel, budget) likewise: a step in flight is recorded (a
+    saga then undoes it too) instead of being abandoned with its effect done and
+    unrecorded, and a sibling's compensation is not cut short. On any other failure the
+    other branches are cancelled (except one running a saga's compensations).
+    """
+    import asyncio
+
+    if not isinstance(exc, Parked) and not (isinstance(exc, Exception) and core.halted is not None):
+        for t in tasks:
+            if t not in COMPENSATING_TASKS:
+                t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
+    """Wait for the branches still running after one parked on its own, and return every
+    branch's result (its own park for those that parked). A branch that ends any other
+    way than by returning or parking (a failure, a stop of the run) ends the gather as it
+    would have without the park (:func:`_unwind`); the parked branches' ``waiting``
+    records are pending and ride with whatever write ends the attempt."""
+    import asyncio
+
+    try:
+        while True:
+            # Branches that ended already count too (they may all have ended before this
+            # ran): one that ended otherwise than by returning or parking ends the gather.
+            for t in tasks:  # in branch order, as asyncio.gather would raise
+                if t.done():
+                    if t.cancelled():
+                        raise asyncio.CancelledError
+                    exc = t.exception()
+                    if exc is not None and not _local_park(core, exc):
+                        raise exc
+            pending = [t for t in tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException as exc:
+        await _unwind(core, tasks, exc)
+        raise
+    return [t.exception() or t.result() for t in tasks]
 
 
 async def _at_once(value: T) -> T:

@@ -346,6 +346,11 @@ class RunCore:
         self.generation = 0
         self.budget: Budget | None = None
         self.spend: Spend | None = None
+        # Waits of gather branches that parked in this attempt, by branch prefix
+        # (``"4.0."``): not latched run-wide, so sibling branches go on live; a later
+        # recording call of the parked branch (its code caught the Parked) raises it
+        # again. The gather then raises one park combining its branches' (``park``).
+        self.branch_parks: dict[str, Parked] = {}
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -457,6 +462,29 @@ class RunCore:
             self.stopped = signal
         return self.stopped
 
+    def park(self, parked: Parked) -> Unwind:
+        """Park at a wait that is not satisfied yet; returned for ``raise``.
+
+        At the top level of the workflow the park is latched, as every stop signal is.
+        Inside a ``ctx.gather`` branch it ends only that branch: the siblings go on live
+        (their steps run and are recorded) until each finishes or parks too, and the
+        gather then raises one park combining them (:func:`combine_parks`), so waits in
+        parallel branches run at the same time instead of one after another.
+        """
+        scope = self.scope()
+        if scope is self.root:
+            return self.latch(parked)
+        self.branch_parks.setdefault(scope.prefix, parked)
+        return parked
+
+    def branch_parked(self) -> Parked | None:
+        """The park of the gather branch the running code belongs to, if it parked."""
+        prefix = self.scope().prefix
+        for branch, parked in self.branch_parks.items():
+            if prefix.startswith(branch):
+                return parked
+        return None
+
     @property
     def lease_lost(self) -> bool:
         """True once the run's lease is known lost (a refused renewal or append, a passed
@@ -486,6 +514,8 @@ class RunCore:
         if self.stopped is not None:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
+        if self.branch_parks and (parked := self.branch_parked()) is not None:
+            raise parked.with_traceback(None)
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
 
@@ -869,7 +899,7 @@ class RunCore:
             self.pending.append(
                 StepRecord(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, WAITING, text, started_at=now)
             )
-        raise self.latch(Parked(TIMER, wake_at))
+        raise self.park(Parked(TIMER, wake_at))
 
     def _recorded_wake(self, pos: str, rec: StepRecord) -> float:
         """The wake time a ``waiting`` timer record holds (a damaged row blocks the run)."""
@@ -1101,7 +1131,7 @@ class RunCore:
                 StepRecord(pos, SIGNAL, rname, digest, WAITING, text, started_at=since)
             )
         why = signal_park_reason(name, since, deadline)
-        raise self.latch(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
+        raise self.park(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
     # -- approvals -----------------------------------------------------------------------
 
@@ -1213,7 +1243,7 @@ class RunCore:
                 )
                 return decision
         why = approval_park_reason(action, digest, requested, expires)
-        raise self.latch(Parked(APPROVAL, expires, detail=why, approval=req))
+        raise self.park(Parked(APPROVAL, expires, detail=why, approval=req))
 
     def _cancel_on_expiry(self, pos: str, action: str) -> None:
         """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
@@ -1701,6 +1731,39 @@ def signal_park_reason(name: str, since: float, deadline: float | None) -> str:
     """How ``runs show`` and ``runs list`` word a run parked on a signal wait."""
     until = "no timeout" if deadline is None else f"times out at {_iso(deadline)}"
     return f"signal {name!r} since {_iso(since)} ({until})"
+
+
+WAITS = "waits"
+"""The park reason (``Parked.reason``, the ``run.parked`` event's kind) of a run whose
+``ctx.gather`` branches parked on more than one wait at once."""
+
+
+def combine_parks(parks: list[Parked]) -> Parked:
+    """One park for a gather whose branches parked (nested gathers' combined parks are
+    flattened): it wakes at the earliest known wake time (None when no wait has one), on
+    a signal of any waited name, or on a decision of any request. A single wait stays
+    itself (the run parks exactly as a top-level wait would)."""
+    if len(parks) == 1:
+        return parks[0]
+    waits = tuple(w for p in parks for w in (p.waits or (_wait_text(p),)))
+    wakes = [p.wake_at for p in parks if p.wake_at is not None]
+    combined = Parked(
+        WAITS,
+        min(wakes) if wakes else None,
+        wait_signals=tuple(dict.fromkeys(n for p in parks for n in p.wait_signals)),
+        approvals=tuple(a for p in parks for a in p.approvals),
+        detail=f"{len(waits)} waits: {'; '.join(waits)}",
+    )
+    combined.waits = waits
+    return combined
+
+
+def _wait_text(parked: Parked) -> str:
+    if parked.detail is not None:
+        return parked.detail
+    if parked.wake_at is None:
+        return parked.reason
+    return f"{parked.reason} until {_iso(parked.wake_at)}"
 
 
 def _iso(t: float) -> str:

@@ -110,7 +110,8 @@ LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wai
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
 # What a parked run can wait for (Parked.reason); "in_doubt" waits for a person instead.
-PARK_KINDS = frozenset({"timer", "signal", "approval"})
+# "waits": several at once (ctx.gather branches that each parked; see core.combine_parks).
+PARK_KINDS = frozenset({"timer", "signal", "approval", "waits"})
 
 _log = logging.getLogger("durably")
 
@@ -1248,7 +1249,7 @@ class Engine:
         wake time (at once when a cancel or the awaited signal came first)."""
         reason = storable_text(park_reason(parked), PARK_REASON_CHARS_MAX)
         records, events = core.take_pending(), core.take_events()
-        approval = parked.approval if isinstance(parked.approval, ApprovalRequest) else None
+        approvals = [a for a in parked.approvals if isinstance(a, ApprovalRequest)]
         woke: list[float | None] = []
 
         def park() -> None:
@@ -1261,8 +1262,8 @@ class Engine:
                     kind=parked.reason,
                     park_reason=reason,
                     wake_at=parked.wake_at,
-                    wait_signal=parked.wait_signal,
-                    approval=approval,
+                    wait_signals=parked.wait_signals,
+                    approvals=approvals,
                 )
             )
 

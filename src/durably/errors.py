@@ -338,12 +338,13 @@ class StoreFailed(Unwind):
 class Parked(Unwind):
     """Internal: the run parks (timer, signal, approval, doubt) and unwinds to its driver.
 
-    ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``),
-    ``wake_at`` when it wakes (None: no timer), ``wait_signal`` the signal name it waits
-    for, ``approval`` the approval request it waits on (a
-    ``durably.approvals.ApprovalRequest``: its row is written with the park), and
-    ``detail`` the park reason in words when the default (``timer until
-    2026-11-30T10:00:00Z``) does not say enough.
+    ``reason`` is what it waits for (``timer``, ``signal``, ``approval``, ``in_doubt``, or
+    ``waits`` for several waits of ``ctx.gather`` branches at once), ``wake_at`` when it
+    wakes (None: no timer), ``wait_signals`` the signal names it waits for (any of them
+    wakes it; ``wait_signal=`` gives one), ``approvals`` the approval requests it waits on
+    (``durably.approvals.ApprovalRequest``: their rows are written with the park; deciding
+    any wakes it; ``approval=`` gives one), and ``detail`` the park reason in words when
+    the default (``timer until 2026-11-30T10:00:00Z``) does not say enough.
     """
 
     def __init__(
@@ -354,10 +355,14 @@ class Parked(Unwind):
         wait_signal: str | None = None,
         detail: str | None = None,
         approval: object | None = None,
+        wait_signals: tuple[str, ...] = (),
+        approvals: tuple[object, ...] = (),
     ) -> None:
         self.reason = reason
         self.wake_at = wake_at
-        self.wait_signal = wait_signal
+        self.wait_signals = wait_signals if wait_signal is None else (wait_signal, *wait_signals)
         self.detail = detail
-        self.approval = approval
+        self.approvals = approvals if approval is None else (approval, *approvals)
+        # The waits in words, one each, when this park combines several (``waits``).
+        self.waits: tuple[str, ...] = ()
         super().__init__(f"parked ({reason})")

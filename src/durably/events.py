@@ -109,7 +109,7 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         RUN_PARKED,
         "the run gave up its process to wait (a timer, a signal, an approval)",
         {
-            "kind": "timer, signal or approval (if any)",
+            "kind": "timer, signal, approval, or waits (several at once: gather branches)",
             "reason": "what it waits for",
             "wake_at": "when it wakes (if timed)",
         },

@@ -182,10 +182,16 @@ class SagaCore:
 
     def _compensates(self, exc: BaseException) -> bool:
         """Whether a block ending with ``exc`` compensates: an ordinary exception, while
-        the run is neither blocked nor stopping (a bare ``except:`` may have turned a stop
-        into an ordinary exception: the stop latched in the core still decides)."""
+        the run is neither blocked nor stopping, nor is the code's gather branch parked (a
+        bare ``except:`` may have turned a stop or a branch's park into an ordinary
+        exception: the stop latched in the core, or the branch's park, still decides)."""
         core = self.core
-        return isinstance(exc, Exception) and core.poisoned is None and core.stopped is None
+        return (
+            isinstance(exc, Exception)
+            and core.poisoned is None
+            and core.stopped is None
+            and core.branch_parked() is None
+        )
 
     def _compensate(self, done: list[Done], exc: BaseException) -> Generator[Op, Any, None]:
         core = self.core

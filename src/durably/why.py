@@ -601,6 +601,60 @@ def _approval_wait(
     return last.position, action, last.digest, last.started_at, expires if ok else None
 
 
+def _parked_waits(f: Facts) -> _Built:
+    """A run whose ``ctx.gather`` branches parked on several waits at once: the waits (its
+    park reason), the earliest wake time, and the commands that satisfy each signal wait
+    and approval request; any one of them wakes it."""
+    run, q = f.run, f.queue
+    wake = run.wake_at
+    commands = _wait_commands(run.run_id, f.history)
+    facts: dict[str, Any] = {
+        "waiting_for": "waits",
+        "wake_at": wake,
+        "reason": run.park_reason,
+        "commands": commands,
+        "due": wake is not None and wake <= f.now,
+    }
+    if q is not None:
+        facts["workers"] = q.workers
+    what = quote(run.park_reason or "several waits")
+    if not facts["due"]:
+        until = "" if wake is None else f"; the first due at {clock_text(wake)}"
+        text = (
+            f"parked on several waits of ctx.gather branches at once ({what}){until}; any one"
+            " of them wakes it (then waits not satisfied park again), and it holds no"
+            " process or worker slot"
+        )
+        if commands:
+            text += " — " + ", ".join(f"`{c}`" for c in commands)
+        return "waits", text, facts
+    text = f"parked on several waits of ctx.gather branches at once ({what}): one is due"
+    if q is not None and not q.workers:
+        text += (
+            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
+            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+        )
+    else:
+        text += "; the next claim resumes it"
+    return "waits", text, facts
+
+
+def _wait_commands(run_id: str, history: Sequence[StepRecord]) -> list[str]:
+    """The command satisfying each signal wait and approval request in progress."""
+    out: list[str] = []
+    waits = [r for r in history if r.status == WAITING]
+    for rec in sorted(waits, key=lambda r: position_key(r.position)):
+        if rec.kind == SIGNAL:
+            name = shlex.quote(rec.name.removeprefix("wait_for_signal:"))
+            out.append(f"durably signal {shlex.quote(run_id)} {name} --data JSON")
+        elif rec.kind == APPROVAL:
+            out.append(
+                f"durably approve {shlex.quote(run_id)} {shlex.quote(rec.position)}"
+                f" --digest {rec.digest[:12]}"
+            )
+    return out
+
+
 def _other(f: Facts) -> _Built:
     # continued: their rows come with the issues that produce them.
     run = f.run
@@ -621,6 +675,7 @@ STATES = (
     "parked",
     "signal",
     "approval",
+    "waits",
     "cancel_requested",
     "cancelled",
     "near_budget",
@@ -631,7 +686,12 @@ STATES = (
 each); other statuses get the status and its recorded reason."""
 
 # What a parked run waits for (the run.parked event's kind) -> its sentence.
-_PARKED_BY = {"timer": _parked_timer, "signal": _parked_signal, "approval": _parked_approval}
+_PARKED_BY = {
+    "timer": _parked_timer,
+    "signal": _parked_signal,
+    "approval": _parked_approval,
+    "waits": _parked_waits,
+}
 
 _BUILDERS = {
     "queued": _queued,

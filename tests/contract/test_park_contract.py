@@ -146,9 +146,9 @@ def test_a_signal_sent_before_the_park_makes_it_due_at_once(
     assert woke == {"pending": now, "consumed": None, "other": None}
     rows = sql(store_url, "SELECT run_id, wait_signal, wake_at FROM runs ORDER BY run_id")
     assert rows == [
-        ("consumed", "approve", None),
-        ("other", "approve", None),
-        ("pending", "approve", now),
+        ("consumed", '["approve"]', None),
+        ("other", '["approve"]', None),
+        ("pending", '["approve"]', now),
     ]
     assert parked_events(store, "pending")[0]["wake_at"] == now
     taken = claim_next(store)

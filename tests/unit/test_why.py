@@ -20,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 import durably
+from durably.approvals import approval_digest
 from durably.cli import main as cli
 from durably.worker import Worker
 
@@ -546,6 +547,40 @@ def test_parked_waiting_for_a_signal(journal_url: str) -> None:
             " `durably signal waits 'ship it' --data JSON`"
         )
         assert "signal 'ship it' since" in got["reason"]
+
+
+def test_parked_on_several_waits_of_gather_branches(journal_url: str) -> None:
+    with durably.Engine(journal_url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        async def wf(ctx: durably.AsyncContext) -> Any:
+            return await ctx.gather(
+                ctx.sleep(3600), ctx.wait_for_signal("go"), ctx.request_approval("refund", {})
+            )
+
+        with pytest.raises(durably.RunParked):
+            engine.run(wf, run_id="many")
+        got = why(journal_url, "many")
+        assert got["state"] == "waits" and got["due"] is False
+        assert got["commands"] == [
+            "durably signal many go --data JSON",
+            f"durably approve many 0.2.0 --digest {approval_digest('refund', {})[:12]}",
+        ]
+        assert re.fullmatch(
+            r"parked on several waits of ctx.gather branches at once \(3 waits: timer until"
+            r" \S+; signal 'go' since .*\); the first due at (\S+ )?\d\d:\d\d:\d\d UTC;"
+            r" any one of them wakes it \(then waits not satisfied park again\), and it holds"
+            r" no process or worker slot — `durably signal many go --data JSON`, `durably"
+            r" approve many 0.2.0 --digest \w{12}`",
+            got["sentence"],
+        ), got["sentence"]
+        engine.signal("many", "go", "1")
+        got = why(journal_url, "many")
+        assert got["due"] is True
+        assert got["sentence"].endswith(
+            ": one is due; no live worker serves queue 'default' (start one: `durably worker"
+            " MODULE:ENGINE --queue default`, or `engine.resume('many')`)"
+        ), got["sentence"]
 
 
 def test_parked_on_a_signal_whose_timeout_passed(journal_url: str) -> None:

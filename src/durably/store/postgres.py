@@ -82,6 +82,7 @@ from .rules import (
     fork_conflict,
     no_doubt_error,
     overwrite_error,
+    park_waits,
     quarantined_error,
     record_params,
     run_from_row,
@@ -720,19 +721,21 @@ class PostgresStore:
         wake_at: float | None,
         wait_signal: str | None = None,
         approval: ApprovalRequest | None = None,
+        wait_signals: Sequence[str] = (),
+        approvals: Sequence[ApprovalRequest] = (),
     ) -> float | None:
         """Write ``records`` and park the run in one fenced transaction; returns the
         effective wake time (see the Store protocol). A run due at once wakes waiting
         workers at commit."""
         now = self.clock.time()
         params = [_record_params(run_id, token, r) for r in records]
+        waits, requests = park_waits(wait_signal, wait_signals, approval, approvals)
         park = {
             "run_id": run_id,
             "token": token,
             "park_reason": park_reason,
             "wake_at": wake_at,
-            "wait_signal": wait_signal,
-            "wait_approval": None if approval is None else approval.request_id,
+            **waits,
             "now": now,
         }
 
@@ -744,10 +747,10 @@ class PostgresStore:
                     raise LeaseLost(run_id, token)
                 self._append(conn, run_id, token, records, params, retried)
                 asked: list[NewEvent] = []
-                if approval is not None:
-                    put = conn.execute(_Q["put_approval"], approval_params(run_id, approval))
+                for req in requests:
+                    put = conn.execute(_Q["put_approval"], approval_params(run_id, req))
                     if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                        asked.append(stream.approval_requested(approval, now))
+                        asked.append(stream.approval_requested(req, now))
                 row = conn.execute(_Q["park_run"], park).fetchone()
                 if row is None:
                     raise LeaseLost(run_id, token)

@@ -6,6 +6,7 @@ backend that the others import.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -339,6 +340,25 @@ def approval_row(row: Sequence[Any]) -> ApprovalRow:
             f" at {out.decided_at!r}) is not one durably writes; the row was edited by hand"
         )
     return out
+
+
+def park_waits(
+    wait_signal: str | None,
+    wait_signals: Sequence[str],
+    approval: ApprovalRequest | None,
+    approvals: Sequence[ApprovalRequest],
+) -> tuple[dict[str, Any], list[ApprovalRequest]]:
+    """A park's ``wait_signal`` and ``wait_approval`` parameters and the requests whose
+    rows it writes: each a JSON array of names (request ids), or None when there are none
+    (``runs.wait_signal`` holds this array: a signal of any name in it wakes the run)."""
+    names = list(dict.fromkeys([*([] if wait_signal is None else [wait_signal]), *wait_signals]))
+    reqs = [*([] if approval is None else [approval]), *approvals]
+    ids = [r.request_id for r in reqs]
+    params = {
+        "wait_signal": json.dumps(names) if names else None,
+        "wait_approval": json.dumps(ids) if ids else None,
+    }
+    return params, reqs
 
 
 def approval_params(run_id: str, req: ApprovalRequest) -> dict[str, Any]:

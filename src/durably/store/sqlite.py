@@ -58,6 +58,7 @@ from .rules import (
     fork_conflict,
     no_doubt_error,
     overwrite_error,
+    park_waits,
     quarantined_error,
     record_params,
     run_from_row,
@@ -558,26 +559,28 @@ class SQLiteStore:
         wake_at: float | None,
         wait_signal: str | None = None,
         approval: ApprovalRequest | None = None,
+        wait_signals: Sequence[str] = (),
+        approvals: Sequence[ApprovalRequest] = (),
     ) -> float | None:
         """Write ``records`` and park the run in one fenced transaction; returns the
         effective wake time (see the Store protocol)."""
         now = self.clock.time()
+        waits, requests = park_waits(wait_signal, wait_signals, approval, approvals)
         params = {
             "run_id": run_id,
             "token": token,
             "park_reason": park_reason,
             "wake_at": wake_at,
-            "wait_signal": wait_signal,
-            "wait_approval": None if approval is None else approval.request_id,
+            **waits,
             "now": now,
         }
         with self._tx() as c:
             self._append(c, run_id, token, records)
             asked: list[NewEvent] = []
-            if approval is not None:
-                put = c.execute(_Q["put_approval"], approval_params(run_id, approval))
+            for req in requests:
+                put = c.execute(_Q["put_approval"], approval_params(run_id, req))
                 if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                    asked.append(stream.approval_requested(approval, now))
+                    asked.append(stream.approval_requested(req, now))
             # fetchall: a RETURNING statement left unfinished would keep COMMIT from running.
             rows = c.execute(_Q["park_run"], params).fetchall()
             if not rows:

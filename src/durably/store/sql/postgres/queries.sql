@@ -128,9 +128,10 @@ SELECT pg_notify(%(channel)s, '') FROM released;
 -- The run gives up its process to wait (fenced; the row is locked by lock_token first, in
 -- a statement of its own, so a signal or cancel committed while this transaction waited
 -- for the row is seen here). It wakes at %(wake_at)s, or at once when a cancel was asked
--- for, the signal it waits for was sent, or the approval it waits on was decided before
+-- for, a signal it waits for was sent, or an approval it waits on was decided before
 -- this park (the wake-up would otherwise be lost: whoever sent it saw the run running,
--- not parked).
+-- not parked). %(wait_signal)s and %(wait_approval)s are JSON arrays (names, request
+-- ids), or NULL: a run whose gather branches parked waits on several at once.
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL,
     park_reason = %(park_reason)s::text, wait_signal = %(wait_signal)s::text,
@@ -138,11 +139,15 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL,
         WHEN cancel_requested_at IS NOT NULL
           OR (%(wait_signal)s::text IS NOT NULL
               AND EXISTS (SELECT 1 FROM signals s
-                          WHERE s.run_id = runs.run_id AND s.name = %(wait_signal)s::text
+                          WHERE s.run_id = runs.run_id
+                            AND s.name IN (SELECT jsonb_array_elements_text(
+                                               %(wait_signal)s::text::jsonb))
                             AND s.consumed_by IS NULL))
           OR (%(wait_approval)s::text IS NOT NULL
               AND EXISTS (SELECT 1 FROM approvals a
-                          WHERE a.run_id = runs.run_id AND a.request_id = %(wait_approval)s::text
+                          WHERE a.run_id = runs.run_id
+                            AND a.request_id IN (SELECT jsonb_array_elements_text(
+                                                     %(wait_approval)s::text::jsonb))
                             AND a.outcome IS NOT NULL))
         THEN %(now)s::double precision
         ELSE %(wake_at)s::double precision
@@ -548,12 +553,14 @@ UPDATE signals SET consumed_by = NULL
 WHERE run_id = %(run_id)s AND consumed_by = %(consumer)s AND name <> %(name)s;
 
 -- name: wake_for_signal
--- A run parked waiting for this signal's name is due now; the caller then notifies the
+-- A run parked waiting for this signal's name (one of those in its wait_signal array) is
+-- due now; the caller then notifies the
 -- workers in the same transaction (delivered at commit), so one claims it at once.
 -- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
 -- ahead of the workers' must not leave the run parked for the difference.
 UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
-WHERE run_id = %(run_id)s AND status = 'parked' AND wait_signal = %(name)s
+WHERE run_id = %(run_id)s AND status = 'parked'
+  AND wait_signal::jsonb @> jsonb_build_array(%(name)s::text)
   AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at));
 
 -- name: signal_sent

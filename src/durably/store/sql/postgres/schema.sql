@@ -44,8 +44,8 @@ CREATE TABLE runs (
     -- The cursor of the run's newest event (0: none yet). The next event takes the
     -- next number under this row's lock, so a run's events commit in cursor order.
     last_event              BIGINT NOT NULL DEFAULT 0,
-    -- The signal name a parked run waits for (NULL otherwise): a signal of that name wakes
-    -- it at once. Cleared by a claim, with park_reason and wake_at.
+    -- The signal names a parked run waits for, a JSON array (NULL when none): a signal of
+    -- any of them wakes it at once. Cleared by a claim, with park_reason and wake_at.
     wait_signal             TEXT
 );
 

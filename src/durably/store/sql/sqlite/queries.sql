@@ -71,9 +71,10 @@ WHERE run_id = :run_id AND fencing_token = :token;
 
 -- name: park_run
 -- The run gives up its process to wait (fenced). It wakes at :wake_at, or at once when a
--- cancel was asked for, the signal it waits for was sent, or the approval it waits on was
+-- cancel was asked for, a signal it waits for was sent, or an approval it waits on was
 -- decided before this park (the wake-up would otherwise be lost: whoever sent it saw the
--- run running, not parked).
+-- run running, not parked). :wait_signal and :wait_approval are JSON arrays (names,
+-- request ids), or NULL: a run whose gather branches parked waits on several at once.
 UPDATE runs
 SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :park_reason,
     wait_signal = :wait_signal,
@@ -81,11 +82,13 @@ SET status = 'parked', owner = NULL, lease_expires_at = NULL, park_reason = :par
         WHEN cancel_requested_at IS NOT NULL
           OR (:wait_signal IS NOT NULL
               AND EXISTS (SELECT 1 FROM signals s
-                          WHERE s.run_id = runs.run_id AND s.name = :wait_signal
+                          WHERE s.run_id = runs.run_id
+                            AND s.name IN (SELECT value FROM json_each(:wait_signal))
                             AND s.consumed_by IS NULL))
           OR (:wait_approval IS NOT NULL
               AND EXISTS (SELECT 1 FROM approvals a
-                          WHERE a.run_id = runs.run_id AND a.request_id = :wait_approval
+                          WHERE a.run_id = runs.run_id
+                            AND a.request_id IN (SELECT value FROM json_each(:wait_approval))
                             AND a.outcome IS NOT NULL))
         THEN :now
         ELSE :wake_at
@@ -347,11 +350,13 @@ UPDATE signals SET consumed_by = NULL
 WHERE run_id = :run_id AND consumed_by = :consumer AND name <> :name;
 
 -- name: wake_for_signal
--- A run parked waiting for this signal's name is due now (a worker's next poll takes it).
+-- A run parked waiting for this signal's name (one of those in its wait_signal array) is
+-- due now (a worker's next poll takes it).
 -- Due by the time it parked, if the sender's clock says later: a sender whose clock runs
 -- ahead of the workers' must not leave the run parked for the difference.
 UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
-WHERE run_id = :run_id AND status = 'parked' AND wait_signal = :name
+WHERE run_id = :run_id AND status = 'parked' AND wait_signal IS NOT NULL
+  AND EXISTS (SELECT 1 FROM json_each(runs.wait_signal) WHERE value = :name)
   AND (wake_at IS NULL OR wake_at > min(:now, updated_at));
 
 -- name: signal_sent
