@@ -351,6 +351,12 @@ class RunCore:
         # recording call of the parked branch (its code caught the Parked) raises it
         # again. The gather then raises one park combining its branches' (``park``).
         self.branch_parks: dict[str, Parked] = {}
+        # The tasks of this attempt's gather branches, by branch prefix, and the scope
+        # prefixes whose code has gone live (``live``): a wait that parked in an earlier
+        # attempt lets its sibling branches replay first (context.py ``_settle``).
+        self.branch_tasks: dict[str, Any] = {}
+        self.went_live: set[str] = set()
+        self.settling: set[str] = set()
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -369,6 +375,8 @@ class RunCore:
         """Called where the run would go on live (nothing recorded at ``pos``, or only a
         wait in progress): under ``replay --check`` the run's recorded history ends here,
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
+        if self.branch_tasks:
+            self.went_live.add(self.scope().prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
