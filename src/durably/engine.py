@@ -1113,7 +1113,13 @@ class Engine:
         try:
             if isinstance(exc, SerializationError):
                 reason = storable_text(str(exc), PARK_REASON_CHARS_MAX)
-                self.store.release(run.run_id, run.fencing_token, BLOCKED, park_reason=reason)
+                self.store.release(
+                    run.run_id,
+                    run.fencing_token,
+                    BLOCKED,
+                    park_reason=reason,
+                    error_type=type(exc).__name__,
+                )
             else:
                 self.store.release(run.run_id, run.fencing_token)
         except DurablyError:
@@ -1168,8 +1174,12 @@ class Engine:
             if core.poisoned is not None:
                 reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
                 events = core.take_events()
+                kind = type(core.poisoned).__name__  # runs why: what to fix
                 self._record(
-                    core, lambda: self.store.release(run_id, token, BLOCKED, reason, events=events)
+                    core,
+                    lambda: self.store.release(
+                        run_id, token, BLOCKED, reason, events=events, error_type=kind
+                    ),
                 )
                 if core.poisoned is not exc:
                     raise core.poisoned from exc

@@ -323,10 +323,16 @@ def _blocked(f: Facts) -> _Built:
             f" code, or patch it (`ctx.patched`), then `durably retry {run.run_id}`"
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
-    kind = f.blocked_type or "SerializationError"
+    kind = f.blocked_type
+    if kind == "SerializationError":
+        fix = "change the code to return and pass storable data"
+    else:
+        # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run
+        # blocked before the type was recorded: its reason says what to change.
+        fix = "fix the code as the reason says"
     text = (
-        f"blocked: {kind}: {quote(reason)} — change the code to return and"
-        f" pass storable data, then `durably retry {run.run_id}` (recorded steps replay)"
+        f"blocked: {kind + ': ' if kind else ''}{quote(reason)} — {fix}, then"
+        f" `durably retry {run.run_id}` (recorded steps replay)"
     )
     return "blocked", text, {"blocked_by": kind, "reason": reason}
 

@@ -8,6 +8,7 @@ sentence is read through the real command (``durably runs why --json``).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import threading
@@ -175,6 +176,26 @@ def test_blocked_by_a_serialization_error(engine: durably.Engine, journal_url: s
         "— change the code to return and pass storable data, then `durably retry ser`"
         " (recorded steps replay)"
     )
+
+
+def test_blocked_by_a_config_error(engine: durably.Engine, journal_url: str) -> None:
+    """A mistake in the code (here a naive datetime) is not called a SerializationError,
+    and the advice is to fix what the reason names, not to return storable data."""
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.sleep_until(dt.datetime(2030, 1, 1))  # naive: no timezone
+
+    with pytest.raises(durably.ConfigError):
+        engine.run(wf, run_id="cfg")
+    got = why(journal_url, "cfg")
+    assert got["state"] == "blocked" and got["blocked_by"] == "ConfigError"
+    assert got["sentence"].startswith("blocked: ConfigError: ctx.sleep_until(2030-01-01T00:00:00)")
+    assert got["sentence"].endswith(
+        "— fix the code as the reason says, then `durably retry cfg` (recorded steps replay)"
+    )
+    assert "SerializationError" not in got["sentence"]
 
 
 def _crash() -> None:

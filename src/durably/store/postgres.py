@@ -681,13 +681,16 @@ class PostgresStore:
         park_reason: str | None = None,
         wake_at: float | None = None,
         events: Sequence[NewEvent] = (),
+        error_type: str | None = None,
     ) -> None:
         """Give up the lease, optionally parking the run; a stale token changes nothing.
         ``events`` (and the new status's own event) are written when the token holds."""
         now = self.clock.time()
         changed = [
             *events,
-            *stream.status_changed(status, token, now, park_reason, wake_at=wake_at),
+            *stream.status_changed(
+                status, token, now, park_reason, error_type, wake_at=wake_at
+            ),
         ]
         params = {
             "run_id": run_id,

@@ -527,6 +527,7 @@ class SQLiteStore:
         park_reason: str | None = None,
         wake_at: float | None = None,
         events: Sequence[NewEvent] = (),
+        error_type: str | None = None,
     ) -> None:
         """Give up the lease, optionally parking the run; a stale token changes nothing.
         ``events`` (and the new status's own event) are written when the token holds."""
@@ -544,7 +545,9 @@ class SQLiteStore:
                 },
             ).rowcount
             if n == 1:
-                changed = stream.status_changed(status, token, now, park_reason, wake_at=wake_at)
+                changed = stream.status_changed(
+                    status, token, now, park_reason, error_type, wake_at=wake_at
+                )
                 self._write_events(c, run_id, [*events, *changed])
 
     def park(
