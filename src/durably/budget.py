@@ -154,6 +154,6 @@ def exceeded_message(run_id: str, how: str) -> str:
     return (
         f"run {run_id!r} spent {how}, so it stopped at its next recording call. Its recorded"
         " steps are kept; to go on with a larger budget, raise it (ctx.budget or the"
-        f" workflow's budget=) and `durably fork {run_id} --at N` from the position to go on"
-        " from"
+        f" workflow's budget=) and `durably fork {run_id} --at N`, N the position it stopped"
+        f" at (`durably runs why {run_id}` names it)"
     )

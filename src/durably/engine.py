@@ -454,7 +454,10 @@ class Engine:
         try:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
-            raise SerializationError(f"{exc}. Nothing was sent to run {run_id!r}") from None
+            # exc's message ends with a full stop already.
+            raise SerializationError(
+                f"{str(exc).rstrip('.')}. Nothing was sent to run {run_id!r}"
+            ) from None
         import uuid  # imported on first use: it pulls in platform (slow)
 
         # One name for this send across the retries below: a retry after an unknown

@@ -259,7 +259,13 @@ class ApprovalAlreadyDecided(DurablyError):
             if decided_at is None
             else "at " + dt.datetime.fromtimestamp(decided_at, dt.UTC).isoformat(timespec="seconds")
         )
-        who = "nobody decided in time" if outcome == "expired" else f"by {by or 'someone'!r}"
+        who = (
+            "nobody decided in time"
+            if outcome == "expired"
+            else f"by {by!r}"
+            if by
+            else "by someone who gave no name"
+        )
         verb = "expired" if outcome == "expired" else outcome
         super().__init__(
             f"run {run_id!r} request {request_id} was already {verb} ({who}) {when}; a"

@@ -72,6 +72,7 @@ from .rules import (
     approval_row,
     blob_params,
     budget_params,
+    cancel_not_found,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
@@ -925,7 +926,7 @@ class PostgresStore:
             with conn.transaction():
                 row = conn.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
                 if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
+                    raise cancel_not_found(run_id, self.where)
                 run = _run(row[:_RUN_FIELDS])
                 # A retry after an unknown outcome finds the flag set (or the run ended):
                 # nothing more to do, and the run as it is now is the answer.

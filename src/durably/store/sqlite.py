@@ -48,6 +48,7 @@ from .rules import (
     approval_row,
     blob_params,
     budget_params,
+    cancel_not_found,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
@@ -788,7 +789,7 @@ class SQLiteStore:
         with self._tx() as c:
             row = c.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
             if row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+                raise cancel_not_found(run_id, self.path)
             run = _run(row[:-1])
             plan = cancel_plan(run, bool(row[-1]))
             if plan is None:

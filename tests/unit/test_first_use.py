@@ -1,0 +1,92 @@
+"""Messages a first user meets when following the docs: each says what happened and
+what to do, on both stores (found by trying the documented examples as a new user)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+
+import durably
+
+
+@pytest.fixture
+def engine(journal_url: str) -> Iterator[durably.Engine]:
+    e = durably.Engine(journal_url, park_wait_s=0)
+    yield e
+    e.close()
+
+
+def _refund(engine: durably.Engine) -> durably.PendingApproval:
+    @engine.workflow(name="refund")
+    def refund(ctx: durably.Context, order: dict[str, object]) -> str:
+        d = ctx.request_approval("refund", {"order": order["id"], "amount": order["amount"]})
+        return d.outcome
+
+    with pytest.raises(durably.RunParked):
+        engine.run(refund, {"id": "o-1", "amount": 20}, run_id="r1")
+    (pending,) = engine.pending_approvals("r1")
+    return pending
+
+
+def test_a_prefix_of_the_right_digest_is_not_called_another_action(
+    engine: durably.Engine,
+) -> None:
+    p = _refund(engine)
+    with pytest.raises(durably.ApprovalMismatch) as err:
+        engine.approve("r1", p.request_id, digest=p.digest[:12])
+    text = str(err.value)
+    assert "names another action" not in text
+    assert "not given as the request's full lowercase digest" in text
+    assert "the API takes the full 64-hex digest" in text
+    with pytest.raises(durably.ApprovalMismatch, match="names another action"):
+        engine.approve("r1", p.request_id, digest="0" * 64)  # a truly other digest
+
+
+def test_a_decision_without_a_name_is_not_attributed_to_someone_named_someone(
+    engine: durably.Engine,
+) -> None:
+    p = _refund(engine)
+    engine.approve("r1", p.request_id, digest=p.digest)  # no by=
+    with pytest.raises(durably.ApprovalAlreadyDecided) as err:
+        engine.reject("r1", p.request_id, digest=p.digest, by="bob", reason="no")
+    assert "by someone who gave no name" in str(err.value)
+    assert "'someone'" not in str(err.value)
+
+
+def test_cancel_of_an_unknown_run_says_what_to_check(engine: durably.Engine) -> None:
+    with pytest.raises(durably.RunNotFound) as err:
+        engine.cancel("nope", reason="dup")
+    assert re.search(r"nothing was cancelled\. Check the run id \(`durably runs list`", str(err))
+
+
+def test_a_signal_that_cannot_be_encoded_reads_as_one_sentence(engine: durably.Engine) -> None:
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go")
+
+    with pytest.raises(durably.RunParked):
+        engine.run(w, run_id="s1")
+    with pytest.raises(durably.SerializationError) as err:
+        engine.signal("s1", "go", object())
+    assert ".." not in str(err.value)
+    assert str(err.value).endswith(". Nothing was sent to run 's1'")
+
+
+def test_budget_exceeded_points_at_where_to_find_the_fork_position(
+    engine: durably.Engine,
+) -> None:
+    def model() -> str:
+        durably.usage(tokens=600)
+        return "text"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> list[str]:
+        ctx.budget(tokens=1_000)
+        return [ctx.step("model", model) for _ in range(3)]
+
+    with pytest.raises(durably.WorkflowFailed) as err:
+        engine.run(w, run_id="b1")
+    assert "`durably fork b1 --at N`, N the position it stopped at" in str(err.value)
+    assert "`durably runs why b1` names it" in str(err.value)
