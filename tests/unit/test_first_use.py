@@ -90,3 +90,30 @@ def test_budget_exceeded_points_at_where_to_find_the_fork_position(
         engine.run(w, run_id="b1")
     assert "`durably fork b1 --at N`, N the position it stopped at" in str(err.value)
     assert "`durably runs why b1` names it" in str(err.value)
+
+
+def test_an_approval_park_reason_reads_like_the_timer_and_signal_ones(
+    engine: durably.Engine,
+) -> None:
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.wait_for_signal("go", timeout_s=60)
+        return ctx.request_approval("ship", {"n": 1}, timeout_s=60).outcome
+
+    with pytest.raises(durably.RunParked):
+        engine.run(w, run_id="p1")
+    signal_reason = engine.get_run("p1").park_reason
+    assert signal_reason is not None
+    assert re.fullmatch(
+        r"signal 'go' since \S+Z \(times out at \S+Z\)", signal_reason
+    ), signal_reason
+    engine.signal("p1", "go")
+    with pytest.raises(durably.RunParked):
+        engine.run(w, run_id="p1")
+    reason = engine.get_run("p1").park_reason
+    assert reason is not None
+    assert re.fullmatch(
+        r"approval 'ship' \([0-9a-f]{12}\) since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+        r" \(expires at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)",
+        reason,
+    ), reason
