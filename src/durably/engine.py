@@ -73,6 +73,7 @@ from .history import (
     PARK_REASON_CHARS_MAX,
     PARKED,
     QUARANTINED,
+    QUEUED,
     RUN_ID_CHARS_MAX,
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
@@ -785,7 +786,10 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False  # True once this call waited for the run: a claim may race it
+        # True once this call waited for the run, or when it found the run queued: a
+        # worker serving the workflow may claim it first (between engine.run creating the
+        # run and claiming it), and then this call follows it to its end.
+        followed = run.status == QUEUED
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
@@ -811,7 +815,7 @@ class Engine:
         """:meth:`_drive_to_end` on the running event loop: the waits run in a thread."""
         import asyncio
 
-        followed = False
+        followed = run.status == QUEUED  # see _drive_to_end
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)

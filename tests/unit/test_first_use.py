@@ -3,8 +3,12 @@ what to do, on both stores (found by trying the documented examples as a new use
 
 from __future__ import annotations
 
+import asyncio
 import re
+import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -117,3 +121,50 @@ def test_an_approval_park_reason_reads_like_the_timer_and_signal_ones(
         r" \(expires at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)",
         reason,
     ), reason
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_engine_run_follows_a_worker_that_claimed_its_new_run_first(
+    journal_url: str, use_async: bool
+) -> None:
+    # engine.run creates the run queued, then claims it: a worker serving the same
+    # workflow may claim it in between. engine.run raised RunLeased for the run it had
+    # just created; like a worker taking a parked run when due, it follows it instead.
+    release = threading.Event()
+
+    def slow() -> str:
+        release.wait(10)
+        return "done"
+
+    def register(e: durably.Engine) -> Any:
+        @e.workflow(name="wf")
+        def wf(ctx: durably.Context) -> str:
+            return ctx.step("s", slow)
+
+        return wf
+
+    with durably.Engine(journal_url) as caller, durably.Engine(journal_url) as worker:
+        wf = register(caller)
+        register(worker)
+        create = caller.store.create_run
+        drivers: list[threading.Thread] = []
+
+        def create_then_lose_the_race(new: Any) -> Any:
+            out = create(new)
+            t = threading.Thread(target=worker.resume, args=(new.run_id,))
+            t.start()
+            drivers.append(t)
+            while caller.get_run(new.run_id).status != "running":  # the worker holds it
+                time.sleep(0.01)
+            threading.Timer(0.3, release.set).start()
+            return out
+
+        caller.store.create_run = create_then_lose_the_race  # type: ignore[method-assign]
+        if use_async:
+            got = asyncio.run(caller.run_async(wf, run_id="r"))
+        else:
+            got = caller.run(wf, run_id="r")
+        assert got == "done"
+        assert caller.get_run("r").starts == 1  # driven once, by the worker
+        for t in drivers:
+            t.join(10)
