@@ -423,6 +423,16 @@ def _cancel_requested(f: Facts) -> _Built:
             " when a worker (or its engine.run) takes it: recorded steps replay, its next"
             " step raises Cancelled, then it ends cancelled"
         )
+        q = f.queue
+        if q is not None:
+            facts["workers"] = q.workers
+            if not q.workers:
+                # As for a due parked run: without a worker nothing ever takes it.
+                text += (
+                    f"; no live worker serves queue {run.queue!r} (start one: `durably"
+                    f" worker MODULE:ENGINE --queue {run.queue}`, or"
+                    f" `engine.resume({run.run_id!r})`)"
+                )
     return "cancel_requested", text, facts
 
 

@@ -393,6 +393,29 @@ def test_cancel_requested_while_running_then_cancelled(
     )
 
 
+def test_cancel_requested_while_parked_with_no_worker(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    # A parked run whose cancel woke it unwinds only when something takes it: with no
+    # worker on its queue, say so (as for a due timer), or it waits forever unnoticed.
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go")
+
+    engine.start(wf, run_id="pc", queue="q2")
+    with durably.Engine(journal_url, park_wait_s=0) as driver:
+        driver.workflow(name="wf")(wf.fn)
+        with pytest.raises(durably.RunParked):
+            driver.resume("pc")
+    cancel_cli(journal_url, "pc", "--reason", "dup")
+    got = why(journal_url, "pc")
+    assert got["state"] == "cancel_requested" and got["workers"] == 0
+    assert got["sentence"].endswith(
+        "then it ends cancelled; no live worker serves queue 'q2' (start one: `durably worker"
+        " MODULE:ENGINE --queue q2`, or `engine.resume('pc')`)"
+    )
+
+
 def test_cancelled_at_once_while_queued(engine: durably.Engine, journal_url: str) -> None:
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> int:
