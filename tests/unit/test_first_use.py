@@ -168,3 +168,34 @@ def test_engine_run_follows_a_worker_that_claimed_its_new_run_first(
         assert caller.get_run("r").starts == 1  # driven once, by the worker
         for t in drivers:
             t.join(10)
+
+
+def test_a_second_cancel_says_the_first_reason_stands(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go")
+
+    engine.start(w, run_id="c1", queue="nobody")
+    with durably.Engine(journal_url, park_wait_s=0) as driver:
+        driver.workflow(name="w")(w.fn)
+        with pytest.raises(durably.RunParked):
+            driver.resume("c1")
+
+    def cancel(reason: str) -> str:
+        res = CliRunner().invoke(cli, ["cancel", "c1", "--db", journal_url, "--reason", reason])
+        assert res.exit_code == 0, res.output
+        return " ".join(res.output.split())
+
+    assert cancel("dup").startswith("run c1 will be cancelled: dup: it is parked")
+    said = cancel("another reason")
+    assert said.startswith(
+        "a cancel of run c1 was already asked for: dup; nothing changed (the first reason"
+        " stays): it is parked"
+    ), said
+    assert engine.get_run("c1").cancel_reason == "dup"
