@@ -126,7 +126,9 @@ class RunQuarantined(DurablyError):
 
 
 class RunBlocked(DurablyError):
-    """The run is blocked by a recorded non-determinism and waits for fixed code."""
+    """The run is blocked (a non-determinism, a value the journal cannot store, or a
+    mistake in the code such as a naive datetime: its reason says which) and waits for
+    fixed code and ``durably retry``."""
 
 
 class RunInDoubt(DurablyError):
