@@ -724,9 +724,11 @@ class AsyncContext:
         ``await`` (``if ctx.patched(...)``) it blocks the run instead of being always
         true."""
         core = self._core
-        return _PlainCall(
-            core, "patched", f"ctx.patched({change_id!r})", lambda: _at_once(core.patched(change_id))
-        )
+
+        def check() -> Coroutine[Any, Any, bool]:
+            return _at_once(core.patched(change_id))
+
+        return _PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
 
     def deprecate_patch(self, change_id: str) -> Coroutine[Any, Any, None]:
         """Consume a recorded marker of ``change_id``, never record (see

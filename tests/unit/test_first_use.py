@@ -108,9 +108,9 @@ def test_an_approval_park_reason_reads_like_the_timer_and_signal_ones(
         engine.run(w, run_id="p1")
     signal_reason = engine.get_run("p1").park_reason
     assert signal_reason is not None
-    assert re.fullmatch(
-        r"signal 'go' since \S+Z \(times out at \S+Z\)", signal_reason
-    ), signal_reason
+    assert re.fullmatch(r"signal 'go' since \S+Z \(times out at \S+Z\)", signal_reason), (
+        signal_reason
+    )
     engine.signal("p1", "go")
     with pytest.raises(durably.RunParked):
         engine.run(w, run_id="p1")

@@ -689,9 +689,7 @@ class PostgresStore:
         now = self.clock.time()
         changed = [
             *events,
-            *stream.status_changed(
-                status, token, now, park_reason, error_type, wake_at=wake_at
-            ),
+            *stream.status_changed(status, token, now, park_reason, error_type, wake_at=wake_at),
         ]
         params = {
             "run_id": run_id,
