@@ -6,6 +6,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import CANCELLED
+from ..shell import command
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
@@ -55,5 +56,5 @@ def cancel_cmd(run_id: str, reason: str | None, db: str, as_json: bool) -> None:
         click.echo(
             f"run {rid} will be cancelled{said}: it is {run.status} and unwinds at its next"
             " step (its workflow gets durably.Cancelled there, then the run ends cancelled);"
-            f" `durably runs show {rid}` follows it"
+            f" `{command('runs show', rid)}` follows it"
         )
