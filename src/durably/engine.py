@@ -91,6 +91,7 @@ from .history import (
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact_url
+from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
@@ -1148,7 +1149,7 @@ class Engine:
                 raise core.poison(
                     SerializationError(
                         f"{exc}. The run is blocked: change the workflow to return storable"
-                        f" data, then `durably retry {run_id}` (recorded steps replay)"
+                        f" data, then `{command('retry', run_id)}` (recorded steps replay)"
                     )
                 ) from None
             records, events = core.take_pending(), core.take_events()
@@ -1436,7 +1437,7 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
         raise SerializationError(
             f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
             " The run is blocked: make the workflow's parameters match it (or repair the"
-            f" row), then `durably retry {run.run_id}`"
+            f" row), then `{command('retry', run.run_id)}`"
         ) from exc
 
 

@@ -8,6 +8,8 @@ derive from :class:`BaseException` instead; see :class:`Unwind`.
 
 from __future__ import annotations
 
+from .shell import command
+
 
 class DurablyError(Exception):
     """Base class of every error durably raises on purpose."""
@@ -153,7 +155,7 @@ class RunParked(DurablyError):
         # to send one, or the reader waits for a worker that has nothing to do.
         due = (
             f" (due once the signal is sent: engine.signal({run_id!r}, NAME, data) or"
-            f" `durably signal {run_id} NAME --data JSON`, or its timeout passes)"
+            f" `{command('signal', run_id, 'NAME', options='--data JSON')}`, or its timeout passes)"
             if reason.startswith("signal ")
             else ""
         )
@@ -214,7 +216,7 @@ class CompensationFailed(DurablyError):
         super().__init__(
             f"compensation failed: {first} ({tally}). It was compensating for: {error}."
             f" What the failed compensation should have undone may still be in place:"
-            f" check the receiving system and undo it by hand (`durably runs show {run_id}`"
+            f" check the receiving system and undo it by hand (`{command('runs show', run_id)}`"
             " lists what ran)"
         )
 

@@ -25,6 +25,7 @@ from .history import (
     position_key,
     top_level,
 )
+from .shell import command
 
 # Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
 _DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
@@ -123,8 +124,9 @@ def check_not_compensated(run: RunRecord, history: Sequence[StepRecord]) -> None
     raise ConfigError(
         f"run {run.run_id!r} failed after a saga compensated it (the steps at {listed} were"
         " undone), so a retry cannot re-open it: those steps would replay as done while"
-        f" their effects were undone.{broken} Fork it instead: `durably fork {run.run_id}"
-        f" --at {at}` (engine.fork(run_id, at={at})) starts a new run that redoes the work"
+        f" their effects were undone.{broken} Fork it instead:"
+        f" `{command('fork', run.run_id, options=f'--at {at}')}`"
+        f" (engine.fork(run_id, at={at})) starts a new run that redoes the work"
         f" from position {at} under new keys; effects from there on happen again, so check"
         " the receiving systems first. Nothing was changed."
     )

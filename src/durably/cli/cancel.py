@@ -6,6 +6,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import CANCELLED
+from ..shell import command
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
@@ -57,12 +58,12 @@ def cancel_cmd(run_id: str, reason: str | None, db: str, as_json: bool) -> None:
         # Say so, or a second --reason looks lost: the first request and reason stand.
         click.echo(
             f"a cancel of run {rid} was already asked for{said}; nothing changed (the first"
-            f" reason stays): it is {run.status} and unwinds at its next step; `durably runs"
-            f" show {rid}` follows it"
+            f" reason stays): it is {run.status} and unwinds at its next step;"
+            f" `{command('runs show', rid)}` follows it"
         )
     else:
         click.echo(
             f"run {rid} will be cancelled{said}: it is {run.status} and unwinds at its next"
             " step (its workflow gets durably.Cancelled there, then the run ends cancelled);"
-            f" `durably runs show {rid}` follows it"
+            f" `{command('runs show', rid)}` follows it"
         )
