@@ -1151,7 +1151,9 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
     try:
         return Budget(tokens, cost_usd)
     except ConfigError as exc:
-        raise core.poison(ConfigError(f"ctx.budget: {exc}; the run is blocked")) from None
+        raise core.poison(
+            ConfigError(f"ctx.budget: {exc}. The run is blocked; fix the code, then resume it.")
+        ) from None
 
 
 def _label(branch: object) -> str:

@@ -199,3 +199,23 @@ def test_a_second_cancel_says_the_first_reason_stands(
         " stays): it is parked"
     ), said
     assert engine.get_run("c1").cancel_reason == "dup"
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda ctx: ctx.wait_for_signal("go", timeout_s=-5), r"ctx\.wait_for_signal\('go'\)"),
+        (lambda ctx: ctx.budget(tokens=-1), r"ctx\.budget: "),
+    ],
+)
+def test_a_bad_argument_says_the_run_is_blocked_and_what_to_do(
+    engine: durably.Engine, call: Any, says: str
+) -> None:
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> object:
+        return call(ctx)
+
+    with pytest.raises(durably.ConfigError, match=says) as err:
+        engine.run(w, run_id="bad")
+    assert str(err.value).endswith("The run is blocked; fix the code, then resume it.")
+    assert engine.get_run("bad").status == "blocked"
