@@ -1072,7 +1072,8 @@ class RunCore:
                 ConfigError(
                     f"ctx.wait_for_signal({name!r}): timeout_s must be None (wait for ever)"
                     f" or a number of seconds from 0 to {SIGNAL_TIMEOUT_S_MAX:,.0f}, got"
-                    f" {timeout_s!r:.100}"
+                    f" {timeout_s!r:.100}, e.g. timeout_s=86400 for a day. The run is blocked;"
+                    " fix the code, then resume it."
                 )
             )
         scope = self.scope()

@@ -128,7 +128,9 @@ class RunQuarantined(DurablyError):
 
 
 class RunBlocked(DurablyError):
-    """The run is blocked by a recorded non-determinism and waits for fixed code."""
+    """The run is blocked (a non-determinism, a value the journal cannot store, or a
+    mistake in the code such as a naive datetime: its reason says which) and waits for
+    fixed code and ``durably retry``."""
 
 
 class RunInDoubt(DurablyError):
@@ -261,7 +263,13 @@ class ApprovalAlreadyDecided(DurablyError):
             if decided_at is None
             else "at " + dt.datetime.fromtimestamp(decided_at, dt.UTC).isoformat(timespec="seconds")
         )
-        who = "nobody decided in time" if outcome == "expired" else f"by {by or 'someone'!r}"
+        who = (
+            "nobody decided in time"
+            if outcome == "expired"
+            else f"by {by!r}"
+            if by
+            else "by someone who gave no name"
+        )
         verb = "expired" if outcome == "expired" else outcome
         super().__init__(
             f"run {run_id!r} request {request_id} was already {verb} ({who}) {when}; a"

@@ -324,11 +324,16 @@ def _blocked(f: Facts) -> _Built:
             f" code, or patch it (`ctx.patched`), then `{cli_command('retry', run.run_id)}`"
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
-    kind = f.blocked_type or "SerializationError"
+    kind = f.blocked_type
+    if kind == "SerializationError":
+        fix = "change the code to return and pass storable data"
+    else:
+        # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run
+        # blocked before the type was recorded: its reason says what to change.
+        fix = "fix the code as the reason says"
     text = (
-        f"blocked: {kind}: {quote(reason)} — change the code to return and"
-        f" pass storable data, then `{cli_command('retry', run.run_id)}` (recorded steps"
-        " replay)"
+        f"blocked: {kind + ': ' if kind else ''}{quote(reason)} — {fix}, then"
+        f" `{cli_command('retry', run.run_id)}` (recorded steps replay)"
     )
     return "blocked", text, {"blocked_by": kind, "reason": reason}
 
@@ -422,6 +427,16 @@ def _cancel_requested(f: Facts) -> _Built:
             " when a worker (or its engine.run) takes it: recorded steps replay, its next"
             " step raises Cancelled, then it ends cancelled"
         )
+        q = f.queue
+        if q is not None:
+            facts["workers"] = q.workers
+            if not q.workers:
+                # As for a due parked run: without a worker nothing ever takes it.
+                text += (
+                    f"; no live worker serves queue {run.queue!r} (start one: `durably"
+                    f" worker MODULE:ENGINE --queue {run.queue}`, or"
+                    f" `engine.resume({run.run_id!r})`)"
+                )
     return "cancel_requested", text, facts
 
 
