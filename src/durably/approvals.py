@@ -392,9 +392,11 @@ def is_time(t: Any) -> bool:
 
 def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:
     """How ``runs show``/``runs list`` word a run parked on an approval request."""
-    until = "no expiry" if expires_at is None else f"expires {_iso(expires_at)}"
+    until = "no expiry" if expires_at is None else f"expires at {_iso(expires_at)}"
     return f"approval {action!r} ({digest[:12]}) since {_iso(since)} ({until})"
 
 
 def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="seconds")
+    # The form the timer and signal park reasons use (2026-11-30T10:00:00Z), so the
+    # waits of one gather read alike in one reason.
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

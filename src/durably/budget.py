@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .shell import command
 
 TOKENS_MAX = 10**15
 """Largest token count one report or one budget may hold (fits every store's integer)."""
@@ -154,6 +155,6 @@ def exceeded_message(run_id: str, how: str) -> str:
     return (
         f"run {run_id!r} spent {how}, so it stopped at its next recording call. Its recorded"
         " steps are kept; to go on with a larger budget, raise it (ctx.budget or the"
-        f" workflow's budget=) and `durably fork {run_id} --at N` from the position to go on"
-        " from"
+        f" workflow's budget=) and `{command('fork', run_id, options='--at N')}`, N the"
+        f" position it stopped at (`{command('runs why', run_id)}` names it)"
     )

@@ -664,10 +664,18 @@ class AsyncContext:
         :meth:`Context.wait_for_signal`)."""
         return _SignalWait(self._core, self._ex, name, timeout_s, default)
 
-    async def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+    def budget(
+        self, tokens: int | None = None, cost_usd: float | None = None
+    ) -> Coroutine[Any, Any, None]:
         """Limit the whole run's spend: ``await ctx.budget(tokens=..., cost_usd=...)``
-        (see :meth:`Context.budget`)."""
-        await drive_async(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
+        (see :meth:`Context.budget`). Dropped without ``await``, it blocks the run (a
+        budget silently not applied would let the run spend without limit)."""
+        core, ex = self._core, self._ex
+
+        def apply() -> Coroutine[Any, Any, None]:
+            return drive_async(ex, core.set_budget(_budget(core, tokens, cost_usd)))
+
+        return _PlainCall(core, "budget", "ctx.budget(...)", apply)
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -711,15 +719,28 @@ class AsyncContext:
         ``on_timeout`` callable may be sync or async."""
         return _ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
 
-    async def patched(self, change_id: str) -> bool:
+    def patched(self, change_id: str) -> Coroutine[Any, Any, bool]:
         """Whether this run takes change ``change_id``'s path (see
-        :meth:`Context.patched`)."""
-        return self._core.patched(change_id)
+        :meth:`Context.patched`): ``if await ctx.patched("change-id"):``. Without
+        ``await`` (``if ctx.patched(...)``) it blocks the run instead of being always
+        true."""
+        core = self._core
 
-    async def deprecate_patch(self, change_id: str) -> None:
+        def check() -> Coroutine[Any, Any, bool]:
+            return _at_once(core.patched(change_id))
+
+        return _PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
+
+    def deprecate_patch(self, change_id: str) -> Coroutine[Any, Any, None]:
         """Consume a recorded marker of ``change_id``, never record (see
-        :meth:`Context.deprecate_patch`)."""
-        self._core.deprecate_patch(change_id)
+        :meth:`Context.deprecate_patch`): ``await ctx.deprecate_patch("change-id")``."""
+        core = self._core
+
+        def consume() -> Coroutine[Any, Any, None]:
+            core.deprecate_patch(change_id)
+            return _at_once(None)
+
+        return _PlainCall(core, "deprecate_patch", f"ctx.deprecate_patch({change_id!r})", consume)
 
     def saga(self) -> AsyncSaga:
         """A saga for one block: ``async with ctx.saga() as saga: await saga.step(name,
@@ -1005,6 +1026,31 @@ class _ValueCall(_Recording[T]):
         return _at_once(self._produce())
 
 
+class _PlainCall(_Recording[T]):
+    """``ctx.budget``, ``ctx.patched`` and ``ctx.deprecate_patch`` of an async workflow:
+    like the other calls, a dropped one blocks the run and one used as a value (``if
+    ctx.patched(...)``, always true as a bare coroutine) is refused, instead of Python's
+    easily missed "never awaited" warning while the call silently did nothing."""
+
+    __slots__ = ("_call_text", "_do", "label")
+
+    def __init__(
+        self, core: RunCore, method: str, call: str, do: Callable[[], Coroutine[Any, Any, T]]
+    ) -> None:
+        super().__init__(core)
+        # What a gather recorded for these when they were plain coroutines: kept, so a
+        # run that passed one to ctx.gather replays unchanged.
+        self.label = f"AsyncContext.{method}"
+        self._call_text = call
+        self._do = do
+
+    def _call(self) -> str:
+        return self._call_text
+
+    def _run(self) -> Coroutine[Any, Any, T]:
+        return self._do()
+
+
 class _SignalWait(_Recording[Any]):
     __slots__ = ("_default", "_ex", "_name", "_timeout_s", "label")
 
@@ -1216,7 +1262,9 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
     try:
         return Budget(tokens, cost_usd)
     except ConfigError as exc:
-        raise core.poison(ConfigError(f"ctx.budget: {exc}; the run is blocked")) from None
+        raise core.poison(
+            ConfigError(f"ctx.budget: {exc}. The run is blocked; fix the code, then resume it.")
+        ) from None
 
 
 def _label(branch: object) -> str:

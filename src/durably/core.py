@@ -87,6 +87,7 @@ from .history import (
     idempotency_key,
     storable_text,
 )
+from .shell import command
 from .steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
@@ -1084,7 +1085,8 @@ class RunCore:
                 ConfigError(
                     f"ctx.wait_for_signal({name!r}): timeout_s must be None (wait for ever)"
                     f" or a number of seconds from 0 to {SIGNAL_TIMEOUT_S_MAX:,.0f}, got"
-                    f" {timeout_s!r:.100}"
+                    f" {timeout_s!r:.100}, e.g. timeout_s=86400 for a day. The run is blocked;"
+                    " fix the code, then resume it."
                 )
             )
         scope = self.scope()
@@ -1411,8 +1413,8 @@ class RunCore:
                 f"step {pos} {name!r} was in flight {age_s:,.0f} s ago, longer than the"
                 f" receiver remembers keys (dedupe_window_s={opts.dedupe_window_s:g}), so a"
                 f" retry with key {key!r} could repeat the effect. Check the receiving"
-                f" system, then `durably retry {self.run_id}` or `durably skip"
-                f" {self.run_id} --output JSON`."
+                f" system, then `{command('retry', self.run_id)}` or"
+                f" `{command('skip', self.run_id, options='--output JSON')}`."
             )
             raise self.latch(Parked("in_doubt", None))
         if sig.takes_key or opts.on_doubt == "retry":
@@ -1420,9 +1422,10 @@ class RunCore:
         self.in_doubt = (
             f"step {pos} {name!r} was in flight when its process died: its effect may or"
             " may not have happened, and it takes no idempotency_key and has no reconcile."
-            f" Check the receiving system for key {key!r}, then `durably retry"
-            f" {self.run_id}` to run it again or `durably skip {self.run_id} --output JSON`"
-            " to record what it returned."
+            f" Check the receiving system for key {key!r}, then"
+            f" `{command('retry', self.run_id)}` to run it again or"
+            f" `{command('skip', self.run_id, options='--output JSON')}` to record what it"
+            " returned."
         )
         raise self.latch(Parked("in_doubt", None))
 

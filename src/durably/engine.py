@@ -73,6 +73,7 @@ from .history import (
     PARK_REASON_CHARS_MAX,
     PARKED,
     QUARANTINED,
+    QUEUED,
     RUN_ID_CHARS_MAX,
     RUN_INPUT_BYTES_MAX,
     RUN_RESULT_BYTES_MAX,
@@ -90,6 +91,7 @@ from .history import (
 )
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact_url
+from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
@@ -454,7 +456,10 @@ class Engine:
         try:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
-            raise SerializationError(f"{exc}. Nothing was sent to run {run_id!r}") from None
+            # exc's message ends with a full stop already.
+            raise SerializationError(
+                f"{str(exc).rstrip('.')}. Nothing was sent to run {run_id!r}"
+            ) from None
         import uuid  # imported on first use: it pulls in platform (slow)
 
         # One name for this send across the retries below: a retry after an unknown
@@ -782,7 +787,10 @@ class Engine:
     def _drive_to_end(self, w: Workflow, run: RunRecord, wait: bool = True) -> Any:
         """Drive ``run`` until it ends; while it parks, wait in this process until it is
         due (:meth:`_await_wake`) and replay it (unless ``wait`` is off: RunParked)."""
-        followed = False  # True once this call waited for the run: a claim may race it
+        # True once this call waited for the run, or when it found the run queued: a
+        # worker serving the workflow may claim it first (between engine.run creating the
+        # run and claiming it), and then this call follows it to its end.
+        followed = run.status == QUEUED
         while True:
             if wait and run.status == PARKED:
                 run = self._await_wake(run)
@@ -808,7 +816,7 @@ class Engine:
         """:meth:`_drive_to_end` on the running event loop: the waits run in a thread."""
         import asyncio
 
-        followed = False
+        followed = run.status == QUEUED  # see _drive_to_end
         while True:
             if run.status == PARKED:
                 run = await asyncio.to_thread(self._await_wake, run)
@@ -1113,7 +1121,13 @@ class Engine:
         try:
             if isinstance(exc, SerializationError):
                 reason = storable_text(str(exc), PARK_REASON_CHARS_MAX)
-                self.store.release(run.run_id, run.fencing_token, BLOCKED, park_reason=reason)
+                self.store.release(
+                    run.run_id,
+                    run.fencing_token,
+                    BLOCKED,
+                    park_reason=reason,
+                    error_type=type(exc).__name__,
+                )
             else:
                 self.store.release(run.run_id, run.fencing_token)
         except DurablyError:
@@ -1135,7 +1149,7 @@ class Engine:
                 raise core.poison(
                     SerializationError(
                         f"{exc}. The run is blocked: change the workflow to return storable"
-                        f" data, then `durably retry {run_id}` (recorded steps replay)"
+                        f" data, then `{command('retry', run_id)}` (recorded steps replay)"
                     )
                 ) from None
             records, events = core.take_pending(), core.take_events()
@@ -1168,8 +1182,12 @@ class Engine:
             if core.poisoned is not None:
                 reason = storable_text(str(core.poisoned), PARK_REASON_CHARS_MAX)
                 events = core.take_events()
+                kind = type(core.poisoned).__name__  # runs why: what to fix
                 self._record(
-                    core, lambda: self.store.release(run_id, token, BLOCKED, reason, events=events)
+                    core,
+                    lambda: self.store.release(
+                        run_id, token, BLOCKED, reason, events=events, error_type=kind
+                    ),
                 )
                 if core.poisoned is not exc:
                     raise core.poisoned from exc
@@ -1419,7 +1437,7 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
         raise SerializationError(
             f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
             " The run is blocked: make the workflow's parameters match it (or repair the"
-            f" row), then `durably retry {run.run_id}`"
+            f" row), then `{command('retry', run.run_id)}`"
         ) from exc
 
 

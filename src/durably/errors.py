@@ -8,6 +8,8 @@ derive from :class:`BaseException` instead; see :class:`Unwind`.
 
 from __future__ import annotations
 
+from .shell import command
+
 
 class DurablyError(Exception):
     """Base class of every error durably raises on purpose."""
@@ -126,7 +128,9 @@ class RunQuarantined(DurablyError):
 
 
 class RunBlocked(DurablyError):
-    """The run is blocked by a recorded non-determinism and waits for fixed code."""
+    """The run is blocked (a non-determinism, a value the journal cannot store, or a
+    mistake in the code such as a naive datetime: its reason says which) and waits for
+    fixed code and ``durably retry``."""
 
 
 class RunInDoubt(DurablyError):
@@ -151,7 +155,7 @@ class RunParked(DurablyError):
         # to send one, or the reader waits for a worker that has nothing to do.
         due = (
             f" (due once the signal is sent: engine.signal({run_id!r}, NAME, data) or"
-            f" `durably signal {run_id} NAME --data JSON`, or its timeout passes)"
+            f" `{command('signal', run_id, 'NAME', options='--data JSON')}`, or its timeout passes)"
             if reason.startswith("signal ")
             else ""
         )
@@ -212,7 +216,7 @@ class CompensationFailed(DurablyError):
         super().__init__(
             f"compensation failed: {first} ({tally}). It was compensating for: {error}."
             f" What the failed compensation should have undone may still be in place:"
-            f" check the receiving system and undo it by hand (`durably runs show {run_id}`"
+            f" check the receiving system and undo it by hand (`{command('runs show', run_id)}`"
             " lists what ran)"
         )
 
@@ -259,7 +263,13 @@ class ApprovalAlreadyDecided(DurablyError):
             if decided_at is None
             else "at " + dt.datetime.fromtimestamp(decided_at, dt.UTC).isoformat(timespec="seconds")
         )
-        who = "nobody decided in time" if outcome == "expired" else f"by {by or 'someone'!r}"
+        who = (
+            "nobody decided in time"
+            if outcome == "expired"
+            else f"by {by!r}"
+            if by
+            else "by someone who gave no name"
+        )
         verb = "expired" if outcome == "expired" else outcome
         super().__init__(
             f"run {run_id!r} request {request_id} was already {verb} ({who}) {when}; a"

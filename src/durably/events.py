@@ -139,7 +139,11 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         RUN_BLOCKED,
         "the run stopped for a person: the code no longer matches its history, or data"
         " cannot be stored or decoded",
-        {"reason": "what is wrong and what to do"},
+        {
+            "reason": "what is wrong and what to do",
+            "error_type": "what blocked it: NonDeterminism, SerializationError, ConfigError"
+            " (if any)",
+        },
     ),
     EventKind(
         RUN_QUARANTINED,

@@ -18,6 +18,7 @@ from .errors import ConfigError, SerializationError
 from .history import (
     COMPENSATE,
     FAILED,
+    HALT,
     INTENT,
     WAITING,
     RunRecord,
@@ -25,6 +26,7 @@ from .history import (
     position_key,
     top_level,
 )
+from .shell import command
 
 # Every in-doubt reason the core writes starts with "step <position> " (core._doubt).
 _DOUBT_REASON = re.compile(r"^step ([0-9]+(?:\.[0-9]+\.[0-9]+)*) ")
@@ -123,8 +125,9 @@ def check_not_compensated(run: RunRecord, history: Sequence[StepRecord]) -> None
     raise ConfigError(
         f"run {run.run_id!r} failed after a saga compensated it (the steps at {listed} were"
         " undone), so a retry cannot re-open it: those steps would replay as done while"
-        f" their effects were undone.{broken} Fork it instead: `durably fork {run.run_id}"
-        f" --at {at}` (engine.fork(run_id, at={at})) starts a new run that redoes the work"
+        f" their effects were undone.{broken} Fork it instead:"
+        f" `{command('fork', run.run_id, options=f'--at {at}')}`"
+        f" (engine.fork(run_id, at={at})) starts a new run that redoes the work"
         f" from position {at} under new keys; effects from there on happen again, so check"
         " the receiving systems first. Nothing was changed."
     )
@@ -172,6 +175,22 @@ def fork_at(at: object, history: Sequence[StepRecord]) -> int:
             f"at={at}: position {doubts[0]} holds an effect in doubt (it may or may not have"
             f" happened, so there is no result to copy); fork at {doubts[0]} or earlier, or"
             " settle it first with `durably retry` or `durably skip`"
+        )
+    undone = compensated_steps(history)
+    if undone and top_level(undone[0]) < at:
+        first = top_level(undone[0])
+        raise ConfigError(
+            f"at={at}: a saga undid the step at {undone[0]} (its compensation ran), so its"
+            " recorded result would be copied as done while its effect was undone; fork at"
+            f" {first} or earlier to redo the saga from there under new keys"
+        )
+    halts = sorted(top_level(r.position) for r in history if r.kind == HALT)
+    if halts and halts[0] < at:
+        what = next(r.name for r in history if r.kind == HALT and top_level(r.position) == halts[0])
+        stop = "a cancel" if what == "durably.cancel" else "its budget"
+        raise ConfigError(
+            f"at={at}: the run was stopped by {stop} at position {halts[0]}; a fork past it"
+            f" would copy that stop and end the same way: fork at {halts[0]} or earlier"
         )
     return at
 

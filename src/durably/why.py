@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,7 @@ from .history import (
 )
 from .ownership import describe_owner, owner_dead
 from .reopen import compensated_steps, failed_frontier
+from .shell import command as cli_command
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -226,12 +226,12 @@ def _over_budget(f: Facts) -> _Built:
     spent = "" if f.spend is None else f": {f.spend.text()}"
     if halt is None:
         text = f"stopped by its budget{spent}"
-        fork = f"`durably fork {run.run_id} --at N`"
+        fork = f"`{cli_command('fork', run.run_id, options='--at N')}`"
     else:
         at = halt.position.split(".")[0]  # fork goes live from a top-level position
         facts["position"] = halt.position
         text = f"stopped by its budget at step {halt.position}{spent}"
-        fork = f"`durably fork {run.run_id} --at {at}`"
+        fork = f"`{cli_command('fork', run.run_id, options=f'--at {at}')}`"
     text += (
         f" — its recorded steps are kept: raise the budget (ctx.budget or budget=), then"
         f" {fork} goes on from there without paying for them again"
@@ -306,8 +306,9 @@ def _in_doubt(f: Facts) -> _Built:
     run = f.run
     reason = run.park_reason or "no reason recorded"
     text = (
-        f"in doubt: {quote(reason)} — inspect the target, then `durably retry {run.run_id}`"
-        f" or `durably skip {run.run_id} --output JSON`"
+        f"in doubt: {quote(reason)} — inspect the target, then"
+        f" `{cli_command('retry', run.run_id)}` or"
+        f" `{cli_command('skip', run.run_id, options='--output JSON')}`"
     )
     return "in_doubt", text, {"reason": reason}
 
@@ -320,13 +321,19 @@ def _blocked(f: Facts) -> _Built:
         at = f" at step {m.group(1)}" if m is not None else ""
         text = (
             f"blocked: NonDeterminism{at}: {quote(reason)} — deploy the old"
-            f" code, or patch it (`ctx.patched`), then `durably retry {run.run_id}`"
+            f" code, or patch it (`ctx.patched`), then `{cli_command('retry', run.run_id)}`"
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
-    kind = f.blocked_type or "SerializationError"
+    kind = f.blocked_type
+    if kind == "SerializationError":
+        fix = "change the code to return and pass storable data"
+    else:
+        # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run
+        # blocked before the type was recorded: its reason says what to change.
+        fix = "fix the code as the reason says"
     text = (
-        f"blocked: {kind}: {quote(reason)} — change the code to return and"
-        f" pass storable data, then `durably retry {run.run_id}` (recorded steps replay)"
+        f"blocked: {kind + ': ' if kind else ''}{quote(reason)} — {fix}, then"
+        f" `{cli_command('retry', run.run_id)}` (recorded steps replay)"
     )
     return "blocked", text, {"blocked_by": kind, "reason": reason}
 
@@ -339,7 +346,7 @@ def _quarantined(f: Facts) -> _Built:
         text += f"; last error {f.last_error[0]}: {quote(f.last_error[1])}"
     else:
         text += "; no error recorded (its process died each time: a crash, OOM or SIGKILL)"
-    text += f" — fix the cause, then `durably retry {run.run_id}`"
+    text += f" — fix the cause, then `{cli_command('retry', run.run_id)}`"
     facts: dict[str, Any] = {
         "starts": run.starts,
         "starts_without_progress": n,
@@ -362,7 +369,8 @@ def _failed(f: Facts) -> _Built:
         facts.update(compensated=undone, fork_at=at)
         text = (
             f"failed: {error}; a saga compensated it (undid the steps at {listed}) —"
-            f" `durably fork {run.run_id} --at {at}` redoes the work under new keys"
+            f" `{cli_command('fork', run.run_id, options=f'--at {at}')}` redoes the work under"
+            " new keys"
         )
         return "failed", text, facts
     if frontier:
@@ -370,14 +378,16 @@ def _failed(f: Facts) -> _Built:
         name = next(r.name for r in f.history if r.position == pos)
         facts.update(position=pos, step=name)
         text = (
-            f"failed at step {pos} {name}: {error} — `durably retry {run.run_id}` re-opens it"
+            f"failed at step {pos} {name}: {error} — `{cli_command('retry', run.run_id)}`"
+            " re-opens it"
             " at that step"
         )
         return "failed", text, facts
     last = _last_record(f.history)
     after = "before its first step" if last is None else f"after step {last.position}"
     text = (
-        f"failed: the workflow raised {error} {after} — `durably retry {run.run_id}` replays"
+        f"failed: the workflow raised {error} {after} — `{cli_command('retry', run.run_id)}`"
+        " replays"
         " the recorded steps and runs its code from there again"
     )
     return "failed", text, facts
@@ -417,6 +427,16 @@ def _cancel_requested(f: Facts) -> _Built:
             " when a worker (or its engine.run) takes it: recorded steps replay, its next"
             " step raises Cancelled, then it ends cancelled"
         )
+        q = f.queue
+        if q is not None:
+            facts["workers"] = q.workers
+            if not q.workers:
+                # As for a due parked run: without a worker nothing ever takes it.
+                text += (
+                    f"; no live worker serves queue {run.queue!r} (start one: `durably"
+                    f" worker MODULE:ENGINE --queue {run.queue}`, or"
+                    f" `engine.resume({run.run_id!r})`)"
+                )
     return "cancel_requested", text, facts
 
 
@@ -496,7 +516,7 @@ def _parked_signal(f: Facts) -> _Built:
         facts["workers"] = q.workers
     if not facts["due"]:
         until = "no timeout" if deadline is None else f"times out at {clock_text(deadline)}"
-        command = f"durably signal {shlex.quote(run.run_id)} {shlex.quote(name)} --data JSON"
+        command = cli_command("signal", run.run_id, name, options="--data JSON")
         text = (
             f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until});"
             f" it holds no process or worker slot — send it: `{command}`"
@@ -540,13 +560,7 @@ def _parked_approval(f: Facts) -> _Built:
         return _other(f)
     request_id, action, digest, since, expires = wait
     prefix = digest[:12]
-    ids = f"{shlex.quote(run.run_id)} {shlex.quote(request_id)}"
-    # A run id starting with "-" would be read as an option: it goes after "--".
-    command = (
-        f"durably approve --digest {prefix} -- {ids}"
-        if run.run_id.startswith("-")
-        else f"durably approve {ids} --digest {prefix}"
-    )
+    command = cli_command("approve", run.run_id, request_id, options=f"--digest {prefix}")
     facts: dict[str, Any] = {
         "waiting_for": "approval",
         "request_id": request_id,
@@ -645,13 +659,11 @@ def _wait_commands(run_id: str, history: Sequence[StepRecord]) -> list[str]:
     waits = [r for r in history if r.status == WAITING]
     for rec in sorted(waits, key=lambda r: position_key(r.position)):
         if rec.kind == SIGNAL:
-            name = shlex.quote(rec.name.removeprefix("wait_for_signal:"))
-            out.append(f"durably signal {shlex.quote(run_id)} {name} --data JSON")
+            name = rec.name.removeprefix("wait_for_signal:")
+            out.append(cli_command("signal", run_id, name, options="--data JSON"))
         elif rec.kind == APPROVAL:
-            out.append(
-                f"durably approve {shlex.quote(run_id)} {shlex.quote(rec.position)}"
-                f" --digest {rec.digest[:12]}"
-            )
+            digest = f"--digest {rec.digest[:12]}"
+            out.append(cli_command("approve", run_id, rec.position, options=digest))
     return out
 
 

@@ -390,6 +390,59 @@ def test_a_dropped_step_blocks_the_run_when_the_workflow_returns(engine: durably
     assert engine.get_run("r").status == "blocked"
 
 
+def test_a_dropped_budget_blocks_the_run_instead_of_spending_without_limit(
+    engine: durably.Engine,
+) -> None:
+    ran: list[str] = []
+
+    def model() -> str:
+        ran.append("model")
+        durably.usage(tokens=1_000)
+        return "text"
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        ctx.budget(tokens=10)  # forgot the await: no budget would apply
+        return await ctx.step("model", model)
+
+    with pytest.raises(durably.ConfigError, match=r"ctx\.budget\(\.\.\.\) was never awaited"):
+        engine.run(w, run_id="r")
+    assert engine.get_run("r").status == "blocked"
+    assert ran == []
+
+
+def test_patched_without_await_blocks_the_run_instead_of_being_always_true(
+    engine: durably.Engine,
+) -> None:
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        if ctx.patched("new-path"):  # forgot the await: a coroutine is always true
+            return "new"
+        return "old"
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a "never awaited" RuntimeWarning is not the message
+        with pytest.raises(
+            durably.ConfigError, match=r"write `value = await ctx\.patched\('new-path'\)`"
+        ):
+            engine.run(w, run_id="r")
+    assert engine.get_run("r").status == "blocked"
+
+
+def test_awaited_budget_patched_and_deprecate_patch_work_as_before(engine: durably.Engine) -> None:
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> list[Any]:
+        await ctx.budget(tokens=5, cost_usd=1.0)
+        new = await ctx.patched("p")
+        await ctx.deprecate_patch("gone")
+        return [new, await ctx.step("a", lambda: "a")]
+
+    assert engine.run(w, run_id="r") == [True, "a"]
+    assert engine.run(w, run_id="r") == [True, "a"]
+    spend = engine.spend("r")
+    assert spend.budget == durably.Budget(tokens=5, cost_usd=1.0)
+
+
 def test_an_error_in_arguments_is_the_workflows_not_a_dropped_step(engine: durably.Engine) -> None:
     @engine.workflow(name="w")
     async def w(ctx: durably.AsyncContext, data: dict[str, int]) -> list[int]:

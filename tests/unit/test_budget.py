@@ -475,3 +475,27 @@ def test_a_cancel_outranks_a_crossed_budget_not_yet_delivered(engine: durably.En
         engine.run(w, run_id="r")
     assert calls == ["cross"]
     assert [(r.kind, r.name) for r in engine.history("r")][-1] == (HALT, "durably.cancel")
+
+
+def test_a_fork_past_the_budget_stop_is_refused(engine: durably.Engine) -> None:
+    """A fork copying the recorded budget stop would end the same way at once: refused,
+    naming the position (the one `runs why` names) to fork at instead."""
+
+    def spend() -> str:
+        durably.usage(tokens=600)
+        return "ok"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.budget(tokens=1000)
+        ctx.step("a", spend)
+        ctx.step("b", spend)
+        ctx.step("c", spend)
+        return "done"
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    assert [r.kind for r in engine.history("r")] == ["step", "step", HALT]
+    with pytest.raises(durably.ConfigError, match="stopped by its budget at position 2"):
+        engine.fork("r", at=3, new_run_id="r2")
+    engine.fork("r", at=2, new_run_id="r3")

@@ -975,3 +975,24 @@ def test_replay_check_passes_a_cancelled_run(engine: durably.Engine, with_saga: 
     calls = len(world.log)
     assert check_run(engine, engine.get_run("r")) is None
     assert len(world.log) == calls
+
+
+def test_a_fork_past_the_undone_steps_is_refused(any_engine: durably.Engine) -> None:
+    """Forking after a compensated step would copy its result as done while the world
+    has undone it: refused, naming the position to fork at instead."""
+    world = World()
+
+    @any_engine.workflow(name="trip")
+    def trip(ctx: durably.Context) -> str:
+        ctx.step("plan", lambda: "plan")
+        with ctx.saga() as saga:
+            saga.step("flight", world.do("flight"), world.undo("flight"), 0)
+            saga.step("tour", world.fail("tour"), world.undo("tour"), 1)
+        return "done"
+
+    with pytest.raises(durably.WorkflowFailed):
+        any_engine.run(trip, run_id="r")
+    with pytest.raises(durably.ConfigError, match=r"a saga undid the step at 1.*fork at 1"):
+        any_engine.fork("r", at=2, new_run_id="r2")
+    assert any_engine.store.get_run("r2") is None  # nothing was created
+    any_engine.fork("r", at=1, new_run_id="r3")  # the position it names is accepted

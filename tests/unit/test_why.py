@@ -8,6 +8,7 @@ sentence is read through the real command (``durably runs why --json``).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import threading
@@ -175,6 +176,26 @@ def test_blocked_by_a_serialization_error(engine: durably.Engine, journal_url: s
         "— change the code to return and pass storable data, then `durably retry ser`"
         " (recorded steps replay)"
     )
+
+
+def test_blocked_by_a_config_error(engine: durably.Engine, journal_url: str) -> None:
+    """A mistake in the code (here a naive datetime) is not called a SerializationError,
+    and the advice is to fix what the reason names, not to return storable data."""
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("plan", lambda: 1)
+        ctx.sleep_until(dt.datetime(2030, 1, 1))  # naive: no timezone
+
+    with pytest.raises(durably.ConfigError):
+        engine.run(wf, run_id="cfg")
+    got = why(journal_url, "cfg")
+    assert got["state"] == "blocked" and got["blocked_by"] == "ConfigError"
+    assert got["sentence"].startswith("blocked: ConfigError: ctx.sleep_until(2030-01-01T00:00:00)")
+    assert got["sentence"].endswith(
+        "— fix the code as the reason says, then `durably retry cfg` (recorded steps replay)"
+    )
+    assert "SerializationError" not in got["sentence"]
 
 
 def _crash() -> None:
@@ -369,6 +390,29 @@ def test_cancel_requested_while_running_then_cancelled(
         r"cancelled at \d\d:\d\d:\d\d UTC: duplicate alert; it unwound from step 2;"
         r" nothing left to do",
         got["sentence"],
+    )
+
+
+def test_cancel_requested_while_parked_with_no_worker(
+    engine: durably.Engine, journal_url: str
+) -> None:
+    # A parked run whose cancel woke it unwinds only when something takes it: with no
+    # worker on its queue, say so (as for a due timer), or it waits forever unnoticed.
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> object:
+        return ctx.wait_for_signal("go")
+
+    engine.start(wf, run_id="pc", queue="q2")
+    with durably.Engine(journal_url, park_wait_s=0) as driver:
+        driver.workflow(name="wf")(wf.fn)
+        with pytest.raises(durably.RunParked):
+            driver.resume("pc")
+    cancel_cli(journal_url, "pc", "--reason", "dup")
+    got = why(journal_url, "pc")
+    assert got["state"] == "cancel_requested" and got["workers"] == 0
+    assert got["sentence"].endswith(
+        "then it ends cancelled; no live worker serves queue 'q2' (start one: `durably worker"
+        " MODULE:ENGINE --queue q2`, or `engine.resume('pc')`)"
     )
 
 

@@ -6,6 +6,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import CANCELLED
+from ..shell import command
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
@@ -33,7 +34,9 @@ def cancel_cmd(run_id: str, reason: str | None, db: str, as_json: bool) -> None:
     try:
         # Read first only to word the answer: a run cancelled already is not one this
         # command ended at once (cancelling it again changes nothing).
-        already = engine.get_run(run_id).status == CANCELLED
+        before = engine.get_run(run_id)
+        already = before.status == CANCELLED
+        asked = before.cancel_requested_at is not None  # the first reason stays
         run = engine.cancel(run_id, reason=reason)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
@@ -51,9 +54,16 @@ def cancel_cmd(run_id: str, reason: str | None, db: str, as_json: bool) -> None:
         click.echo(f"run {rid} was already cancelled{said}; nothing changed")
     elif at_once:
         click.echo(f"run {rid} is cancelled{said} ({inert(run.park_reason or 'ended at once')})")
+    elif asked and run.cancel_requested_at is not None:
+        # Say so, or a second --reason looks lost: the first request and reason stand.
+        click.echo(
+            f"a cancel of run {rid} was already asked for{said}; nothing changed (the first"
+            f" reason stays): it is {run.status} and unwinds at its next step;"
+            f" `{command('runs show', rid)}` follows it"
+        )
     else:
         click.echo(
             f"run {rid} will be cancelled{said}: it is {run.status} and unwinds at its next"
             " step (its workflow gets durably.Cancelled there, then the run ends cancelled);"
-            f" `durably runs show {rid}` follows it"
+            f" `{command('runs show', rid)}` follows it"
         )

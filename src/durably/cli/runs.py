@@ -426,9 +426,10 @@ def _console() -> Any:
 )
 def runs_why(run_id: str, db: str, as_json: bool) -> None:
     """Say in one sentence why RUN is where it is: queued behind whom, running which step
-    and attempt (and near or over its budget), orphaned, in doubt, blocked, quarantined,
-    failed where (or stopped by its budget), completed. The states and their sentences
-    are listed in docs/why.md."""
+    and attempt (and near or over its budget), orphaned, parked on what (a timer, a
+    signal, an approval, several gather waits) with the command that wakes it, being
+    cancelled, in doubt, blocked, quarantined, failed where (or stopped by its budget),
+    cancelled, completed. The states and their sentences are listed in docs/why.md."""
     import time
 
     from ..why import explain, gather

@@ -165,9 +165,12 @@ class Store(Protocol):
         park_reason: str | None = None,
         wake_at: float | None = None,
         events: Sequence[NewEvent] = (),
+        error_type: str | None = None,
     ) -> None:
         """Give up the lease (fenced), optionally moving to a non-terminal status; the
-        status's event and ``events`` are written with it when the token holds."""
+        status's event and ``events`` are written with it when the token holds.
+        ``error_type``: what blocked the run (``ConfigError``, ...), kept in its
+        ``run.blocked`` event so ``durably runs why`` can say what to fix."""
         ...
 
     def park(

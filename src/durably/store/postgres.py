@@ -72,6 +72,7 @@ from .rules import (
     approval_row,
     blob_params,
     budget_params,
+    cancel_not_found,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
@@ -681,13 +682,14 @@ class PostgresStore:
         park_reason: str | None = None,
         wake_at: float | None = None,
         events: Sequence[NewEvent] = (),
+        error_type: str | None = None,
     ) -> None:
         """Give up the lease, optionally parking the run; a stale token changes nothing.
         ``events`` (and the new status's own event) are written when the token holds."""
         now = self.clock.time()
         changed = [
             *events,
-            *stream.status_changed(status, token, now, park_reason, wake_at=wake_at),
+            *stream.status_changed(status, token, now, park_reason, error_type, wake_at=wake_at),
         ]
         params = {
             "run_id": run_id,
@@ -922,7 +924,7 @@ class PostgresStore:
             with conn.transaction():
                 row = conn.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
                 if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
+                    raise cancel_not_found(run_id, self.where)
                 run = _run(row[:_RUN_FIELDS])
                 # A retry after an unknown outcome finds the flag set (or the run ended):
                 # nothing more to do, and the run as it is now is the answer.

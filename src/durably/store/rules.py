@@ -82,6 +82,14 @@ CANCEL_ERROR_TYPE = "durably.Cancelled"
 _STUCK = frozenset({BLOCKED, QUARANTINED, IN_DOUBT})
 
 
+def cancel_not_found(run_id: str, where: str) -> RunNotFound:
+    """``engine.cancel`` of a run the journal does not hold: say what to check."""
+    return RunNotFound(
+        f"no run {run_id!r} in {where}; nothing was cancelled. Check the run id (`durably"
+        " runs list` shows runs) and the database (--db / DURABLY_URL)"
+    )
+
+
 def cancel_plan(run: RunRecord, has_records: bool) -> str | None:
     """What a cancel does to ``run`` (as found under its row lock): ``"at_once"`` (it ends
     ``cancelled`` in the cancel's transaction: queued and never ran, or stuck waiting
@@ -411,11 +419,18 @@ def check_decidable(
             if digest.lower() == row.digest
             else ""
         )
+        # A prefix or an upper-case copy of the right digest names the right request in
+        # the wrong form: saying it names another action would send the person hunting.
+        what = (
+            "the digest is not given as the request's full lowercase digest"
+            if row.digest.startswith(digest.lower())
+            else "the decision names another action or other arguments"
+        )
         raise ApprovalMismatch(
             f"run {run_id!r} request {request_id} is for {row.action!r} with digest"
-            f" {row.digest[:12]}..., not {shown!r}{hint}: the decision names another action"
-            " or other arguments, so it was refused and nothing changed. Read the request"
-            " again (`durably approvals list`) and decide on what it shows"
+            f" {row.digest[:12]}..., not {shown!r}{hint}: {what}, so it was refused and"
+            " nothing changed. Read the request again (`durably approvals list`) and decide"
+            " on what it shows"
         )
     if not row.shows_its_digest():
         raise NotADurablyDatabase(

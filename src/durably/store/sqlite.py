@@ -48,6 +48,7 @@ from .rules import (
     approval_row,
     blob_params,
     budget_params,
+    cancel_not_found,
     cancel_plan,
     cancelled_at_once_note,
     check_claimable,
@@ -527,6 +528,7 @@ class SQLiteStore:
         park_reason: str | None = None,
         wake_at: float | None = None,
         events: Sequence[NewEvent] = (),
+        error_type: str | None = None,
     ) -> None:
         """Give up the lease, optionally parking the run; a stale token changes nothing.
         ``events`` (and the new status's own event) are written when the token holds."""
@@ -544,7 +546,9 @@ class SQLiteStore:
                 },
             ).rowcount
             if n == 1:
-                changed = stream.status_changed(status, token, now, park_reason, wake_at=wake_at)
+                changed = stream.status_changed(
+                    status, token, now, park_reason, error_type, wake_at=wake_at
+                )
                 self._write_events(c, run_id, [*events, *changed])
 
     def park(
@@ -785,7 +789,7 @@ class SQLiteStore:
         with self._tx() as c:
             row = c.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
             if row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
+                raise cancel_not_found(run_id, self.path)
             run = _run(row[:-1])
             plan = cancel_plan(run, bool(row[-1]))
             if plan is None:

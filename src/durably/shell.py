@@ -1,0 +1,29 @@
+"""Commands durably prints for a person to copy and run (``durably retry RUN``, ...).
+
+A run id, a signal name or a request id comes from the journal and may hold anything a
+run id may: blanks, quotes, ``;``, ``$(...)``, a leading ``-``. Pasted into a shell as
+printed, such a word could run another command or read as an option. Every such word is
+quoted for a POSIX shell here, and positional words that start with ``-`` go after
+``--``, so the printed command does exactly what it says.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+__all__ = ["command"]
+
+
+def command(verb: str, *args: str, options: str = "") -> str:
+    """``durably VERB ARGS... OPTIONS``, each of ``args`` quoted for a POSIX shell.
+
+    ``verb`` and ``options`` are durably's own text (e.g. ``"retry"``, ``"--at 3"``) and
+    are used as given. An argument that starts with ``-`` puts the options first and the
+    arguments after ``--``, where the command line never reads them as options.
+    """
+    quoted = " ".join(shlex.quote(a) for a in args)
+    if any(a.startswith("-") for a in args):
+        parts = ["durably", verb, options, "--", quoted]
+    else:
+        parts = ["durably", verb, quoted, options]
+    return " ".join(p for p in parts if p)
