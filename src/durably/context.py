@@ -50,6 +50,7 @@ from .errors import (
     StoreError,
     StoreFailed,
 )
+from .history import APPROVAL, SIGNAL, SLEEP, WAITING
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -789,6 +790,8 @@ class AsyncContext:
                 asyncio.ensure_future(self._branch(f"{pos}.{i}.", b))
                 for i, b in enumerate(branches)
             ]
+            for i, t in enumerate(tasks):
+                core.branch_tasks[f"{pos}.{i}."] = t
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
             except BaseException as exc:
@@ -994,8 +997,17 @@ class _ApprovalCall(_Recording["Decision"]):
     def _run(self) -> Coroutine[Any, Any, Decision]:
         core = self._core
         core.check_dropped()
+        if _parked_before(core):
+            return self._settled()
         gen = core.request_approval(self._action, self._args, self._timeout_s, self._on_timeout)
         return drive_async(self._ex, gen)
+
+    async def _settled(self) -> Decision:
+        await _siblings_first(self._core)
+        gen = self._core.request_approval(
+            self._action, self._args, self._timeout_s, self._on_timeout
+        )
+        return await drive_async(self._ex, gen)
 
 
 class _ValueCall(_Recording[T]):
@@ -1058,9 +1070,16 @@ class _SignalWait(_Recording[Any]):
     def _run(self) -> Coroutine[Any, Any, Any]:
         core = self._core
         core.check_dropped()
+        if _parked_before(core):
+            return self._settled()
         return drive_async(
             self._ex, core.wait_for_signal(self._name, self._timeout_s, self._default)
         )
+
+    async def _settled(self) -> Any:
+        await _siblings_first(self._core)
+        gen = self._core.wait_for_signal(self._name, self._timeout_s, self._default)
+        return await drive_async(self._ex, gen)
 
 
 class _SleepCall(_Recording[None]):
@@ -1080,8 +1099,100 @@ class _SleepCall(_Recording[None]):
 
     def _run(self) -> Coroutine[Any, Any, None]:
         self._core.check_dropped()
+        if _parked_before(self._core):
+            return self._settled()
         self._timer()
         return _at_once(None)
+
+    async def _settled(self) -> None:
+        await _siblings_first(self._core)
+        self._timer()
+
+
+# How many turns of the event loop a wait that parked before gives its sibling branches
+# to replay (see _siblings_first): a replay of recorded records takes a few (one per nested
+# gather); a branch still busy after that awaits something that is not recorded.
+SETTLE_TURNS_MAX = 64
+
+
+def _parked_before(core: RunCore) -> bool:
+    """Whether the wait about to take the next position of a gather branch parked in an
+    earlier attempt (its ``waiting`` record is there)."""
+    scope = core.scope()
+    if scope is core.root:
+        return False
+    rec = core.history.get(scope.peek())
+    return rec is not None and rec.status == WAITING and rec.kind in (SLEEP, SIGNAL, APPROVAL)
+
+
+async def _siblings_first(core: RunCore) -> None:
+    """Before a gather branch's wait that parked in an earlier attempt looks at whether
+    it is satisfied now: let the sibling branches (of every enclosing gather) replay what
+    they recorded, until each has ended or gone live.
+
+    The attempt that parked this wait may have ended its gather with a sibling's failure
+    (the workflow caught it and went on): the replay must end the gather the same way,
+    before this wait, satisfied meanwhile (its timer due, its signal sent), lets the
+    branch go further than it did then, running steps it never ran or taking a signal a
+    later wait was sent. Bounded by ``SETTLE_TURNS_MAX`` turns of the loop, so siblings
+    that await each other outside durably never hang the run.
+    """
+    import asyncio
+
+    prefix = core.scope().prefix
+    core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
+    core.settling.add(prefix)
+    try:
+        for _ in range(SETTLE_TURNS_MAX):
+            # Then in branch order, as the live attempt reached them: two waits for one
+            # signal name take its signals first come, first served, on every replay.
+            if _siblings_settled(core, prefix) and not any(
+                _pos_key(p) < _pos_key(prefix) for p in core.settling
+            ):
+                return
+            await asyncio.sleep(0)
+    finally:
+        # Once this returns, the caller's wait looks at the store before it yields to
+        # the loop again, so a later sibling goes on only after it.
+        core.settling.discard(prefix)
+
+
+def _pos_key(prefix: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in prefix.split(".")[:-1])
+
+
+def _siblings_settled(core: RunCore, prefix: str) -> bool:
+    """Whether every sibling of ``prefix``'s branches (at every gather level) has ended
+    or gone live."""
+    parts = prefix.split(".")[:-1]  # "0.1.2.0." -> ["0", "1", "2", "0"]
+    for k in range(2, len(parts) + 1, 2):
+        mine = ".".join(parts[:k]) + "."
+        gather = ".".join(parts[: k - 1]) + "."
+        depth = mine.count(".")
+        for branch, task in core.branch_tasks.items():
+            if (
+                branch != mine
+                and branch.startswith(gather)
+                and branch.count(".") == depth
+                and (
+                    _failed(core, task)
+                    if task.done()
+                    else not any(p.startswith(branch) for p in core.went_live)
+                )
+            ):
+                # Running its replay still, or ended with a failure: its gather is about
+                # to cancel this branch (unless it returns exceptions: then the bound
+                # of turns lets this wait go on).
+                return False
+    return True
+
+
+def _failed(core: RunCore, task: Any) -> bool:
+    """Whether a branch's task ended by raising something other than its own park."""
+    if task.cancelled():
+        return True
+    exc = task.exception()
+    return exc is not None and not _local_park(core, exc)
 
 
 def _local_park(core: RunCore, exc: object) -> bool:

@@ -352,6 +352,12 @@ class RunCore:
         # recording call of the parked branch (its code caught the Parked) raises it
         # again. The gather then raises one park combining its branches' (``park``).
         self.branch_parks: dict[str, Parked] = {}
+        # The tasks of this attempt's gather branches, by branch prefix, and the scope
+        # prefixes whose code has gone live (``live``): a wait that parked in an earlier
+        # attempt lets its sibling branches replay first (context.py ``_settle``).
+        self.branch_tasks: dict[str, Any] = {}
+        self.went_live: set[str] = set()
+        self.settling: set[str] = set()
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -370,6 +376,8 @@ class RunCore:
         """Called where the run would go on live (nothing recorded at ``pos``, or only a
         wait in progress): under ``replay --check`` the run's recorded history ends here,
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
+        if self.branch_tasks:
+            self.went_live.add(self.scope().prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
@@ -474,7 +482,12 @@ class RunCore:
         """
         scope = self.scope()
         if scope is self.root:
-            return self.latch(parked)
+            stop = self.latch(parked)
+            if stop is parked:
+                # Now the park is the attempt's end: records held for it (new approval
+                # requests of gather branches) go with its write, with their rows.
+                self.pending.extend(r for r in parked.records if isinstance(r, StepRecord))
+            return stop
         self.branch_parks.setdefault(scope.prefix, parked)
         return parked
 
@@ -1187,13 +1200,16 @@ class RunCore:
     ) -> Generator[Op, Any, Decision]:
         """The live part of a request: park on it, or record the decision it got."""
         rname = f"{APPROVAL_NAME_PREFIX}{action}"
+        held: tuple[StepRecord, ...] = ()
         if rec is None:
             requested = self.clock.time()
             expires = None if timeout_s is None else requested + float(timeout_s)
             text = waiting_json(requested, expires)
-            self.pending.append(
-                StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested)
-            )
+            # Held for the park (see ``park``), never in ``pending``: in a gather branch
+            # the siblings go on writing, and this record riding with one of their writes
+            # (the park then never coming: a crash, a sibling's failure caught by the
+            # workflow) would leave a request with no approvals row, blocking the replay.
+            held = (StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested),)
         else:
             requested, expires = _read_record(self, rec, waiting_times)
         req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
@@ -1245,7 +1261,9 @@ class RunCore:
                 )
                 return decision
         why = approval_park_reason(action, digest, requested, expires)
-        raise self.park(Parked(APPROVAL, expires, detail=why, approval=req))
+        parked = Parked(APPROVAL, expires, detail=why, approval=req)
+        parked.records = held
+        raise self.park(parked)
 
     def _cancel_on_expiry(self, pos: str, action: str) -> None:
         """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
@@ -1758,6 +1776,7 @@ def combine_parks(parks: list[Parked]) -> Parked:
         detail=f"{len(waits)} waits: {'; '.join(waits)}",
     )
     combined.waits = waits
+    combined.records = tuple(r for p in parks for r in p.records)
     return combined
 
 

@@ -375,4 +375,8 @@ class Parked(Unwind):
         self.approvals = approvals if approval is None else (approval, *approvals)
         # The waits in words, one each, when this park combines several (``waits``).
         self.waits: tuple[str, ...] = ()
+        # Records written only by the park itself (never riding with another write): a
+        # gather branch's new approval request, whose ``waiting`` record must not reach
+        # the journal without the ``approvals`` row the park writes with it.
+        self.records: tuple[object, ...] = ()
         super().__init__(f"parked ({reason})")
