@@ -698,12 +698,12 @@ class AsyncContext:
         """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
         The run parks; it never holds the event loop, a thread or a worker slot while it
         waits."""
-        return _SleepCall(self._core, "sleep", lambda: self._core.sleep(seconds))
+        return _SleepCall(self._core, self._ex, "sleep", lambda: self._core.sleep(seconds))
 
     def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
         """Wait durably until the timezone-aware ``when`` (see
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
-        return _SleepCall(self._core, "sleep_until", lambda: self._core.sleep_until(when))
+        return _SleepCall(self._core, self._ex, "sleep_until", lambda: self._core.sleep_until(when))
 
     def request_approval(
         self,
@@ -1072,9 +1072,16 @@ class _SignalWait(_Recording[Any]):
         core.check_dropped()
         if _parked_before(core):
             return self._settled()
-        return drive_async(
-            self._ex, core.wait_for_signal(self._name, self._timeout_s, self._default)
-        )
+        return self._first()
+
+    async def _first(self) -> Any:
+        gen = self._core.wait_for_signal(self._name, self._timeout_s, self._default)
+        try:
+            return await drive_async(self._ex, gen)
+        except Parked as parked:
+            if self._core.stopped is parked:
+                raise
+            await _keep_branch_wait(self._ex, parked)
 
     async def _settled(self) -> Any:
         await _siblings_first(self._core)
@@ -1086,10 +1093,11 @@ class _SleepCall(_Recording[None]):
     """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
     parks, when the timer is not due) when awaited, once."""
 
-    __slots__ = ("_method", "_timer", "label")
+    __slots__ = ("_ex", "_method", "_timer", "label")
 
-    def __init__(self, core: RunCore, method: str, timer: Callable[[], None]) -> None:
+    def __init__(self, core: RunCore, ex: Executor, method: str, timer: Callable[[], None]) -> None:
         super().__init__(core)
+        self._ex = ex
         self._method = method
         self.label = "durably.sleep"
         self._timer = timer
@@ -1101,12 +1109,31 @@ class _SleepCall(_Recording[None]):
         self._core.check_dropped()
         if _parked_before(self._core):
             return self._settled()
-        self._timer()
+        try:
+            self._timer()
+        except Parked as parked:
+            if self._core.stopped is parked:
+                raise  # a top-level timer: the park (latched) writes its record
+            return _keep_branch_wait(self._ex, parked)
         return _at_once(None)
 
     async def _settled(self) -> None:
         await _siblings_first(self._core)
         self._timer()
+
+
+async def _keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
+    """A timer or signal wait in a gather branch parked only its branch: the siblings go
+    on live, maybe for minutes (a model call), before the gather parks the run. Its
+    ``waiting`` record (the wake time or deadline, recorded once) is written now, with
+    whatever else is pending, so a crash meanwhile resumes the wait at its recorded time
+    instead of arming it afresh; then the branch ends parked."""
+    core = ex.core
+    records = core.take_pending()
+    if records:
+        for pause in ex.write(Write(records, core.take_events())):
+            await _wait_async(ex.clock, Wait(pause))
+    raise parked
 
 
 # How many turns of the event loop a wait that parked before gives its sibling branches

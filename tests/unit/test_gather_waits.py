@@ -8,6 +8,7 @@ the clock instead of sleeping), so nothing here sleeps.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -322,3 +323,46 @@ def test_a_sibling_failing_before_the_gather_looks_still_fails_it(
     with pytest.raises(durably.WorkflowFailed, match="boom"):
         engine.run(wf, run_id="r")
     assert engine.get_run("r").status == "failed"
+
+
+class _Died(BaseException):
+    """The process dies (a SIGKILL in a real run): nothing after it is written."""
+
+
+@pytest.mark.parametrize("wait", ["sleep", "signal"])
+def test_a_branch_wait_is_recorded_before_its_sibling_runs_on(
+    journal_url: str, clock: durably.FakeClock, wait: str
+) -> None:
+    """A branch's wait parks only its branch while a sibling's long step goes on: its
+    waiting record (wake time or deadline) is written at once, so a process that dies
+    during the sibling's step resumes the wait at its recorded time, not a fresh one."""
+    died = [False]
+
+    async def long_call() -> str:
+        await asyncio.sleep(0.05)  # in flight while the other branch parks
+        clock.advance(20)  # a long model call (within the lease)
+        if not died[0]:
+            died[0] = True
+            raise _Died()
+        return "answer"
+
+    with durably.Engine(journal_url, clock=clock, park_wait_s=0) as engine:
+
+        @engine.workflow(name="wf")
+        async def wf(ctx: durably.AsyncContext) -> list[Any]:
+            waiting_branch = (
+                ctx.sleep(MIN) if wait == "sleep" else ctx.wait_for_signal("go", timeout_s=MIN)
+            )
+            # The step goes first: it is in flight (its own writes done) when the wait
+            # parks, so nothing else would write the wait's record before it ends.
+            return await ctx.gather(ctx.step("llm", long_call), waiting_branch)
+
+        start = clock.time()
+        with pytest.raises(_Died):
+            engine.run(wf, run_id="r")
+        [rec] = [r for r in engine.history("r") if r.position == "0.1.0"]
+        assert rec.status == "waiting"  # written before the process died
+        with pytest.raises(durably.RunParked):
+            engine.resume("r")  # the step runs again; the wait keeps its recorded time
+        run = engine.get_run("r")
+        assert run.wake_at == pytest.approx(start + MIN)  # not start + 20 + 60
