@@ -56,7 +56,7 @@ def park_on(
         kind="approval",
         park_reason="approval 'refund'",
         wake_at=expires,
-        approval=request(expires_at=expires, now=now),
+        approvals=[request(expires_at=expires, now=now)],
     )
     return token, wake
 
@@ -151,7 +151,7 @@ def test_decision_before_the_park_wakes_the_run_at_once(store: Store, clock: Fak
         kind="approval",
         park_reason="approval 'refund'",
         wake_at=clock.time() + 3600,
-        approval=request(expires_at=clock.time() + 3600),
+        approvals=[request(expires_at=clock.time() + 3600)],
     )
     assert wake == clock.time()
 

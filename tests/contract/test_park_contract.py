@@ -140,7 +140,7 @@ def test_a_signal_sent_before_the_park_makes_it_due_at_once(
             kind="signal",
             park_reason="signal approve",
             wake_at=None,
-            wait_signal="approve",
+            wait_signals=["approve"],
         )
     # Only an unconsumed signal of the awaited name was sent before the park.
     assert woke == {"pending": now, "consumed": None, "other": None}

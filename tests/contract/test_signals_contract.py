@@ -106,7 +106,7 @@ def _park_on(store: Store, token: int, name: str, wake_at: float | None) -> floa
         kind="signal",
         park_reason=f"signal {name!r}",
         wake_at=wake_at,
-        wait_signal=name,
+        wait_signals=[name],
     )
 
 

@@ -183,23 +183,21 @@ class Store(Protocol):
         kind: str,
         park_reason: str,
         wake_at: float | None,
-        wait_signal: str | None = None,
-        approval: ApprovalRequest | None = None,
         wait_signals: Sequence[str] = (),
         approvals: Sequence[ApprovalRequest] = (),
     ) -> float | None:
         """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
         ``records`` (with their blobs) and ``events``, set the status ``parked`` with
-        ``park_reason``, ``wake_at`` and the signal names it waits for (``wait_signal``
-        and ``wait_signals``: a signal of any of them wakes it), give up the lease (no
-        owner), and write a ``run.parked`` event (``kind``, the reason, the effective wake
-        time). Each request the run waits on (``approval`` and ``approvals``; deciding any
-        of them wakes it) gets its ``approvals`` row in the same transaction, unless it
-        has one. When a cancel was asked for, or an unconsumed signal of a waited name is
-        already there, or a request waited on was already decided, the run wakes at once
-        instead (wake_at = now): whoever sent it found the run not yet parked. Returns the
-        effective wake time (None: no timer). PostgreSQL wakes waiting workers in the same
-        transaction when the run is due at once."""
+        ``park_reason``, ``wake_at`` and the signal names it waits for (``wait_signals``: a
+        signal of any of them wakes it), give up the lease (no owner), and write a
+        ``run.parked`` event (``kind``, the reason, the effective wake time). Each request
+        the run waits on (``approvals``; deciding any of them wakes it) gets its
+        ``approvals`` row in the same transaction, unless it has one. When a cancel was
+        asked for, or an unconsumed signal of a waited name is already there, or a request
+        waited on was already decided, the run wakes at once instead (wake_at = now):
+        whoever sent it found the run not yet parked. Returns the effective wake time
+        (None: no timer). PostgreSQL wakes waiting workers in the same transaction when
+        the run is due at once."""
         ...
 
     def pending_approvals(

@@ -721,8 +721,6 @@ class PostgresStore:
         kind: str,
         park_reason: str,
         wake_at: float | None,
-        wait_signal: str | None = None,
-        approval: ApprovalRequest | None = None,
         wait_signals: Sequence[str] = (),
         approvals: Sequence[ApprovalRequest] = (),
     ) -> float | None:
@@ -731,7 +729,7 @@ class PostgresStore:
         workers at commit."""
         now = self.clock.time()
         params = [_record_params(run_id, token, r) for r in records]
-        waits, requests = park_waits(wait_signal, wait_signals, approval, approvals)
+        waits, requests = park_waits(wait_signals, approvals)
         park = {
             "run_id": run_id,
             "token": token,

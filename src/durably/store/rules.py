@@ -351,16 +351,13 @@ def approval_row(row: Sequence[Any]) -> ApprovalRow:
 
 
 def park_waits(
-    wait_signal: str | None,
-    wait_signals: Sequence[str],
-    approval: ApprovalRequest | None,
-    approvals: Sequence[ApprovalRequest],
+    wait_signals: Sequence[str], approvals: Sequence[ApprovalRequest]
 ) -> tuple[dict[str, Any], list[ApprovalRequest]]:
     """A park's ``wait_signal`` and ``wait_approval`` parameters and the requests whose
     rows it writes: each a JSON array of names (request ids), or None when there are none
     (``runs.wait_signal`` holds this array: a signal of any name in it wakes the run)."""
-    names = list(dict.fromkeys([*([] if wait_signal is None else [wait_signal]), *wait_signals]))
-    reqs = [*([] if approval is None else [approval]), *approvals]
+    names = list(dict.fromkeys(wait_signals))
+    reqs = list(approvals)
     ids = [r.request_id for r in reqs]
     params = {
         "wait_signal": json.dumps(names) if names else None,

@@ -561,15 +561,13 @@ class SQLiteStore:
         kind: str,
         park_reason: str,
         wake_at: float | None,
-        wait_signal: str | None = None,
-        approval: ApprovalRequest | None = None,
         wait_signals: Sequence[str] = (),
         approvals: Sequence[ApprovalRequest] = (),
     ) -> float | None:
         """Write ``records`` and park the run in one fenced transaction; returns the
         effective wake time (see the Store protocol)."""
         now = self.clock.time()
-        waits, requests = park_waits(wait_signal, wait_signals, approval, approvals)
+        waits, requests = park_waits(wait_signals, approvals)
         params = {
             "run_id": run_id,
             "token": token,
