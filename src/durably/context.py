@@ -19,7 +19,7 @@ import threading
 import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .budget import Budget
@@ -51,6 +51,8 @@ from .errors import (
     StoreFailed,
 )
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
+from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
+from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
 from .steps import USAGE, Usage
 from .store import retry
 from .store.base import Store
@@ -365,12 +367,6 @@ async def _invoke(op: Call) -> Any:
     if inspect.isawaitable(value):
         value = await value
     return value
-
-
-SYNC_STEP_THREADS_MAX: Final = 32
-"""Threads per process that run the sync step functions of async workflows. More sync
-steps in flight than this wait for a free thread; an attempt that ran past its
-``timeout_s`` keeps its thread until it returns (Python cannot stop a thread)."""
 
 
 async def _in_thread(op: Call) -> Any:
@@ -1134,12 +1130,6 @@ async def _keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
         for pause in ex.write(Write(records, core.take_events())):
             await _wait_async(ex.clock, Wait(pause))
     raise parked
-
-
-# How many turns of the event loop a wait that parked before gives its sibling branches
-# to replay (see _siblings_first): a replay of recorded records takes a few (one per nested
-# gather); a branch still busy after that awaits something that is not recorded.
-SETTLE_TURNS_MAX = 64
 
 
 def _parked_before(core: RunCore) -> bool:

@@ -87,6 +87,9 @@ from .history import (
     idempotency_key,
     storable_text,
 )
+from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
+from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
+from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
 from .steps import StepSignature, Usage, signature_of
 
@@ -94,8 +97,6 @@ if TYPE_CHECKING:
     import uuid as _uuid
 
 T_ = TypeVar("T_")
-
-EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
@@ -1684,8 +1685,6 @@ def _patch_digest(change_id: str) -> str:
 GATHER_NAME = "durably.gather"
 COMPENSATE_NAME = "durably.compensate"
 
-SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
-"""Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
 _SIGNAL_WAIT = "durably.wait_for_signal"
 _TIMED_OUT = '{"timeout":true}'
 
@@ -1799,8 +1798,6 @@ SLEEP_NAME = "durably.sleep"
 _SLEEP_DIGEST = codec.digest(SLEEP_NAME, [], {})
 TIMER = "timer"
 """The park reason (``Parked.reason``) of a timer."""
-TIMER_S_MAX = 100 * 365.25 * 86_400
-"""Longest timer: 100 years (further out is a bug, and past year 9999 unprintable)."""
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

@@ -89,6 +89,8 @@ from .history import (
     storable_text,
     unstorable,
 )
+from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
+from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
 from .redact import redact_url
 from .shell import command
@@ -106,8 +108,6 @@ _UNRELEASED: set[tuple[str, str]] = set()
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
-LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
-EVENTS_PAGE_MAX = 10_000  # most events one engine.events call returns
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)

@@ -16,12 +16,10 @@ from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
+from ..limits import APPROVALS_LIST_MAX as APPROVALS_LIST_MAX
 from .owner import Owner
 
 __all__ = ["NewRun", "Owner", "Store"]
-
-APPROVALS_LIST_MAX = 1000
-"""Most pending approval requests one listing returns."""
 
 
 Served = Mapping[str, Collection[str | None]]
