@@ -9,7 +9,7 @@ README.md and docs/ for the guarantees.
 from __future__ import annotations
 
 from .approvals import Decision, PendingApproval
-from .budget import Budget
+from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE
@@ -47,6 +47,8 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .events import Event, EventPage, Follow
+from .history import RunRecord, StepRecord
 from .steps import step, usage
 
 __version__ = "0.1.0"
@@ -67,7 +69,10 @@ __all__ = [
     "Decision",
     "DurablyError",
     "Engine",
+    "Event",
+    "EventPage",
     "FakeClock",
+    "Follow",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
@@ -83,9 +88,12 @@ __all__ = [
     "RunNotFound",
     "RunParked",
     "RunQuarantined",
+    "RunRecord",
     "SerializationError",
+    "Spend",
     "StaleLease",
     "StepFailed",
+    "StepRecord",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",

@@ -2,7 +2,8 @@
 
 The core does no I/O. Each recording call is a generator that yields operations
 (:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
-receives their results; ``durably.runtime`` holds the one sync and the one async driver.
+receives their results; ``durably.context`` holds the one sync and the one async driver
+(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
 So there is a single implementation of replay semantics for sync and async workflows.
 """
 

@@ -1,6 +1,8 @@
 """The Store protocol: everything the engine asks of a journal database.
 
-The protocol is deliberately small; every backend passes the same contract suite
+The protocol covers every capability the engine stores (runs, histories, leases, parking,
+signals, approvals, spend, events, blobs, workers), so it is wide, not small: about forty
+methods, each one transaction. Every backend passes the same contract suite
 (``tests/contract``). All writes that change a run are *fenced*: they carry the fencing
 token of the claim that produced them and are refused (``LeaseLost``) when a later claim
 has raised the token, so two processes can never both drive one run.
