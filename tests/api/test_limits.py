@@ -76,7 +76,7 @@ def _constants() -> list[tuple[str, ast.stmt | None]]:
     body = ast.parse(SOURCE).body
     out = []
     for i, node in enumerate(body):
-        target = node.target if isinstance(node, ast.AnnAssign) else None
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
         if isinstance(target, ast.Name) and target.id.isupper():
