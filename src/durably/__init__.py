@@ -12,7 +12,8 @@ from .approvals import Decision, PendingApproval
 from .budget import Budget
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
-from .core import NOT_DONE
+from .core import NOT_DONE, FaultStepInfo
+from .current import StepInfo, current_context, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalAlreadyDecided,
@@ -68,6 +69,7 @@ __all__ = [
     "DurablyError",
     "Engine",
     "FakeClock",
+    "FaultStepInfo",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
@@ -86,6 +88,7 @@ __all__ = [
     "SerializationError",
     "StaleLease",
     "StepFailed",
+    "StepInfo",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",
@@ -96,6 +99,8 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotRegistered",
     "__version__",
+    "current_context",
+    "current_step",
     "step",
     "usage",
 ]

@@ -41,6 +41,7 @@ from .core import (
     cancelled_error,
     combine_parks,
 )
+from .current import inside_step
 from .errors import (
     Cancelled,
     ConfigError,
@@ -288,6 +289,14 @@ def _call_sync(op: Call) -> Outcome:
     box = Usage()
     token = USAGE.set(box)
     try:
+        with inside_step(op.info):
+            return _run_sync(op, box)
+    finally:
+        USAGE.reset(token)
+
+
+def _run_sync(op: Call, box: Usage) -> Outcome:
+    try:
         if op.is_async:
             raise ConfigError(
                 f"{op.fn!r} is an async function: call it from an async workflow"
@@ -304,8 +313,6 @@ def _call_sync(op: Call) -> Outcome:
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
-    finally:
-        USAGE.reset(token)
 
 
 def _call_with_timeout(op: Call) -> Any:
@@ -339,18 +346,21 @@ async def _call_async(op: Call) -> Outcome:
     import asyncio
 
     box = Usage()
-    token = USAGE.set(box)  # set before the thread's context is copied: it reaches the box
+    # Set before the thread's context is copied: it reaches the box, and the step thread
+    # sees the step as durably.current_step() (and no workflow context).
+    token = USAGE.set(box)
     try:
-        if op.timeout_s is None:
-            value = await _invoke(op)
-        else:
-            try:
-                value = await asyncio.wait_for(_invoke(op), op.timeout_s)
-            except TimeoutError:
-                raise StepTimeout(
-                    f"{getattr(op.fn, '__name__', op.fn)!r} ran past timeout_s={op.timeout_s};"
-                    " the attempt failed"
-                ) from None
+        with inside_step(op.info):
+            if op.timeout_s is None:
+                value = await _invoke(op)
+            else:
+                try:
+                    value = await asyncio.wait_for(_invoke(op), op.timeout_s)
+                except TimeoutError:
+                    raise StepTimeout(
+                        f"{getattr(op.fn, '__name__', op.fn)!r} ran past"
+                        f" timeout_s={op.timeout_s}; the attempt failed"
+                    ) from None
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)

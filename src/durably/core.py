@@ -37,6 +37,7 @@ from .approvals import (
 )
 from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
+from .current import StepInfo as CurrentStep
 from .errors import (
     BudgetExceeded,
     Cancelled,
@@ -114,6 +115,8 @@ class Call:
     kwargs: dict[str, Any]
     timeout_s: float | None
     is_async: bool
+    # What ``durably.current_step()`` returns while ``fn`` runs.
+    info: CurrentStep | None = None
 
 
 @dataclass(slots=True)
@@ -186,8 +189,9 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class StepInfo:
-    """What a fault hook may want to know about the step it was called for."""
+class FaultStepInfo:
+    """What a fault hook may want to know about the step it was called for (see
+    :func:`fault_step`; exported as ``durably.FaultStepInfo``)."""
 
     key: str
     takes_key: bool
@@ -195,12 +199,16 @@ class StepInfo:
     has_reconcile: bool
 
 
-_FAULT_STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+StepInfo = FaultStepInfo
+"""The fault hook's type under its old name (``durably.StepInfo`` is another type: what
+``durably.current_step()`` returns)."""
+
+_FAULT_STEP: contextvars.ContextVar[FaultStepInfo | None] = contextvars.ContextVar(
     "durably_fault_step", default=None
 )
 
 
-def fault_step() -> StepInfo | None:
+def fault_step() -> FaultStepInfo | None:
     """Inside a fault hook: the facts of the step it was called for (else None)."""
     return _FAULT_STEP.get()
 
@@ -624,7 +632,7 @@ class RunCore:
         """Call the fault-injection hook, if one is set; :func:`fault_step` tells the hook
         the facts of the step it was called for."""
         if self.fault_hook is not None:
-            info = StepInfo(
+            info = FaultStepInfo(
                 idempotency_key(self.run_id, self.incarnation, pos),
                 sig.takes_key,
                 sig.options.effect,
@@ -1388,8 +1396,14 @@ class RunCore:
     ) -> Generator[Op, Any, Any]:
         opts = sig.options
         if opts.reconcile is not None:
+            info = CurrentStep(self.run_id, pos, key, intent.attempts, self.token)
             out: Outcome = yield Call(
-                opts.reconcile, (key,), {}, opts.timeout_s, signature_of(opts.reconcile).is_async
+                opts.reconcile,
+                (key,),
+                {},
+                opts.timeout_s,
+                signature_of(opts.reconcile).is_async,
+                info,
             )
             # A reconcile that reported usage (it asked a model) spent it for real.
             yield from self.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
@@ -1456,7 +1470,8 @@ class RunCore:
                 # budget, and let the step's failure end the run ``failed`` for the wrong
                 # reason. A saga's compensation (not delivered to) keeps its retries.
                 self.live(pos)
-            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
+            info = CurrentStep(self.run_id, pos, key, crashed + attempt, self.token)
+            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info)
             _add_usage(spent, out.usage)
             # Real spend reaches the ledger now, before the "effect" window: a crash before
             # the result is recorded re-runs the call, and both calls are counted.
