@@ -12,7 +12,8 @@ from .approvals import Decision, PendingApproval
 from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
-from .core import NOT_DONE
+from .core import NOT_DONE, FaultStepInfo
+from .current import StepInfo, current_context, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalAlreadyDecided,
@@ -72,6 +73,7 @@ __all__ = [
     "Event",
     "EventPage",
     "FakeClock",
+    "FaultStepInfo",
     "Follow",
     "Handle",
     "HistoryTooLarge",
@@ -93,6 +95,7 @@ __all__ = [
     "Spend",
     "StaleLease",
     "StepFailed",
+    "StepInfo",
     "StepRecord",
     "StepTimeout",
     "StoreBusy",
@@ -104,6 +107,8 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotRegistered",
     "__version__",
+    "current_context",
+    "current_step",
     "step",
     "usage",
 ]

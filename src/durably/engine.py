@@ -38,6 +38,7 @@ from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, cancelled_error, type_name
+from .current import workflow_body
 from .errors import (
     Cancelled,
     CompensationFailed,
@@ -901,7 +902,9 @@ class Engine:
         try:
             if w.budget is not None:
                 drive_sync(att.executor, att.core.set_budget(w.budget))
-            result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+            ctx = Context(att.core, att.executor)
+            with workflow_body(ctx):
+                result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
@@ -920,9 +923,13 @@ class Engine:
             if w.budget is not None:
                 await drive_async(att.executor, att.core.set_budget(w.budget))
             if w.is_async:
-                result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
+                actx = AsyncContext(att.core, att.executor)
+                with workflow_body(actx):
+                    result = await w.fn(actx, *att.args, **att.kwargs)
             else:
-                result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+                ctx = Context(att.core, att.executor)
+                with workflow_body(ctx):
+                    result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             await asyncio.to_thread(self._conclude_error, att, exc)
             raise
