@@ -47,7 +47,9 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 
@@ -67,11 +69,14 @@ __all__ = [
     "Decision",
     "DurablyError",
     "Engine",
+    "Explanation",
+    "Fact",
     "FakeClock",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
+    "LiveWorker",
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
@@ -81,6 +86,7 @@ __all__ = [
     "RunInDoubt",
     "RunLeased",
     "RunNotFound",
+    "RunPage",
     "RunParked",
     "RunQuarantined",
     "SerializationError",
@@ -96,6 +102,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotRegistered",
     "__version__",
+    "explain",
     "step",
     "usage",
 ]

@@ -432,16 +432,16 @@ def runs_why(run_id: str, db: str, as_json: bool) -> None:
     cancelled, completed. The states and their sentences are listed in docs/why.md."""
     import time
 
-    from ..why import explain, gather
+    from ..why import explain
 
     engine = open_engine(db, as_json)
     try:
-        why = explain(gather(engine, run_id, time.time()))
+        why = explain(engine, run_id, now=time.time())
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json_text(why.as_json()))
+        click.echo(json_text(why.to_json()))
         return
     _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)
