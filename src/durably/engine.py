@@ -471,6 +471,24 @@ class Engine:
         counts = self._store_call(lambda: self.store.count_runs(since=start, **where))
         return runlist.all_statuses(counts)
 
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        ``(workflow, version, status, count)`` and ordered by them (no version first):
+        what each version's workers must still drive before they can be stopped
+        (``durably runs list --by-version``)."""
+        return self._store_call(self.store.runs_by_version)
+
+    def blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests`` (the sha256 content hashes a record's
+        inputs or output refer to), as their JSON text by digest; a digest not stored
+        (pruned, or never written) is left out."""
+        if isinstance(digests, str) or not all(isinstance(d, str) for d in digests):
+            raise ConfigError(
+                f"digests must be a list of content hashes (str), got {digests!r:.80}"
+            )
+        wanted = list(digests)
+        return self._store_call(lambda: self.store.get_blobs(wanted))
+
     def live_workers(self, queue: str | None = None) -> list[LiveWorker]:
         """The workers whose heartbeat row has not expired (serving ``queue`` when given),
         less those on this host whose pid is provably gone; at most ``WORKERS_MAX``. A

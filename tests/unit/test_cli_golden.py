@@ -9,8 +9,10 @@ queue. Each command's output is compared with a checked-in file under
 
 The files were captured from the commands as they were before they moved onto the read
 seams (``engine.list_runs``, ``engine.count_runs``, ``durably.explain``); the commands must
-keep printing them exactly. To re-capture after a deliberate change of output, run with
-``DURABLY_UPDATE_GOLDEN=1`` and review the diff.
+keep printing them exactly. One line was added on purpose since: ``runs list`` now ends
+with the ``--after`` cursor of the next page when more runs match than it shows
+(``runs_list_limit``); the ``--after`` pages themselves are new. To re-capture after a
+deliberate change of output, run with ``DURABLY_UPDATE_GOLDEN=1`` and review the diff.
 """
 
 from __future__ import annotations
@@ -27,12 +29,18 @@ from durably.cli import main as cli
 
 GOLDEN = Path(__file__).parent / "cli_golden"
 URL = "sqlite:///journal.db"  # relative: the table title does not carry tmp_path
+# The cursors `runs list --limit 2` prints after order-5 and after order-3.
+PAGE2 = "r1.WzE3MDAwMDAyNDAuNSwib3JkZXItNSJd"
+PAGE3 = "r1.WzE3MDAwMDAxMjAuNSwib3JkZXItMyJd"
 START = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC: never "today", so dates are printed
 
 COMMANDS: dict[str, list[str]] = {
     "runs_list": ["runs", "list"],
     "runs_list_json": ["runs", "list", "--json"],
     "runs_list_limit": ["runs", "list", "--limit", "2"],
+    # --after is new with the read seams: these two have no output from before.
+    "runs_list_page2": ["runs", "list", "--limit", "2", "--after", PAGE2],
+    "runs_list_page3_json": ["runs", "list", "--limit", "2", "--json", "--after", PAGE3],
     "runs_list_status": ["runs", "list", "--status", "parked"],
     "runs_list_workflow_json": ["runs", "list", "--workflow", "order", "--json"],
     **{

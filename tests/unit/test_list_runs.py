@@ -234,3 +234,35 @@ def test_engine_does_not_import_the_inspect_room() -> None:
         if isinstance(node, ast.ImportFrom) and node.module
     }
     assert "why" not in imported and not any(m.endswith(".why") for m in imported)
+
+
+def test_cli_pages_with_after(engine: durably.Engine, clock: Any, journal_url: str) -> None:
+    ids = [f"c{i}" for i in range(5)]
+    _start(engine, clock, ids)
+    runner = CliRunner()
+    seen: list[str] = []
+    argv = ["runs", "list", "--db", journal_url, "--limit", "2", "--json"]
+    after: list[str] = []
+    for _ in range(10):
+        res = runner.invoke(cli, [*argv, *after])
+        assert res.exit_code == 0, res.output
+        seen += [row["run_id"] for row in json.loads(res.stdout)]  # stdout: the array only
+        if not res.stderr:
+            break
+        hint = res.stderr.strip()
+        assert hint.startswith("next page: --after r1.")
+        after = ["--after", hint.rsplit(" ", 1)[1]]
+    assert seen == ids[::-1]
+    text = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--limit", "4"])
+    assert text.exit_code == 0 and "next page: --after r1." in text.stdout
+    full = runner.invoke(cli, ["runs", "list", "--db", journal_url])
+    assert full.exit_code == 0 and "next page" not in full.output
+
+
+def test_cli_refuses_a_bad_cursor(engine: durably.Engine, journal_url: str) -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--after", "nope"])
+    assert res.exit_code == 1
+    assert "after must be None (the first page) or the .next cursor" in res.stderr
+    res = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--after", "nope", "--json"])
+    assert res.exit_code == 1 and "the .next cursor" in json.loads(res.stdout)["error"]
