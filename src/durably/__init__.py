@@ -50,7 +50,9 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 
@@ -72,6 +74,8 @@ __all__ = [
     "Engine",
     "Event",
     "EventPage",
+    "Explanation",
+    "Fact",
     "FakeClock",
     "FaultStepInfo",
     "Follow",
@@ -79,6 +83,7 @@ __all__ = [
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
+    "LiveWorker",
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
@@ -88,6 +93,7 @@ __all__ = [
     "RunInDoubt",
     "RunLeased",
     "RunNotFound",
+    "RunPage",
     "RunParked",
     "RunQuarantined",
     "RunRecord",
@@ -109,6 +115,7 @@ __all__ = [
     "__version__",
     "current_context",
     "current_step",
+    "explain",
     "step",
     "usage",
 ]

@@ -20,11 +20,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from . import codec, reopen
+from . import codec, reopen, runlist
 from ._fork import reset_after_fork
 from .approvals import (
     APPROVED,
@@ -92,8 +92,15 @@ from .history import (
 )
 from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
 from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
-from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
+from .ownership import (
+    LeaseWait,
+    describe_owner,
+    lease_wait,
+    orphans_of_this_host,
+    owner_dead,
+)
 from .redact import redact_url
+from .runlist import LiveWorker, RunPage
 from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store
@@ -407,6 +414,95 @@ class Engine:
         return sorted(
             self.store.load_history(run_id, run.generation), key=lambda r: position_key(r.position)
         )
+
+    def list_runs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        after: str | None = None,
+        limit: int = runlist.LIST_RUNS_LIMIT_DEFAULT,
+        since: float | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first (then by run id), at most ``limit`` (1 to
+        ``LIST_RUNS_LIMIT_MAX``). Filters combine: ``status`` one run status or a list of
+        them, ``workflow``, ``version``, ``queue``, ``search`` (a substring of the run id,
+        case-sensitive, ``%`` and ``_`` taken literally), ``since`` (created at or after,
+        epoch seconds). Pass the page's ``next`` as ``after`` with the same filters for
+        the next page (None on the last page): pages are keyset-paged, so a run created
+        meanwhile never makes a run repeat or go missing. A bad argument raises
+        ``ConfigError`` saying what to pass."""
+        statuses = runlist.check_statuses(status)
+        where = {
+            "workflow": runlist.check_text(workflow, "workflow"),
+            "version": runlist.check_text(version, "version"),
+            "queue": runlist.check_text(queue, "queue"),
+            "search": runlist.check_search(search),
+        }
+        cursor = runlist.decode_cursor(after)
+        n = runlist.check_limit(limit)
+        start = runlist.check_since(since)
+        rows = self._store_call(
+            lambda: self.store.list_runs(statuses, limit=n + 1, since=start, after=cursor, **where)
+        )
+        return runlist.page_of(rows, n)
+
+    def count_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        since: float | None = None,
+    ) -> dict[str, int]:
+        """How many runs have each status, with ``list_runs``'s filters: every run status
+        is a key (zeros included), in the order of a run's life (queued, running, parked,
+        in_doubt, blocked, quarantined, completed, failed, cancelled, continued)."""
+        where = {
+            "workflow": runlist.check_text(workflow, "workflow"),
+            "version": runlist.check_text(version, "version"),
+            "queue": runlist.check_text(queue, "queue"),
+            "search": runlist.check_search(search),
+        }
+        start = runlist.check_since(since)
+        counts = self._store_call(lambda: self.store.count_runs(since=start, **where))
+        return runlist.all_statuses(counts)
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        ``(workflow, version, status, count)`` and ordered by them (no version first):
+        what each version's workers must still drive before they can be stopped
+        (``durably runs list --by-version``)."""
+        return self._store_call(self.store.runs_by_version)
+
+    def blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests`` (the sha256 content hashes a record's
+        inputs or output refer to), as their JSON text by digest; a digest not stored
+        (pruned, or never written) is left out."""
+        if isinstance(digests, str) or not all(isinstance(d, str) for d in digests):
+            raise ConfigError(
+                f"digests must be a list of content hashes (str), got {digests!r:.80}"
+            )
+        wanted = list(digests)
+        return self._store_call(lambda: self.store.get_blobs(wanted))
+
+    def live_workers(self, queue: str | None = None) -> list[LiveWorker]:
+        """The workers whose heartbeat row has not expired (serving ``queue`` when given),
+        less those on this host whose pid is provably gone; at most ``WORKERS_MAX``. A
+        worker on another host killed since its last beat is listed until its row
+        expires."""
+        name = runlist.check_text(queue, "queue")
+        rows = self._store_call(self.store.live_workers)
+        out: list[LiveWorker] = []
+        for owner, queues in rows:
+            if (name is None or name in queues) and not owner_dead(owner):
+                host, pid = describe_owner(owner)
+                out.append(LiveWorker(owner, host, pid, tuple(queues)))
+        return out
 
     def events(self, run_id: str, after: int = 0, limit: int = 1000) -> EventPage:
         """One page of the run's event stream: events with cursor > ``after``, oldest

@@ -64,7 +64,7 @@ from ..events import EventPage, NewEvent
 from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
 from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs
+from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs, status_list
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
@@ -391,19 +391,28 @@ class PostgresStore:
 
     def list_runs(
         self,
-        status: str | None = None,
+        status: str | Sequence[str] | None = None,
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
         since: float | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first, keyset-paged after ``after``."""
+        statuses = status_list(status)
         params = {
-            "status": status,
+            "statuses": statuses,
             "workflow": workflow,
             "limit": limit,
             "version": version,
             "since": since,
+            "queue": queue,
+            "search": search,
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
         }
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
@@ -414,10 +423,22 @@ class PostgresStore:
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def count_runs(
-        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+        self,
+        workflow: str | None = None,
+        since: float | None = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
     ) -> dict[str, int]:
         """How many runs have each status."""
-        params = {"workflow": workflow, "since": since, "version": version}
+        params = {
+            "workflow": workflow,
+            "since": since,
+            "version": version,
+            "queue": queue,
+            "search": search,
+        }
         rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
         return {str(status): int(n) for status, n in rows}
 
