@@ -135,3 +135,33 @@ def test_visible_keeps_text_and_escapes_controls_as_the_cli_always_has() -> None
     assert invisible_chars("a\u200bb\u2060c\u200b\x1b") == ["U+200B", "U+2060", "U+001B"]
     assert invisible_chars("a\nb", keep="\n") == [] and flag("plain") is None
     assert flag("\u00ad") == "contains invisible characters: U+00AD"
+
+
+def test_runs_views_and_fork_messages_show_invisible_characters_visibly(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    hidden = "\u200b\u2060\ufeff\u00ad\U000e0041\u202e"
+    with durably.Engine(url) as engine:
+
+        @engine.workflow(name="wf" + hidden)
+        def wf(ctx: durably.Context) -> Any:
+            ctx.step("pay" + hidden, lambda: "paid" + hidden)
+            ctx.emit("note" + hidden, {"text": "x" + hidden})
+            raise RuntimeError("failed" + hidden)
+
+        with pytest.raises(durably.WorkflowFailed):
+            engine.run(wf, run_id="r1")
+    shown = "<U+200B><U+2060><U+FEFF><U+00AD><U+E0041><U+202E>"
+    outputs = {
+        "list": cmd(url, "runs", "list"),
+        "show": cmd(url, "runs", "show", "r1"),
+        "tail": cmd(url, "runs", "tail", "r1"),
+        "why": cmd(url, "runs", "why", "r1"),
+        "fork": cmd(url, "fork", "r1", "--at", "1", "--run-id", "r2"),
+    }
+    for view, res in outputs.items():
+        assert res.exit_code == 0, (view, res.output)
+        _no_raw_invisible(res.output)
+    assert "wf" + shown in outputs["list"].output
+    assert "pay" + shown in outputs["show"].output and "failed" + shown in outputs["show"].output
+    assert "pay" + shown in outputs["tail"].output
+    assert "failed" + shown in outputs["why"].output
