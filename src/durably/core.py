@@ -88,7 +88,7 @@ from .history import (
     storable_text,
 )
 from .shell import command
-from .steps import StepSignature, Usage, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of
 
 if TYPE_CHECKING:
     import uuid as _uuid
@@ -1301,7 +1301,9 @@ class RunCore:
                 )
             )
         if not callable(fn):
-            raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+            raise self.poison(
+                ConfigError(f"ctx.step({name!r}, ...): {fn_text(fn)} is not callable")
+            )
         try:
             check_name(name, "ctx.step: the step name")
         except ConfigError as exc:

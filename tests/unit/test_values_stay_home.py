@@ -219,3 +219,54 @@ def test_a_value_that_fails_to_decode_is_named_by_field_never_quoted(tmp_path: P
         )
     with sqlite3.connect(db) as conn:
         _clean("the events table", repr(conn.execute("SELECT * FROM events").fetchall()))
+
+
+def _slow(url: str, *, api_key: str) -> str:
+    import time
+
+    time.sleep(0.5)
+    return "late"
+
+
+async def _async_call(url: str, *, api_key: str) -> str:
+    return "never"
+
+
+def test_a_step_function_is_named_in_errors_never_its_repr_with_bound_arguments(
+    tmp_path: Path,
+) -> None:
+    # functools.partial's repr lists its bound arguments; a value passed where the step's
+    # function belongs is the value: errors quoted them into step.failed / run.blocked.
+    import functools
+
+    db = tmp_path / "j.db"
+    with durably.Engine(f"sqlite:///{db}", park_wait_s=0) as engine:
+        slow = durably.step(timeout_s=0.05)(functools.partial(_slow, api_key=OLD))
+        call = functools.partial(_async_call, api_key=OLD)
+
+        @engine.workflow(name="timeout")
+        def timeout(ctx: durably.Context) -> str:
+            return ctx.step("fetch", slow, "https://api.example")
+
+        @engine.workflow(name="async_in_sync")
+        def async_in_sync(ctx: durably.Context) -> str:
+            return ctx.step("fetch", call, "https://api.example")
+
+        @engine.workflow(name="not_callable")
+        def not_callable(ctx: durably.Context) -> str:
+            return ctx.step("fetch", OLD)  # type: ignore[arg-type]  # arguments swapped
+
+        for wf, error in (
+            (timeout, durably.WorkflowFailed),
+            (async_in_sync, durably.WorkflowFailed),
+            (not_callable, durably.ConfigError),
+        ):
+            with pytest.raises(error) as err:
+                engine.run(wf, run_id=wf.name)
+            _clean(f"{wf.name}: the exception", str(err.value))
+            run = engine.get_run(wf.name)
+            _clean(f"{wf.name}: the run", f"{run.park_reason} {run.error_message}")
+        assert "functools.partial(_slow, ...)" in str(engine.get_run("timeout").error_message)
+        assert "a str value is not callable" in str(engine.get_run("not_callable").park_reason)
+    with sqlite3.connect(db) as conn:
+        _clean("the events table", repr(conn.execute("SELECT * FROM events").fetchall()))
