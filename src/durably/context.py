@@ -54,7 +54,7 @@ from .errors import (
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from .steps import USAGE, Usage
+from .steps import USAGE, Usage, fn_text
 from .store import retry
 from .store.base import Store
 
@@ -309,7 +309,7 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
     try:
         if op.is_async:
             raise ConfigError(
-                f"{op.fn!r} is an async function: call it from an async workflow"
+                f"{fn_text(op.fn)!r} is an async function: call it from an async workflow"
                 " (async def, await ctx.step(...)), or pass a sync function"
             )
         if op.timeout_s is None:
@@ -319,7 +319,7 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()
-            raise ConfigError(f"{op.fn!r} returned an awaitable: use an async workflow")
+            raise ConfigError(f"{fn_text(op.fn)!r} returned an awaitable: use an async workflow")
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
@@ -345,7 +345,7 @@ def _call_with_timeout(op: Call) -> Any:
     t.start()
     t.join(op.timeout_s)
     if t.is_alive():
-        name = getattr(op.fn, "__name__", op.fn)
+        name = fn_text(op.fn)
         raise StepTimeout(f"{name!r} ran past timeout_s={op.timeout_s}; the attempt failed")
     if error:
         raise error[0]
@@ -368,8 +368,7 @@ async def _call_async(op: Call) -> Outcome:
                     value = await asyncio.wait_for(_invoke(op), op.timeout_s)
                 except TimeoutError:
                     raise StepTimeout(
-                        f"{getattr(op.fn, '__name__', op.fn)!r} ran past"
-                        f" timeout_s={op.timeout_s}; the attempt failed"
+                        f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
                     ) from None
         return Outcome(value, None, box)
     except Exception as exc:

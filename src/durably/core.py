@@ -94,7 +94,7 @@ from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
-from .steps import StepSignature, Usage, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of
 from .streamops import (
     END,
     STOP,
@@ -1332,7 +1332,9 @@ class RunCore:
                 )
             )
         if not callable(fn):
-            raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+            raise self.poison(
+                ConfigError(f"ctx.step({name!r}, ...): {fn_text(fn)} is not callable")
+            )
         try:
             check_name(name, "ctx.step: the step name")
         except ConfigError as exc:

@@ -1538,7 +1538,8 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
         return _typed_input(w, args, kwargs)
     except (SerializationError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
-            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
+            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r}"
+            f" ({exc if isinstance(exc, SerializationError) else codec.error_text(exc)})."
             " The run is blocked: make the workflow's parameters match it (or repair the"
             f" row), then `{command('retry', run.run_id)}`"
         ) from exc
