@@ -693,9 +693,13 @@ class Engine:
         The new run has the same workflow, version and input, a new incarnation (so new
         idempotency keys) and a copy of the original's recorded results (outputs and
         failures, recorded times, random numbers and uuids, everything under a gather) at
-        the positions below ``at``; intents are never copied. **Every effect from ``at``
-        on happens again, under new keys**: a receiving side cannot tell it from the
-        original's and will perform it. The run is queued for workers;
+        the positions below ``at``; intents are never copied. **A fork never carries a
+        decision**: when an approval request below ``at`` was decided (approved, rejected
+        or expired), the fork copies only the positions below that request and goes live
+        there, so the request parks for a new decision by a person (see
+        ``reopen.fork_at``). **Every effect from where the fork goes live happens again,
+        under new keys**: a receiving side cannot tell it from the original's and will
+        perform it. The run is queued for workers;
         ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
         Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
         history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
