@@ -1428,7 +1428,19 @@ def _failure_message(exc: BaseException) -> str:
 
 
 def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
-    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    """The run's recorded arguments, typed; any failure is a SerializationError.
+
+    The input is checked against the sha256 recorded with it (``input_digest``) on the
+    way out, as blobs are: an input changed after the run was created (a hand edit, a
+    damaged row) would run the workflow on arguments nobody started it with."""
+    if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
+            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " damaged after the run was created, so the input is not used. The run is"
+            " blocked and nothing recorded is changed: restore the row's input from a"
+            f" backup, then `{command('retry', run.run_id)}`"
+        )
     try:
         data = codec.loads(run.input)
         args, kwargs = data["args"], data["kwargs"]

@@ -71,6 +71,7 @@ from .rules import (
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -866,7 +867,7 @@ class PostgresStore:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         params = {"digests": list(digests)}
         rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,

@@ -47,6 +47,7 @@ from .rules import (
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -701,7 +702,7 @@ class SQLiteStore:
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         rows = self._read(_Q["get_blobs"], {"digests": json.dumps(list(digests))})
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,
