@@ -180,7 +180,10 @@ class Engine:
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
     engine option, never a keyword of ``engine.run`` (those go to the workflow).
-    Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
+    Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
+    ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
+    PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
+    does, never silently ignored.
     """
 
     def __init__(

@@ -113,9 +113,9 @@ class PostgresStore:
 
     ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
     active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
-    waiting for a free one. Options meant for other stores (``synchronous``,
-    ``busy_timeout_s``) are accepted and ignored, so one ``Engine(url, ...)`` call works
-    for either URL.
+    waiting for a free one. Any other option is refused (``durably.store.open``), the
+    SQLite store's ``synchronous`` and ``busy_timeout_s`` too: an option ignored is a
+    setting its caller believes is in force.
     """
 
     def __init__(
@@ -126,7 +126,6 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5,
-        **_: object,
     ) -> None:
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
