@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from durably._fork import ForkGate, reset_after_fork
 from durably.errors import ConfigError, SchemaNotMigrated, SchemaTooNew, StoreBusy
 from durably.redact import redact, redact_url
+from durably.store.private import open_private
 from durably.store.sqlfiles import Migration, migrations
 
 Row = dict[str, Any]
@@ -184,6 +185,7 @@ class SQLiteDatabase(Database):
                 " commit is on disk) or 'NORMAL' (faster; a power cut may lose the last commits)"
             )
         self.path = path
+        open_private(path, "idempotency database")  # created 0600: it holds responses
         self._busy_timeout_s = busy_timeout_s
         self._synchronous = synchronous.upper()
         self._local = threading.local()

@@ -41,6 +41,7 @@ from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
 from . import stream
 from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json
+from .private import open_private
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
@@ -119,6 +120,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
+        open_private(self.path)  # a new journal is created 0600: it holds prompts and secrets
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
         self._open()
