@@ -1921,6 +1921,17 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         text = inputs.resolve_output(text, core.fetch_blobs)
+    except SerializationError as exc:
+        # A missing blob, or one whose bytes no longer match its sha256: the recorded
+        # output is unknown, so the run stops here, blocked and unchanged, never failed.
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
+                " blocked, nothing recorded is changed: restore the blob, then"
+                f" `{command('retry', core.run_id)}` replays it from there"
+            )
+        ) from exc
+    try:
         return codec.loads(text or "null", sig.return_hint)
     except SerializationError as exc:
         raise core.poison(

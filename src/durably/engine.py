@@ -188,7 +188,10 @@ class Engine:
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
     engine option, never a keyword of ``engine.run`` (those go to the workflow).
-    Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
+    Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
+    ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
+    PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
+    does, never silently ignored.
     """
 
     def __init__(
@@ -790,9 +793,13 @@ class Engine:
         The new run has the same workflow, version and input, a new incarnation (so new
         idempotency keys) and a copy of the original's recorded results (outputs and
         failures, recorded times, random numbers and uuids, everything under a gather) at
-        the positions below ``at``; intents are never copied. **Every effect from ``at``
-        on happens again, under new keys**: a receiving side cannot tell it from the
-        original's and will perform it. The run is queued for workers;
+        the positions below ``at``; intents are never copied. **A fork never carries a
+        decision**: when an approval request below ``at`` was decided (approved, rejected
+        or expired), the fork copies only the positions below that request and goes live
+        there, so the request parks for a new decision by a person (see
+        ``reopen.fork_at``). **Every effect from where the fork goes live happens again,
+        under new keys**: a receiving side cannot tell it from the original's and will
+        perform it. The run is queued for workers;
         ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
         Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
         history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
@@ -1527,7 +1534,19 @@ def _failure_message(exc: BaseException) -> str:
 
 
 def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
-    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    """The run's recorded arguments, typed; any failure is a SerializationError.
+
+    The input is checked against the sha256 recorded with it (``input_digest``) on the
+    way out, as blobs are: an input changed after the run was created (a hand edit, a
+    damaged row) would run the workflow on arguments nobody started it with."""
+    if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
+            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " damaged after the run was created, so the input is not used. The run is"
+            " blocked and nothing recorded is changed: restore the row's input from a"
+            f" backup, then `{command('retry', run.run_id)}`"
+        )
     try:
         data = codec.loads(run.input)
         args, kwargs = data["args"], data["kwargs"]

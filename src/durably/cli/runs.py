@@ -345,8 +345,9 @@ def _step_inputs(engine: Any, steps: list[StepRecord]) -> dict[str, Any]:
             continue
         try:
             out[s.position] = inputs.load(s.inputs, engine.blobs)
-        except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
-            # A hand-edited row or a deleted blob: say so for this step, show the others.
+        except (ValueError, KeyError, TypeError, LookupError, AttributeError, DurablyError) as exc:
+            # A hand-edited row, a deleted or changed blob (SerializationError): say so for
+            # this step, show the others.
             out[s.position] = {"error": f"recorded inputs unreadable: {type(exc).__name__}: {exc}"}
     return out
 

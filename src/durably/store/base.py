@@ -267,7 +267,8 @@ class Store(Protocol):
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests`` (content hashes), as text by digest; a
-        digest not stored is left out."""
+        digest not stored is left out. Each blob is checked against its sha256 on the way
+        out: a changed one raises ``SerializationError`` naming it."""
         ...
 
     def append(
