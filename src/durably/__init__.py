@@ -12,7 +12,8 @@ from .approvals import Decision, PendingApproval
 from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
-from .core import NOT_DONE
+from .core import NOT_DONE, FaultStepInfo
+from .current import StepInfo, current_context, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalAlreadyDecided,
@@ -49,7 +50,9 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 
@@ -71,12 +74,16 @@ __all__ = [
     "Engine",
     "Event",
     "EventPage",
+    "Explanation",
+    "Fact",
     "FakeClock",
+    "FaultStepInfo",
     "Follow",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
+    "LiveWorker",
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
@@ -86,6 +93,7 @@ __all__ = [
     "RunInDoubt",
     "RunLeased",
     "RunNotFound",
+    "RunPage",
     "RunParked",
     "RunQuarantined",
     "RunRecord",
@@ -93,6 +101,7 @@ __all__ = [
     "Spend",
     "StaleLease",
     "StepFailed",
+    "StepInfo",
     "StepRecord",
     "StepTimeout",
     "StoreBusy",
@@ -104,6 +113,9 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotRegistered",
     "__version__",
+    "current_context",
+    "current_step",
+    "explain",
     "step",
     "usage",
 ]
