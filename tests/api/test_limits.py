@@ -52,7 +52,15 @@ OLD_HOMES = {
         "LEASE_WAIT_MAX_S": "LEASE_WAIT_MAX_S",
         "EVENTS_PAGE_MAX": "EVENTS_PAGE_MAX",
     },
-    "durably.inputs": {"INLINE_CHARS_MAX": "INLINE_CHARS_MAX"},
+    "durably.inputs": {
+        "INLINE_CHARS_MAX": "INLINE_CHARS_MAX",
+        "HASH_SHOWN_CHARS_MIN": "HASH_SHOWN_CHARS_MIN",
+    },
+    "durably.runlist": {
+        "LIST_RUNS_LIMIT_MAX": "LIST_RUNS_LIMIT_MAX",
+        "LIST_RUNS_SEARCH_CHARS_MAX": "LIST_RUNS_SEARCH_CHARS_MAX",
+    },
+    "durably.streamops": {"STREAM_CHUNKS_MAX": "STREAM_CHUNKS_MAX"},
     "durably.events": {"EVENT_DATA_BYTES_MAX": "EVENT_DATA_BYTES_MAX"},
     "durably.approvals": {
         "ARGS_BYTES_MAX": "APPROVAL_ARGS_BYTES_MAX",
