@@ -49,6 +49,7 @@ from .errors import (
     WorkflowNotRegistered,
 )
 from .steps import step, usage
+from .streaming import AsyncStepStream, StepStream
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "AsyncStepStream",
     "Budget",
     "BudgetExceeded",
     "Cancelled",
@@ -89,6 +91,7 @@ __all__ = [
     "StaleLease",
     "StepFailed",
     "StepInfo",
+    "StepStream",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",

@@ -495,3 +495,28 @@ def test_sigkill_mid_stream_reruns_it_and_records_once(tmp_path: Path) -> None:
     assert third.returncode == 0, third.stderr
     with sqlite3.connect(world) as w:
         assert w.execute("SELECT count(*) FROM calls").fetchone()[0] == 2  # not called again
+
+
+def test_replay_check_replays_streams_without_calling(engine: durably.Engine) -> None:
+    from durably.replaycheck import check_runs
+
+    calls: list[str] = []
+
+    def words(text: str) -> Iterator[str]:
+        calls.append(text)
+        yield from text.split()
+
+    @engine.workflow(name="checked")
+    def wf(ctx: durably.Context) -> list[str]:
+        whole = list(ctx.step_stream("whole", words, "a b c"))
+        for w in ctx.step_stream("early", words, "x y z"):
+            if w == "y":
+                break
+        return whole
+
+    assert engine.run(wf, run_id="c") == ["a", "b", "c"]
+    assert calls == ["a b c", "x y z"]
+    report = check_runs(engine, [engine.get_run("c")])
+    assert report.checked == 1 and report.findings == []
+    assert calls == ["a b c", "x y z"]
+    assert json.loads(engine.history("c")[1].output or "") == ["x", "y"]
