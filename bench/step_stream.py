@@ -90,8 +90,8 @@ def timed_runs(engine: durably.Engine, n: int, rounds: int) -> dict[str, list[fl
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--chunks", type=int, default=2000)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--chunks", type=int, default=20_000)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir")
     args = p.parse_args()
     n, rounds = args.chunks, args.rounds

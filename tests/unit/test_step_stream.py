@@ -520,3 +520,52 @@ def test_replay_check_replays_streams_without_calling(engine: durably.Engine) ->
     assert report.checked == 1 and report.findings == []
     assert calls == ["a b c", "x y z"]
     assert json.loads(engine.history("c")[1].output or "") == ["x", "y"]
+
+
+def test_effect_stream_in_doubt_reruns_with_its_key_or_reconciles(
+    engine: durably.Engine,
+) -> None:
+    """An ``effect=True`` stream records an intent first: a crash mid-stream leaves it in
+    doubt, so the resume re-runs it with the same key (attempt 2, as its record says),
+    or asks ``reconcile`` and streams what it returns like a replay."""
+    infos: list[durably.StepInfo] = []
+
+    @durably.step(effect=True)
+    def keyed(idempotency_key: str) -> Iterator[str]:
+        info = durably.current_step()
+        assert info is not None
+        infos.append(info)
+        yield "k0"
+        if len(infos) == 1:
+            raise Crash("the process dies mid-stream")
+        yield "k1"
+
+    reconciled: list[str] = []
+    calls: list[int] = []
+
+    def reconcile(key: str) -> list[str]:
+        reconciled.append(key)
+        return ["r0", "r1"]
+
+    @durably.step(reconcile=reconcile)
+    def unkeyed() -> Iterator[str]:
+        calls.append(1)
+        yield "u0"
+        raise Crash("the process dies mid-stream")
+
+    @engine.workflow(name="effects")
+    def wf(ctx: durably.Context) -> Any:
+        return [list(ctx.step_stream("keyed", keyed)), list(ctx.step_stream("unkeyed", unkeyed))]
+
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="fx")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="fx")
+    assert engine.run(wf, run_id="fx") == [["k0", "k1"], ["r0", "r1"]]
+    assert [i.attempt for i in infos] == [1, 2]
+    assert infos[0].idempotency_key == infos[1].idempotency_key
+    assert infos[1].fencing_token > infos[0].fencing_token
+    assert calls == [1] and reconciled == [infos[0].idempotency_key[:-1] + "1"]
+    keyed_rec, unkeyed_rec = engine.history("fx")
+    assert (keyed_rec.status, keyed_rec.attempts) == ("ok", 2)
+    assert json.loads(unkeyed_rec.output or "") == ["r0", "r1"]
