@@ -569,3 +569,63 @@ def test_effect_stream_in_doubt_reruns_with_its_key_or_reconciles(
     keyed_rec, unkeyed_rec = engine.history("fx")
     assert (keyed_rec.status, keyed_rec.attempts) == ("ok", 2)
     assert json.loads(unkeyed_rec.output or "") == ["r0", "r1"]
+
+
+def test_async_early_stop(engine: durably.Engine) -> None:
+    closed: list[str] = []
+    calls: list[str] = []
+
+    async def endless(tag: str) -> AsyncIterator[str]:
+        calls.append(tag)
+        try:
+            i = 0
+            while True:
+                await asyncio.sleep(0)
+                yield f"{tag}{i}"
+                i += 1
+        finally:
+            closed.append(tag)
+
+    seen: list[Any] = []
+
+    @engine.workflow(name="aearly")
+    async def wf(ctx: durably.AsyncContext) -> Any:
+        a = ctx.step_stream("aclose", endless, "a")
+        first = await a.__anext__()
+        await a.aclose()
+        async with ctx.step_stream("with", endless, "w") as w:
+            async for c in w:
+                if c == "w1":
+                    break
+        b = ctx.step_stream("brk", endless, "b")
+        async for c in b:
+            break
+        await ctx.now()  # ends "brk" (its async iterator is left to the loop's finalizer)
+        got = [first, a.result, w.result, b.result]
+        seen.append(got)
+        await ctx.step("after", lambda: 1)
+        return got
+
+    crash_at(engine, "4")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="ae")
+    engine.fault_hook = None
+    result = engine.run(wf, run_id="ae")
+    assert seen[0] == seen[1] == result == ["a0", ["a0"], ["w0", "w1"], ["b0"]]
+    assert calls == ["a", "w", "b"]
+    assert closed[:2] == ["a", "w"]  # closed at once by aclose() and by async with
+
+
+def test_an_error_in_on_chunk_reaches_the_caller_and_records_nothing(
+    engine: durably.Engine,
+) -> None:
+    def hook(chunk: Any, index: int, info: durably.StepInfo) -> None:
+        raise RuntimeError("the wrapper's event writer failed")
+
+    @engine.workflow(name="hookfails")
+    def wf(ctx: durably.Context) -> list[str]:
+        return list(ctx.step_stream("s", lambda: iter("ab"), on_chunk=hook))
+
+    with pytest.raises(durably.WorkflowFailed, match="event writer failed"):
+        engine.run(wf, run_id="h")
+    assert [r.position for r in engine.history("h")] == []
