@@ -598,7 +598,7 @@ def test_async_early_stop(engine: durably.Engine) -> None:
                 if c == "w1":
                     break
         b = ctx.step_stream("brk", endless, "b")
-        async for c in b:
+        async for _c in b:
             break
         await ctx.now()  # ends "brk" (its async iterator is left to the loop's finalizer)
         got = [first, a.result, w.result, b.result]
