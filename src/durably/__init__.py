@@ -9,7 +9,7 @@ README.md and docs/ for the guarantees.
 from __future__ import annotations
 
 from .approvals import Decision, PendingApproval
-from .budget import Budget
+from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
 from .core import NOT_DONE, FaultStepInfo
@@ -48,8 +48,12 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .events import Event, EventPage, Follow
+from .history import RunRecord, StepRecord
+from .runlist import LiveWorker, RunPage
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream
+from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 
@@ -70,12 +74,18 @@ __all__ = [
     "Decision",
     "DurablyError",
     "Engine",
+    "Event",
+    "EventPage",
+    "Explanation",
+    "Fact",
     "FakeClock",
     "FaultStepInfo",
+    "Follow",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
+    "LiveWorker",
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
@@ -85,12 +95,16 @@ __all__ = [
     "RunInDoubt",
     "RunLeased",
     "RunNotFound",
+    "RunPage",
     "RunParked",
     "RunQuarantined",
+    "RunRecord",
     "SerializationError",
+    "Spend",
     "StaleLease",
     "StepFailed",
     "StepInfo",
+    "StepRecord",
     "StepStream",
     "StepTimeout",
     "StoreBusy",
@@ -104,6 +118,7 @@ __all__ = [
     "__version__",
     "current_context",
     "current_step",
+    "explain",
     "step",
     "usage",
 ]

@@ -19,7 +19,7 @@ import threading
 import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .budget import Budget
@@ -52,7 +52,9 @@ from .errors import (
     StoreFailed,
 )
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
-from .steps import USAGE, Usage
+from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
+from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .steps import USAGE, Usage, fn_text
 from .store import retry
 from .store.base import Store
 
@@ -307,7 +309,7 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
     try:
         if op.is_async:
             raise ConfigError(
-                f"{op.fn!r} is an async function: call it from an async workflow"
+                f"{fn_text(op.fn)!r} is an async function: call it from an async workflow"
                 " (async def, await ctx.step(...)), or pass a sync function"
             )
         if op.timeout_s is None:
@@ -317,7 +319,7 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()
-            raise ConfigError(f"{op.fn!r} returned an awaitable: use an async workflow")
+            raise ConfigError(f"{fn_text(op.fn)!r} returned an awaitable: use an async workflow")
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
@@ -343,7 +345,7 @@ def _call_with_timeout(op: Call) -> Any:
     t.start()
     t.join(op.timeout_s)
     if t.is_alive():
-        name = getattr(op.fn, "__name__", op.fn)
+        name = fn_text(op.fn)
         raise StepTimeout(f"{name!r} ran past timeout_s={op.timeout_s}; the attempt failed")
     if error:
         raise error[0]
@@ -366,8 +368,7 @@ async def _call_async(op: Call) -> Outcome:
                     value = await asyncio.wait_for(_invoke(op), op.timeout_s)
                 except TimeoutError:
                     raise StepTimeout(
-                        f"{getattr(op.fn, '__name__', op.fn)!r} ran past"
-                        f" timeout_s={op.timeout_s}; the attempt failed"
+                        f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
                     ) from None
         return Outcome(value, None, box)
     except Exception as exc:
@@ -383,12 +384,6 @@ async def _invoke(op: Call) -> Any:
     if inspect.isawaitable(value):
         value = await value
     return value
-
-
-SYNC_STEP_THREADS_MAX: Final = 32
-"""Threads per process that run the sync step functions of async workflows. More sync
-steps in flight than this wait for a free thread; an attempt that ran past its
-``timeout_s`` keeps its thread until it returns (Python cannot stop a thread)."""
 
 
 async def _in_thread(op: Call) -> Any:
@@ -1199,12 +1194,6 @@ async def _keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
         for pause in ex.write(Write(records, core.take_events())):
             await _wait_async(ex.clock, Wait(pause))
     raise parked
-
-
-# How many turns of the event loop a wait that parked before gives its sibling branches
-# to replay (see _siblings_first): a replay of recorded records takes a few (one per nested
-# gather); a branch still busy after that awaits something that is not recorded.
-SETTLE_TURNS_MAX = 64
 
 
 def _parked_before(core: RunCore) -> bool:

@@ -2,7 +2,8 @@
 
 The core does no I/O. Each recording call is a generator that yields operations
 (:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
-receives their results; ``durably.runtime`` holds the one sync and the one async driver.
+receives their results; ``durably.context`` holds the one sync and the one async driver
+(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
 So there is a single implementation of replay semantics for sync and async workflows.
 """
 
@@ -89,8 +90,11 @@ from .history import (
     idempotency_key,
     storable_text,
 )
+from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
+from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
+from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
-from .steps import StepSignature, Usage, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of
 from .streamops import (
     END,
     STOP,
@@ -108,8 +112,6 @@ if TYPE_CHECKING:
     import uuid as _uuid
 
 T_ = TypeVar("T_")
-
-EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
@@ -1330,7 +1332,9 @@ class RunCore:
                 )
             )
         if not callable(fn):
-            raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+            raise self.poison(
+                ConfigError(f"ctx.step({name!r}, ...): {fn_text(fn)} is not callable")
+            )
         try:
             check_name(name, "ctx.step: the step name")
         except ConfigError as exc:
@@ -1921,6 +1925,17 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         text = inputs.resolve_output(text, core.fetch_blobs)
+    except SerializationError as exc:
+        # A missing blob, or one whose bytes no longer match its sha256: the recorded
+        # output is unknown, so the run stops here, blocked and unchanged, never failed.
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
+                " blocked, nothing recorded is changed: restore the blob, then"
+                f" `{command('retry', core.run_id)}` replays it from there"
+            )
+        ) from exc
+    try:
         return codec.loads(text or "null", sig.return_hint)
     except SerializationError as exc:
         raise core.poison(
@@ -2033,8 +2048,6 @@ def _patch_digest(change_id: str) -> str:
 GATHER_NAME = "durably.gather"
 COMPENSATE_NAME = "durably.compensate"
 
-SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
-"""Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
 _SIGNAL_WAIT = "durably.wait_for_signal"
 _TIMED_OUT = '{"timeout":true}'
 
@@ -2148,8 +2161,6 @@ SLEEP_NAME = "durably.sleep"
 _SLEEP_DIGEST = codec.digest(SLEEP_NAME, [], {})
 TIMER = "timer"
 """The park reason (``Parked.reason``) of a timer."""
-TIMER_S_MAX = 100 * 365.25 * 86_400
-"""Longest timer: 100 years (further out is a bug, and past year 9999 unprintable)."""
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",
