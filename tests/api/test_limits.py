@@ -53,6 +53,7 @@ OLD_HOMES = {
         "EVENTS_PAGE_MAX": "EVENTS_PAGE_MAX",
     },
     "durably.inputs": {"INLINE_CHARS_MAX": "INLINE_CHARS_MAX"},
+    "durably.streamops": {"STREAM_CHUNKS_MAX": "STREAM_CHUNKS_MAX"},
     "durably.events": {"EVENT_DATA_BYTES_MAX": "EVENT_DATA_BYTES_MAX"},
     "durably.approvals": {
         "ARGS_BYTES_MAX": "APPROVAL_ARGS_BYTES_MAX",
