@@ -52,6 +52,7 @@ from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .streaming import AsyncStepStream, StepStream
 from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
@@ -62,6 +63,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "AsyncStepStream",
     "Budget",
     "BudgetExceeded",
     "Cancelled",
@@ -103,6 +105,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StepRecord",
+    "StepStream",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",

@@ -1706,6 +1706,9 @@ class RunCore:
             self.live(pos)
         elif rec.status not in (OK, FAILED) and self.checking:
             raise self.latch(ReplayEnd(pos))
+        if rec is None or rec.status not in (OK, FAILED):
+            # Its inputs are kept with its records (built only here: replay never pays).
+            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
         # Open from here until the stream ends: a recording call of this scope meanwhile
         # ends it first (Scope.take), so positions never depend on where the loop is.
         scope.busy = f"streamed step {pos} {name!r}"
@@ -1726,7 +1729,6 @@ class RunCore:
                 return value
             if rec is not None and rec.status == FAILED:
                 raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
-            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
 
             def attempts(*a: Any) -> Generator[Any, Any, Any]:
                 return self._stream_attempts(*a, assemble=assemble, in_async=in_async)
@@ -1804,6 +1806,8 @@ class RunCore:
                 it, aio = self._chunks_of(pos, name, opened.value, in_async)
                 pull = anext_chunk if aio else next_chunk
                 while True:
+                    # A stale owner (lease lost, the run stopped) pulls no more chunks.
+                    self.guard(halt=False)
                     out: Outcome = yield Call(pull, (it,), {}, _left(self, deadline), aio, info)
                     _add_usage(used, out.usage)
                     if out.error is not None:

@@ -170,6 +170,11 @@ EVENTS_BUFFERED_MAX: Final = 10_000
 """Stream-only events (``ctx.emit``) waiting for a durable write, at most: a workflow that
 emits this many without a step in between is refused rather than growing memory."""
 
+STREAM_CHUNKS_MAX: Final = 100_000
+"""Chunks one attempt of a streamed step (``ctx.step_stream``) may yield: every chunk is
+held until the assembled result is recorded, so past it the run is ``blocked``
+(``ConfigError``) rather than growing memory."""
+
 EVENTS_PAGE_MAX: Final = 10_000
 """Most events one ``engine.events`` call returns (its ``limit``): a follower pages on with
 the cursor instead of loading a long stream at once."""
