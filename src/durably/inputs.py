@@ -19,13 +19,10 @@ from typing import Any, Final
 
 from . import codec
 from .errors import SerializationError
+from .limits import INLINE_CHARS_MAX as INLINE_CHARS_MAX
 
 # A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
 Fetch = Callable[[Sequence[str]], Mapping[str, str]]
-
-# A single value whose canonical text is at most this long is kept in the manifest itself:
-# a digest would be as long, and a blob row would cost the step a write.
-INLINE_CHARS_MAX: Final = 64
 
 # What a NonDeterminism message (and so every event, span, exception text and
 # `replay --check` line made from it) may say about a differing value: where it differs

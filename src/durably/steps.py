@@ -18,10 +18,10 @@ from typing import Any, Final, Literal, TypeVar
 
 from . import codec
 from .errors import ConfigError
+from .limits import BACKOFF_MAX_S as BACKOFF_MAX_S
+from .limits import RETRIES_MAX as RETRIES_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
-RETRIES_MAX: Final = 100
-BACKOFF_MAX_S: Final = 3600.0
 _ATTR: Final = "__durably_step__"
 
 
