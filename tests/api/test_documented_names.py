@@ -73,6 +73,11 @@ KEPT_PATHS = [
     "durably.streamops.STREAM_CHUNKS_MAX",
     "durably.shell",
     "durably.shell.command",
+    "durably.shell.option",
+    "durably.visible",  # the dashboard (durably ui) builds on these
+    "durably.visible.flag",
+    "durably.visible.invisible_chars",
+    "durably.visible.visible",
     "durably.why",
     "durably.worker.Worker",
 ]

@@ -40,6 +40,7 @@ from ..history import (
     RunRecord,
     StepRecord,
 )
+from ..shell import command
 
 _RUN_FIELDS = len(RunRecord.__slots__)
 # Every column of a step row (the blobs a record carries go to the blobs table).
@@ -472,7 +473,7 @@ def check_decidable(
     if cancelling:
         raise RunFinished(
             f"run {run_id!r} is being cancelled (a cancel was asked for), so it will not"
-            f" act on request {request_id}: nothing was decided. `durably runs why"
-            f" {run_id}` says when it ends"
+            f" act on request {request_id}: nothing was decided."
+            f" `{command('runs why', run_id)}` says when it ends"
         )
     return row
