@@ -166,6 +166,11 @@ class Database(ABC):
     def close(self) -> None:
         """Close every connection this object opened."""
 
+    def db_time(self) -> float | None:
+        """The database server's clock in epoch seconds, or None when the database shares
+        this host's clock (SQLite, a file on this host)."""
+        return None
+
 
 class SQLiteDatabase(Database):
     """SQLite through the standard library: WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``.
@@ -368,6 +373,13 @@ class PostgresDatabase(Database):
             exists = tx.conn.execute("SELECT to_regclass(%s)", (_META,)).fetchone()[0]
             version = _version_of(tx.conn) if exists is not None else 0
         _check_version(self.where, version)
+
+    def db_time(self) -> float | None:
+        """The server's ``clock_timestamp()`` in epoch seconds."""
+        with self.transaction("idempotency.sql") as tx:
+            row = tx.one("db_time", {})
+        assert row is not None, "SELECT without FROM returns one row"
+        return float(row["now"])
 
     def close(self) -> None:
         """Close this process's pool and its connections (never a parent's)."""
