@@ -442,7 +442,12 @@ def open_database(
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
         path = url[len("sqlite:///") :] if url.lower().startswith("sqlite:///") else ""
-        path = path.split("?", 1)[0]
+        if "?" in path or "#" in path:
+            # Ignored, an option written as ?synchronous=NORMAL would not be in force.
+            raise ConfigError(
+                f"{redact_url(url)!r}: a SQLite URL takes no ?options or #fragment; pass"
+                f" options as keywords ({owner}(url, busy_timeout_s=10, synchronous='NORMAL'))"
+            )
         if not path or path == ":memory:":
             raise ConfigError(
                 f"{redact_url(url)!r} does not name a database file; use"
