@@ -1931,8 +1931,8 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
         raise core.poison(
             SerializationError(
                 f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
-                " blocked, nothing recorded is changed: restore the blob, then"
-                f" `{command('retry', core.run_id)}` replays it from there"
+                " blocked and nothing recorded is changed: restore the blob's row from a"
+                f" backup, then `{command('retry', core.run_id)}` replays it from there"
             )
         ) from exc
     try:

@@ -399,6 +399,11 @@ def _in_doubt(f: Facts) -> _Built:
     return "in_doubt", text, {"reason": reason}
 
 
+# How a blob or a run input whose bytes changed after they were written is refused
+# (store.rules.blobs_from_rows, engine._decode_input).
+_CHANGED_ROW = re.compile(r"does not match (its|the) sha256")
+
+
 def _blocked(f: Facts) -> _Built:
     run = f.run
     reason = run.park_reason or "no reason recorded"
@@ -411,7 +416,10 @@ def _blocked(f: Facts) -> _Built:
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
     kind = f.blocked_type
-    if kind == "SerializationError":
+    if kind == "SerializationError" and _CHANGED_ROW.search(reason):
+        # A blob or a run input that no longer matches its sha256: the journal was changed.
+        fix = "restore the changed row from a backup (the code is not at fault)"
+    elif kind == "SerializationError":
         fix = "change the code to return and pass storable data"
     else:
         # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run

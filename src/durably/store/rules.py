@@ -219,8 +219,7 @@ def blobs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
             raise SerializationError(
                 f"blob {digest} does not match its sha256: its {len(raw):,} stored bytes"
                 f" hash to {actual[:16]}..., so the blobs table was edited or damaged after"
-                " it was written and its contents are not used: restore that row of the"
-                " blobs table from a backup"
+                " it was written and its contents are not used"
             )
         out[digest] = raw.decode("utf-8")  # written as UTF-8 text; its hash says unchanged
     return out
