@@ -30,6 +30,7 @@ from .approvals import (
     APPROVED,
     REJECTED,
     ApprovalRequest,
+    ApprovalRow,
     Decision,
     PendingApproval,
 )
@@ -573,6 +574,18 @@ class Engine:
         expiry, but can no longer be decided."""
         rows = self._store_call(lambda: self.store.pending_approvals(run_id))
         return [row.pending() for row in rows]
+
+    def pending_approval_rows(self, run_id: str | None = None) -> list[ApprovalRow]:
+        """The requests ``pending_approvals`` lists, as stored: each an
+        ``durably.approvals.ApprovalRow`` (``args`` its canonical JSON text, times in
+        seconds since the epoch), so a tool can show a hand-edited row as the text it
+        holds instead of failing on it."""
+        return self._store_call(lambda: self.store.pending_approvals(run_id))
+
+    def approval_row(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """Request ``request_id`` of run ``run_id`` as stored, pending or decided (its
+        ``outcome``, ``by``, ``note``, ``decided_at``), or None when there is none."""
+        return self._store_call(lambda: self.store.get_approval(run_id, request_id))
 
     def approve(
         self,

@@ -266,3 +266,31 @@ def test_cli_refuses_a_bad_cursor(engine: durably.Engine, journal_url: str) -> N
     assert "after must be None (the first page) or the .next cursor" in res.stderr
     res = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--after", "nope", "--json"])
     assert res.exit_code == 1 and "the .next cursor" in json.loads(res.stdout)["error"]
+
+
+def test_readers_walk_pages_past_the_page_bound(
+    engine: durably.Engine, clock: Any, journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `runs list --limit N` and `replay --check` read more runs than one page holds by
+    # walking pages: shrink the bound so a few runs take several pages.
+    import durably.cli.runs
+    import durably.runlist
+    from durably.replaycheck import runs_to_check
+
+    monkeypatch.setattr(durably.runlist, "LIST_RUNS_LIMIT_MAX", 2)
+    monkeypatch.setattr(durably.cli.runs, "LIST_RUNS_LIMIT_MAX", 2)
+    done = engine.workflow(name="done")(_noop)
+    for i in range(5):
+        engine.run(done, run_id=f"d{i}")
+        clock.advance(1)
+    _start(engine, clock, ["q0", "q1"])  # newest: queued, no history to check
+    with pytest.raises(durably.ConfigError, match="from 1 to 2"):
+        engine.list_runs(limit=3)
+    checked = [r.run_id for r in runs_to_check(engine, None, None, None, 6)]
+    assert checked == ["d4", "d3", "d2", "d1"]  # the newest 6 less the queued ones
+    since = [r.run_id for r in runs_to_check(engine, None, None, clock.time() - 4.5, 100)]
+    assert since == ["d4", "d3"]
+    res = CliRunner().invoke(cli, ["runs", "list", "--db", journal_url, "--limit", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [r["run_id"] for r in json.loads(res.stdout)] == ["q1", "q0", "d4", "d3", "d2"]
+    assert res.stderr.startswith("next page: --after r1.")
