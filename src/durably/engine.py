@@ -39,6 +39,7 @@ from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, cancelled_error, type_name
+from .current import workflow_body
 from .errors import (
     Cancelled,
     CompensationFailed,
@@ -90,6 +91,8 @@ from .history import (
     storable_text,
     unstorable,
 )
+from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
+from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from .ownership import (
     LeaseWait,
     describe_owner,
@@ -114,8 +117,6 @@ _UNRELEASED: set[tuple[str, str]] = set()
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
-LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
-EVENTS_PAGE_MAX = 10_000  # most events one engine.events call returns
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
@@ -188,7 +189,10 @@ class Engine:
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
     engine option, never a keyword of ``engine.run`` (those go to the workflow).
-    Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
+    Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
+    ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
+    PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
+    does, never silently ignored.
     """
 
     def __init__(
@@ -802,9 +806,13 @@ class Engine:
         The new run has the same workflow, version and input, a new incarnation (so new
         idempotency keys) and a copy of the original's recorded results (outputs and
         failures, recorded times, random numbers and uuids, everything under a gather) at
-        the positions below ``at``; intents are never copied. **Every effect from ``at``
-        on happens again, under new keys**: a receiving side cannot tell it from the
-        original's and will perform it. The run is queued for workers;
+        the positions below ``at``; intents are never copied. **A fork never carries a
+        decision**: when an approval request below ``at`` was decided (approved, rejected
+        or expired), the fork copies only the positions below that request and goes live
+        there, so the request parks for a new decision by a person (see
+        ``reopen.fork_at``). **Every effect from where the fork goes live happens again,
+        under new keys**: a receiving side cannot tell it from the original's and will
+        perform it. The run is queued for workers;
         ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
         Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
         history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
@@ -1010,7 +1018,9 @@ class Engine:
         try:
             if w.budget is not None:
                 drive_sync(att.executor, att.core.set_budget(w.budget))
-            result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+            ctx = Context(att.core, att.executor)
+            with workflow_body(ctx):
+                result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
@@ -1029,9 +1039,13 @@ class Engine:
             if w.budget is not None:
                 await drive_async(att.executor, att.core.set_budget(w.budget))
             if w.is_async:
-                result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
+                actx = AsyncContext(att.core, att.executor)
+                with workflow_body(actx):
+                    result = await w.fn(actx, *att.args, **att.kwargs)
             else:
-                result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+                ctx = Context(att.core, att.executor)
+                with workflow_body(ctx):
+                    result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             await asyncio.to_thread(self._conclude_error, att, exc)
             raise
@@ -1533,7 +1547,19 @@ def _failure_message(exc: BaseException) -> str:
 
 
 def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
-    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    """The run's recorded arguments, typed; any failure is a SerializationError.
+
+    The input is checked against the sha256 recorded with it (``input_digest``) on the
+    way out, as blobs are: an input changed after the run was created (a hand edit, a
+    damaged row) would run the workflow on arguments nobody started it with."""
+    if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
+            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " damaged after the run was created, so the input is not used. The run is"
+            " blocked and nothing recorded is changed: restore the row's input from a"
+            f" backup, then `{command('retry', run.run_id)}`"
+        )
     try:
         data = codec.loads(run.input)
         args, kwargs = data["args"], data["kwargs"]
@@ -1544,7 +1570,8 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
         return _typed_input(w, args, kwargs)
     except (SerializationError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
-            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
+            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r}"
+            f" ({exc if isinstance(exc, SerializationError) else codec.error_text(exc)})."
             " The run is blocked: make the workflow's parameters match it (or repair the"
             f" row), then `{command('retry', run.run_id)}`"
         ) from exc

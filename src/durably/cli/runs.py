@@ -345,8 +345,9 @@ def _step_inputs(engine: Any, steps: list[StepRecord]) -> dict[str, Any]:
             continue
         try:
             out[s.position] = inputs.load(s.inputs, engine.blobs)
-        except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
-            # A hand-edited row or a deleted blob: say so for this step, show the others.
+        except (ValueError, KeyError, TypeError, LookupError, AttributeError, DurablyError) as exc:
+            # A hand-edited row, a deleted or changed blob (SerializationError): say so for
+            # this step, show the others.
             out[s.position] = {"error": f"recorded inputs unreadable: {type(exc).__name__}: {exc}"}
     return out
 
@@ -449,26 +450,48 @@ def _console() -> Any:
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure).',
+    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure;'
+    ' with --show-values, a "values" text too).',
 )
-def runs_why(run_id: str, db: str, as_json: bool) -> None:
+@click.option(
+    "--show-values",
+    "show_values",
+    is_flag=True,
+    help="Also print the values behind a replay mismatch (the blocked step's recorded"
+    " arguments, in full): only on the journal's host; events, traces and replay --check"
+    " never carry them.",
+)
+def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     """Say in one sentence why RUN is where it is: queued behind whom, running which step
     and attempt (and near or over its budget), orphaned, parked on what (a timer, a
     signal, an approval, several gather waits) with the command that wakes it, being
     cancelled, in doubt, blocked, quarantined, failed where (or stopped by its budget),
-    cancelled, completed. The states and their sentences are listed in docs/why.md."""
+    cancelled, completed. The states and their sentences are listed in docs/why.md.
+
+    A replay mismatch names the argument, message and field that differ, with lengths
+    and sha256 prefixes, never the values; --show-values prints the recorded values
+    (what the journal has) for a person on this host."""
     import time
 
     from ..why import explain
 
     engine = open_engine(db, as_json)
+    values = None
     try:
         why = explain(engine, run_id, now=time.time())
+        if show_values:
+            from .values import show_values as values_of
+
+            values = values_of(engine, run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json_text(why.to_json()))
+        click.echo(
+            json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
+        )
         return
     _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)
+    if values is not None:
+        click.echo(values)  # inert already, line breaks kept; not through rich markup

@@ -1,6 +1,8 @@
 """The Store protocol: everything the engine asks of a journal database.
 
-The protocol is deliberately small; every backend passes the same contract suite
+The protocol covers every capability the engine stores (runs, histories, leases, parking,
+signals, approvals, spend, events, blobs, workers), so it is wide, not small: about forty
+methods, each one transaction. Every backend passes the same contract suite
 (``tests/contract``). All writes that change a run are *fenced*: they carry the fencing
 token of the claim that produced them and are refused (``LeaseLost``) when a later claim
 has raised the token, so two processes can never both drive one run.
@@ -16,12 +18,10 @@ from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
+from ..limits import APPROVALS_LIST_MAX as APPROVALS_LIST_MAX
 from .owner import Owner
 
 __all__ = ["NewRun", "Owner", "Store"]
-
-APPROVALS_LIST_MAX = 1000
-"""Most pending approval requests one listing returns."""
 
 
 Served = Mapping[str, Collection[str | None]]
@@ -267,7 +267,8 @@ class Store(Protocol):
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests`` (content hashes), as text by digest; a
-        digest not stored is left out."""
+        digest not stored is left out. Each blob is checked against its sha256 on the way
+        out: a changed one raises ``SerializationError`` naming it."""
         ...
 
     def append(

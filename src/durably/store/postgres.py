@@ -71,6 +71,7 @@ from .rules import (
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -112,9 +113,9 @@ class PostgresStore:
 
     ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
     active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
-    waiting for a free one. Options meant for other stores (``synchronous``,
-    ``busy_timeout_s``) are accepted and ignored, so one ``Engine(url, ...)`` call works
-    for either URL.
+    waiting for a free one. Any other option is refused (``durably.store.open``), the
+    SQLite store's ``synchronous`` and ``busy_timeout_s`` too: an option ignored is a
+    setting its caller believes is in force.
     """
 
     def __init__(
@@ -125,7 +126,6 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5,
-        **_: object,
     ) -> None:
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
@@ -887,7 +887,7 @@ class PostgresStore:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         params = {"digests": list(digests)}
         rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,

@@ -41,12 +41,14 @@ from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
 from . import stream
 from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json, status_list
+from .private import open_private
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -118,6 +120,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
+        open_private(self.path)  # a new journal is created 0600: it holds prompts and secrets
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
         self._open()
@@ -722,7 +725,7 @@ class SQLiteStore:
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         rows = self._read(_Q["get_blobs"], {"digests": json.dumps(list(digests))})
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,
