@@ -169,6 +169,14 @@ EVENTS_PAGE_MAX: Final = 10_000
 """Most events one ``engine.events`` call returns (its ``limit``): a follower pages on with
 the cursor instead of loading a long stream at once."""
 
+LIST_RUNS_LIMIT_MAX: Final = 1000
+"""Most runs one ``engine.list_runs`` page holds (its ``limit``): a reader walks the pages
+with the ``next`` cursor instead of loading a whole journal at once."""
+
+LIST_RUNS_SEARCH_CHARS_MAX: Final = RUN_ID_CHARS_MAX
+"""Longest ``search`` text of ``engine.list_runs``/``count_runs``: a run id is at most
+RUN_ID_CHARS_MAX long, so nothing longer can match."""
+
 APPROVALS_LIST_MAX: Final = 1000
 """Most pending approval requests one listing returns (``engine.pending_approvals``)."""
 

@@ -33,11 +33,12 @@ from .history import (
     PARKED,
     QUARANTINED,
     QUEUED,
-    RUN_ID_CHARS_MAX,
     RUN_STATUSES,
     RUNNING,
     RunRecord,
 )
+from .limits import LIST_RUNS_LIMIT_MAX as LIST_RUNS_LIMIT_MAX
+from .limits import LIST_RUNS_SEARCH_CHARS_MAX as LIST_RUNS_SEARCH_CHARS_MAX
 
 __all__ = [
     "LIST_RUNS_LIMIT_DEFAULT",
@@ -50,10 +51,6 @@ __all__ = [
 
 LIST_RUNS_LIMIT_DEFAULT: Final = 50
 """Runs on one page of ``engine.list_runs`` unless ``limit`` says otherwise."""
-LIST_RUNS_LIMIT_MAX: Final = 1000
-"""Most runs one ``engine.list_runs`` page holds (walk the pages for more)."""
-LIST_RUNS_SEARCH_CHARS_MAX: Final = RUN_ID_CHARS_MAX
-"""Longest ``search`` text: a run id is at most this long, so nothing longer matches."""
 
 STATUS_ORDER: Final = (
     QUEUED,
