@@ -294,3 +294,25 @@ def test_readers_walk_pages_past_the_page_bound(
     assert res.exit_code == 0, res.output
     assert [r["run_id"] for r in json.loads(res.stdout)] == ["q1", "q0", "d4", "d3", "d2"]
     assert res.stderr.startswith("next page: --after r1.")
+
+
+def test_cli_queue_and_search(engine: durably.Engine, clock: Any, journal_url: str) -> None:
+    _start(engine, clock, ["a-1", "b_1"], queue="fast")
+    _start(engine, clock, ["a-2"])
+    runner = CliRunner()
+
+    def listed(*flags: str) -> list[str]:
+        res = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--json", *flags])
+        assert res.exit_code == 0, res.output
+        return [row["run_id"] for row in json.loads(res.stdout)]
+
+    assert listed("--queue", "fast") == ["b_1", "a-1"]
+    assert listed("--search", "a-") == ["a-2", "a-1"]
+    assert listed("--search", "_") == ["b_1"]
+    assert listed("--search", "a", "--queue", "default") == ["a-2"]
+    text = runner.invoke(cli, ["runs", "list", "--db", journal_url, "--search", "a-"])
+    assert "2 runs: 2 queued" in text.stdout  # the count line takes the same filters
+    refused = runner.invoke(
+        cli, ["runs", "list", "--db", journal_url, "--by-version", "--queue", "fast"]
+    )
+    assert refused.exit_code == 1 and "not --queue, --search or --after" in refused.stderr
