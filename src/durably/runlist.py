@@ -2,11 +2,11 @@
 
 Pages are keyset-paged on ``(created_at, run_id)`` (newest first, then run id), never on
 an offset: a page's cursor names the last run it showed, and the next page starts after
-that run in that order. A run created while someone reads pages is newer than every
-cursor already handed out, so it can never push a run onto a second page or make one
-skip a page; every run that existed when the walk began is seen exactly once (as long
-as it keeps matching the filters: a ``status`` filter follows the status a run has when
-its page is read).
+that run in that order. A run created while someone reads pages takes its own place in
+that order (normally before every cursor handed out), so it can never push a run onto a
+second page or make one skip a page; every run that existed when the walk began is seen
+exactly once (as long as it keeps matching the filters: a ``status`` filter follows the
+status a run has when its page is read).
 
 This module checks the arguments (every bad one raises ``ConfigError`` saying what to
 pass) and encodes the cursor; the stores run the query (``Store.list_runs``).
