@@ -144,35 +144,43 @@ def test_walk_sees_every_run_once_while_runs_arrive(
     engine: durably.Engine, journal_url: str, rows: list[Row]
 ) -> None:
     stop = threading.Event()
-    created: list[str] = []
+    created: dict[str, list[str]] = {"new": [], "skewed": []}
     errors: list[BaseException] = []
 
-    def create() -> None:
-        # Another engine (its own connection), on the real path; a clock past every row.
-        with durably.Engine(journal_url, clock=durably.FakeClock(T0 + N_RUNS)) as other:
+    def create(prefix: str, at: float) -> None:
+        # Another engine (its own connection), on the real path. "new": a clock past
+        # every row (the usual case); "skewed": a host whose clock is behind, stamping
+        # runs in the middle of the ones being walked.
+        with durably.Engine(journal_url, clock=durably.FakeClock(at)) as other:
             wf = other.workflow(name="late")(_late)
+            mine = created[prefix]
             try:
                 while not stop.is_set():
-                    created.append(other.start(wf, run_id=f"new-{len(created):05d}").run_id)
+                    mine.append(other.start(wf, run_id=f"{prefix}-{len(mine):05d}").run_id)
             except BaseException as exc:  # reported below: the walk must not hide it
                 errors.append(exc)
 
-    thread = threading.Thread(target=create)
-    thread.start()
+    threads = [
+        threading.Thread(target=create, args=("new", T0 + N_RUNS)),
+        threading.Thread(target=create, args=("skewed", T0 + N_RUNS / 6)),
+    ]
+    for thread in threads:
+        thread.start()
     try:
         deadline = time.monotonic() + 30
-        while len(created) < 5 and time.monotonic() < deadline:
+        while min(map(len, created.values())) < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
-        before = len(created)
+        before = len(created["new"])
         seen = _walk(engine, limit=PAGE)
-        during = len(created) - before
+        during = len(created["new"]) - before
     finally:
         stop.set()
-        thread.join(60)
+        for thread in threads:
+            thread.join(60)
     assert not errors, errors
     assert during > 0, "no run was created while the pages were read"
     assert max(Counter(seen).values()) == 1, "a run was shown twice"
-    bulk = [r for r in seen if not r.startswith("new-")]
+    bulk = [r for r in seen if not r.startswith(("new-", "skewed-"))]
     _same_walk(bulk, _expected(rows), rows)  # every run that existed, once, in order
     assert len(bulk) == N_RUNS
 
