@@ -47,6 +47,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .naming import step_name
 from .steps import step, usage
 
 __version__ = "0.1.0"
@@ -97,5 +98,6 @@ __all__ = [
     "WorkflowNotRegistered",
     "__version__",
     "step",
+    "step_name",
     "usage",
 ]

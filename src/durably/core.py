@@ -88,7 +88,7 @@ from .history import (
     storable_text,
 )
 from .shell import command
-from .steps import StepSignature, Usage, signature_of
+from .steps import StepSignature, Usage, signature_of, warn_untyped_result
 
 if TYPE_CHECKING:
     import uuid as _uuid
@@ -1462,6 +1462,8 @@ class RunCore:
             # the result is recorded re-runs the call, and both calls are counted.
             yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
             if out.error is None:
+                if sig.return_hint is None:
+                    warn_untyped_result(name, fn, out.value)
                 return (
                     yield from self._record_ok(
                         pos, name, digest, out.value, sig, crashed + attempt, started, spent
