@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from .. import naming
 from ..context import AsyncContext, Context
+from ..current import current_context
 from ..errors import ConfigError, SerializationError, StepTimeout
 from ..steps import step as step_options
 from ..steps import usage as report_usage
@@ -52,11 +53,7 @@ class WrapRefused(ConfigError, SerializationError):
 
 def _context() -> Context | AsyncContext | None:
     """The running workflow's context, else None (outside a run, inside a step)."""
-    import durably
-
-    find = getattr(durably, "current_context", None)  # until the ctxseam lands
-    found: Context | AsyncContext | None = find() if find is not None else None
-    return found
+    return current_context()
 
 
 @dataclass(frozen=True, slots=True)
