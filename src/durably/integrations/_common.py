@@ -217,6 +217,8 @@ class Client:
         self._quiet: Any = None  # the client with max_retries=0: attempts are durably's
         self._lock = threading.Lock()
         self._warned: set[tuple[str, ...]] = set()
+        self._options: Callable[[Any], Any] | None = None
+        self._targets: dict[tuple[str, ...], Any] = {}
 
     def warn_once(self, key: tuple[str, ...], message: str) -> None:
         """Warn ``message`` (an :class:`IntegrationWarning`) the first time this wrapped
@@ -236,10 +238,14 @@ class Client:
         return self._quiet
 
     def target(self, path: tuple[str, ...]) -> Any:
-        obj = self.quiet()
-        for part in path:
-            obj = getattr(obj, part)
-        return obj
+        """The method at ``path`` of the client with its own retries off."""
+        found = self._targets.get(path)
+        if found is None:
+            found = self.quiet()
+            for part in path:
+                found = getattr(found, part)
+            self._targets[path] = found
+        return found
 
     # -- one recorded call -----------------------------------------------------------------
 
@@ -330,12 +336,15 @@ class Client:
         report_usage(input_tokens=ins, output_tokens=outs, cost_usd=cost)
 
     def options(self) -> Callable[[Any], Any]:
-        return step_options(
-            retries=self.settings.retries,
-            backoff=0.0,  # the wait is in the call: Retry-After, else exponential
-            timeout_s=self.settings.timeout_s,
-            retry_on=(*self.provider.retryable, StepTimeout),
-        )
+        """The step options of a recorded call (made once per wrapped client)."""
+        if self._options is None:
+            self._options = step_options(
+                retries=self.settings.retries,
+                backoff=0.0,  # the wait is in the call: Retry-After, else exponential
+                timeout_s=self.settings.timeout_s,
+                retry_on=(*self.provider.retryable, StepTimeout),
+            )
+        return self._options
 
     def record_sync(
         self, ctx: Context, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
