@@ -559,3 +559,81 @@ def test_sigkill_between_model_and_tool_resumes_without_a_second_request(
         assert len(keys) == 2 and keys[0] == keys[1]  # re-run with the same key
     finally:
         server.close()
+
+
+def test_a_tool_loop_appending_the_message_objects_replays_exactly(
+    engine: durably.Engine,
+) -> None:
+    def script(path: str, body: dict[str, Any]) -> Reply:
+        if body["messages"][-1]["role"] == "tool":
+            return 200, {}, chat_completion("done")
+        return 200, {}, chat_completion(None, tool_calls=[tool_call("c1", "now", {})])
+
+    server = ModelServer(script)
+    try:
+        client = _client(server)
+        crash = [True]
+
+        @engine.workflow(name="loop")
+        def loop(ctx: durably.Context) -> str:
+            messages: list[Any] = [{"role": "user", "content": "what time is it?"}]
+            while True:
+                resp = client.chat.completions.create(model="gpt-test", messages=messages)
+                msg = resp.choices[0].message
+                messages.append(msg)  # the client's own object, as its docs show
+                if not msg.tool_calls:
+                    break
+                for call in msg.tool_calls:
+                    out = ctx.step("tool", lambda: "noon")
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": out})
+            if crash[0]:
+                raise Crash
+            return str(msg.content)
+
+        with pytest.raises(Crash):
+            engine.run(loop, run_id="loop")
+        crash[0] = False
+        assert engine.run(loop, run_id="loop") == "done"
+        assert server.count() == 2
+    finally:
+        server.close()
+
+
+def test_with_options_keeps_the_client_wrapped_and_keywords_only(
+    engine: durably.Engine, server: ModelServer
+) -> None:
+    client = _client(server).with_options(timeout=5.0)
+
+    @engine.workflow(name="opts")
+    def opts(ctx: durably.Context) -> None:
+        client.chat.completions.create(model="gpt-test", messages=MESSAGES)
+
+    engine.run(opts, run_id="o")
+    assert [r.name for r in engine.history("o")] == ["openai.chat.completions.create"]
+
+    @engine.workflow(name="positional")
+    def positional(ctx: durably.Context) -> None:
+        client.chat.completions.create(MESSAGES)  # type: ignore[call-overload]
+
+    with pytest.raises(WrapRefused, match="keyword arguments only"):
+        engine.run(positional, run_id="pos")
+    _blocked(engine, "pos")
+
+
+def test_gather_branches_record_their_calls_each(
+    engine: durably.Engine, server: ModelServer
+) -> None:
+    client = _aclient(server)
+
+    @engine.workflow(name="fan")
+    async def fan(ctx: durably.AsyncContext) -> list[str]:
+        replies = await ctx.gather(
+            client.chat.completions.create(model="gpt-test", messages=MESSAGES[:1]),
+            client.chat.completions.create(model="gpt-test", messages=MESSAGES),
+        )
+        return [str(r.choices[0].message.content) for r in replies]
+
+    assert asyncio.run(engine.run_async(fan, run_id="f")) == ["hello", "hello"]
+    names = [(r.position, r.name) for r in engine.history("f")]
+    assert ("0.0.0", "openai.chat.completions.create") in names
+    assert ("0.1.0", "openai.chat.completions.create") in names
