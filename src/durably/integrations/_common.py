@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .. import naming
-from ..context import AsyncContext, Context
-from ..current import current_context
-from ..errors import ConfigError, SerializationError, StepTimeout
-from ..steps import step as step_options
-from ..steps import usage as report_usage
+# durably's public API only (the import-linter contract in pyproject.toml keeps it so),
+# plus the reader of durably.step_name's context variable.
+from .. import AsyncContext, ConfigError, Context, SerializationError, StepTimeout, current_context
+from .. import step as step_options
+from .. import usage as report_usage
+from ..naming import current_step_name
 
 # Call options that shape how a request travels, not what it asks: left out of the
 # digest (a changed timeout is not a changed call) and never recorded (headers carry
@@ -256,7 +256,7 @@ class Client:
         self, ctx: Context | AsyncContext, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[str, dict[str, Any]]:
         """The step name and the arguments its digest covers, or a refusal."""
-        name = naming.current_step_name() or m.step
+        name = current_step_name() or m.step
         p = self.provider
         wants_async = isinstance(ctx, AsyncContext)
         if wants_async and not self.is_async:
