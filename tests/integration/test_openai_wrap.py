@@ -637,3 +637,27 @@ def test_gather_branches_record_their_calls_each(
     names = [(r.position, r.name) for r in engine.history("f")]
     assert ("0.0.0", "openai.chat.completions.create") in names
     assert ("0.1.0", "openai.chat.completions.create") in names
+
+
+def test_replay_check_finds_a_changed_system_prompt_without_asking_the_model(
+    engine: durably.Engine, server: ModelServer
+) -> None:
+    from durably.replaycheck import check_run
+
+    client = _client(server)
+    system = ["You are terse."]
+
+    @engine.workflow(name="checked")
+    def checked(ctx: durably.Context) -> str:
+        messages = [{"role": "system", "content": system[0]}, MESSAGES[1]]
+        resp = client.chat.completions.create(model="gpt-test", messages=messages)
+        return str(resp.choices[0].message.content)
+
+    engine.run(checked, run_id="rc")
+    assert check_run(engine, engine.get_run("rc")) is None
+    system[0] = "You are verbose."
+    finding = check_run(engine, engine.get_run("rc"))
+    assert finding is not None and finding.kind == "diverges"
+    assert "'messages': message 0" in finding.reason and "'content'" in finding.reason
+    assert "verbose" not in finding.reason  # values stay home
+    assert server.count() == 1  # replay --check executes nothing
