@@ -661,3 +661,27 @@ def test_replay_check_finds_a_changed_system_prompt_without_asking_the_model(
     assert "'messages': message 0" in finding.reason and "'content'" in finding.reason
     assert "verbose" not in finding.reason  # values stay home
     assert server.count() == 1  # replay --check executes nothing
+
+
+def test_a_crash_after_the_call_returned_still_counts_its_spend(
+    engine: durably.Engine, server: ModelServer
+) -> None:
+    client = _client(server)
+
+    def hook(run_id: str, pos: str, name: str, window: str) -> None:
+        if (pos, window) == ("0", "effect"):  # returned, spend committed, not recorded
+            raise Crash
+
+    @engine.workflow(name="paid")
+    def paid(ctx: durably.Context) -> None:
+        client.chat.completions.create(model="gpt-test", messages=MESSAGES)
+
+    engine.fault_hook = hook
+    with pytest.raises(Crash):
+        engine.run(paid, run_id="paid")
+    assert engine.history("paid") == []
+    assert engine.spend("paid").entries == 1 and engine.spend("paid").tokens == 15
+    engine.fault_hook = None
+    engine.run(paid, run_id="paid")
+    assert server.count() == 2  # nothing was recorded: the call was made again
+    assert engine.spend("paid").entries == 2 and engine.spend("paid").tokens == 30
