@@ -685,3 +685,28 @@ def test_a_crash_after_the_call_returned_still_counts_its_spend(
     engine.run(paid, run_id="paid")
     assert server.count() == 2  # nothing was recorded: the call was made again
     assert engine.spend("paid").entries == 2 and engine.spend("paid").tokens == 30
+
+
+def test_timeout_s_bounds_one_attempt_and_the_next_one_is_made(engine: durably.Engine) -> None:
+    def script(path: str, body: dict[str, Any]) -> Reply:
+        if server.count() == 1:
+            time.sleep(1.5)  # the first attempt hangs past timeout_s
+        return 200, {}, chat_completion()
+
+    server = ModelServer(script)
+    try:
+        client = _client(server, timeout_s=0.5, retries=1)
+
+        @engine.workflow(name="slow")
+        def slow(ctx: durably.Context) -> str:
+            resp = client.chat.completions.create(model="gpt-test", messages=MESSAGES)
+            return str(resp.choices[0].message.content)
+
+        assert engine.run(slow, run_id="slow") == "hello"
+        assert server.count() == 2
+        [rec] = engine.history("slow")
+        assert rec.attempts == 2
+        kinds = [e.kind for e in engine.events("slow").events]
+        assert "step.retried" in kinds
+    finally:
+        server.close()
