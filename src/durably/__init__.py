@@ -50,6 +50,7 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .naming import step_name
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream
@@ -120,5 +121,6 @@ __all__ = [
     "current_step",
     "explain",
     "step",
+    "step_name",
     "usage",
 ]

@@ -94,7 +94,7 @@ from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
-from .steps import StepSignature, Usage, fn_text, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
 from .streamops import (
     END,
     STOP,
@@ -1503,6 +1503,8 @@ class RunCore:
             # the result is recorded re-runs the call, and both calls are counted.
             yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
             if out.error is None:
+                if sig.return_hint is None:
+                    warn_untyped_result(name, fn, out.value)
                 return (
                     yield from self._record_ok(
                         pos, name, digest, out.value, sig, crashed + attempt, started, spent

@@ -80,6 +80,7 @@ PINNED_ALL = [
     "current_step",
     "explain",
     "step",
+    "step_name",
     "usage",
 ]
 
