@@ -66,6 +66,10 @@ class SchemaNotMigrated(StoreError):
     """The tables are missing or older than this durably needs: run ``durably migrate``."""
 
 
+class CorruptRecord(ValueError):
+    """A record read from, or about to be written to, the journal breaks an invariant."""
+
+
 class SerializationError(DurablyError):
     """A value crossing the journal cannot be encoded to, or decoded from, JSON."""
 

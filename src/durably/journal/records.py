@@ -1,0 +1,242 @@
+"""What the journal holds: runs and the records of their positions.
+
+Records are frozen dataclasses checked on the way in (before a store writes them) and on
+the way out (when a store reads them back), so a corrupt or hand-edited row is caught at
+the boundary instead of deep inside a replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..errors import CorruptRecord
+from .keys import idempotency_key, valid_incarnation, valid_position
+
+# Record kinds: each consumes one position in program order.
+STEP: Final = "step"
+NOW: Final = "now"
+RANDOM: Final = "random"
+UUID: Final = "uuid"
+PATCHED: Final = "patched"
+# A ``ctx.gather``'s own record at its position (its branches' steps are at ``p.i.*``):
+# digest over ``[arity, [branch label, ...]]``, checked on replay before any branch runs.
+GATHER: Final = "gather"
+# A ``ctx.wait_for_signal``'s record: ``waiting`` while it waits, then ``ok`` with the
+# signal it consumed or its timeout.
+SIGNAL: Final = "signal"
+# Where a run-wide stop (a cancel, a crossed budget) reached the workflow: recorded at the
+# position that would have gone live, so a replay raises it at the same place and the
+# workflow unwinds (cleans up, compensates) along the same path.
+HALT: Final = "halt"
+# Where a saga began compensating (``ctx.saga()``): its output names the positions of the
+# steps it undoes, in the order it undoes them, and what set it off; each compensation
+# (``undo:<name>``) is then an ordinary step at the positions after it. ``engine.retry``
+# reads it to refuse re-opening a run whose steps were already undone.
+COMPENSATE: Final = "compensate"
+# A durable timer (``ctx.sleep``/``ctx.sleep_until``): output ``{"wake_at": T}``, the wake
+# time taken from the recorded clock when the timer was first reached.
+SLEEP: Final = "sleep"
+# A human approval request (``ctx.request_approval``), named ``request_approval:ACTION``,
+# digest sha256 of [action, args]: ``waiting`` {"requested_at", "expires_at"} while it
+# waits, then ``ok`` {"outcome", "by", "note", "decided_at"} (the decision it took).
+APPROVAL: Final = "approval"
+KINDS: Final = frozenset(
+    {STEP, NOW, RANDOM, UUID, PATCHED, GATHER, HALT, COMPENSATE, SLEEP, SIGNAL, APPROVAL}
+)
+
+# Record statuses. An ``intent`` is written before an effect runs; ``ok``/``failed`` are
+# results. Only results are ever replayed. ``waiting`` marks a wait in progress (a timer
+# not yet due: its output holds the recorded wake time); it is not an intent (nothing
+# may have happened in the world), never copied by a fork, and replaced by the wait's
+# result when it is over.
+OK: Final = "ok"
+FAILED: Final = "failed"
+INTENT: Final = "intent"
+WAITING: Final = "waiting"
+RECORD_STATUSES: Final = frozenset({OK, FAILED, INTENT, WAITING})
+
+# Run statuses (DESIGN.md, "Run status").
+QUEUED: Final = "queued"
+RUNNING: Final = "running"
+PARKED: Final = "parked"
+COMPLETED: Final = "completed"
+FAILED_RUN: Final = "failed"
+CANCELLED: Final = "cancelled"
+CONTINUED: Final = "continued"
+IN_DOUBT: Final = "in_doubt"
+BLOCKED: Final = "blocked"
+QUARANTINED: Final = "quarantined"
+RUN_STATUSES: Final = frozenset(
+    {
+        QUEUED,
+        RUNNING,
+        PARKED,
+        COMPLETED,
+        FAILED_RUN,
+        CANCELLED,
+        CONTINUED,
+        IN_DOUBT,
+        BLOCKED,
+        QUARANTINED,
+    }
+)
+TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One position of a run's history: a step result, a failure, or an effect intent."""
+
+    position: str
+    kind: str
+    name: str
+    digest: str
+    status: str
+    output: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    attempts: int = 1
+    started_at: float = 0.0
+    finished_at: float | None = None
+    usage_tokens: int | None = None
+    usage_cost_usd: float | None = None
+    # What a step was called with: a manifest of blob digests (durably.inputs), or None.
+    inputs: str | None = None
+    # Blobs to write with the record, in its transaction: (digest, text) pairs. Not a
+    # column and not part of the record's identity (a blob already stored is left out).
+    blobs: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def check(self) -> StepRecord:
+        """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
+        if not valid_position(self.position):
+            raise CorruptRecord(f"bad position {_shown(self.position)}")
+        _check_types(self, _STEP_TYPES, f"position {self.position}")
+        if self.kind not in KINDS:
+            raise CorruptRecord(f"position {self.position}: unknown kind {self.kind!r}")
+        if self.status not in RECORD_STATUSES:
+            raise CorruptRecord(f"position {self.position}: unknown status {self.status!r}")
+        if self.status in (OK, WAITING) and self.output is None:
+            raise CorruptRecord(f"position {self.position}: {self.status} record without output")
+        if self.status == FAILED and self.error_type is None:
+            raise CorruptRecord(f"position {self.position}: failure without error type")
+        if len(self.digest) != 64:
+            raise CorruptRecord(f"position {self.position}: bad digest {self.digest!r}")
+        if self.attempts < 1:
+            raise CorruptRecord(f"position {self.position}: attempts {self.attempts} < 1")
+        return self
+
+    def replace(self, **changes: object) -> StepRecord:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the journal knows it."""
+
+    run_id: str
+    workflow: str
+    version: str | None
+    prompt_version: str | None
+    queue: str
+    input: str
+    input_digest: str
+    codec_version: int
+    status: str
+    generation: int = 0
+    fencing_token: int = 0
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    starts: int = 0
+    starts_without_progress: int = 0
+    outcome: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    park_reason: str | None = None
+    wake_at: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float | None = None
+    incarnation: str | None = None
+    # A cancel asked for (``engine.cancel``): a durable flag, not a status, until the
+    # workflow has unwound and the run ends ``cancelled``. The first reason stays.
+    cancel_requested_at: float | None = None
+    cancel_reason: str | None = None
+
+    def check(self) -> RunRecord:
+        """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""
+        _check_types(self, _RUN_TYPES, f"run {_shown(self.run_id)}")
+        if self.incarnation is not None and not valid_incarnation(self.incarnation):
+            raise CorruptRecord(f"run {self.run_id!r}: bad incarnation {self.incarnation!r}")
+        if self.status not in RUN_STATUSES:
+            raise CorruptRecord(f"run {self.run_id!r}: unknown status {self.status!r}")
+        if self.status == COMPLETED and self.outcome is None:
+            raise CorruptRecord(f"run {self.run_id!r}: completed without an outcome")
+        if self.status == FAILED_RUN and self.error_type is None:
+            raise CorruptRecord(f"run {self.run_id!r}: failed without an error type")
+        return self
+
+    @property
+    def terminal(self) -> bool:
+        """True once the run can never execute again."""
+        return self.status in TERMINAL
+
+    def key(self, position: str) -> str:
+        """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.incarnation, position)
+
+
+# The Python types each column may hold once read back. A hand-edited SQLite row can hold
+# any type in any column (text in an INTEGER column stays text), and code that formats or
+# compares the fields would crash on it with a bare TypeError; check() names it instead.
+_S, _I, _F, _N = (str,), (int,), (int, float), (type(None),)
+_STEP_TYPES: Final = {
+    "position": _S,
+    "kind": _S,
+    "name": _S,
+    "digest": _S,
+    "status": _S,
+    "output": _S + _N,
+    "error_type": _S + _N,
+    "error_message": _S + _N,
+    "attempts": _I,
+    "started_at": _F,
+    "finished_at": _F + _N,
+    "usage_tokens": _I + _N,
+    "usage_cost_usd": _F + _N,
+    "inputs": _S + _N,
+}
+_RUN_TYPES: Final = {
+    **dict.fromkeys(("run_id", "workflow", "queue", "input", "input_digest", "status"), _S),
+    **dict.fromkeys(("codec_version", "generation", "fencing_token", "starts"), _I),
+    "starts_without_progress": _I,
+    **dict.fromkeys(
+        ("version", "prompt_version", "owner", "outcome", "error_type", "error_message"),
+        _S + _N,
+    ),
+    **dict.fromkeys(("park_reason", "incarnation"), _S + _N),
+    **dict.fromkeys(("lease_expires_at", "wake_at", "finished_at"), _F + _N),
+    "cancel_requested_at": _F + _N,
+    "cancel_reason": _S + _N,
+    **dict.fromkeys(("created_at", "updated_at"), _F),
+}
+_SHOWN_CHARS_MAX: Final = 60
+
+
+def _shown(value: object) -> str:
+    """A crafted value in an error message: its repr, cut (it may be megabytes long)."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS_MAX else f"{text[:_SHOWN_CHARS_MAX]}..."
+
+
+def _check_types(record: object, types: dict[str, tuple[type, ...]], where: str) -> None:
+    for name, allowed in types.items():
+        value = getattr(record, name)
+        # bool is an int subclass, never a column's value.
+        if not isinstance(value, allowed) or isinstance(value, bool):
+            raise CorruptRecord(
+                f"{where}: {name} is {type(value).__name__} {_shown(value)}, not"
+                f" {' or '.join(t.__name__ for t in allowed)}"
+            )
