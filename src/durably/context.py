@@ -111,9 +111,9 @@ class Executor:
         except StoreError:
             return  # the deadline check before the next attempt decides
         if renewed:
-            core.lease_deadline = asked_at + self.lease_s
+            core.lease_renewed(asked_at + self.lease_s)
         else:
-            core.lease_lost = True
+            core.lose_lease()
 
     def write(self, op: Write) -> Generator[float, None, None]:
         """Append records, fenced by the core's token; yields the pauses to wait between

@@ -18,7 +18,7 @@ import inspect
 import math
 import random as _random
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import codec, inputs
@@ -38,7 +38,6 @@ from .approvals import (
     waiting_times,
 )
 from .budget import Budget, Spend, SpendEntry, exceeded_message
-from .clock import Clock
 from .current import StepInfo as CurrentStep
 from .errors import (
     BudgetExceeded,
@@ -93,9 +92,19 @@ from .history import (
 from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
-from .shell import command
-from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
-from .streamops import (
+from .replay.ops import Call as Call
+from .replay.ops import Charge as Charge
+from .replay.ops import Op as Op
+from .replay.ops import Outcome as Outcome
+from .replay.ops import ReadDecision as ReadDecision
+from .replay.ops import ReadSpend as ReadSpend
+from .replay.ops import SetBudget as SetBudget
+from .replay.ops import TakeSignal as TakeSignal
+from .replay.ops import Wait as Wait
+from .replay.ops import Write as Write
+from .replay.setup import FaultHook as FaultHook
+from .replay.setup import RunSetup as RunSetup
+from .replay.streamops import (
     END,
     STOP,
     STREAM_CHUNKS_MAX,
@@ -107,100 +116,17 @@ from .streamops import (
     close_chunks,
     next_chunk,
 )
+from .shell import command
+from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
 
 if TYPE_CHECKING:
     import uuid as _uuid
 
 T_ = TypeVar("T_")
 
-FaultHook = Callable[[str, str, str, str], None]
-"""``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
-``recorded``; called only for live (not replayed) steps, and only when set."""
 
 NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
 """Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
-
-
-@dataclass(slots=True)
-class Call:
-    """Operation: call ``fn(*args, **kwargs)`` with an optional per-attempt timeout."""
-
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    timeout_s: float | None
-    is_async: bool
-    # What ``durably.current_step()`` returns while ``fn`` runs.
-    info: CurrentStep | None = None
-
-
-@dataclass(slots=True)
-class Write:
-    """Operation: append ``records`` to the journal in one fenced transaction, with the
-    ``events`` that describe them (and any stream-only events buffered since the last
-    write, which so cost no commit of their own)."""
-
-    records: list[StepRecord]
-    events: list[NewEvent] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Wait:
-    """Operation: wait ``seconds`` on the engine's clock (retry backoff)."""
-
-    seconds: float
-
-
-@dataclass(slots=True)
-class ReadDecision:
-    """Operation: read the decision of the run's approval request at ``request_id``
-    (fenced; the store takes the expiry first when the request is past it, so an expiry
-    and a person's decision are never both taken). The reply is the request's
-    :class:`~durably.approvals.ApprovalRow`, or None when the store has none."""
-
-    request_id: str
-
-
-@dataclass(slots=True)
-class TakeSignal:
-    """Operation: consume the oldest unconsumed signal ``name`` of the run for the wait at
-    position ``consumer`` (fenced; asking again for the same consumer returns the same
-    signal). The reply is ``(seq, data JSON)`` or None."""
-
-    name: str
-    consumer: str
-
-
-@dataclass(slots=True)
-class Charge:
-    """Operation: add one call's reported usage to the run's spend ledger (its own
-    commit, before the step's result); the driver replies with the run's :class:`Spend`."""
-
-    entry: SpendEntry
-
-
-@dataclass(slots=True)
-class ReadSpend:
-    """Operation: read the run's spend and stored budget; the reply is a :class:`Spend`."""
-
-
-@dataclass(slots=True)
-class SetBudget:
-    """Operation: store the run's budget (fenced), for ``runs show`` and later claims."""
-
-    budget: Budget
-
-
-Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What a :class:`Call` produced: a value or an exception, and the spend reported."""
-
-    value: Any = None
-    error: Exception | None = None
-    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,26 +238,24 @@ def type_name(exc: BaseException) -> str:
 class RunCore:
     """Replay state of one attempt at driving a run."""
 
-    def __init__(
-        self,
-        run_id: str,
-        history: list[StepRecord],
-        clock: Clock,
-        fault_hook: FaultHook | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self.clock = clock
-        self.history = {rec.position: rec for rec in history}
+    def __init__(self, setup: RunSetup) -> None:
+        # Built from a frozen setup (the engine's and replay-check's alike); what is
+        # copied here is never set from outside (the lease view changes only through
+        # lease_renewed/lose_lease).
+        self.setup = setup
+        self.run_id = setup.run_id
+        self.clock = setup.clock
+        self.history = {rec.position: rec for rec in setup.history}
         self.consumed: set[str] = set()
         self.pending: list[StepRecord] = []
         self.root = Scope(self, "")
-        self.fault_hook = fault_hook
+        self.fault_hook = setup.fault_hook
         self.poisoned: DurablyError | None = None
         self.stopped: Unwind | None = None
-        self.lease_deadline: float | None = None
-        self.token = 0
+        self.lease_deadline = setup.lease_deadline
+        self.token = setup.token
         # The run's incarnation, part of every key (None for runs from before keys had one).
-        self.incarnation: str | None = None
+        self.incarnation = setup.incarnation
         self.in_doubt: str | None = None
         # Prefixes (``"4."``) of gathers that ended in failure in this attempt: their
         # branches may stop earlier on replay than live, so what they recorded and this
@@ -342,20 +266,20 @@ class RunCore:
         self.dropped: str | None = None
         self._legacy_gathers: frozenset[str] | None = None
         # Set by ``durably replay --check``: the first live action stops the replay.
-        self.checking = False
+        self.checking = setup.checking
         # Stream-only events waiting to ride with the next durable write, and how many
         # emits each position has had (an emit's identity: replay dedupes by it).
         self.events: list[NewEvent] = []
         self.emits: dict[str, int] = {}
         # Reads recorded input blobs (the store's get_blobs), only to explain a mismatch.
-        self.fetch_blobs: inputs.Fetch | None = None
+        self.fetch_blobs = setup.fetch_blobs
         # Blobs this attempt has written (or sent to be written): not sent again.
         self.known_blobs: set[str] = set()
         # The run's recorded prompt version and the code's, when the workflow declares one.
-        self.prompt_versions: tuple[str | None, str | None] = (None, None)
+        self.prompt_versions = setup.prompt_versions
         # The digest rule of the run (codec.CODEC_VERSION when it was created) and the
         # hashes of the list items (messages) its steps were passed, computed once each.
-        self.codec_version = codec.CODEC_VERSION
+        self.codec_version = setup.codec_version
         self.item_hashes = codec.ItemHashes()
         # Step outputs longer than this go to the blob table (see OUTPUT_INLINE_BYTES_MAX).
         self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
@@ -372,7 +296,7 @@ class RunCore:
         # Budgets: the run's generation (part of each ledger entry's name), the limit this
         # claim was given (ctx.budget / the workflow option; else the stored one applies),
         # and the run's spend as the ledger last said (None: not read in this claim).
-        self.generation = 0
+        self.generation = setup.generation
         self.budget: Budget | None = None
         self.spend: Spend | None = None
         # Waits of gather branches that parked in this attempt, by branch prefix
@@ -448,12 +372,7 @@ class RunCore:
         name = HALT_NAMES[Cancelled if isinstance(exc, Cancelled) else BudgetExceeded]
         reason = getattr(exc, "reason", None)
         text = codec.dumps({"message": str(exc), "reason": reason}, f"halt at {pos}")
-        now = self.clock.time()
-        self.pending.append(
-            StepRecord(
-                pos, HALT, name, _halt_digest(name), OK, text, started_at=now, finished_at=now
-            )
-        )
+        self.record_marker(pos, HALT, name, _halt_digest(name), text)
         self.consumed.add(pos)
         self.halted = exc
         return exc
@@ -533,10 +452,14 @@ class RunCore:
         deadline, or the engine giving the run back)."""
         return isinstance(self.stopped, LeaseLost)
 
-    @lease_lost.setter
-    def lease_lost(self, lost: bool) -> None:
-        if lost:
-            self.latch(LeaseLost(self.run_id, self.token))
+    def lose_lease(self) -> None:
+        """The run's lease is lost (a refused renewal, the owner lock gone, the engine
+        giving the run back): latch the stop, so the next step does not start."""
+        self.latch(LeaseLost(self.run_id, self.token))
+
+    def lease_renewed(self, deadline: float) -> None:
+        """The lease was renewed until ``deadline`` (on the engine's clock)."""
+        self.lease_deadline = deadline
 
     def guard(self, halt: bool = True) -> None:
         """Refuse to go on after poisoning, after a stop signal, past the lease deadline,
@@ -667,6 +590,33 @@ class RunCore:
             finally:
                 _FAULT_STEP.reset(token)
 
+    def record_marker(
+        self,
+        pos: str,
+        kind: str,
+        name: str,
+        digest: str,
+        text: str,
+        status: str = OK,
+        *,
+        since: float | None = None,
+        at: float | None = None,
+    ) -> None:
+        """Buffer the record of a marker at ``pos`` (a value, halt, gather, patch, timer,
+        signal, approval or compensation): it rides with the next durable write. ``at`` is
+        when (the clock now unless given), ``since`` when the wait it ends began (``at``
+        unless given); a ``waiting`` record has no finish time."""
+        if at is None and (since is None or status != WAITING):
+            at = self.clock.time()  # read only when needed, and once
+        started = at if since is None else since
+        assert started is not None
+        finished = None if status == WAITING else at
+        self.pending.append(
+            StepRecord(
+                pos, kind, name, digest, status, text, started_at=started, finished_at=finished
+            )
+        )
+
     def take_pending(self) -> list[StepRecord]:
         """Buffered clock/random records, to ride with the next durable write."""
         out, self.pending = self.pending, []
@@ -781,10 +731,7 @@ class RunCore:
             raise self.poison(
                 SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
             ) from None
-        now = self.clock.time()
-        self.pending.append(
-            StepRecord(pos, kind, name, digest, OK, text, started_at=now, finished_at=now)
-        )
+        self.record_marker(pos, kind, name, digest, text)
         return value
 
     def now(self) -> dt.datetime:
@@ -837,12 +784,7 @@ class RunCore:
             {"steps": positions, "error": storable_text(error, ERROR_MESSAGE_CHARS_MAX)},
             f"compensate {pos}",
         )
-        now = self.clock.time()
-        self.pending.append(
-            StepRecord(
-                pos, COMPENSATE, COMPENSATE_NAME, digest, OK, text, started_at=now, finished_at=now
-            )
-        )
+        self.record_marker(pos, COMPENSATE, COMPENSATE_NAME, digest, text)
 
     # -- timers --------------------------------------------------------------------------
 
@@ -927,23 +869,10 @@ class RunCore:
         text = codec.dumps({"wake_at": wake_at})
         started = now if rec is None else rec.started_at
         if wake_at <= now:
-            self.pending.append(
-                StepRecord(
-                    pos,
-                    SLEEP,
-                    SLEEP_NAME,
-                    _SLEEP_DIGEST,
-                    OK,
-                    text,
-                    started_at=started,
-                    finished_at=now,
-                )
-            )
+            self.record_marker(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, text, since=started, at=now)
             return
         if rec is None:
-            self.pending.append(
-                StepRecord(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, WAITING, text, started_at=now)
-            )
+            self.record_marker(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, text, WAITING, at=now)
         raise self.park(Parked(TIMER, wake_at))
 
     def _recorded_wake(self, pos: str, rec: StepRecord) -> float:
@@ -994,12 +923,7 @@ class RunCore:
         elif pos not in self._legacy():
             self.live(pos)  # a new gather marker: under replay --check, history ends here
             text = codec.dumps(shape, f"gather {pos}")
-            now = self.clock.time()
-            self.pending.append(
-                StepRecord(
-                    pos, GATHER, GATHER_NAME, digest, OK, text, started_at=now, finished_at=now
-                )
-            )
+            self.record_marker(pos, GATHER, GATHER_NAME, digest, text)
         scope.busy = f"gather {pos}"
         return scope, pos
 
@@ -1041,11 +965,7 @@ class RunCore:
             return False
         pos = scope.take()
         self.live(pos)
-        now = self.clock.time()
-        digest = _patch_digest(change_id)
-        self.pending.append(
-            StepRecord(pos, PATCHED, change_id, digest, OK, "true", started_at=now, finished_at=now)
-        )
+        self.record_marker(pos, PATCHED, change_id, _patch_digest(change_id), "true")
         return True
 
     def deprecate_patch(self, change_id: str) -> None:
@@ -1153,29 +1073,14 @@ class RunCore:
                         " the run is blocked until the signals row is repaired"
                     )
                 ) from None
-            self.pending.append(
-                StepRecord(pos, SIGNAL, rname, digest, OK, text, started_at=since, finished_at=now)
-            )
+            self.record_marker(pos, SIGNAL, rname, digest, text, since=since, at=now)
             return codec.loads(text)["data"]
         if deadline is not None and now >= deadline:
-            self.pending.append(
-                StepRecord(
-                    pos,
-                    SIGNAL,
-                    rname,
-                    digest,
-                    OK,
-                    _TIMED_OUT,
-                    started_at=since,
-                    finished_at=now,
-                )
-            )
+            self.record_marker(pos, SIGNAL, rname, digest, _TIMED_OUT, since=since, at=now)
             return default
         if rec is None:  # the first arrival records what it waits for, and until when
             text = codec.dumps({"deadline": deadline}, f"signal {name!r} wait")
-            self.pending.append(
-                StepRecord(pos, SIGNAL, rname, digest, WAITING, text, started_at=since)
-            )
+            self.record_marker(pos, SIGNAL, rname, digest, text, WAITING, since=since)
         why = signal_park_reason(name, since, deadline)
         raise self.park(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
@@ -1278,17 +1183,8 @@ class RunCore:
                 )
             if row.outcome is not None:
                 decision: Decision = row.decision()
-                self.pending.append(
-                    StepRecord(
-                        pos,
-                        APPROVAL,
-                        rname,
-                        digest,
-                        OK,
-                        decision_json(row),
-                        started_at=requested,
-                        finished_at=self.clock.time(),
-                    )
+                self.record_marker(
+                    pos, APPROVAL, rname, digest, decision_json(row), since=requested
                 )
                 return decision
         why = approval_park_reason(action, digest, requested, expires)

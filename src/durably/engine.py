@@ -101,6 +101,7 @@ from .ownership import (
     owner_dead,
 )
 from .redact import redact_url
+from .replay.setup import RunSetup
 from .runlist import LiveWorker, RunPage
 from .shell import command
 from .store import retry
@@ -733,7 +734,7 @@ class Engine:
         with self._active_lock:
             active = list(self._active.values())
         for att in active:
-            att.core.lease_lost = True
+            att.core.lose_lease()
             att.heartbeat.stop()
             self._give_back(att.run.run_id, att.core.token)
         return [att.run.run_id for att in active]
@@ -1223,16 +1224,18 @@ class Engine:
         hb: _Heartbeat | None = None
         try:
             history = self._store_call(lambda: self.store.load_history(run.run_id, run.generation))
-            core = RunCore(run.run_id, history, self.clock, self.fault_hook)
-            core.token = run.fencing_token
-            core.incarnation = run.incarnation
-            core.generation = run.generation
-            core.fetch_blobs = self.store.get_blobs
-            core.codec_version = run.codec_version
-            core.prompt_versions = (run.prompt_version, w.prompt_version)
-            # The driver's own view of its lease, on the engine's clock: every live step
-            # checks it first (no I/O), so a process stopped past its lease runs no step.
-            core.lease_deadline = run.lease_expires_at
+            # The setup carries the driver's own view of its lease, on the engine's clock:
+            # every live step checks it first (no I/O), so a process stopped past its
+            # lease runs no step.
+            setup = RunSetup.for_run(
+                run,
+                history,
+                self.clock,
+                prompt_version=w.prompt_version,
+                fetch_blobs=self.store.get_blobs,
+                fault_hook=self.fault_hook,
+            )
+            core = RunCore(setup)
             if run.cancel_requested_at is not None:
                 # Cancelled before this claim (or while parked): the replay reaches where
                 # it was, and the first position that would go live raises Cancelled.
@@ -1725,7 +1728,7 @@ class _LeaseKeeper:
                 len(cores),
             )
             for core in cores:
-                core.lease_lost = True
+                core.lose_lease()
                 self.remove(core)
         return lost
 
@@ -1751,9 +1754,9 @@ class _LeaseKeeper:
                 except DurablyError:
                     continue  # a busy database: try again at the next beat
                 if renewed:
-                    core.lease_deadline = asked_at + self._lease_s
+                    core.lease_renewed(asked_at + self._lease_s)
                 else:
-                    core.lease_lost = True
+                    core.lose_lease()
                     self.remove(core)
 
 

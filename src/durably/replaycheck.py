@@ -22,6 +22,7 @@ from .core import Charge, ReadSpend, RunCore, SetBudget, Write
 from .current import workflow_body
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import CANCELLED, FAILED_RUN, RunRecord
+from .replay.setup import RunSetup
 
 if TYPE_CHECKING:
     import asyncio
@@ -103,13 +104,15 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except WorkflowNotRegistered as exc:
         return Finding(run, UNSERVED, None, str(exc))
     history = engine.store.load_history(run.run_id, run.generation)
-    core = RunCore(run.run_id, history, engine.clock)
-    core.checking = True
-    core.token = run.fencing_token
-    core.incarnation = run.incarnation
-    core.fetch_blobs = engine.blobs
-    core.codec_version = run.codec_version
-    core.prompt_versions = (run.prompt_version, w.prompt_version)
+    setup = RunSetup.for_run(
+        run,
+        history,
+        engine.clock,
+        prompt_version=w.prompt_version,
+        fetch_blobs=engine.blobs,
+        checking=True,
+    )
+    core = RunCore(setup)
     ex = _NoWrites(core, engine.store, engine.clock)
     try:
         args, kwargs = _decode_input(w, run)

@@ -3,7 +3,7 @@ iterator) and :class:`AsyncStepStream` (an async workflow's async iterator).
 
 Each drives the core's streamed-step generator (``RunCore.step_stream``) one chunk at a
 time: it carries out the operations the core yields (call the function, pull a chunk,
-record the result) until the core hands it a chunk (:class:`~durably.streamops.Deliver`)
+record the result) until the core hands it a chunk (:class:`~durably.replay.streamops.Deliver`)
 for the caller. The rules are in docs/api.md ("Streamed steps").
 """
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from .core import Call, Outcome
 from .current import StepInfo
 from .errors import ConfigError
+from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
-from .streamops import STOP, Begun, Deliver
 
 if TYPE_CHECKING:
     from .context import Executor

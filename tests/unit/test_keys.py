@@ -186,8 +186,9 @@ def test_a_run_id_too_long_for_its_keys_is_refused(tmp_path: Path) -> None:
 def test_too_many_positions_in_one_scope_are_refused() -> None:
     from durably.clock import FakeClock
     from durably.core import RunCore, Scope
+    from durably.replay.setup import RunSetup
 
-    core = RunCore("r", [], FakeClock())
+    core = RunCore(RunSetup("r", [], FakeClock()))
     with pytest.raises(durably.ConfigError, match="recording calls"):
         Scope(core, f"3.{SCOPE_POSITIONS_MAX}.")
     scope = Scope(core, "3.0.")

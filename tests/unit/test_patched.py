@@ -13,6 +13,7 @@ import pytest
 import durably
 from durably.core import SCOPE, RunCore, Scope, _later, _pos_key
 from durably.history import PATCHED, StepRecord
+from durably.replay.setup import RunSetup
 from durably.replaycheck import DIVERGES, check_runs, runs_to_check
 
 
@@ -238,7 +239,7 @@ def _step(pos: str, name: str = "s") -> StepRecord:
     ],
 )
 def test_patched_in_a_gather_branch(history: list[str], expected: bool) -> None:
-    core = RunCore("r", [_step(p) for p in history], durably.FakeClock())
+    core = RunCore(RunSetup("r", [_step(p) for p in history], durably.FakeClock()))
     token = SCOPE.set(Scope(core, "0.0."))
     try:
         assert core.patched("x") is expected

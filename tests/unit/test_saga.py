@@ -289,7 +289,7 @@ def test_no_compensation_when_a_bare_except_turns_a_stop_into_an_exception(
     world = World()
 
     def lose_lease() -> None:
-        engine._active["r"].core.lease_lost = True  # another owner claimed the run
+        engine._active["r"].core.lose_lease()  # another owner claimed the run
 
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> None:
