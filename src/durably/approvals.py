@@ -40,6 +40,7 @@ from typing import Any, Final
 
 from .errors import ConfigError, SerializationError
 from .history import NAME_BYTES_MAX, check_name
+from .journal.text import utc_text
 from .limits import APPROVAL_ARGS_BYTES_MAX, APPROVAL_DIGEST_PREFIX_MIN, APPROVAL_NOTE_CHARS_MAX
 from .limits import APPROVAL_TIMEOUT_S_MAX as APPROVAL_TIMEOUT_S_MAX
 
@@ -392,11 +393,5 @@ def is_time(t: Any) -> bool:
 
 def approval_park_reason(action: str, digest: str, since: float, expires_at: float | None) -> str:
     """How ``runs show``/``runs list`` word a run parked on an approval request."""
-    until = "no expiry" if expires_at is None else f"expires at {_iso(expires_at)}"
-    return f"approval {action!r} ({digest[:12]}) since {_iso(since)} ({until})"
-
-
-def _iso(t: float) -> str:
-    # The form the timer and signal park reasons use (2026-11-30T10:00:00Z), so the
-    # waits of one gather read alike in one reason.
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    until = "no expiry" if expires_at is None else f"expires at {utc_text(expires_at)}"
+    return f"approval {action!r} ({digest[:12]}) since {utc_text(since)} ({until})"

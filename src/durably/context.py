@@ -51,6 +51,7 @@ from .errors import (
     StoreError,
     StoreFailed,
 )
+from .features import signals, timers
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
@@ -546,7 +547,7 @@ class Context:
         process, thread or worker slot until a signal of ``name`` or the deadline (fixed
         when the wait is first reached, kept across crashes) wakes it.
         """
-        return drive_sync(self._ex, self._core.wait_for_signal(name, timeout_s, default))
+        return drive_sync(self._ex, signals.wait_for_signal(self._core, name, timeout_s, default))
 
     def budget(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
         """Limit the whole run's spend (what steps report with ``durably.usage``, summed
@@ -590,13 +591,13 @@ class Context:
         duration never starts a fresh sleep for this run. ``sleep(0)`` records and
         returns. Negative, NaN or infinite seconds block the run (``ConfigError``) when the
         timer is first reached; a timer reached before ignores its argument."""
-        self._core.sleep(seconds)
+        timers.sleep(self._core, seconds)
 
     def sleep_until(self, when: dt.datetime) -> None:
         """Wait durably until ``when``, a timezone-aware datetime (a naive one is refused:
         it names no fixed instant); a time already past records and returns. Otherwise as
         :meth:`sleep`."""
-        self._core.sleep_until(when)
+        timers.sleep_until(self._core, when)
 
     def request_approval(
         self,
@@ -756,12 +757,14 @@ class AsyncContext:
         """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
         The run parks; it never holds the event loop, a thread or a worker slot while it
         waits."""
-        return _SleepCall(self._core, self._ex, "sleep", lambda: self._core.sleep(seconds))
+        return _SleepCall(self._core, self._ex, "sleep", lambda: timers.sleep(self._core, seconds))
 
     def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
         """Wait durably until the timezone-aware ``when`` (see
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
-        return _SleepCall(self._core, self._ex, "sleep_until", lambda: self._core.sleep_until(when))
+        return _SleepCall(
+            self._core, self._ex, "sleep_until", lambda: timers.sleep_until(self._core, when)
+        )
 
     def request_approval(
         self,
@@ -1135,7 +1138,7 @@ class _SignalWait(_Recording[Any]):
         return self._first()
 
     async def _first(self) -> Any:
-        gen = self._core.wait_for_signal(self._name, self._timeout_s, self._default)
+        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
         try:
             return await drive_async(self._ex, gen)
         except Parked as parked:
@@ -1145,7 +1148,7 @@ class _SignalWait(_Recording[Any]):
 
     async def _settled(self) -> Any:
         await _siblings_first(self._core)
-        gen = self._core.wait_for_signal(self._name, self._timeout_s, self._default)
+        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
         return await drive_async(self._ex, gen)
 
 

@@ -15,7 +15,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import inspect
-import math
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -77,8 +76,6 @@ from .history import (
     PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
-    SIGNAL,
-    SLEEP,
     STEP,
     STEP_OUTPUT_BYTES_MAX,
     UUID,
@@ -89,6 +86,7 @@ from .history import (
     idempotency_key,
     storable_text,
 )
+from .journal.text import utc_text
 from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
@@ -786,116 +784,6 @@ class RunCore:
         )
         self.record_marker(pos, COMPENSATE, COMPENSATE_NAME, digest, text)
 
-    # -- timers --------------------------------------------------------------------------
-
-    def sleep(self, seconds: Any) -> None:
-        """``ctx.sleep(seconds)``: a durable timer at the next position (see
-        :meth:`_timer`)."""
-        self.guard()
-        if not self._timer_reached() and (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, (int, float))
-            # The range first: it also refuses NaN and infinities, and compares an int too
-            # large for a float (10**400) exactly, where math.isfinite would raise.
-            or not 0 <= seconds <= TIMER_S_MAX
-        ):
-            raise self.poison(
-                ConfigError(
-                    f"ctx.sleep({seconds!r:.100}): seconds must be a finite number from 0 to"
-                    f" {TIMER_S_MAX:,.0f} (100 years), e.g. ctx.sleep(3600) for an hour; for a"
-                    " point in time use ctx.sleep_until(datetime). The run is blocked; fix"
-                    " the code, then resume it."
-                )
-            )
-        self._timer(lambda now: now + float(seconds))
-
-    def sleep_until(self, when: Any) -> None:
-        """``ctx.sleep_until(when)``: a durable timer until a timezone-aware datetime."""
-        self.guard()
-        if not isinstance(when, dt.datetime):
-            raise self.poison(
-                ConfigError(
-                    f"ctx.sleep_until({when!r:.100}): pass a timezone-aware datetime, e.g."
-                    " datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC); for a duration use"
-                    " ctx.sleep(seconds). The run is blocked; fix the code, then resume it."
-                )
-            )
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise self.poison(
-                ConfigError(
-                    f"ctx.sleep_until({when.isoformat()}): the datetime is naive (no timezone),"
-                    " so it names no fixed instant (the process's local zone would decide);"
-                    " give it one: when.replace(tzinfo=datetime.UTC) or a zoneinfo.ZoneInfo."
-                    " The run is blocked; fix the code, then resume it."
-                )
-            )
-        at = when.timestamp()
-        if at - self.clock.time() > TIMER_S_MAX:
-            raise self.poison(
-                ConfigError(
-                    f"ctx.sleep_until({when.isoformat()}): more than 100 years ahead; a timer"
-                    " that far out is a bug. The run is blocked; fix the code, then resume it."
-                )
-            )
-        self._timer(lambda now: at)
-
-    def _timer_reached(self) -> bool:
-        """Whether the timer about to take the next position was reached before (its
-        record is there): then its recorded wake time wins and its argument is not looked
-        at, so one computed from the wall clock (``reset_at - time.time()``, negative on the
-        replay after the wake) does not block the run."""
-        rec = self.history.get(self.scope().peek())
-        return rec is not None and rec.kind == SLEEP
-
-    def _timer(self, wake: Callable[[float], float]) -> None:
-        """A durable timer at the next position; ``wake(now)`` gives the wake time when the
-        timer is first reached (on the recorded clock).
-
-        The digest does not cover the duration: once reached, the recorded wake time wins
-        (a deploy that changes the duration applies to timers not yet reached). Recorded
-        ``ok``: the timer is over, return. Otherwise (nothing recorded, or ``waiting``) the
-        timer goes live: due, an ``ok`` record rides with the next write and the call
-        returns; not due, a ``waiting`` record holding the wake time (written once: a
-        replay parks again at the same recorded time, never a fresh one) and the run
-        parks, latched, until then.
-        """
-        pos = self.take()
-        rec = self.recorded(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST)
-        if rec is not None and rec.status == OK:
-            return
-        self.live(pos)  # nothing recorded, or a wait in progress: the timer is live here
-        now = self.clock.time()
-        wake_at = wake(now) if rec is None else self._recorded_wake(pos, rec)
-        text = codec.dumps({"wake_at": wake_at})
-        started = now if rec is None else rec.started_at
-        if wake_at <= now:
-            self.record_marker(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, text, since=started, at=now)
-            return
-        if rec is None:
-            self.record_marker(pos, SLEEP, SLEEP_NAME, _SLEEP_DIGEST, text, WAITING, at=now)
-        raise self.park(Parked(TIMER, wake_at))
-
-    def _recorded_wake(self, pos: str, rec: StepRecord) -> float:
-        """The wake time a ``waiting`` timer record holds (a damaged row blocks the run)."""
-        try:
-            if rec.status != WAITING:
-                raise ValueError(f"status {rec.status!r}")
-            at = codec.loads(rec.output or "null")["wake_at"]
-            if isinstance(at, bool) or not isinstance(at, (int, float)) or not math.isfinite(at):
-                raise ValueError(f"wake_at {at!r}")
-            if at - self.clock.time() > TIMER_S_MAX:
-                # No timer durably records ends that far out, and the park reason could
-                # not print it (past year 9999): a damaged row, not a wait.
-                raise ValueError(f"wake_at {at!r} is more than 100 years ahead")
-            return float(at)
-        except (SerializationError, TypeError, KeyError, ValueError) as exc:
-            raise self.poison(
-                SerializationError(
-                    f"position {pos} {SLEEP_NAME}: the recorded timer cannot be read ({exc});"
-                    " the run is blocked until the row is repaired"
-                )
-            ) from None
-
     # -- gathers -------------------------------------------------------------------------
 
     def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
@@ -993,96 +881,6 @@ class RunCore:
         enclosing one (positions of sibling gather branches do not count)."""
         here = _pos_key(pos)
         return any(_later(_pos_key(q), here) for q in self.history)
-
-    # -- signals -------------------------------------------------------------------------
-
-    def wait_for_signal(self, name: Any, timeout_s: Any, default: Any) -> Generator[Op, Any, Any]:
-        """``ctx.wait_for_signal(name, timeout_s, default)`` at the next position p.
-
-        Recorded ``ok`` at p: its signal's data (or ``default`` after a recorded timeout),
-        with no I/O. Otherwise the oldest unconsumed signal of ``name`` is taken (a
-        :class:`TakeSignal`, idempotent per position) and recorded ``ok`` at p; with none,
-        past the deadline (recorded at p by the first arrival: now + ``timeout_s``) a
-        timeout is recorded and ``default`` returned; else a ``waiting`` record (the
-        first time) goes with the park, and the run parks until a signal of ``name`` or
-        the deadline wakes it.
-        """
-        self.guard_replay()
-        self.check_dropped()
-        if not isinstance(name, str) or not name:
-            raise self.poison(
-                ConfigError(
-                    f"ctx.wait_for_signal: the signal name must be a non-empty str, got"
-                    f" {name!r:.300}"
-                )
-            )
-        try:
-            check_name(name, "ctx.wait_for_signal: the signal name")
-        except ConfigError as exc:
-            raise self.poison(exc) from None
-        # A wait reached before keeps its recorded deadline: its timeout_s is not looked
-        # at, so one computed from the wall clock (negative after the deadline) is fine.
-        reached = self.history.get(self.scope().peek())
-        if (
-            (reached is None or reached.kind != SIGNAL or reached.status not in (OK, WAITING))
-            and timeout_s is not None
-            and (
-                isinstance(timeout_s, bool)
-                or not isinstance(timeout_s, (int, float))
-                or not 0 <= timeout_s < SIGNAL_TIMEOUT_S_MAX
-            )
-        ):
-            raise self.poison(
-                ConfigError(
-                    f"ctx.wait_for_signal({name!r}): timeout_s must be None (wait for ever)"
-                    f" or a number of seconds from 0 to {SIGNAL_TIMEOUT_S_MAX:,.0f}, got"
-                    f" {timeout_s!r:.100}, e.g. timeout_s=86400 for a day. The run is blocked;"
-                    " fix the code, then resume it."
-                )
-            )
-        scope = self.scope()
-        pos = scope.take()
-        rname, digest = _signal_wait_name(name), _signal_digest(name)
-        rec = self.recorded(pos, SIGNAL, rname, digest)
-        if rec is not None and rec.status == OK:
-            return _signal_value(self, rec, default)
-        self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
-        deadline: float | None
-        if rec is not None and rec.status == WAITING:
-            deadline, since = _waiting_deadline(self, rec), rec.started_at
-        else:
-            since = self.clock.time()
-            deadline = None if timeout_s is None else since + float(timeout_s)
-        # The take may wait out a failing store: other code on this scope meanwhile would
-        # be concurrent use outside ctx.gather (see Scope), as for a live step.
-        scope.busy = f"wait_for_signal {pos} {name!r}"
-        try:
-            found: tuple[int, str] | None = yield TakeSignal(name, pos)
-        finally:
-            scope.busy = None
-        now = self.clock.time()
-        if found is not None:
-            seq, data = found
-            try:
-                value = codec.loads(data)
-                text = codec.dumps({"seq": seq, "data": value}, f"signal {name!r}")
-            except SerializationError as exc:
-                raise self.poison(
-                    SerializationError(
-                        f"position {pos}: signal {name!r} #{seq} cannot be decoded ({exc});"
-                        " the run is blocked until the signals row is repaired"
-                    )
-                ) from None
-            self.record_marker(pos, SIGNAL, rname, digest, text, since=since, at=now)
-            return codec.loads(text)["data"]
-        if deadline is not None and now >= deadline:
-            self.record_marker(pos, SIGNAL, rname, digest, _TIMED_OUT, since=since, at=now)
-            return default
-        if rec is None:  # the first arrival records what it waits for, and until when
-            text = codec.dumps({"deadline": deadline}, f"signal {name!r} wait")
-            self.record_marker(pos, SIGNAL, rname, digest, text, WAITING, since=since)
-        why = signal_park_reason(name, since, deadline)
-        raise self.park(Parked(SIGNAL, deadline, wait_signal=name, detail=why))
 
     # -- approvals -----------------------------------------------------------------------
 
@@ -1946,74 +1744,6 @@ def _patch_digest(change_id: str) -> str:
 GATHER_NAME = "durably.gather"
 COMPENSATE_NAME = "durably.compensate"
 
-_SIGNAL_WAIT = "durably.wait_for_signal"
-_TIMED_OUT = '{"timeout":true}'
-
-
-def _signal_wait_name(name: str) -> str:
-    """The record name of a wait for signal ``name``: it shows in NonDeterminism messages
-    ("history has 'wait_for_signal:approve'...") and in ``runs show``."""
-    return f"wait_for_signal:{name}"
-
-
-def _signal_digest(name: str) -> str:
-    return codec.digest(_SIGNAL_WAIT, [name], {})
-
-
-def _signal_value(core: RunCore, rec: StepRecord, default: Any) -> Any:
-    """What a recorded wait returns: the signal's data, or ``default`` after a timeout."""
-    try:
-        out = codec.loads(rec.output or "null")
-        if isinstance(out, dict) and out.get("timeout") is True:
-            return default
-        if isinstance(out, dict) and "data" in out:
-            return out["data"]
-        raise SerializationError(f"unexpected record {rec.output!r:.200}")
-    except SerializationError as exc:
-        raise core.poison(
-            SerializationError(
-                f"position {rec.position} {rec.name!r}: the recorded signal cannot be decoded"
-                f" ({exc}); the run is blocked until the row is repaired"
-            )
-        ) from None
-
-
-def _waiting_deadline(core: RunCore, rec: StepRecord) -> float | None:
-    """The deadline a ``waiting`` record holds (None: it waits without one)."""
-    try:
-        # The start and the deadline are printed in the park reason: NaN or a time past
-        # year 9999 would crash that inside the workflow (failing the run), so both must
-        # be finite and no later than the longest timeout from now.
-        since = rec.started_at
-        if not math.isfinite(since) or since - core.clock.time() > SIGNAL_TIMEOUT_S_MAX:
-            raise TypeError(f"started_at {since!r}")
-        out = codec.loads(rec.output or "null")
-        deadline = out["deadline"]
-        if deadline is None:
-            return None
-        if (
-            isinstance(deadline, (int, float))
-            and not isinstance(deadline, bool)
-            and math.isfinite(deadline)
-            and deadline - core.clock.time() <= SIGNAL_TIMEOUT_S_MAX
-        ):
-            return float(deadline)
-        raise TypeError(f"deadline {deadline!r}")
-    except (SerializationError, TypeError, KeyError) as exc:
-        raise core.poison(
-            SerializationError(
-                f"position {rec.position} {rec.name!r}: the recorded wait cannot be decoded"
-                f" ({exc}); the run is blocked until the row is repaired"
-            )
-        ) from None
-
-
-def signal_park_reason(name: str, since: float, deadline: float | None) -> str:
-    """How ``runs show`` and ``runs list`` word a run parked on a signal wait."""
-    until = "no timeout" if deadline is None else f"times out at {_iso(deadline)}"
-    return f"signal {name!r} since {_iso(since)} ({until})"
-
-
 WAITS = "waits"
 """The park reason (``Parked.reason``, the ``run.parked`` event's kind) of a run whose
 ``ctx.gather`` branches parked on more than one wait at once."""
@@ -2045,20 +1775,10 @@ def _wait_text(parked: Parked) -> str:
         return parked.detail
     if parked.wake_at is None:
         return parked.reason
-    return f"{parked.reason} until {_iso(parked.wake_at)}"
-
-
-def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{parked.reason} until {utc_text(parked.wake_at)}"
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
-
-SLEEP_NAME = "durably.sleep"
-# Without the duration: the recorded wake time wins (see RunCore._timer).
-_SLEEP_DIGEST = codec.digest(SLEEP_NAME, [], {})
-TIMER = "timer"
-"""The park reason (``Parked.reason``) of a timer."""
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

@@ -10,7 +10,6 @@ transaction.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
 import hashlib
 import inspect
@@ -91,6 +90,7 @@ from .history import (
     storable_text,
     unstorable,
 )
+from .journal.text import utc_text as utc_text
 from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
 from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from .ownership import (
@@ -1551,11 +1551,6 @@ def _unregistered(run: RunRecord) -> Workflow:
         raise WorkflowNotRegistered(f"workflow {run.workflow!r} is not registered here")
 
     return Workflow(run.workflow, run.version, run.prompt_version, not_here, False)
-
-
-def utc_text(t: float) -> str:
-    """A wake time as people and logs read it: ``2026-11-30T10:00:00Z`` (UTC, seconds)."""
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def park_reason(parked: Parked) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from ..limits import NAME_BYTES_MAX
 
 
@@ -61,3 +63,9 @@ def check_name(name: str, what: str) -> None:
             f"{what} {name[:40]!r}... is {size:,} bytes long, more than NAME_BYTES_MAX"
             f" ({NAME_BYTES_MAX}); use a short fixed name and pass the details as arguments"
         )
+
+
+def utc_text(t: float) -> str:
+    """A time as park reasons, people and logs read it: ``2026-11-30T10:00:00Z`` (UTC,
+    seconds). The one form every wait uses, so the waits of one gather read alike."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
