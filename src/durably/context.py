@@ -51,7 +51,7 @@ from .errors import (
     StoreError,
     StoreFailed,
 )
-from .features import signals, timers
+from .features import approvals, budgets, signals, timers, versions
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
@@ -561,7 +561,7 @@ class Context:
         raises ``durably.BudgetExceeded`` (the step that crossed it keeps its result),
         latched: every later one raises it too, except a saga's compensations.
         """
-        drive_sync(self._ex, self._core.set_budget(_budget(self._core, tokens, cost_usd)))
+        drive_sync(self._ex, budgets.set_budget(self._core, _budget(self._core, tokens, cost_usd)))
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event (``{"kind": kind, "data": data}``, JSON data up to 64 KiB) to
@@ -624,7 +624,7 @@ class Context:
         recorded, so a replay takes the same branch, once.
         """
         decision: Decision = drive_sync(
-            self._ex, self._core.request_approval(action, args, timeout_s, on_timeout)
+            self._ex, approvals.request_approval(self._core, action, args, timeout_s, on_timeout)
         )
         return decision
 
@@ -634,12 +634,12 @@ class Context:
         position), False for a run whose history was recorded by the code before it (it
         goes on the old path; nothing is consumed). Wrap an inserted or changed step in
         ``if ctx.patched("id"):`` so that in-flight runs replay."""
-        return self._core.patched(change_id)
+        return versions.patched(self._core, change_id)
 
     def deprecate_patch(self, change_id: str) -> None:
         """Once no run on the old path remains, replace ``ctx.patched(change_id)`` with
         this: it consumes the marker runs recorded, records nothing, returns None."""
-        self._core.deprecate_patch(change_id)
+        versions.deprecate_patch(self._core, change_id)
 
     def saga(self) -> Saga:
         """A saga for one block: ``with ctx.saga() as saga: saga.step(name, do, undo,
@@ -732,7 +732,7 @@ class AsyncContext:
         core, ex = self._core, self._ex
 
         def apply() -> Coroutine[Any, Any, None]:
-            return drive_async(ex, core.set_budget(_budget(core, tokens, cost_usd)))
+            return drive_async(ex, budgets.set_budget(core, _budget(core, tokens, cost_usd)))
 
         return _PlainCall(core, "budget", "ctx.budget(...)", apply)
 
@@ -788,7 +788,7 @@ class AsyncContext:
         core = self._core
 
         def check() -> Coroutine[Any, Any, bool]:
-            return _at_once(core.patched(change_id))
+            return _at_once(versions.patched(core, change_id))
 
         return _PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
 
@@ -798,7 +798,7 @@ class AsyncContext:
         core = self._core
 
         def consume() -> Coroutine[Any, Any, None]:
-            core.deprecate_patch(change_id)
+            versions.deprecate_patch(core, change_id)
             return _at_once(None)
 
         return _PlainCall(core, "deprecate_patch", f"ctx.deprecate_patch({change_id!r})", consume)
@@ -1062,13 +1062,15 @@ class _ApprovalCall(_Recording["Decision"]):
         core.check_dropped()
         if _parked_before(core):
             return self._settled()
-        gen = core.request_approval(self._action, self._args, self._timeout_s, self._on_timeout)
+        gen = approvals.request_approval(
+            core, self._action, self._args, self._timeout_s, self._on_timeout
+        )
         return drive_async(self._ex, gen)
 
     async def _settled(self) -> Decision:
         await _siblings_first(self._core)
-        gen = self._core.request_approval(
-            self._action, self._args, self._timeout_s, self._on_timeout
+        gen = approvals.request_approval(
+            self._core, self._action, self._args, self._timeout_s, self._on_timeout
         )
         return await drive_async(self._ex, gen)
 

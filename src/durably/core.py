@@ -13,29 +13,13 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
-import hashlib
 import inspect
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import codec, inputs
-from .approvals import (
-    APPROVAL_NAME_PREFIX,
-    EXPIRED,
-    ApprovalRequest,
-    Decision,
-    approval_park_reason,
-    args_json,
-    canonical_args,
-    check_action,
-    check_on_timeout,
-    decision_json,
-    recorded_decision,
-    waiting_json,
-    waiting_times,
-)
 from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .current import StepInfo as CurrentStep
 from .errors import (
@@ -62,8 +46,6 @@ from .events import (
     new_event,
 )
 from .history import (
-    APPROVAL,
-    COMPENSATE,
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
@@ -73,7 +55,6 @@ from .history import (
     NOW,
     OK,
     OUTPUT_INLINE_BYTES_MAX,
-    PATCHED,
     RANDOM,
     SCOPE_POSITIONS_MAX,
     STEP,
@@ -119,9 +100,6 @@ from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_res
 
 if TYPE_CHECKING:
     import uuid as _uuid
-
-T_ = TypeVar("T_")
-
 
 NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
 """Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
@@ -662,24 +640,6 @@ class RunCore:
 
     # -- budgets and the spend ledger ----------------------------------------------------
 
-    def set_budget(self, budget: Budget) -> Generator[Op, Any, None]:
-        """``ctx.budget`` / the workflow's ``budget=``: this claim's limit (the latest call
-        wins), stored when it differs from the stored one (so a replay that sets the same
-        budget again writes nothing), then checked against the run's spend. It consumes
-        no position and may be called after a halt (it records nothing in the history)."""
-        self.guard(halt=False)
-        if not isinstance(budget, Budget):
-            raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
-        self.budget = budget
-        if self.checking:
-            return  # replay --check writes nothing and never goes live
-        if self.spend is None:
-            self.spend = yield ReadSpend()
-        if self.spend.budget != budget:
-            yield SetBudget(budget)
-            self.spend = dataclasses.replace(self.spend, budget=budget)
-        self.check_budget()
-
     def charge(self, pos: str, call: str, attempt: int, usage: Usage) -> Generator[Op, Any, None]:
         """Put one call's reported usage in the ledger (nothing when it reported none), then
         check the budget: a crossing asks for a halt, which reaches the workflow at its
@@ -750,40 +710,6 @@ class RunCore:
         value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
         return value
 
-    # -- sagas ---------------------------------------------------------------------------
-
-    def compensate_begin(self, positions: list[str], error: str) -> None:
-        """A saga starts compensating the steps at ``positions`` (in the order it will
-        undo them) because of ``error``: take the next position and check or record a
-        ``compensate`` marker there. Its digest covers the positions, so a replay that
-        would undo other steps, or in another order, is caught before any compensation
-        runs; the error text is kept for people (it may differ on replay: a message the
-        workflow built live). The marker rides with the first compensation's write."""
-        self.guard()
-        pos = self.take()
-        digest = codec.digest(COMPENSATE_NAME, [positions], {})
-        rec = self.history.get(pos)
-        if rec is not None:
-            self.consumed.add(pos)
-            if rec.kind != COMPENSATE or rec.digest != digest:
-                raise self.poison(
-                    NonDeterminism(
-                        f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
-                        f" for a saga compensating the steps at {', '.join(positions)}"
-                        f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
-                        " run's history: revert the change, or let old runs finish on workers"
-                        " that serve their version first. The run is blocked; nothing recorded"
-                        " was lost, and it resumes once the code matches."
-                    )
-                )
-            return
-        self.live(pos)
-        text = codec.dumps(
-            {"steps": positions, "error": storable_text(error, ERROR_MESSAGE_CHARS_MAX)},
-            f"compensate {pos}",
-        )
-        self.record_marker(pos, COMPENSATE, COMPENSATE_NAME, digest, text)
-
     # -- gathers -------------------------------------------------------------------------
 
     def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
@@ -831,185 +757,6 @@ class RunCore:
                 parents.update(".".join(parts[:i]) for i in range(1, len(parts), 2))
             self._legacy_gathers = frozenset(parents - set(self.history))
         return self._legacy_gathers
-
-    # -- patch markers ------------------------------------------------------------------
-
-    def patched(self, change_id: str) -> bool:
-        """``ctx.patched(change_id)`` at the next position p: a marker for this id recorded
-        at p is consumed (True); anything else recorded at p or later in this scope or an
-        enclosing one means the run started before the change (False, nothing consumed);
-        nothing recorded: the marker is recorded (True), riding with the next write."""
-        self.guard()
-        self._check_change_id(change_id, "ctx.patched")
-        scope = self.scope()
-        pos = scope.peek()
-        rec = self.history.get(pos)
-        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
-            self.consumed.add(scope.take())
-            return True
-        if rec is not None and rec.kind == HALT:
-            scope.take()  # raises the recorded halt
-        if rec is not None or self._recorded_after(pos):
-            return False
-        pos = scope.take()
-        self.live(pos)
-        self.record_marker(pos, PATCHED, change_id, _patch_digest(change_id), "true")
-        return True
-
-    def deprecate_patch(self, change_id: str) -> None:
-        """``ctx.deprecate_patch(change_id)``: consume a marker for this id recorded at the
-        next position, if one is there (a run that took the patched path); never record."""
-        self.guard()
-        self._check_change_id(change_id, "ctx.deprecate_patch")
-        scope = self.scope()
-        rec = self.history.get(scope.peek())
-        if rec is not None and rec.kind == PATCHED and rec.name == change_id:
-            self.consumed.add(scope.take())
-
-    def _check_change_id(self, change_id: object, where: str) -> None:
-        if not isinstance(change_id, str) or not change_id:
-            raise self.poison(
-                ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
-            )
-        try:
-            check_name(change_id, f"{where}: the change id")
-        except ConfigError as exc:
-            raise self.poison(exc) from None
-
-    def _recorded_after(self, pos: str) -> bool:
-        """Whether anything is recorded at a position after ``pos`` in its scope or in an
-        enclosing one (positions of sibling gather branches do not count)."""
-        here = _pos_key(pos)
-        return any(_later(_pos_key(q), here) for q in self.history)
-
-    # -- approvals -----------------------------------------------------------------------
-
-    def request_approval(
-        self, action: Any, args: Any, timeout_s: Any, on_timeout: Any
-    ) -> Generator[Op, Any, Decision]:
-        """``ctx.request_approval(action, args, timeout_s=, on_timeout=)`` at the next
-        position p (see ``Context.request_approval``).
-
-        Recorded ``ok`` at p: the recorded decision, with no I/O. Nothing recorded: a
-        ``waiting`` record (requested_at, expires_at) goes with the park, which writes the
-        request's ``approvals`` row, and the run parks. ``waiting``: the store is asked
-        for the decision (a :class:`ReadDecision`; it takes the expiry itself when due),
-        recorded ``ok`` at p when there is one, else the run parks again. An expiry then
-        takes the ``on_timeout`` branch, the same on every replay.
-        """
-        self.guard()
-        self.check_dropped()
-        try:
-            action = check_action(action)
-            check_on_timeout(action, timeout_s, on_timeout)
-            args_text = canonical_args(action, args)
-        except ConfigError as exc:
-            raise self.poison(exc) from None
-        digest = hashlib.sha256(args_text.encode("utf-8")).hexdigest()
-        pos = self.take()
-        rname = f"{APPROVAL_NAME_PREFIX}{action}"
-        rec = self.recorded(pos, APPROVAL, rname, digest)
-        if rec is not None and rec.status == OK:
-            decision = _read_record(self, rec, recorded_decision)
-        else:
-            self.live(pos)  # nothing recorded, or a wait in progress: it goes on live
-            decision = yield from self._await_decision(pos, rec, action, args, digest, timeout_s)
-        if decision.outcome != EXPIRED or on_timeout == "reject":
-            return decision
-        if on_timeout == "cancel":
-            self._cancel_on_expiry(pos, action)
-            return decision  # only inside a saga's compensation: the halt waits
-        value = yield from self.step(f"on_timeout:{action}", on_timeout, (), {})
-        expired: Decision = dataclasses.replace(decision, value=value)
-        return expired
-
-    def _await_decision(
-        self,
-        pos: str,
-        rec: StepRecord | None,
-        action: str,
-        args: Any,
-        digest: str,
-        timeout_s: float | None,
-    ) -> Generator[Op, Any, Decision]:
-        """The live part of a request: park on it, or record the decision it got."""
-        rname = f"{APPROVAL_NAME_PREFIX}{action}"
-        held: tuple[StepRecord, ...] = ()
-        if rec is None:
-            requested = self.clock.time()
-            expires = None if timeout_s is None else requested + float(timeout_s)
-            text = waiting_json(requested, expires)
-            # Held for the park (see ``park``), never in ``pending``: in a gather branch
-            # the siblings go on writing, and this record riding with one of their writes
-            # (the park then never coming: a crash, a sibling's failure caught by the
-            # workflow) would leave a request with no approvals row, blocking the replay.
-            held = (StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested),)
-        else:
-            requested, expires = _read_record(self, rec, waiting_times)
-        req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
-        if rec is not None:
-            # The driver may run other code while the store answers (an async retry's
-            # pause): the scope is busy, so concurrent use of it is caught as for a step.
-            scope = self.scope()
-            scope.busy = f"approval request {pos} {rname!r}"
-            try:
-                row = yield ReadDecision(pos)
-            finally:
-                scope.busy = None
-            if row is None:
-                # Written with the request's park, in one transaction: only a hand-edited
-                # journal lacks it. Nobody could decide the request, so the run is blocked.
-                raise self.poison(
-                    SerializationError(
-                        f"position {pos} {rname!r}: the run waits on approval request {pos},"
-                        " but the approvals table has no row for it (deleted by hand?); the"
-                        " run is blocked until the row is restored from a backup"
-                    )
-                )
-            if row.digest != digest:
-                # Written with this record's digest, in one transaction: only a hand edit
-                # makes them differ, and a decision taken on the row's action and
-                # arguments must not be carried over to this one.
-                raise self.poison(
-                    SerializationError(
-                        f"position {pos} {rname!r}: the run waits on approval request {pos}"
-                        f" with digest {digest[:12]}..., but its approvals row holds digest"
-                        f" {row.digest[:12]}... (action {row.action!r:.80}); the row was"
-                        " edited by hand, so no decision on it is taken and the run is"
-                        " blocked until the row is restored from a backup"
-                    )
-                )
-            if row.outcome is not None:
-                decision: Decision = row.decision()
-                self.record_marker(
-                    pos, APPROVAL, rname, digest, decision_json(row), since=requested
-                )
-                return decision
-        why = approval_park_reason(action, digest, requested, expires)
-        parked = Parked(APPROVAL, expires, detail=why, approval=req)
-        parked.records = held
-        raise self.park(parked)
-
-    def _cancel_on_expiry(self, pos: str, action: str) -> None:
-        """``on_timeout="cancel"``: the run is cancelled at the next position (a halt
-        marker recorded there, or replayed from there), so the cancel latch applies."""
-        self.request_halt(
-            Cancelled(
-                f"run {self.run_id!r}: approval request {pos} ({action!r}) expired and its"
-                " on_timeout is 'cancel', so the run is cancelled",
-                f"approval {action!r} expired",
-            )
-        )
-        nxt = self.take()  # a halt recorded there is raised by take
-        if nxt in self.history:
-            raise self.poison(
-                NonDeterminism(
-                    f"step {nxt}: history has {self.history[nxt].name!r} after approval"
-                    f" request {pos} expired, where on_timeout='cancel' cancels the run; the"
-                    " code no longer matches this run's history and the run is blocked"
-                )
-            )
-        self.live(nxt)
 
     # -- steps ---------------------------------------------------------------------------
 
@@ -1719,30 +1466,7 @@ def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
 
 
-def _later(q: tuple[int, ...], p: tuple[int, ...]) -> bool:
-    """Whether position ``q`` comes at or after ``p`` in p's scope or an enclosing one.
-
-    Positions alternate: scope index, branch, scope index, ... At each enclosing level
-    (even index j) a larger index is later; an equal index with the same branch goes one
-    level deeper; another branch is a sibling, which does not count."""
-    for j in range(0, len(p), 2):
-        if j >= len(q):
-            return False  # an enclosing gather's own marker: before p
-        if q[j] != p[j]:
-            return q[j] > p[j]
-        if j + 1 == len(p):
-            return True  # p itself, or a position nested under it
-        if j + 1 >= len(q) or q[j + 1] != p[j + 1]:
-            return False  # the gather's marker, or a sibling branch
-    return False
-
-
-def _patch_digest(change_id: str) -> str:
-    return codec.digest("durably.patched", [change_id], {})
-
-
 GATHER_NAME = "durably.gather"
-COMPENSATE_NAME = "durably.compensate"
 
 WAITS = "waits"
 """The park reason (``Parked.reason``, the ``run.parked`` event's kind) of a run whose
@@ -1796,16 +1520,3 @@ def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
 
 def _halt_digest(name: str) -> str:
     return codec.digest(name, [], {})
-
-
-def _read_record(core: RunCore, rec: StepRecord, read: Callable[[str | None], T_]) -> T_:
-    """``read(rec.output)`` (an approval record's contents); a damaged row blocks the run."""
-    try:
-        return read(rec.output)
-    except SerializationError as exc:
-        raise core.poison(
-            SerializationError(
-                f"position {rec.position} {rec.name!r}: {exc}; the run is blocked until the"
-                " row is repaired"
-            )
-        ) from None

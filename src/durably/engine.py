@@ -62,6 +62,7 @@ from .errors import (
     WorkflowNotRegistered,
 )
 from .events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
+from .features import budgets
 from .history import (
     BLOCKED,
     CANCEL_REASON_CHARS_MAX,
@@ -1030,7 +1031,7 @@ class Engine:
             return att.value
         try:
             if w.budget is not None:
-                drive_sync(att.executor, att.core.set_budget(w.budget))
+                drive_sync(att.executor, budgets.set_budget(att.core, w.budget))
             ctx = Context(att.core, att.executor)
             with workflow_body(ctx):
                 result = w.fn(ctx, *att.args, **att.kwargs)
@@ -1050,7 +1051,7 @@ class Engine:
             return att.value
         try:
             if w.budget is not None:
-                await drive_async(att.executor, att.core.set_budget(w.budget))
+                await drive_async(att.executor, budgets.set_budget(att.core, w.budget))
             if w.is_async:
                 actx = AsyncContext(att.core, att.executor)
                 with workflow_body(actx):

@@ -30,6 +30,7 @@ from . import codec
 from .context import COMPENSATING_TASKS, Executor, _Recording, drive_async, drive_sync
 from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
+from .features import sagas
 from .history import check_name, describe_error, position_key
 from .steps import fn_text, signature_of
 
@@ -202,7 +203,7 @@ class SagaCore:
         error = describe(exc)
         failures: list[StepFailed] = []
         with core.compensation():
-            core.compensate_begin([d.position for d in todo], error)
+            sagas.compensate_begin(core, [d.position for d in todo], error)
             for d in todo:
                 try:
                     yield from core.step(UNDO_PREFIX + d.name, d.undo, d.args, d.undo_kwargs())

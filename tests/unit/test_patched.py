@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import durably
-from durably.core import SCOPE, RunCore, Scope, _later, _pos_key
+from durably.core import SCOPE, RunCore, Scope, _pos_key
+from durably.features.versions import _later, patched
 from durably.history import PATCHED, StepRecord
 from durably.replay.setup import RunSetup
 from durably.replaycheck import DIVERGES, check_runs, runs_to_check
@@ -242,7 +243,7 @@ def test_patched_in_a_gather_branch(history: list[str], expected: bool) -> None:
     core = RunCore(RunSetup("r", [_step(p) for p in history], durably.FakeClock()))
     token = SCOPE.set(Scope(core, "0.0."))
     try:
-        assert core.patched("x") is expected
+        assert patched(core, "x") is expected
         assert [r.position for r in core.pending] == (["0.0.0"] if expected else [])
         assert core.scope().peek() == ("0.0.1" if expected else "0.0.0")
     finally:

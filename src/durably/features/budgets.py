@@ -1,0 +1,38 @@
+"""Budgets (``ctx.budget``, the workflow's ``budget=``): this claim's limit on the run's
+spend, stored when it changes. Charging each call's usage to the ledger and checking it
+are part of running a step, so they stay in the kernel (``RunCore.charge``,
+``RunCore.check_budget``); the model (:class:`~durably.Budget`, :class:`~durably.Spend`)
+is :mod:`durably.budget`, which the stores also use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from ..budget import Budget
+from ..errors import ConfigError
+from ..replay.ops import Op, ReadSpend, SetBudget
+
+if TYPE_CHECKING:
+    from ..core import RunCore
+
+
+def set_budget(core: RunCore, budget: Budget) -> Generator[Op, Any, None]:
+    """``ctx.budget`` / the workflow's ``budget=``: this claim's limit (the latest call
+    wins), stored when it differs from the stored one (so a replay that sets the same
+    budget again writes nothing), then checked against the run's spend. It consumes
+    no position and may be called after a halt (it records nothing in the history)."""
+    core.guard(halt=False)
+    if not isinstance(budget, Budget):
+        raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+    core.budget = budget
+    if core.checking:
+        return  # replay --check writes nothing and never goes live
+    if core.spend is None:
+        core.spend = yield ReadSpend()
+    if core.spend.budget != budget:
+        yield SetBudget(budget)
+        core.spend = dataclasses.replace(core.spend, budget=budget)
+    core.check_budget()
