@@ -36,7 +36,7 @@ from .approvals import (
 from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
+from .context import AsyncContext, Context
 from .core import FaultHook, RunCore, cancelled_error, type_name
 from .current import workflow_body
 from .errors import (
@@ -104,6 +104,7 @@ from .ownership import (
 from .redact import redact_url
 from .replay.setup import RunSetup
 from .runlist import LiveWorker, RunPage
+from .runtime.drive import Executor, drive_async, drive_sync, recording
 from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store

@@ -17,12 +17,13 @@ from collections.abc import Coroutine, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .context import AsyncContext, Context, Executor
+from .context import AsyncContext, Context
 from .core import Charge, ReadSpend, RunCore, SetBudget, Write
 from .current import workflow_body
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import CANCELLED, FAILED_RUN, RunRecord
 from .replay.setup import RunSetup
+from .runtime.drive import Executor
 
 if TYPE_CHECKING:
     import asyncio

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import codec
-from .context import COMPENSATING_TASKS, Executor, _Recording, drive_async, drive_sync
+from .context import _Recording
 from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .features import sagas
 from .history import check_name, describe_error, position_key
+from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
 from .steps import fn_text, signature_of
 
 T = TypeVar("T")

@@ -20,8 +20,8 @@ from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 
 if TYPE_CHECKING:
-    from .context import Executor
     from .core import RunCore
+    from .runtime.drive import Executor
 
 ChunkHook = Callable[[Any, int, StepInfo], None]
 """``on_chunk(chunk, index, info)``: called for each live chunk before the caller gets
@@ -135,7 +135,7 @@ class _Stream:
             raise
 
     def _finish_op(self, op: Any) -> Any:
-        from .context import op_sync
+        from .runtime.drive import op_sync
 
         if isinstance(op, Call) and op.is_async:
             return Outcome()  # an async iterator's aclose needs the loop: its finalizer
@@ -164,7 +164,7 @@ class StepStream(_Stream, Iterator[Any]):
             raise self._core.poison(self._ended_error())
         if self._state == _DONE:
             raise StopIteration
-        from .context import op_sync
+        from .runtime.drive import op_sync
 
         self._idle = False
         reply: Any = None
@@ -217,7 +217,7 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
             raise self._core.poison(self._ended_error())
         if self._state == _DONE:
             raise StopAsyncIteration
-        from .context import op_async
+        from .runtime.drive import op_async
 
         self._idle = False
         reply: Any = None
@@ -243,7 +243,7 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
             return
         if not self._idle:
             self._stop(_DONE)  # raises: concurrent use
-        from .context import op_async
+        from .runtime.drive import op_async
 
         self._idle = False
         reply: Any = STOP
