@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
-from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .budget import Budget
 from .core import (
     SCOPE,
     RunCore,
     Scope,
-    Wait,
-    Write,
     combine_parks,
 )
 from .errors import (
@@ -32,10 +29,24 @@ from .errors import (
     Parked,
 )
 from .features import approvals, budgets, signals, timers, versions
-from .history import APPROVAL, SIGNAL, SLEEP, WAITING
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync, wait_async
+from .runtime.awaitables import (
+    ApprovalCall,
+    PlainCall,
+    Recording,
+    SignalWait,
+    SleepCall,
+    StepCall,
+    ValueCall,
+    at_once,
+)
+from .runtime.drive import Executor, drive_async, drive_sync
+from .runtime.settle import (
+    after_park,
+    local_park,
+    unwind,
+)
 
 if TYPE_CHECKING:
     import uuid
@@ -256,7 +267,7 @@ class AsyncContext:
         A sync ``fn`` runs in a thread of a bounded pool (``SYNC_STEP_THREADS_MAX``), so
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
-        return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+        return StepCall(self._core, self._ex, name, fn, args, kwargs)
 
     def step_stream(
         self,
@@ -285,7 +296,7 @@ class AsyncContext:
         """Wait for signal ``name`` and return its data, or ``default`` after
         ``timeout_s``: ``await ctx.wait_for_signal(name)`` (see
         :meth:`Context.wait_for_signal`)."""
-        return _SignalWait(self._core, self._ex, name, timeout_s, default)
+        return SignalWait(self._core, self._ex, name, timeout_s, default)
 
     def budget(
         self, tokens: int | None = None, cost_usd: float | None = None
@@ -298,7 +309,7 @@ class AsyncContext:
         def apply() -> Coroutine[Any, Any, None]:
             return drive_async(ex, budgets.set_budget(core, _budget(core, tokens, cost_usd)))
 
-        return _PlainCall(core, "budget", "ctx.budget(...)", apply)
+        return PlainCall(core, "budget", "ctx.budget(...)", apply)
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
@@ -307,26 +318,26 @@ class AsyncContext:
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""
-        return _ValueCall(self._core, "now", self._core.now)
+        return ValueCall(self._core, "now", self._core.now)
 
     def random(self) -> Coroutine[Any, Any, float]:
         """A random float in [0, 1), recorded: ``await ctx.random()``."""
-        return _ValueCall(self._core, "random", self._core.random)
+        return ValueCall(self._core, "random", self._core.random)
 
     def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
         """A random UUID, recorded: ``await ctx.uuid()``."""
-        return _ValueCall(self._core, "uuid", self._core.uuid)
+        return ValueCall(self._core, "uuid", self._core.uuid)
 
     def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
         """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
         The run parks; it never holds the event loop, a thread or a worker slot while it
         waits."""
-        return _SleepCall(self._core, self._ex, "sleep", lambda: timers.sleep(self._core, seconds))
+        return SleepCall(self._core, self._ex, "sleep", lambda: timers.sleep(self._core, seconds))
 
     def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
         """Wait durably until the timezone-aware ``when`` (see
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
-        return _SleepCall(
+        return SleepCall(
             self._core, self._ex, "sleep_until", lambda: timers.sleep_until(self._core, when)
         )
 
@@ -342,7 +353,7 @@ class AsyncContext:
         ``decision = await ctx.request_approval("refund", {"amount": 20})`` (see
         :meth:`Context.request_approval`). The run parks while it waits; an
         ``on_timeout`` callable may be sync or async."""
-        return _ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
+        return ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
 
     def patched(self, change_id: str) -> Coroutine[Any, Any, bool]:
         """Whether this run takes change ``change_id``'s path (see
@@ -352,9 +363,9 @@ class AsyncContext:
         core = self._core
 
         def check() -> Coroutine[Any, Any, bool]:
-            return _at_once(versions.patched(core, change_id))
+            return at_once(versions.patched(core, change_id))
 
-        return _PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
+        return PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
 
     def deprecate_patch(self, change_id: str) -> Coroutine[Any, Any, None]:
         """Consume a recorded marker of ``change_id``, never record (see
@@ -363,9 +374,9 @@ class AsyncContext:
 
         def consume() -> Coroutine[Any, Any, None]:
             versions.deprecate_patch(core, change_id)
-            return _at_once(None)
+            return at_once(None)
 
-        return _PlainCall(core, "deprecate_patch", f"ctx.deprecate_patch({change_id!r})", consume)
+        return PlainCall(core, "deprecate_patch", f"ctx.deprecate_patch({change_id!r})", consume)
 
     def saga(self) -> AsyncSaga:
         """A saga for one block: ``async with ctx.saga() as saga: await saga.step(name,
@@ -420,13 +431,13 @@ class AsyncContext:
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
             except BaseException as exc:
-                if not _local_park(core, exc):
-                    await _unwind(core, tasks, exc)
+                if not local_park(core, exc):
+                    await unwind(core, tasks, exc)
                     raise
                 # A branch parked on its own wait (not latched): the others go on live,
                 # so waits in parallel branches run at the same time.
-                results = await _after_park(core, tasks)
-            parks = [r for r in results if _local_park(core, r)]
+                results = await after_park(core, tasks)
+            parks = [r for r in results if local_park(core, r)]
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, Exception):
                     if not any(r is p for p in parks):
@@ -470,442 +481,6 @@ class AsyncContext:
         return result
 
 
-class _Recording(Coroutine[Any, Any, T]):
-    """What :class:`AsyncContext`'s recording methods return: a coroutine (so
-    ``asyncio.create_task`` and ``asyncio.wait_for`` take it) that records when it first
-    runs, and that refuses to be used as a value (see :class:`AsyncContext`)."""
-
-    __slots__ = ("_core", "_inner", "_used")
-
-    label: str
-    """What a gather records for a branch that is this call."""
-
-    def __init__(self, core: RunCore) -> None:
-        self._core = core
-        self._inner: Coroutine[Any, Any, T] | None = None
-        self._used = False
-
-    @abstractmethod
-    def _call(self) -> str:
-        """How the call reads in code, e.g. ``ctx.now()`` (for error messages)."""
-
-    @abstractmethod
-    def _run(self) -> Coroutine[Any, Any, T]:
-        """The coroutine that records the call, created on first use."""
-
-    def _start(self) -> Coroutine[Any, Any, T]:
-        if self._inner is None:
-            if self._used:
-                raise RuntimeError(f"{self._call()} was already awaited or closed")
-            self._used = True
-            self._inner = self._run()
-        return self._inner
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self._start().__await__()
-
-    def send(self, value: Any, /) -> Any:
-        """Coroutine protocol (a task drives the call with it)."""
-        return self._start().send(value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
-        """Coroutine protocol. Thrown into before it ran (a task cancelled before its
-        first step), the call records nothing: the exception comes straight out."""
-        if self._inner is None:
-            self._used = True
-            self._inner = _unstarted()
-        if val is None and tb is None:
-            return self._inner.throw(typ)
-        return self._inner.throw(typ, val, tb)
-
-    def close(self) -> None:
-        """Coroutine protocol: a call closed before it ran records nothing."""
-        self._used = True
-        if self._inner is not None:
-            self._inner.close()
-
-    def __del__(self) -> None:
-        if not self._used and self._core.dropped is None:
-            call = self._call()
-            self._core.dropped = (
-                f"{call} was never awaited: in an async workflow it returns an awaitable that"
-                f" records nothing until awaited; write `await {call}` (or pass it to"
-                " ctx.gather). The run is blocked; fix the code, then resume it."
-            )
-
-    def __repr__(self) -> str:
-        return f"<durably awaitable {self._call()}>"
-
-    def _misused(self, *_: Any) -> NoReturn:
-        self.close()
-        call = self._call()
-        raise self._core.poison(
-            ConfigError(
-                f"{call} was used as a value without await: in an async workflow it returns"
-                f" an awaitable; write `value = await {call}`. The run is blocked; fix the"
-                " code, then resume it."
-            )
-        )
-
-    def __getattr__(self, name: str) -> NoReturn:
-        if name.startswith(("_", "cr_", "gi_")):  # introspection (asyncio, inspect): no value use
-            raise AttributeError(name)
-        self._misused()
-
-    __getitem__ = __iter__ = __len__ = __contains__ = __bool__ = _misused
-    __str__ = __format__ = __int__ = __float__ = __index__ = __round__ = _misused
-    __lt__ = __le__ = __gt__ = __ge__ = _misused
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _misused
-    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __abs__ = _misused
-
-
-class _StepCall(_Recording[T]):
-    __slots__ = ("_args", "_ex", "_fn", "_kwargs", "label")
-
-    def __init__(
-        self,
-        core: RunCore,
-        ex: Executor,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        # Every replayed step of an async workflow passes here: no super() call.
-        self._core = core
-        self._inner = None
-        self._used = False
-        self._ex = ex
-        self.label = name
-        self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
-
-    def __await__(self) -> Generator[Any, None, T]:
-        # The plain `await ctx.step(...)`, without _start's bookkeeping for tasks.
-        if self._used:
-            raise RuntimeError(f"{self._call()} was already awaited or closed")
-        self._used = True
-        return self._run().__await__()
-
-    def _call(self) -> str:
-        return f"ctx.step({self.label!r}, ...)"
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        core = self._core
-        if core.dropped is not None:
-            raise core.poison(ConfigError(core.dropped))
-        return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
-
-
-class _ApprovalCall(_Recording["Decision"]):
-    __slots__ = ("_action", "_args", "_ex", "_on_timeout", "_timeout_s", "label")
-
-    def __init__(
-        self,
-        core: RunCore,
-        ex: Executor,
-        action: str,
-        args: Any,
-        timeout_s: float | None,
-        on_timeout: str | Callable[[], Any],
-    ) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._action = action
-        self._args = args
-        self._timeout_s = timeout_s
-        self._on_timeout = on_timeout
-        self.label = f"request_approval:{action}"
-
-    def _call(self) -> str:
-        return f"ctx.request_approval({self._action!r}, ...)"
-
-    def _run(self) -> Coroutine[Any, Any, Decision]:
-        core = self._core
-        core.check_dropped()
-        if _parked_before(core):
-            return self._settled()
-        gen = approvals.request_approval(
-            core, self._action, self._args, self._timeout_s, self._on_timeout
-        )
-        return drive_async(self._ex, gen)
-
-    async def _settled(self) -> Decision:
-        await _siblings_first(self._core)
-        gen = approvals.request_approval(
-            self._core, self._action, self._args, self._timeout_s, self._on_timeout
-        )
-        return await drive_async(self._ex, gen)
-
-
-class _ValueCall(_Recording[T]):
-    __slots__ = ("_produce", "label")
-
-    def __init__(self, core: RunCore, kind: str, produce: Callable[[], T]) -> None:
-        super().__init__(core)
-        self.label = f"durably.{kind}"
-        self._produce = produce
-
-    def _call(self) -> str:
-        return f"ctx.{self.label[8:]}()"
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        self._core.check_dropped()
-        return _at_once(self._produce())
-
-
-class _PlainCall(_Recording[T]):
-    """``ctx.budget``, ``ctx.patched`` and ``ctx.deprecate_patch`` of an async workflow:
-    like the other calls, a dropped one blocks the run and one used as a value (``if
-    ctx.patched(...)``, always true as a bare coroutine) is refused, instead of Python's
-    easily missed "never awaited" warning while the call silently did nothing."""
-
-    __slots__ = ("_call_text", "_do", "label")
-
-    def __init__(
-        self, core: RunCore, method: str, call: str, do: Callable[[], Coroutine[Any, Any, T]]
-    ) -> None:
-        super().__init__(core)
-        # What a gather recorded for these when they were plain coroutines: kept, so a
-        # run that passed one to ctx.gather replays unchanged.
-        self.label = f"AsyncContext.{method}"
-        self._call_text = call
-        self._do = do
-
-    def _call(self) -> str:
-        return self._call_text
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        return self._do()
-
-
-class _SignalWait(_Recording[Any]):
-    __slots__ = ("_default", "_ex", "_name", "_timeout_s", "label")
-
-    def __init__(
-        self, core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
-    ) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._name = name
-        self._timeout_s = timeout_s
-        self._default = default
-        self.label = f"wait_for_signal:{name}"
-
-    def _call(self) -> str:
-        return f"ctx.wait_for_signal({self._name!r})"
-
-    def _run(self) -> Coroutine[Any, Any, Any]:
-        core = self._core
-        core.check_dropped()
-        if _parked_before(core):
-            return self._settled()
-        return self._first()
-
-    async def _first(self) -> Any:
-        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
-        try:
-            return await drive_async(self._ex, gen)
-        except Parked as parked:
-            if self._core.stopped is parked:
-                raise
-            await _keep_branch_wait(self._ex, parked)
-
-    async def _settled(self) -> Any:
-        await _siblings_first(self._core)
-        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
-        return await drive_async(self._ex, gen)
-
-
-class _SleepCall(_Recording[None]):
-    """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
-    parks, when the timer is not due) when awaited, once."""
-
-    __slots__ = ("_ex", "_method", "_timer", "label")
-
-    def __init__(self, core: RunCore, ex: Executor, method: str, timer: Callable[[], None]) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._method = method
-        self.label = "durably.sleep"
-        self._timer = timer
-
-    def _call(self) -> str:
-        return f"ctx.{self._method}(...)"
-
-    def _run(self) -> Coroutine[Any, Any, None]:
-        self._core.check_dropped()
-        if _parked_before(self._core):
-            return self._settled()
-        try:
-            self._timer()
-        except Parked as parked:
-            if self._core.stopped is parked:
-                raise  # a top-level timer: the park (latched) writes its record
-            return _keep_branch_wait(self._ex, parked)
-        return _at_once(None)
-
-    async def _settled(self) -> None:
-        await _siblings_first(self._core)
-        self._timer()
-
-
-async def _keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
-    """A timer or signal wait in a gather branch parked only its branch: the siblings go
-    on live, maybe for minutes (a model call), before the gather parks the run. Its
-    ``waiting`` record (the wake time or deadline, recorded once) is written now, with
-    whatever else is pending, so a crash meanwhile resumes the wait at its recorded time
-    instead of arming it afresh; then the branch ends parked."""
-    core = ex.core
-    records = core.take_pending()
-    if records:
-        for pause in ex.write(Write(records, core.take_events())):
-            await wait_async(ex.clock, Wait(pause))
-    raise parked
-
-
-def _parked_before(core: RunCore) -> bool:
-    """Whether the wait about to take the next position of a gather branch parked in an
-    earlier attempt (its ``waiting`` record is there)."""
-    scope = core.scope()
-    if scope is core.root:
-        return False
-    rec = core.history.get(scope.peek())
-    return rec is not None and rec.status == WAITING and rec.kind in (SLEEP, SIGNAL, APPROVAL)
-
-
-async def _siblings_first(core: RunCore) -> None:
-    """Before a gather branch's wait that parked in an earlier attempt looks at whether
-    it is satisfied now: let the sibling branches (of every enclosing gather) replay what
-    they recorded, until each has ended or gone live.
-
-    The attempt that parked this wait may have ended its gather with a sibling's failure
-    (the workflow caught it and went on): the replay must end the gather the same way,
-    before this wait, satisfied meanwhile (its timer due, its signal sent), lets the
-    branch go further than it did then, running steps it never ran or taking a signal a
-    later wait was sent. Bounded by ``SETTLE_TURNS_MAX`` turns of the loop, so siblings
-    that await each other outside durably never hang the run.
-    """
-    import asyncio
-
-    prefix = core.scope().prefix
-    core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
-    core.settling.add(prefix)
-    try:
-        for _ in range(SETTLE_TURNS_MAX):
-            # Then in branch order, as the live attempt reached them: two waits for one
-            # signal name take its signals first come, first served, on every replay.
-            if _siblings_settled(core, prefix) and not any(
-                _pos_key(p) < _pos_key(prefix) for p in core.settling
-            ):
-                return
-            await asyncio.sleep(0)
-    finally:
-        # Once this returns, the caller's wait looks at the store before it yields to
-        # the loop again, so a later sibling goes on only after it.
-        core.settling.discard(prefix)
-
-
-def _pos_key(prefix: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in prefix.split(".")[:-1])
-
-
-def _siblings_settled(core: RunCore, prefix: str) -> bool:
-    """Whether every sibling of ``prefix``'s branches (at every gather level) has ended
-    or gone live."""
-    parts = prefix.split(".")[:-1]  # "0.1.2.0." -> ["0", "1", "2", "0"]
-    for k in range(2, len(parts) + 1, 2):
-        mine = ".".join(parts[:k]) + "."
-        gather = ".".join(parts[: k - 1]) + "."
-        depth = mine.count(".")
-        for branch, task in core.branch_tasks.items():
-            if (
-                branch != mine
-                and branch.startswith(gather)
-                and branch.count(".") == depth
-                and (
-                    _failed(core, task)
-                    if task.done()
-                    else not any(p.startswith(branch) for p in core.went_live)
-                )
-            ):
-                # Running its replay still, or ended with a failure: its gather is about
-                # to cancel this branch (unless it returns exceptions: then the bound
-                # of turns lets this wait go on).
-                return False
-    return True
-
-
-def _failed(core: RunCore, task: Any) -> bool:
-    """Whether a branch's task ended by raising something other than its own park."""
-    if task.cancelled():
-        return True
-    exc = task.exception()
-    return exc is not None and not _local_park(core, exc)
-
-
-def _local_park(core: RunCore, exc: object) -> bool:
-    """Whether ``exc`` is a gather branch's own park (not the run-wide latched stop)."""
-    return isinstance(exc, Parked) and exc is not core.stopped
-
-
-async def _unwind(core: RunCore, tasks: list[Any], exc: BaseException) -> None:
-    """A gather ends by raising ``exc``: settle its branches first.
-
-    After a latched park the latch stops every sibling at its next recording call; a step
-    already in flight finishes and is recorded first instead of being cancelled and run
-    again on wake. After a halt (cancel, budget) likewise: a step in flight is recorded (a
-    saga then undoes it too) instead of being abandoned with its effect done and
-    unrecorded, and a sibling's compensation is not cut short. On any other failure the
-    other branches are cancelled (except one running a saga's compensations).
-    """
-    import asyncio
-
-    if not isinstance(exc, Parked) and not (isinstance(exc, Exception) and core.halted is not None):
-        for t in tasks:
-            if t not in COMPENSATING_TASKS:
-                t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
-    """Wait for the branches still running after one parked on its own, and return every
-    branch's result (its own park for those that parked). A branch that ends any other
-    way than by returning or parking (a failure, a stop of the run) ends the gather as it
-    would have without the park (:func:`_unwind`); the parked branches' ``waiting``
-    records are pending and ride with whatever write ends the attempt."""
-    import asyncio
-
-    try:
-        while True:
-            # Branches that ended already count too (they may all have ended before this
-            # ran): one that ended otherwise than by returning or parking ends the gather.
-            for t in tasks:  # in branch order, as asyncio.gather would raise
-                if t.done():
-                    if t.cancelled():
-                        raise asyncio.CancelledError
-                    exc = t.exception()
-                    if exc is not None and not _local_park(core, exc):
-                        raise exc
-            pending = [t for t in tasks if not t.done()]
-            if not pending:
-                break
-            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-    except BaseException as exc:
-        await _unwind(core, tasks, exc)
-        raise
-    return [t.exception() or t.result() for t in tasks]
-
-
-async def _at_once(value: T) -> T:
-    return value
-
-
-async def _unstarted() -> Any:
-    return None
-
-
 def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget:
     """``ctx.budget``'s arguments as a :class:`Budget`; a bad one is a bug in the code,
     so it blocks the run (like a bad step name) with a ConfigError naming it."""
@@ -919,7 +494,7 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
 
 def _label(branch: object) -> str:
     """What a gather records for a branch; refuses what cannot be a fresh branch."""
-    if isinstance(branch, _Recording):
+    if isinstance(branch, Recording):
         if not branch._used:
             return branch.label
     elif inspect.iscoroutine(branch) and inspect.getcoroutinestate(branch) == "CORO_CREATED":
@@ -933,7 +508,7 @@ def _label(branch: object) -> str:
 def _dispose(branches: tuple[Awaitable[Any], ...]) -> None:
     """Close the branches a gather never started (cancelled or refused)."""
     for b in branches:
-        if isinstance(b, _Recording):
+        if isinstance(b, Recording):
             if b._inner is None:
                 b.close()
         elif inspect.iscoroutine(b) and inspect.getcoroutinestate(b) == "CORO_CREATED":

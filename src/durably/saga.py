@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import codec
-from .context import _Recording
 from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .features import sagas
 from .history import check_name, describe_error, position_key
+from .runtime.awaitables import Recording
 from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
 from .steps import fn_text, signature_of
 
@@ -327,7 +327,7 @@ class AsyncSaga:
         return _SagaStepCall(self._saga, self._ex, name, do, undo, args, kwargs)
 
 
-class _SagaStepCall(_Recording[T]):
+class _SagaStepCall(Recording[T]):
     __slots__ = ("_args", "_do", "_ex", "_kwargs", "_saga", "_undo", "label")
 
     def __init__(

@@ -1,0 +1,170 @@
+"""Settling ``ctx.gather`` branches: a wait that parked in an earlier attempt lets its
+sibling branches replay first; a branch that parks does not stop its siblings; a failed
+branch unwinds the others (sparing a saga's compensations).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ..core import (
+    RunCore,
+    Wait,
+    Write,
+)
+from ..errors import (
+    Parked,
+)
+from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
+from ..limits import SETTLE_TURNS_MAX
+from .drive import COMPENSATING_TASKS, Executor, wait_async
+
+if TYPE_CHECKING:
+    pass
+
+
+async def keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
+    """A timer or signal wait in a gather branch parked only its branch: the siblings go
+    on live, maybe for minutes (a model call), before the gather parks the run. Its
+    ``waiting`` record (the wake time or deadline, recorded once) is written now, with
+    whatever else is pending, so a crash meanwhile resumes the wait at its recorded time
+    instead of arming it afresh; then the branch ends parked."""
+    core = ex.core
+    records = core.take_pending()
+    if records:
+        for pause in ex.write(Write(records, core.take_events())):
+            await wait_async(ex.clock, Wait(pause))
+    raise parked
+
+
+def parked_before(core: RunCore) -> bool:
+    """Whether the wait about to take the next position of a gather branch parked in an
+    earlier attempt (its ``waiting`` record is there)."""
+    scope = core.scope()
+    if scope is core.root:
+        return False
+    rec = core.history.get(scope.peek())
+    return rec is not None and rec.status == WAITING and rec.kind in (SLEEP, SIGNAL, APPROVAL)
+
+
+async def siblings_first(core: RunCore) -> None:
+    """Before a gather branch's wait that parked in an earlier attempt looks at whether
+    it is satisfied now: let the sibling branches (of every enclosing gather) replay what
+    they recorded, until each has ended or gone live.
+
+    The attempt that parked this wait may have ended its gather with a sibling's failure
+    (the workflow caught it and went on): the replay must end the gather the same way,
+    before this wait, satisfied meanwhile (its timer due, its signal sent), lets the
+    branch go further than it did then, running steps it never ran or taking a signal a
+    later wait was sent. Bounded by ``SETTLE_TURNS_MAX`` turns of the loop, so siblings
+    that await each other outside durably never hang the run.
+    """
+    import asyncio
+
+    prefix = core.scope().prefix
+    core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
+    core.settling.add(prefix)
+    try:
+        for _ in range(SETTLE_TURNS_MAX):
+            # Then in branch order, as the live attempt reached them: two waits for one
+            # signal name take its signals first come, first served, on every replay.
+            if siblings_settled(core, prefix) and not any(
+                _pos_key(p) < _pos_key(prefix) for p in core.settling
+            ):
+                return
+            await asyncio.sleep(0)
+    finally:
+        # Once this returns, the caller's wait looks at the store before it yields to
+        # the loop again, so a later sibling goes on only after it.
+        core.settling.discard(prefix)
+
+
+def _pos_key(prefix: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in prefix.split(".")[:-1])
+
+
+def siblings_settled(core: RunCore, prefix: str) -> bool:
+    """Whether every sibling of ``prefix``'s branches (at every gather level) has ended
+    or gone live."""
+    parts = prefix.split(".")[:-1]  # "0.1.2.0." -> ["0", "1", "2", "0"]
+    for k in range(2, len(parts) + 1, 2):
+        mine = ".".join(parts[:k]) + "."
+        gather = ".".join(parts[: k - 1]) + "."
+        depth = mine.count(".")
+        for branch, task in core.branch_tasks.items():
+            if (
+                branch != mine
+                and branch.startswith(gather)
+                and branch.count(".") == depth
+                and (
+                    branch_failed(core, task)
+                    if task.done()
+                    else not any(p.startswith(branch) for p in core.went_live)
+                )
+            ):
+                # Running its replay still, or ended with a failure: its gather is about
+                # to cancel this branch (unless it returns exceptions: then the bound
+                # of turns lets this wait go on).
+                return False
+    return True
+
+
+def branch_failed(core: RunCore, task: Any) -> bool:
+    """Whether a branch's task ended by raising something other than its own park."""
+    if task.cancelled():
+        return True
+    exc = task.exception()
+    return exc is not None and not local_park(core, exc)
+
+
+def local_park(core: RunCore, exc: object) -> bool:
+    """Whether ``exc`` is a gather branch's own park (not the run-wide latched stop)."""
+    return isinstance(exc, Parked) and exc is not core.stopped
+
+
+async def unwind(core: RunCore, tasks: list[Any], exc: BaseException) -> None:
+    """A gather ends by raising ``exc``: settle its branches first.
+
+    After a latched park the latch stops every sibling at its next recording call; a step
+    already in flight finishes and is recorded first instead of being cancelled and run
+    again on wake. After a halt (cancel, budget) likewise: a step in flight is recorded (a
+    saga then undoes it too) instead of being abandoned with its effect done and
+    unrecorded, and a sibling's compensation is not cut short. On any other failure the
+    other branches are cancelled (except one running a saga's compensations).
+    """
+    import asyncio
+
+    if not isinstance(exc, Parked) and not (isinstance(exc, Exception) and core.halted is not None):
+        for t in tasks:
+            if t not in COMPENSATING_TASKS:
+                t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
+    """Wait for the branches still running after one parked on its own, and return every
+    branch's result (its own park for those that parked). A branch that ends any other
+    way than by returning or parking (a failure, a stop of the run) ends the gather as it
+    would have without the park (:func:`unwind`); the parked branches' ``waiting``
+    records are pending and ride with whatever write ends the attempt."""
+    import asyncio
+
+    try:
+        while True:
+            # Branches that ended already count too (they may all have ended before this
+            # ran): one that ended otherwise than by returning or parking ends the gather.
+            for t in tasks:  # in branch order, as asyncio.gather would raise
+                if t.done():
+                    if t.cancelled():
+                        raise asyncio.CancelledError
+                    exc = t.exception()
+                    if exc is not None and not local_park(core, exc):
+                        raise exc
+            pending = [t for t in tasks if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException as exc:
+        await unwind(core, tasks, exc)
+        raise
+    return [t.exception() or t.result() for t in tasks]
