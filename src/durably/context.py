@@ -22,15 +22,14 @@ from .core import (
     SCOPE,
     RunCore,
     Scope,
-    combine_parks,
 )
 from .errors import (
     ConfigError,
-    Parked,
 )
 from .features import approvals, budgets, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .replay.park import Parked, combine_parks
 from .runtime.awaitables import (
     ApprovalCall,
     PlainCall,

@@ -29,7 +29,6 @@ from .errors import (
     DurablyError,
     LeaseLost,
     NonDeterminism,
-    Parked,
     ReplayEnd,
     SerializationError,
     StepFailed,
@@ -67,7 +66,6 @@ from .history import (
     idempotency_key,
     storable_text,
 )
-from .journal.text import utc_text
 from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
@@ -81,6 +79,7 @@ from .replay.ops import SetBudget as SetBudget
 from .replay.ops import TakeSignal as TakeSignal
 from .replay.ops import Wait as Wait
 from .replay.ops import Write as Write
+from .replay.park import Parked
 from .replay.setup import FaultHook as FaultHook
 from .replay.setup import RunSetup as RunSetup
 from .replay.streamops import (
@@ -400,8 +399,8 @@ class RunCore:
         At the top level of the workflow the park is latched, as every stop signal is.
         Inside a ``ctx.gather`` branch it ends only that branch: the siblings go on live
         (their steps run and are recorded) until each finishes or parks too, and the
-        gather then raises one park combining them (:func:`combine_parks`), so waits in
-        parallel branches run at the same time instead of one after another.
+        gather then raises one park combining them (``replay.park.combine_parks``), so
+        waits in parallel branches run at the same time instead of one after another.
         """
         scope = self.scope()
         if scope is self.root:
@@ -409,7 +408,7 @@ class RunCore:
             if stop is parked:
                 # Now the park is the attempt's end: records held for it (new approval
                 # requests of gather branches) go with its write, with their rows.
-                self.pending.extend(r for r in parked.records if isinstance(r, StepRecord))
+                self.pending.extend(parked.records)
             return stop
         self.branch_parks.setdefault(scope.prefix, parked)
         return parked
@@ -1467,39 +1466,6 @@ def _pos_key(pos: str) -> tuple[int, ...]:
 
 
 GATHER_NAME = "durably.gather"
-
-WAITS = "waits"
-"""The park reason (``Parked.reason``, the ``run.parked`` event's kind) of a run whose
-``ctx.gather`` branches parked on more than one wait at once."""
-
-
-def combine_parks(parks: list[Parked]) -> Parked:
-    """One park for a gather whose branches parked (nested gathers' combined parks are
-    flattened): it wakes at the earliest known wake time (None when no wait has one), on
-    a signal of any waited name, or on a decision of any request. A single wait stays
-    itself (the run parks exactly as a top-level wait would)."""
-    if len(parks) == 1:
-        return parks[0]
-    waits = tuple(w for p in parks for w in (p.waits or (_wait_text(p),)))
-    wakes = [p.wake_at for p in parks if p.wake_at is not None]
-    combined = Parked(
-        WAITS,
-        min(wakes) if wakes else None,
-        wait_signals=tuple(dict.fromkeys(n for p in parks for n in p.wait_signals)),
-        approvals=tuple(a for p in parks for a in p.approvals),
-        detail=f"{len(waits)} waits: {'; '.join(waits)}",
-    )
-    combined.waits = waits
-    combined.records = tuple(r for p in parks for r in p.records)
-    return combined
-
-
-def _wait_text(parked: Parked) -> str:
-    if parked.detail is not None:
-        return parked.detail
-    if parked.wake_at is None:
-        return parked.reason
-    return f"{parked.reason} until {utc_text(parked.wake_at)}"
 
 
 _KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}

@@ -28,7 +28,6 @@ from ._fork import reset_after_fork
 from .approvals import (
     APPROVED,
     REJECTED,
-    ApprovalRequest,
     ApprovalRow,
     Decision,
     PendingApproval,
@@ -45,7 +44,6 @@ from .errors import (
     ConfigError,
     DurablyError,
     LeaseLost,
-    Parked,
     RunBlocked,
     RunConflict,
     RunFinished,
@@ -102,6 +100,7 @@ from .ownership import (
     owner_dead,
 )
 from .redact import redact_url
+from .replay.park import Parked
 from .replay.setup import RunSetup
 from .runlist import LiveWorker, RunPage
 from .runtime.drive import Executor, drive_async, drive_sync, recording
@@ -124,7 +123,7 @@ LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wai
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
 # What a parked run can wait for (Parked.reason); "in_doubt" waits for a person instead.
-# "waits": several at once (ctx.gather branches that each parked; see core.combine_parks).
+# "waits": several at once (ctx.gather branches that each parked; see replay.park.combine_parks).
 PARK_KINDS = frozenset({"timer", "signal", "approval", "waits"})
 
 _log = logging.getLogger("durably")
@@ -1407,7 +1406,7 @@ class Engine:
         wake time (at once when a cancel or the awaited signal came first)."""
         reason = storable_text(park_reason(parked), PARK_REASON_CHARS_MAX)
         records, events = core.take_pending(), core.take_events()
-        approvals = [a for a in parked.approvals if isinstance(a, ApprovalRequest)]
+        approvals = list(parked.approvals)
         woke: list[float | None] = []
 
         def park() -> None:

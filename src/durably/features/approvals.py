@@ -27,9 +27,10 @@ from ..approvals import (
     waiting_json,
     waiting_times,
 )
-from ..errors import Cancelled, ConfigError, NonDeterminism, Parked, SerializationError
+from ..errors import Cancelled, ConfigError, NonDeterminism, SerializationError
 from ..journal.records import APPROVAL, OK, WAITING, StepRecord
 from ..replay.ops import Op, ReadDecision
+from ..replay.park import Parked
 
 if TYPE_CHECKING:
     from ..core import RunCore
@@ -136,9 +137,7 @@ def _await_decision(
             core.record_marker(pos, APPROVAL, rname, digest, decision_json(row), since=requested)
             return decision
     why = approval_park_reason(action, digest, requested, expires)
-    parked = Parked(APPROVAL, expires, detail=why, approval=req)
-    parked.records = held
-    raise core.park(parked)
+    raise core.park(Parked(APPROVAL, expires, detail=why, approval=req, records=held))
 
 
 def _cancel_on_expiry(core: RunCore, pos: str, action: str) -> None:

@@ -9,12 +9,13 @@ import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, Parked, SerializationError
+from ..errors import ConfigError, SerializationError
 from ..journal import codec
 from ..journal.records import OK, SIGNAL, WAITING, StepRecord
 from ..journal.text import check_name, utc_text
 from ..limits import SIGNAL_TIMEOUT_S_MAX
 from ..replay.ops import Op, TakeSignal
+from ..replay.park import Parked
 
 if TYPE_CHECKING:
     from ..core import RunCore

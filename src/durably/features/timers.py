@@ -10,10 +10,11 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, Parked, SerializationError
+from ..errors import ConfigError, SerializationError
 from ..journal import codec
 from ..journal.records import OK, SLEEP, WAITING, StepRecord
 from ..limits import TIMER_S_MAX
+from ..replay.park import Parked
 
 if TYPE_CHECKING:
     from ..core import RunCore

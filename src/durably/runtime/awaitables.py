@@ -16,9 +16,9 @@ from ..core import (
 )
 from ..errors import (
     ConfigError,
-    Parked,
 )
 from ..features import approvals, signals
+from ..replay.park import Parked
 from .drive import Executor, drive_async
 
 if TYPE_CHECKING:

@@ -12,11 +12,9 @@ from ..core import (
     Wait,
     Write,
 )
-from ..errors import (
-    Parked,
-)
 from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
 from ..limits import SETTLE_TURNS_MAX
+from ..replay.park import Parked
 from .drive import COMPENSATING_TASKS, Executor, wait_async
 
 if TYPE_CHECKING:
