@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import datetime as dt
-import inspect
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -83,16 +81,7 @@ from .replay.park import Parked
 from .replay.setup import FaultHook as FaultHook
 from .replay.setup import RunSetup as RunSetup
 from .replay.streamops import (
-    END,
-    STOP,
-    STREAM_CHUNKS_MAX,
-    Begun,
-    Deliver,
     Owner,
-    aclose_chunks,
-    anext_chunk,
-    close_chunks,
-    next_chunk,
 )
 from .shell import command
 from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
@@ -788,7 +777,7 @@ class RunCore:
             raise self.poison(exc) from None
         rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
         if rec is not None and rec.status == OK:
-            return _decode(self, rec.output, sig, pos, name)
+            return decode_output(self, rec.output, sig, pos, name)
         if rec is not None and rec.status == FAILED:
             raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
         if rec is None:
@@ -803,11 +792,11 @@ class RunCore:
         # busy until this step is recorded (a replayed step never yields, so it never is).
         scope.busy = f"step {pos} {name!r}"
         try:
-            return (yield from self._live(pos, name, digest, fn, args, kwargs, sig, rec))
+            return (yield from self.live_step(pos, name, digest, fn, args, kwargs, sig, rec))
         finally:
             scope.busy = None
 
-    def _live(
+    def live_step(
         self,
         pos: str,
         name: str,
@@ -881,7 +870,7 @@ class RunCore:
                 raise self.latch(Parked("in_doubt", None))
             if out.value is not NOT_DONE:
                 return (
-                    yield from self._record_ok(
+                    yield from self.record_ok(
                         pos, name, digest, out.value, sig, intent.attempts, started, out.usage
                     )
                 )
@@ -938,7 +927,7 @@ class RunCore:
                 self.live(pos)
             info = CurrentStep(self.run_id, pos, key, crashed + attempt, self.token)
             out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info)
-            _add_usage(spent, out.usage)
+            add_usage(spent, out.usage)
             # Real spend reaches the ledger now, before the "effect" window: a crash before
             # the result is recorded re-runs the call, and both calls are counted.
             yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
@@ -946,19 +935,19 @@ class RunCore:
                 if sig.return_hint is None:
                     warn_untyped_result(name, fn, out.value)
                 return (
-                    yield from self._record_ok(
+                    yield from self.record_ok(
                         pos, name, digest, out.value, sig, crashed + attempt, started, spent
                     )
                 )
             exc = out.error
             if opts.retryable(exc, attempt):
-                yield from self._retry(pos, name, key, exc, sig, attempt, crashed)
+                yield from self.retry_wait(pos, name, key, exc, sig, attempt, crashed)
                 continue
-            yield from self._record_failed(
+            yield from self.record_failed(
                 pos, name, digest, key, exc, sig, crashed + attempt, started, spent
             )
 
-    def _retry(
+    def retry_wait(
         self,
         pos: str,
         name: str,
@@ -987,7 +976,7 @@ class RunCore:
         yield Write(self.take_pending(), [*self.take_events(), event])
         yield Wait(delay_s)
 
-    def _record_failed(
+    def record_failed(
         self,
         pos: str,
         name: str,
@@ -1029,7 +1018,7 @@ class RunCore:
         self.fault(pos, name, "recorded", sig)
         raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
-    def _record_ok(
+    def record_ok(
         self,
         pos: str,
         name: str,
@@ -1081,7 +1070,7 @@ class RunCore:
             rec = rec.replace(blobs=(*rec.blobs, blob))
         yield Write([*self.take_pending(), rec], events)
         self.fault(pos, name, "recorded", sig)
-        return _decode(self, text, sig, pos, name)
+        return decode_output(self, text, sig, pos, name)
 
     def _with_inputs(self, rec: StepRecord) -> StepRecord:
         """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
@@ -1100,247 +1089,6 @@ class RunCore:
 
     # -- streamed steps ------------------------------------------------------------------
 
-    def step_stream(
-        self,
-        name: Any,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        assemble: Callable[[list[Any]], Any] | None,
-        replay: Callable[[Any], Any] | None,
-        owner: Owner,
-        in_async: bool,
-    ) -> Generator[Op | Begun | Deliver, Any, Any]:
-        """Replay or execute one streamed step (see ``Context.step_stream``): it yields
-        :class:`Begun` once its position is taken, then a :class:`Deliver` per chunk (the
-        reply :data:`STOP` ends it early), and returns the recorded value."""
-        self.guard_replay()
-        if not isinstance(name, str) or not name:
-            raise self.poison(
-                ConfigError(f"ctx.step_stream: the step name must be a non-empty str, got {name!r}")
-            )
-        for what, f in (("fn", fn), ("assemble", assemble), ("replay", replay)):
-            if f is not None and not callable(f):
-                raise self.poison(
-                    ConfigError(f"ctx.step_stream({name!r}, ...): {what}={f!r} is not callable")
-                )
-        try:
-            check_name(name, "ctx.step_stream: the step name")
-        except ConfigError as exc:
-            raise self.poison(exc) from None
-        sig = dataclasses.replace(signature_of(fn), return_hint=None)
-        if not in_async and (sig.is_async or _is_asyncgen(fn)):
-            raise self.poison(
-                ConfigError(
-                    f"ctx.step_stream({name!r}, ...): {fn!r} is async: stream it from an async"
-                    " workflow (async def, `async for chunk in ctx.step_stream(...)`), or pass"
-                    " a sync generator function"
-                )
-            )
-        scope = self.scope()
-        pos = scope.take()
-        try:
-            digest = codec.digest(name, args, kwargs, self.codec_version, self.item_hashes)
-        except SerializationError as exc:
-            raise self.poison(exc) from None
-        rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
-        if rec is None:
-            self.live(pos)
-        elif rec.status not in (OK, FAILED) and self.checking:
-            raise self.latch(ReplayEnd(pos))
-        if rec is None or rec.status not in (OK, FAILED):
-            # Its inputs are kept with its records (built only here: replay never pays).
-            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
-        # Open from here until the stream ends: a recording call of this scope meanwhile
-        # ends it first (Scope.take), so positions never depend on where the loop is.
-        scope.busy = f"streamed step {pos} {name!r}"
-        scope.stream = owner
-        try:
-            if (yield Begun(pos)) is STOP:
-                if rec is None:  # never iterated: nothing was consumed, nothing called
-                    return (
-                        yield from self._stream_record(
-                            pos, name, digest, [], assemble, sig, 1, self.clock.time(), Usage()
-                        )
-                    )
-                if rec.status != OK:
-                    return None
-            if rec is not None and rec.status == OK:
-                value = _decode(self, rec.output, sig, pos, name)
-                yield from self._stream_replayed(pos, name, value, replay)
-                return value
-            if rec is not None and rec.status == FAILED:
-                raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
-
-            def attempts(*a: Any) -> Generator[Any, Any, Any]:
-                return self._stream_attempts(*a, assemble=assemble, in_async=in_async)
-
-            out = yield from self._live(pos, name, digest, fn, args, kwargs, sig, rec, attempts)
-            if isinstance(out, _Streamed):
-                return out.value
-            # Reconciled (an effect in doubt): the recorded value is streamed like a replay.
-            yield from self._stream_replayed(pos, name, out, replay)
-            return out
-        finally:
-            scope.stream = None
-            scope.busy = None
-
-    def _stream_replayed(
-        self, pos: str, name: str, value: Any, replay: Callable[[Any], Any] | None
-    ) -> Generator[Deliver, Any, None]:
-        """Hand the caller the chunks ``replay(value)`` rebuilds (default: the items of
-        the recorded list), until the caller stops."""
-        try:
-            chunks = iter(value if replay is None else replay(value))
-        except Exception as exc:
-            raise self.poison(_replay_error(pos, name, exc)) from exc
-        index = 0
-        while True:
-            try:
-                chunk = next(chunks, END)
-            except Exception as exc:
-                raise self.poison(_replay_error(pos, name, exc)) from exc
-            if chunk is END or (yield Deliver(chunk, index, None)) is STOP:
-                return
-            index += 1
-
-    def _stream_attempts(
-        self,
-        pos: str,
-        name: str,
-        digest: str,
-        key: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        sig: StepSignature,
-        started: float,
-        crashed: int,
-        *,
-        assemble: Callable[[list[Any]], Any] | None,
-        in_async: bool,
-    ) -> Generator[Op | Deliver, Any, Any]:
-        """The attempts of a streamed step: each calls ``fn`` and pulls its chunks, handing
-        each to the caller as it arrives; the assembled chunks are recorded at the end.
-        An attempt that fails before its first chunk reached the caller is retried per
-        the step's options (a fresh series, the same key); once the caller has a chunk,
-        a failure is final: a chunk cannot be taken back from the caller."""
-        opts = sig.options
-        attempt = 0
-        spent = Usage()
-        while True:
-            attempt += 1
-            self.guard()
-            if attempt > 1 and self.halt_requested is not None:
-                self.live(pos)
-            n = crashed + attempt
-            info = CurrentStep(self.run_id, pos, key, n, self.token)
-            deadline = None if opts.timeout_s is None else self.clock.time() + opts.timeout_s
-            used = Usage()
-            opened: Outcome = yield Call(
-                fn, args, kwargs, opts.timeout_s, sig.is_async or _is_asyncgen(fn), info
-            )
-            _add_usage(used, opened.usage)
-            error = opened.error
-            chunks: list[Any] = []
-            stopped = False
-            if error is None:
-                it, aio = self._chunks_of(pos, name, opened.value, in_async)
-                pull = anext_chunk if aio else next_chunk
-                while True:
-                    # A stale owner (lease lost, the run stopped) pulls no more chunks.
-                    self.guard(halt=False)
-                    out: Outcome = yield Call(pull, (it,), {}, _left(self, deadline), aio, info)
-                    _add_usage(used, out.usage)
-                    if out.error is not None:
-                        error = out.error
-                        break
-                    if out.value is END:
-                        break
-                    chunk = out.value
-                    if len(chunks) >= STREAM_CHUNKS_MAX:
-                        yield Call(aclose_chunks if aio else close_chunks, (it,), {}, None, aio)
-                        raise self.poison(_too_many_chunks(pos, name))
-                    if assemble is None:  # recorded as a list: the caller gets it as replayed
-                        chunk = self._normalized(pos, name, chunk)
-                    chunks.append(chunk)
-                    if (yield Deliver(chunk, len(chunks) - 1, info)) is STOP:
-                        stopped = True
-                        yield Call(aclose_chunks if aio else close_chunks, (it,), {}, None, aio)
-                        break
-            _add_usage(spent, used)
-            # Real spend reaches the ledger before the result is recorded (see _attempts).
-            yield from self.charge(pos, f"a{n}", n, used)
-            if error is None or stopped:
-                return _Streamed(
-                    (
-                        yield from self._stream_record(
-                            pos, name, digest, chunks, assemble, sig, n, started, spent
-                        )
-                    )
-                )
-            if not chunks and opts.retryable(error, attempt):
-                yield from self._retry(pos, name, key, error, sig, attempt, crashed)
-                continue
-            yield from self._record_failed(pos, name, digest, key, error, sig, n, started, spent)
-
-    def _stream_record(
-        self,
-        pos: str,
-        name: str,
-        digest: str,
-        chunks: list[Any],
-        assemble: Callable[[list[Any]], Any] | None,
-        sig: StepSignature,
-        attempts: int,
-        started: float,
-        spent: Usage,
-    ) -> Generator[Op, Any, Any]:
-        """Record ``assemble(chunks)`` (default: the list) as the streamed step's result."""
-        if assemble is None:
-            value: Any = chunks
-        else:
-            try:
-                value = assemble(chunks)
-            except Exception as exc:
-                raise self.poison(
-                    ConfigError(
-                        f"streamed step {pos} {name!r}: assemble(chunks) raised"
-                        f" {type_name(exc)}: {exc}; the run is blocked until assemble is fixed"
-                        " (the stream runs again on resume)"
-                    )
-                ) from exc
-        return (yield from self._record_ok(pos, name, digest, value, sig, attempts, started, spent))
-
-    def _chunks_of(self, pos: str, name: str, value: Any, in_async: bool) -> tuple[Any, bool]:
-        """The iterator over what the streamed step's function returned, and whether it
-        is async (an async iterator is pulled on the loop, a sync one in a step thread
-        of an async workflow)."""
-        if in_async and hasattr(value, "__aiter__"):
-            return value.__aiter__(), True
-        if hasattr(value, "__iter__") and not isinstance(value, (str, bytes, dict)):
-            return iter(value), False
-        hint = " (an async iterator: use an async workflow)" if hasattr(value, "__aiter__") else ""
-        raise self.poison(
-            ConfigError(
-                f"streamed step {pos} {name!r}: the function returned {type(value).__name__}"
-                f"{hint}, not an iterator of chunks; pass a generator function (or a function"
-                " returning an iterable; in an async workflow also an async generator)"
-            )
-        )
-
-    def _normalized(self, pos: str, name: str, chunk: Any) -> Any:
-        """``decode(encode(chunk))``: what a replay of the default record hands back."""
-        try:
-            return codec.loads(codec.dumps(chunk, f"streamed step {pos} {name!r} chunk"))
-        except SerializationError as exc:
-            raise self.poison(
-                SerializationError(
-                    f"{exc}. The run is blocked: yield storable chunks (or pass assemble= to"
-                    " record something else), then resume it"
-                )
-            ) from None
-
 
 def _ms(seconds: float | None) -> float:
     """Seconds as milliseconds, rounded to a microsecond (never negative: a clock that
@@ -1348,7 +1096,7 @@ def _ms(seconds: float | None) -> float:
     return round(max(0.0, seconds or 0.0) * 1000, 3)
 
 
-def _add_usage(total: Usage, more: Usage) -> None:
+def add_usage(total: Usage, more: Usage) -> None:
     if more.reported:
         total.tokens += more.tokens
         total.cost_usd += more.cost_usd
@@ -1364,7 +1112,7 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
     return usage.tokens, usage.cost_usd
 
 
-def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
+def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         text = inputs.resolve_output(text, core.fetch_blobs)
     except SerializationError as exc:
@@ -1387,44 +1135,6 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
                 " annotation matches what was recorded (or the row is repaired)"
             )
         ) from exc
-
-
-@dataclass(frozen=True, slots=True)
-class _Streamed:
-    """A streamed step's recorded value, its chunks already handed to the caller."""
-
-    value: Any
-
-
-def _is_asyncgen(fn: Any) -> bool:
-    """Whether ``fn`` is an async generator function (called on the loop, no thread)."""
-    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(
-        getattr(fn, "__call__", None)  # noqa: B004
-    )
-
-
-def _left(core: RunCore, deadline: float | None) -> float | None:
-    """What is left of an attempt's ``timeout_s`` (at least a millisecond)."""
-    if deadline is None:
-        return None
-    return max(0.001, deadline - core.clock.time())
-
-
-def _too_many_chunks(pos: str, name: str) -> ConfigError:
-    return ConfigError(
-        f"streamed step {pos} {name!r} yielded more than {STREAM_CHUNKS_MAX:,} chunks"
-        " (STREAM_CHUNKS_MAX) in one attempt; every chunk is held until the stream is"
-        " recorded. Yield larger chunks, or split the stream into several steps. The run is"
-        " blocked until the code changes."
-    )
-
-
-def _replay_error(pos: str, name: str, exc: Exception) -> ConfigError:
-    return ConfigError(
-        f"streamed step {pos} {name!r}: rebuilding its chunks from the record raised"
-        f" {type_name(exc)}: {exc}; the run is blocked until replay= accepts what was"
-        " recorded (or the row is repaired)"
-    )
 
 
 def _concurrent_use(scope: Scope, busy: str) -> str:

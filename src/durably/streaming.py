@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .core import Call, Outcome
 from .current import StepInfo
 from .errors import ConfigError
+from .features import stream
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 
@@ -60,8 +61,8 @@ class _Stream:
         self._state = _OPEN
         self._by: str | None = None
         self._value: Any = None
-        self._gen: Generator[Any, Any, Any] = core.step_stream(
-            name, fn, args, kwargs, assemble, replay, self, in_async
+        self._gen: Generator[Any, Any, Any] = stream.step_stream(
+            core, name, fn, args, kwargs, assemble, replay, self, in_async
         )
         # Takes the position now, in program order (a mismatch raises here).
         first = self._gen.send(None)

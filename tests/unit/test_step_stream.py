@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import durably
-import durably.core
+import durably.features.stream
 
 
 class Crash(BaseException):
@@ -422,7 +422,7 @@ def test_bad_chunks_and_bounds_block_the_run(
     with pytest.raises(durably.ConfigError, match=r"is async: stream it from an async"):
         engine.run(asyncinsync, run_id="x")
 
-    monkeypatch.setattr(durably.core, "STREAM_CHUNKS_MAX", 3)
+    monkeypatch.setattr(durably.features.stream, "STREAM_CHUNKS_MAX", 3)
 
     @engine.workflow(name="many")
     def many(ctx: durably.Context) -> list[Any]:
