@@ -46,14 +46,12 @@ from .history import (
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
     GATHER,
-    GATHER_DEPTH_MAX,
     HALT,
     INTENT,
     NOW,
     OK,
     OUTPUT_INLINE_BYTES_MAX,
     RANDOM,
-    SCOPE_POSITIONS_MAX,
     STEP,
     STEP_OUTPUT_BYTES_MAX,
     UUID,
@@ -78,11 +76,10 @@ from .replay.ops import TakeSignal as TakeSignal
 from .replay.ops import Wait as Wait
 from .replay.ops import Write as Write
 from .replay.park import Parked
+from .replay.scope import SCOPE as SCOPE
+from .replay.scope import Scope as Scope
 from .replay.setup import FaultHook as FaultHook
 from .replay.setup import RunSetup as RunSetup
-from .replay.streamops import (
-    Owner,
-)
 from .shell import command
 from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
 
@@ -117,68 +114,6 @@ def fault_step() -> FaultStepInfo | None:
     """Inside a fault hook: the facts of the step it was called for (else None)."""
     return _FAULT_STEP.get()
 
-
-class Scope:
-    """Hands out positions: ``0, 1, 2`` at the top, ``4.1.0, 4.1.1`` in gather branch 1
-    of the gather at position 4.
-
-    A scope serves one thread of program order. ``busy`` names the live step or gather
-    of this scope still in flight: a position asked for meanwhile comes from code running
-    concurrently on the same scope (``asyncio.gather``/``create_task`` around
-    ``ctx.step``), whose positions would depend on timing, so :meth:`take` refuses it.
-    """
-
-    __slots__ = ("busy", "core", "next", "prefix", "stream")
-
-    def __init__(self, core: RunCore, prefix: str) -> None:
-        # Bounded nesting and bounded numbers keep every key within KEY_CHARS_MAX.
-        numbers = prefix.split(".")[:-1]
-        if len(numbers) > 2 * GATHER_DEPTH_MAX:
-            raise core.poison(
-                ConfigError(
-                    f"ctx.gather nested {len(numbers) // 2} deep (at {prefix[:-1]}): at most"
-                    f" {GATHER_DEPTH_MAX} levels keep idempotency keys within the receiving"
-                    " side's 255 characters; flatten the inner gathers"
-                )
-            )
-        if any(int(n) >= SCOPE_POSITIONS_MAX for n in numbers):
-            raise core.poison(_too_many(prefix[:-1]))
-        self.core = core
-        self.prefix = prefix
-        self.next = 0
-        self.busy: str | None = None
-        # The streamed step of this scope still open (ctx.step_stream): the next
-        # recording call of the scope ends it first, recording what was consumed.
-        self.stream: Owner | None = None
-
-    def peek(self) -> str:
-        """The position :meth:`take` would hand out next, without consuming it."""
-        return f"{self.prefix}{self.next}"
-
-    def take(self) -> str:
-        """The next position of this scope (ending an open streamed step first)."""
-        if self.stream is not None:
-            self.stream.finish(f"{self.prefix}{self.next}")
-        if self.busy is not None:
-            raise self.core.poison(ConfigError(_concurrent_use(self, self.busy)))
-        if self.next >= SCOPE_POSITIONS_MAX:
-            raise self.core.poison(_too_many(f"{self.prefix}{self.next}"))
-        pos = f"{self.prefix}{self.next}"
-        self.next += 1
-        rec = self.core.history.get(pos)
-        if rec is not None and rec.kind == HALT:
-            raise self.core.replay_halt(rec)
-        return pos
-
-
-def _too_many(position: str) -> ConfigError:
-    return ConfigError(
-        f"position {position}: more than {SCOPE_POSITIONS_MAX:,} recording calls (or gather"
-        " branches) in one scope; split the work into several runs, or use fewer branches"
-    )
-
-
-SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("durably_scope", default=None)
 
 # The run whose saga compensation the code running now is (set by ``RunCore.compensation``
 # for the thread or asyncio task that compensates): only that code passes a delivered halt.
@@ -1135,18 +1070,6 @@ def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str,
                 " annotation matches what was recorded (or the row is repaired)"
             )
         ) from exc
-
-
-def _concurrent_use(scope: Scope, busy: str) -> str:
-    return (
-        f"position {scope.prefix}{scope.next} was asked for while {busy} of the same scope"
-        " is still running: the context is used concurrently outside ctx.gather"
-        " (asyncio.gather, asyncio.create_task or threads around ctx.step), so positions"
-        " and idempotency keys would depend on timing and a replay could not match. For"
-        " parallel steps use ctx.gather: `await ctx.gather(ctx.step(...), ctx.step(...))`"
-        " gives each branch its own positions. The run is blocked; fix the code, then"
-        " resume it."
-    )
 
 
 def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
