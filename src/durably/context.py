@@ -426,7 +426,7 @@ class AsyncContext:
                 for i, b in enumerate(branches)
             ]
             for i, t in enumerate(tasks):
-                core.branch_tasks[f"{pos}.{i}."] = t
+                self._ex.gathers.tasks[f"{pos}.{i}."] = t
             try:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
             except BaseException as exc:

@@ -203,12 +203,10 @@ class RunCore:
         # recording call of the parked branch (its code caught the Parked) raises it
         # again. The gather then raises one park combining its branches' (``park``).
         self.branch_parks: dict[str, Parked] = {}
-        # The tasks of this attempt's gather branches, by branch prefix, and the scope
-        # prefixes whose code has gone live (``live``): a wait that parked in an earlier
-        # attempt lets its sibling branches replay first (context.py ``_settle``).
-        self.branch_tasks: dict[str, Any] = {}
+        # The gather-branch scope prefixes whose code has gone live (``live``): a wait that
+        # parked in an earlier attempt lets its sibling branches replay first (the async
+        # driver's settling, runtime/settle.py, which keeps the branches' tasks itself).
         self.went_live: set[str] = set()
-        self.settling: set[str] = set()
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -227,8 +225,9 @@ class RunCore:
         """Called where the run would go on live (nothing recorded at ``pos``, or only a
         wait in progress): under ``replay --check`` the run's recorded history ends here,
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
-        if self.branch_tasks:
-            self.went_live.add(self.scope().prefix)
+        prefix = self.scope().prefix
+        if prefix:
+            self.went_live.add(prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():

@@ -190,7 +190,7 @@ class ApprovalCall(Recording["Decision"]):
         return drive_async(self._ex, gen)
 
     async def _settled(self) -> Decision:
-        await siblings_first(self._core)
+        await siblings_first(self._ex)
         gen = approvals.request_approval(
             self._core, self._action, self._args, self._timeout_s, self._on_timeout
         )
@@ -271,7 +271,7 @@ class SignalWait(Recording[Any]):
             await keep_branch_wait(self._ex, parked)
 
     async def _settled(self) -> Any:
-        await siblings_first(self._core)
+        await siblings_first(self._ex)
         gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
         return await drive_async(self._ex, gen)
 
@@ -305,7 +305,7 @@ class SleepCall(Recording[None]):
         return at_once(None)
 
     async def _settled(self) -> None:
-        await siblings_first(self._core)
+        await siblings_first(self._ex)
         self._timer()
 
 

@@ -14,6 +14,7 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._fork import reset_after_fork
@@ -47,6 +48,8 @@ from ..store import retry
 from ..store.base import Store
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..approvals import ApprovalRow
 
 T = TypeVar("T")
@@ -55,6 +58,16 @@ T = TypeVar("T")
 # branch failed does not cancel such a sibling, whose undo steps would stop half-way
 # (the saga's marker recorded, its steps neither undone nor reported), but waits for it.
 COMPENSATING_TASKS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@dataclass(slots=True)
+class GatherTasks:
+    """The asyncio tasks of an attempt's ``ctx.gather`` branches, by branch prefix
+    (``"4.0."``), and the prefixes of the branch waits settling now (see
+    :func:`durably.runtime.settle.siblings_first`)."""
+
+    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    settling: set[str] = field(default_factory=set)
 
 
 class Executor:
@@ -76,6 +89,9 @@ class Executor:
         self.clock = clock
         self.store_retry_s = store_retry_s
         self.lease_s = lease_s
+        # This attempt's async gather branches (their tasks, and the ones settling now):
+        # the driver's state, never the kernel's.
+        self.gathers = GatherTasks()
 
     def refresh_lease(self) -> None:
         """After a wait on the clock (a retry's backoff), renew the lease now if its

@@ -45,7 +45,7 @@ def parked_before(core: RunCore) -> bool:
     return rec is not None and rec.status == WAITING and rec.kind in (SLEEP, SIGNAL, APPROVAL)
 
 
-async def siblings_first(core: RunCore) -> None:
+async def siblings_first(ex: Executor) -> None:
     """Before a gather branch's wait that parked in an earlier attempt looks at whether
     it is satisfied now: let the sibling branches (of every enclosing gather) replay what
     they recorded, until each has ended or gone live.
@@ -59,29 +59,30 @@ async def siblings_first(core: RunCore) -> None:
     """
     import asyncio
 
+    core, gathers = ex.core, ex.gathers
     prefix = core.scope().prefix
     core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
-    core.settling.add(prefix)
+    gathers.settling.add(prefix)
     try:
         for _ in range(SETTLE_TURNS_MAX):
             # Then in branch order, as the live attempt reached them: two waits for one
             # signal name take its signals first come, first served, on every replay.
-            if siblings_settled(core, prefix) and not any(
-                _pos_key(p) < _pos_key(prefix) for p in core.settling
+            if siblings_settled(ex, prefix) and not any(
+                _pos_key(p) < _pos_key(prefix) for p in gathers.settling
             ):
                 return
             await asyncio.sleep(0)
     finally:
         # Once this returns, the caller's wait looks at the store before it yields to
         # the loop again, so a later sibling goes on only after it.
-        core.settling.discard(prefix)
+        gathers.settling.discard(prefix)
 
 
 def _pos_key(prefix: str) -> tuple[int, ...]:
     return tuple(int(n) for n in prefix.split(".")[:-1])
 
 
-def siblings_settled(core: RunCore, prefix: str) -> bool:
+def siblings_settled(ex: Executor, prefix: str) -> bool:
     """Whether every sibling of ``prefix``'s branches (at every gather level) has ended
     or gone live."""
     parts = prefix.split(".")[:-1]  # "0.1.2.0." -> ["0", "1", "2", "0"]
@@ -89,15 +90,15 @@ def siblings_settled(core: RunCore, prefix: str) -> bool:
         mine = ".".join(parts[:k]) + "."
         gather = ".".join(parts[: k - 1]) + "."
         depth = mine.count(".")
-        for branch, task in core.branch_tasks.items():
+        for branch, task in ex.gathers.tasks.items():
             if (
                 branch != mine
                 and branch.startswith(gather)
                 and branch.count(".") == depth
                 and (
-                    branch_failed(core, task)
+                    branch_failed(ex.core, task)
                     if task.done()
-                    else not any(p.startswith(branch) for p in core.went_live)
+                    else not any(p.startswith(branch) for p in ex.core.went_live)
                 )
             ):
                 # Running its replay still, or ended with a failure: its gather is about
