@@ -12,7 +12,6 @@ from .approvals import Decision, PendingApproval
 from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
-from .core import NOT_DONE, FaultStepInfo
 from .current import StepInfo, current_context, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
@@ -51,6 +50,7 @@ from .errors import (
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
 from .naming import step_name
+from .replay.kernel import NOT_DONE, FaultStepInfo
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream

@@ -18,17 +18,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .budget import Budget
-from .core import (
-    SCOPE,
-    RunCore,
-    Scope,
-)
 from .errors import (
     ConfigError,
 )
 from .features import approvals, budgets, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .replay.kernel import (
+    SCOPE,
+    RunCore,
+    Scope,
+)
 from .replay.park import Parked, combine_parks
 from .runtime.awaitables import (
     ApprovalCall,

@@ -36,7 +36,6 @@ from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context
-from .core import FaultHook, RunCore, cancelled_error, type_name
 from .current import workflow_body
 from .errors import (
     Cancelled,
@@ -100,6 +99,7 @@ from .ownership import (
     owner_dead,
 )
 from .redact import redact_url
+from .replay.kernel import FaultHook, RunCore, cancelled_error, type_name
 from .replay.park import Parked
 from .replay.setup import RunSetup
 from .runlist import LiveWorker, RunPage

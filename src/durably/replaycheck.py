@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .context import AsyncContext, Context
-from .core import Charge, ReadSpend, RunCore, SetBudget, Write
 from .current import workflow_body
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import CANCELLED, FAILED_RUN, RunRecord
+from .replay.kernel import Charge, ReadSpend, RunCore, SetBudget, Write
 from .replay.setup import RunSetup
 from .runtime.drive import Executor
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from . import codec
-from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .features import sagas
 from .history import check_name, describe_error, position_key
+from .replay.kernel import Op, RunCore, type_name
 from .runtime.awaitables import Recording
 from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
 from .steps import fn_text, signature_of

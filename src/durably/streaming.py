@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .core import Call, Outcome
 from .current import StepInfo
 from .errors import ConfigError
 from .features import stream
+from .replay.kernel import Call, Outcome
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 
 if TYPE_CHECKING:
-    from .core import RunCore
+    from .replay.kernel import RunCore
     from .runtime.drive import Executor
 
 ChunkHook = Callable[[Any, int, StepInfo], None]

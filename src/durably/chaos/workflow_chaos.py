@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import codec
-from ..core import fault_step
 from ..engine import Engine, Workflow
 from ..errors import DurablyError, RunInDoubt, WorkflowFailed
 from ..history import NOW, RANDOM, STEP, UUID
+from ..replay.kernel import fault_step
 from . import WINDOWS
 from ._fork import EXIT_NOT_KILLED, EXIT_OK, child_error, die_now, spawn, wait_any
 

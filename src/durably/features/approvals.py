@@ -33,7 +33,7 @@ from ..replay.ops import Op, ReadDecision
 from ..replay.park import Parked
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def request_approval(

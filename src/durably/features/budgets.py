@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from ..replay.ops import Op, ReadSpend, SetBudget
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def set_budget(core: RunCore, budget: Budget) -> Generator[Op, Any, None]:

@@ -15,7 +15,7 @@ from ..journal.text import storable_text
 from ..limits import ERROR_MESSAGE_CHARS_MAX
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def compensate_begin(core: RunCore, positions: list[str], error: str) -> None:

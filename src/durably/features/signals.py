@@ -18,7 +18,7 @@ from ..replay.ops import Op, TakeSignal
 from ..replay.park import Parked
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def wait_for_signal(

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import inputs
-from ..core import add_usage, decode_output, type_name
 from ..current import StepInfo as CurrentStep
 from ..errors import ConfigError, ReplayEnd, SerializationError, StepFailed
 from ..journal import codec
 from ..journal.records import FAILED, OK, STEP
 from ..journal.text import check_name
+from ..replay.kernel import add_usage, decode_output, type_name
 from ..replay.ops import Call, Op, Outcome
 from ..replay.streamops import (
     END,
@@ -37,7 +37,7 @@ from ..replay.streamops import (
 from ..steps import StepSignature, Usage, signature_of
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def step_stream(

@@ -17,7 +17,7 @@ from ..limits import TIMER_S_MAX
 from ..replay.park import Parked
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def sleep(core: RunCore, seconds: Any) -> None:

@@ -14,7 +14,7 @@ from ..journal.records import HALT, PATCHED
 from ..journal.text import check_name
 
 if TYPE_CHECKING:
-    from ..core import RunCore
+    from ..replay.kernel import RunCore
 
 
 def patched(core: RunCore, change_id: str) -> bool:

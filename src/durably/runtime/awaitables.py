@@ -11,13 +11,13 @@ from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ..core import (
-    RunCore,
-)
 from ..errors import (
     ConfigError,
 )
 from ..features import approvals, signals
+from ..replay.kernel import (
+    RunCore,
+)
 from ..replay.park import Parked
 from .drive import Executor, drive_async
 

@@ -19,7 +19,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._fork import reset_after_fork
 from ..clock import Clock, SystemClock
-from ..core import (
+from ..current import inside_step
+from ..errors import (
+    Cancelled,
+    ConfigError,
+    LeaseLost,
+    StepTimeout,
+    StoreError,
+    StoreFailed,
+)
+from ..limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from ..replay.kernel import (
     Call,
     Charge,
     Op,
@@ -33,16 +43,6 @@ from ..core import (
     Write,
     cancelled_error,
 )
-from ..current import inside_step
-from ..errors import (
-    Cancelled,
-    ConfigError,
-    LeaseLost,
-    StepTimeout,
-    StoreError,
-    StoreFailed,
-)
-from ..limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
 from ..steps import USAGE, Usage, fn_text
 from ..store import retry
 from ..store.base import Store

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..core import (
+from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
+from ..limits import SETTLE_TURNS_MAX
+from ..replay.kernel import (
     RunCore,
     Wait,
     Write,
 )
-from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
-from ..limits import SETTLE_TURNS_MAX
 from ..replay.park import Parked
 from .drive import COMPENSATING_TASKS, Executor, wait_async
 

@@ -1,0 +1,1120 @@
+"""The replay core: positions, matching against history, and the records to write.
+
+The core does no I/O. Each recording call is a generator that yields operations
+(:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
+receives their results; ``durably.context`` holds the one sync and the one async driver
+(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
+So there is a single implementation of replay semantics for sync and async workflows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import datetime as dt
+import random as _random
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .. import codec, inputs
+from ..budget import Budget, Spend, SpendEntry, exceeded_message
+from ..current import StepInfo as CurrentStep
+from ..errors import (
+    BudgetExceeded,
+    Cancelled,
+    ConfigError,
+    DurablyError,
+    LeaseLost,
+    NonDeterminism,
+    ReplayEnd,
+    SerializationError,
+    StepFailed,
+    Unwind,
+)
+from ..events import (
+    EVENT_DATA_BYTES_MAX,
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_RETRIED,
+    STEP_STARTED,
+    USER,
+    NewEvent,
+    new_event,
+)
+from ..history import (
+    ERROR_MESSAGE_CHARS_MAX,
+    FAILED,
+    GATHER,
+    HALT,
+    INTENT,
+    NOW,
+    OK,
+    OUTPUT_INLINE_BYTES_MAX,
+    RANDOM,
+    STEP,
+    STEP_OUTPUT_BYTES_MAX,
+    UUID,
+    WAITING,
+    StepRecord,
+    check_name,
+    describe_error,
+    idempotency_key,
+    storable_text,
+)
+from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
+from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
+from ..limits import TIMER_S_MAX as TIMER_S_MAX
+from ..shell import command
+from ..steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
+from .ops import Call as Call
+from .ops import Charge as Charge
+from .ops import Op as Op
+from .ops import Outcome as Outcome
+from .ops import ReadDecision as ReadDecision
+from .ops import ReadSpend as ReadSpend
+from .ops import SetBudget as SetBudget
+from .ops import TakeSignal as TakeSignal
+from .ops import Wait as Wait
+from .ops import Write as Write
+from .park import Parked
+from .scope import SCOPE as SCOPE
+from .scope import Scope as Scope
+from .setup import FaultHook as FaultHook
+from .setup import RunSetup as RunSetup
+
+if TYPE_CHECKING:
+    import uuid as _uuid
+
+NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
+"""Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class FaultStepInfo:
+    """What a fault hook may want to know about the step it was called for (see
+    :func:`fault_step`; exported as ``durably.FaultStepInfo``)."""
+
+    key: str
+    takes_key: bool
+    effect: bool
+    has_reconcile: bool
+
+
+StepInfo = FaultStepInfo
+"""The fault hook's type under its old name (``durably.StepInfo`` is another type: what
+``durably.current_step()`` returns)."""
+
+_FAULT_STEP: contextvars.ContextVar[FaultStepInfo | None] = contextvars.ContextVar(
+    "durably_fault_step", default=None
+)
+
+
+def fault_step() -> FaultStepInfo | None:
+    """Inside a fault hook: the facts of the step it was called for (else None)."""
+    return _FAULT_STEP.get()
+
+
+# The run whose saga compensation the code running now is (set by ``RunCore.compensation``
+# for the thread or asyncio task that compensates): only that code passes a delivered halt.
+# A per-run counter alone would let a sibling gather branch record live work under the
+# cancel latch while another branch compensates.
+_COMPENSATING: contextvars.ContextVar[RunCore | None] = contextvars.ContextVar(
+    "durably_compensating", default=None
+)
+
+
+def type_name(exc: BaseException) -> str:
+    """``ValueError`` for builtins, ``module.Qualname`` otherwise."""
+    cls = type(exc)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    # Class names are the program's, but a generated one may hold anything: it is stored.
+    return storable_text(name, ERROR_MESSAGE_CHARS_MAX)
+
+
+class RunCore:
+    """Replay state of one attempt at driving a run."""
+
+    def __init__(self, setup: RunSetup) -> None:
+        # Built from a frozen setup (the engine's and replay-check's alike); what is
+        # copied here is never set from outside (the lease view changes only through
+        # lease_renewed/lose_lease).
+        self.setup = setup
+        self.run_id = setup.run_id
+        self.clock = setup.clock
+        self.history = {rec.position: rec for rec in setup.history}
+        self.consumed: set[str] = set()
+        self.pending: list[StepRecord] = []
+        self.root = Scope(self, "")
+        self.fault_hook = setup.fault_hook
+        self.poisoned: DurablyError | None = None
+        self.stopped: Unwind | None = None
+        self.lease_deadline = setup.lease_deadline
+        self.token = setup.token
+        # The run's incarnation, part of every key (None for runs from before keys had one).
+        self.incarnation = setup.incarnation
+        self.in_doubt: str | None = None
+        # Prefixes (``"4."``) of gathers that ended in failure in this attempt: their
+        # branches may stop earlier on replay than live, so what they recorded and this
+        # attempt did not ask for again is not a sign of changed code.
+        self.failed_gathers: list[str] = []
+        # The first recording call an async workflow created and dropped without awaiting
+        # it; it blocks the run at the next recording call or when the workflow returns.
+        self.dropped: str | None = None
+        self._legacy_gathers: frozenset[str] | None = None
+        # Set by ``durably replay --check``: the first live action stops the replay.
+        self.checking = setup.checking
+        # Stream-only events waiting to ride with the next durable write, and how many
+        # emits each position has had (an emit's identity: replay dedupes by it).
+        self.events: list[NewEvent] = []
+        self.emits: dict[str, int] = {}
+        # Reads recorded input blobs (the store's get_blobs), only to explain a mismatch.
+        self.fetch_blobs = setup.fetch_blobs
+        # Blobs this attempt has written (or sent to be written): not sent again.
+        self.known_blobs: set[str] = set()
+        # The run's recorded prompt version and the code's, when the workflow declares one.
+        self.prompt_versions = setup.prompt_versions
+        # The digest rule of the run (codec.CODEC_VERSION when it was created) and the
+        # hashes of the list items (messages) its steps were passed, computed once each.
+        self.codec_version = setup.codec_version
+        self.item_hashes = codec.ItemHashes()
+        # Step outputs longer than this go to the blob table (see OUTPUT_INLINE_BYTES_MAX).
+        self.output_inline_max = OUTPUT_INLINE_BYTES_MAX
+        # The manifest of the step going live at each position (its records carry it).
+        self.manifests: dict[str, inputs.Manifest] = {}
+        # A run-wide stop that must reach the workflow as an ordinary exception (a cancel,
+        # a crossed budget): requested by the driver or the ledger, delivered at the next
+        # position that would go live (``live``), then latched in ``halted``. Inside a
+        # saga's compensation (``compensation()``: ``compensating`` counts them, and the
+        # code running in one is marked) it neither is delivered nor stops recording calls.
+        self.halt_requested: DurablyError | None = None
+        self.halted: DurablyError | None = None
+        self.compensating = 0
+        # Budgets: the run's generation (part of each ledger entry's name), the limit this
+        # claim was given (ctx.budget / the workflow option; else the stored one applies),
+        # and the run's spend as the ledger last said (None: not read in this claim).
+        self.generation = setup.generation
+        self.budget: Budget | None = None
+        self.spend: Spend | None = None
+        # Waits of gather branches that parked in this attempt, by branch prefix
+        # (``"4.0."``): not latched run-wide, so sibling branches go on live; a later
+        # recording call of the parked branch (its code caught the Parked) raises it
+        # again. The gather then raises one park combining its branches' (``park``).
+        self.branch_parks: dict[str, Parked] = {}
+        # The gather-branch scope prefixes whose code has gone live (``live``): a wait that
+        # parked in an earlier attempt lets its sibling branches replay first (the async
+        # driver's settling, runtime/settle.py, which keeps the branches' tasks itself).
+        self.went_live: set[str] = set()
+
+    # -- positions and matching ----------------------------------------------------------
+
+    def scope(self) -> Scope:
+        """The scope of the code running now: a gather branch's, or the run's root."""
+        scope = SCOPE.get()
+        if scope is None or scope.core is not self:
+            return self.root
+        return scope
+
+    def take(self) -> str:
+        """Consume the next position of the current scope."""
+        return self.scope().take()
+
+    def live(self, pos: str) -> None:
+        """Called where the run would go on live (nothing recorded at ``pos``, or only a
+        wait in progress): under ``replay --check`` the run's recorded history ends here,
+        so the replay stops; a requested halt (cancel, budget) is delivered here."""
+        prefix = self.scope().prefix
+        if prefix:
+            self.went_live.add(prefix)
+        if self.checking:
+            raise self.latch(ReplayEnd(pos))
+        if self.halt_requested is not None and self.halted is None and not self.compensating_here():
+            raise self._deliver_halt(pos, self.halt_requested)
+
+    @contextlib.contextmanager
+    def compensation(self) -> Iterator[None]:
+        """Around a saga's compensations: the code running inside (this thread, or this
+        asyncio task) records despite a delivered halt (cancel, budget), and no halt is
+        delivered to it; everything else the run does stays under the latch."""
+        self.compensating += 1
+        token = _COMPENSATING.set(self)
+        try:
+            yield
+        finally:
+            _COMPENSATING.reset(token)
+            self.compensating -= 1
+
+    def compensating_here(self) -> bool:
+        """Whether the code running now is one of this run's saga compensations."""
+        return self.compensating > 0 and _COMPENSATING.get() is self
+
+    def request_halt(self, exc: Cancelled | BudgetExceeded) -> None:
+        """Ask for ``exc`` to stop the workflow at its next position that goes live (the
+        first request wins, except that a cancel replaces a crossed budget not delivered
+        yet: a person's decision outranks the budget). Replayed positions are not
+        affected: they return what they recorded, so the workflow reaches the same point
+        it reached before."""
+        pending = self.halt_requested
+        if pending is None or (
+            self.halted is None
+            and isinstance(exc, Cancelled)
+            and isinstance(pending, BudgetExceeded)
+        ):
+            self.halt_requested = exc
+
+    def _deliver_halt(self, pos: str, exc: DurablyError) -> DurablyError:
+        """Record a halt marker at ``pos`` (riding with the next write: the outcome, or a
+        compensation's record), latch ``exc`` and return it for ``raise``."""
+        name = HALT_NAMES[Cancelled if isinstance(exc, Cancelled) else BudgetExceeded]
+        reason = getattr(exc, "reason", None)
+        text = codec.dumps({"message": str(exc), "reason": reason}, f"halt at {pos}")
+        self.record_marker(pos, HALT, name, _halt_digest(name), text)
+        self.consumed.add(pos)
+        self.halted = exc
+        return exc
+
+    def replay_halt(self, rec: StepRecord) -> DurablyError:
+        """The halt recorded at ``rec.position`` (a replay reached it): latch it again and
+        return it for ``raise``."""
+        self.consumed.add(rec.position)
+        if self.halted is None:
+            cls = _HALT_TYPES.get(rec.name)
+            try:
+                data = codec.loads(rec.output or "null")
+                message, reason = str(data["message"]), data.get("reason")
+            except (SerializationError, KeyError, TypeError, AttributeError):
+                message, reason = f"run {self.run_id!r}: halted at {rec.position}", None
+            if cls is None:
+                raise self.poison(
+                    NonDeterminism(
+                        f"step {rec.position}: history has an unknown halt {rec.name!r};"
+                        " the run is blocked (a newer durably wrote it, or the row was edited)"
+                    )
+                )
+            self.halted = (
+                Cancelled(message, reason if isinstance(reason, str) else None)
+                if cls is Cancelled
+                else BudgetExceeded(message)
+            )
+        return self.halted
+
+    def poison(self, exc: DurablyError) -> DurablyError:
+        """Remember a determinism or encoding error: the run ends ``blocked`` even if the
+        workflow catches it, and every later call raises it again."""
+        if self.poisoned is None:
+            self.poisoned = exc
+        return exc
+
+    def latch(self, signal: Unwind) -> Unwind:
+        """Latch a stop signal (lease lost, parked, in doubt, store failure, cancelled):
+        every later recording call raises it again, so nothing the workflow catches (a
+        bare ``except:``, ``gather(..., return_exceptions=True)``) can go on with live
+        work. The first signal latched wins; it is returned for ``raise``."""
+        if self.stopped is None:
+            self.stopped = signal
+        return self.stopped
+
+    def park(self, parked: Parked) -> Unwind:
+        """Park at a wait that is not satisfied yet; returned for ``raise``.
+
+        At the top level of the workflow the park is latched, as every stop signal is.
+        Inside a ``ctx.gather`` branch it ends only that branch: the siblings go on live
+        (their steps run and are recorded) until each finishes or parks too, and the
+        gather then raises one park combining them (``replay.park.combine_parks``), so
+        waits in parallel branches run at the same time instead of one after another.
+        """
+        scope = self.scope()
+        if scope is self.root:
+            stop = self.latch(parked)
+            if stop is parked:
+                # Now the park is the attempt's end: records held for it (new approval
+                # requests of gather branches) go with its write, with their rows.
+                self.pending.extend(parked.records)
+            return stop
+        self.branch_parks.setdefault(scope.prefix, parked)
+        return parked
+
+    def branch_parked(self) -> Parked | None:
+        """The park of the gather branch the running code belongs to, if it parked."""
+        prefix = self.scope().prefix
+        for branch, parked in self.branch_parks.items():
+            if prefix.startswith(branch):
+                return parked
+        return None
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the run's lease is known lost (a refused renewal or append, a passed
+        deadline, or the engine giving the run back)."""
+        return isinstance(self.stopped, LeaseLost)
+
+    def lose_lease(self) -> None:
+        """The run's lease is lost (a refused renewal, the owner lock gone, the engine
+        giving the run back): latch the stop, so the next step does not start."""
+        self.latch(LeaseLost(self.run_id, self.token))
+
+    def lease_renewed(self, deadline: float) -> None:
+        """The lease was renewed until ``deadline`` (on the engine's clock)."""
+        self.lease_deadline = deadline
+
+    def guard(self, halt: bool = True) -> None:
+        """Refuse to go on after poisoning, after a stop signal, past the lease deadline,
+        or (``halt``, unless compensating) after a delivered halt (cancel, budget).
+
+        The deadline check is local (no I/O): a process stopped past its lease (SIGSTOP, a
+        long pause) may have been replaced by another owner, so it never starts another
+        step on its own say-so.
+        """
+        if self.poisoned is not None:
+            raise self.poisoned
+        if self.stopped is None and self.lease_deadline is not None:
+            now = self.clock.time()
+            if now >= self.lease_deadline:
+                late = f"was past its lease deadline by {now - self.lease_deadline:.1f} s"
+                self.latch(LeaseLost(self.run_id, self.token, late))
+        if self.stopped is not None:
+            # A fresh traceback each time: the same signal may be raised many times.
+            raise self.stopped.with_traceback(None)
+        if self.branch_parks and (parked := self.branch_parked()) is not None:
+            raise parked.with_traceback(None)
+        if halt and self.halted is not None and not self.compensating_here():
+            raise self.halted.with_traceback(None)
+
+    def guard_replay(self) -> None:
+        """:meth:`guard` for a call that may replay a finished record at its position.
+
+        After a delivered halt, a record that is there was made by a sibling gather
+        branch whose call was in flight when the halt came (the gather lets it finish):
+        a replay returns it as the live run did, so a saga around the gather undoes
+        the same steps. Anything else stays under the latch."""
+        self.guard(halt=False)
+        if self.halted is not None and not self.compensating_here():
+            rec = self.history.get(self.scope().peek())
+            if rec is None or rec.kind == HALT or rec.status not in (OK, FAILED):
+                raise self.halted.with_traceback(None)
+
+    def recorded(
+        self, pos: str, kind: str, name: str, digest: str, call: Any = None
+    ) -> StepRecord | None:
+        """The record at ``pos`` after checking it matches what the code asks for
+        (``call``: the step's ``(fn, args, kwargs)``, to explain differing inputs)."""
+        rec = self.history.get(pos)
+        if rec is None:
+            return None
+        self.consumed.add(pos)
+        if rec.kind != kind or rec.name != name or rec.digest != digest:
+            same = rec.name == name and rec.kind == kind
+            what = "inputs differ" if same else "steps differ"
+            detail = self._inputs_diff(rec, call) if same else ""
+            parts = [
+                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
+                f" {name!r}({digest[:12]}) ({what}).",
+                detail,
+                self._prompt_note(),
+                "The code no longer matches this run's history: revert the change, or let"
+                " old runs finish on workers that serve their version first. The run is"
+                " blocked; nothing recorded was lost, and it resumes once the code matches.",
+            ]
+            # A diff takes lines of its own; without one the message stays one line.
+            sep = "\n" if detail else " "
+            raise self.poison(NonDeterminism(sep.join(p for p in parts if p)))
+        return rec
+
+    def check_dropped(self) -> None:
+        """Raise (and poison) if the workflow dropped a recording call without awaiting it."""
+        if self.dropped is not None:
+            raise self.poison(ConfigError(self.dropped))
+
+    def _inputs_diff(self, rec: StepRecord, call: Any) -> str:
+        """How the recorded inputs differ from ``call``'s ("" when they were not kept)."""
+        if call is None or rec.inputs is None or self.fetch_blobs is None:
+            return ""
+        fn, args, kwargs = call
+        try:
+            now = inputs.build(args, kwargs, set())
+            return inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
+        except Exception as exc:  # an explanation must never hide the NonDeterminism
+            return f"(the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
+
+    def _prompt_note(self) -> str:
+        """What to do when the prompt version changed under this run."""
+        old, new = self.prompt_versions
+        if old == new or new is None:
+            return ""
+        return (
+            f"The prompt changed under this run: it recorded prompt version {old!r}, the"
+            f" code has {new!r}. Finish the run on the old version (a worker serving it),"
+            " put the new prompt behind ctx.patched(...), or fork the run to start it on"
+            " the new prompt."
+        )
+
+    def unconsumed_check(self) -> None:
+        """After the workflow returned: nothing it created was left unawaited, and every
+        recorded position was asked for (except under a gather that ended in failure).
+        A streamed step left open ends here (what its caller consumed is recorded)."""
+        if self.root.stream is not None:
+            self.root.stream.finish("the end of the workflow")
+        self.check_dropped()
+        left = sorted(set(self.history) - self.consumed, key=_pos_key)
+        if left and self.failed_gathers:
+            exempt = tuple(self.failed_gathers)
+            left = [pos for pos in left if not pos.startswith(exempt)]
+        if left:
+            rec = self.history[left[0]]
+            raise self.poison(
+                NonDeterminism(
+                    f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                    f" asked for nothing (the workflow returned with {len(left)} recorded"
+                    " position(s) unused). The code no longer matches this run's history; the"
+                    " run is blocked and nothing recorded was lost."
+                )
+            )
+
+    def fault(self, pos: str, name: str, window: str, sig: StepSignature) -> None:
+        """Call the fault-injection hook, if one is set; :func:`fault_step` tells the hook
+        the facts of the step it was called for."""
+        if self.fault_hook is not None:
+            info = FaultStepInfo(
+                idempotency_key(self.run_id, self.incarnation, pos),
+                sig.takes_key,
+                sig.options.effect,
+                sig.options.reconcile is not None,
+            )
+            token = _FAULT_STEP.set(info)
+            try:
+                self.fault_hook(self.run_id, pos, name, window)
+            finally:
+                _FAULT_STEP.reset(token)
+
+    def record_marker(
+        self,
+        pos: str,
+        kind: str,
+        name: str,
+        digest: str,
+        text: str,
+        status: str = OK,
+        *,
+        since: float | None = None,
+        at: float | None = None,
+    ) -> None:
+        """Buffer the record of a marker at ``pos`` (a value, halt, gather, patch, timer,
+        signal, approval or compensation): it rides with the next durable write. ``at`` is
+        when (the clock now unless given), ``since`` when the wait it ends began (``at``
+        unless given); a ``waiting`` record has no finish time."""
+        if at is None and (since is None or status != WAITING):
+            at = self.clock.time()  # read only when needed, and once
+        started = at if since is None else since
+        assert started is not None
+        finished = None if status == WAITING else at
+        self.pending.append(
+            StepRecord(
+                pos, kind, name, digest, status, text, started_at=started, finished_at=finished
+            )
+        )
+
+    def take_pending(self) -> list[StepRecord]:
+        """Buffered clock/random records, to ride with the next durable write."""
+        out, self.pending = self.pending, []
+        return out
+
+    # -- the event stream ----------------------------------------------------------------
+
+    def take_events(self) -> list[NewEvent]:
+        """Buffered stream-only events, to ride with the next durable write."""
+        out, self.events = self.events, []
+        return out
+
+    def step_event(self, kind: str, pos: str, data: dict[str, Any], tail: str = "") -> NewEvent:
+        """A step event of this claim (its dedupe carries the fencing token: a write
+        retried after an unknown outcome stores it once; a later claim's is another)."""
+        # The position before the kind: a step's started and completed events sit side by
+        # side in the dedupe index, so its write touches one index page, not two.
+        dedupe = f"t{self.token}:{pos}:{kind}{tail}"
+        return new_event(kind, pos, data, self.clock.time(), dedupe)
+
+    def emit(self, kind: Any, data: Any = None) -> None:
+        """Buffer a user event at the current position (the one the next recording call
+        takes). It consumes no position; its identity is (position, index among the
+        position's emits), so a replay that emits it again stores nothing new. Allowed
+        after a cancel (cleanup code may say what it does); not after a stop."""
+        self.guard(halt=False)
+        if not isinstance(kind, str) or not kind:
+            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
+        check_name(kind, "ctx.emit: the kind")
+        if len(self.events) >= EVENTS_BUFFERED_MAX:
+            raise ConfigError(
+                f"ctx.emit: {EVENTS_BUFFERED_MAX:,} events buffered without a step in between;"
+                " events ride with the next recorded step, so record one (or emit less)"
+            )
+        scope = SCOPE.get()
+        if scope is None or scope.core is not self:
+            scope = self.root
+        pos = f"{scope.prefix}{scope.next}"
+        index = self.emits.get(pos, 0)
+        text = codec.dumps(
+            {"kind": kind, "data": data}, f"ctx.emit({kind!r})", EVENT_DATA_BYTES_MAX
+        )
+        self.emits[pos] = index + 1
+        self.events.append(NewEvent(USER, pos, text, self.clock.time(), f"emit:{pos}:{index}"))
+
+    # -- budgets and the spend ledger ----------------------------------------------------
+
+    def charge(self, pos: str, call: str, attempt: int, usage: Usage) -> Generator[Op, Any, None]:
+        """Put one call's reported usage in the ledger (nothing when it reported none), then
+        check the budget: a crossing asks for a halt, which reaches the workflow at its
+        next position that goes live (this step's result is still recorded)."""
+        if not usage.reported:
+            return
+        entry = SpendEntry(
+            f"g{self.generation}:{pos}:t{self.token}:{call}",
+            self.generation,
+            pos,
+            attempt,
+            self.token,
+            usage.tokens,
+            usage.input_tokens if usage.split else None,
+            usage.output_tokens if usage.split else None,
+            usage.cost_usd,
+        )
+        self.spend = yield Charge(entry)
+        self.check_budget()
+
+    def check_budget(self) -> None:
+        """Ask for a ``BudgetExceeded`` halt when the known spend is more than the limit
+        (this claim's, else the stored one)."""
+        if self.spend is None:
+            return
+        budget = self.budget if self.budget is not None else self.spend.budget
+        how = self.spend.over(budget)
+        if how is not None:
+            self.request_halt(BudgetExceeded(exceeded_message(self.run_id, how)))
+
+    # -- deterministic values ------------------------------------------------------------
+
+    def value(self, kind: str, produce: Callable[[], Any]) -> Any:
+        """``now``/``random``/``uuid``: recorded once, replayed after."""
+        self.guard()
+        pos = self.take()
+        name = f"durably.{kind}"
+        digest = _KIND_DIGESTS[kind]
+        rec = self.recorded(pos, kind, name, digest)
+        try:
+            if rec is not None and rec.output is not None:
+                return codec.loads(rec.output)
+            self.live(pos)
+            text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
+            value = codec.loads(text)
+        except SerializationError as exc:
+            raise self.poison(
+                SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
+            ) from None
+        self.record_marker(pos, kind, name, digest, text)
+        return value
+
+    def now(self) -> dt.datetime:
+        """The recorded current time, UTC."""
+        value: dt.datetime = self.value(
+            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC)
+        )
+        return value
+
+    def random(self) -> float:
+        """A recorded float in [0, 1)."""
+        return float(self.value(RANDOM, _random.random))
+
+    def uuid(self) -> _uuid.UUID:
+        """A recorded random UUID."""
+        import uuid as _uuid  # imported on first use: it pulls in platform (slow)
+
+        value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
+        return value
+
+    # -- gathers -------------------------------------------------------------------------
+
+    def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
+        """Take a gather's position, check or record its ``gather`` record, and mark the
+        scope busy; the driver then runs branch ``i`` in a child scope ``"{pos}.{i}."``.
+
+        The record's digest covers ``[arity, labels]``, so a deploy that shifts or changes
+        the gather is caught here, before any branch runs. The record rides with the next
+        durable write (any branch's first write, an effect's intent included), so it is in
+        the journal before any branch's effect. A journal written before gathers were
+        recorded has its branches' records under ``pos`` and none at ``pos``: accepted
+        without the check.
+        """
+        self.guard_replay()
+        self.check_dropped()
+        scope = self.scope()
+        pos = scope.take()
+        shape = [len(labels), labels]
+        digest = codec.digest(GATHER_NAME, shape, {})
+        rec = self.history.get(pos)
+        if rec is not None:
+            self.consumed.add(pos)
+            if rec.kind != GATHER or rec.digest != digest:
+                raise self.poison(NonDeterminism(_gather_mismatch(pos, rec, shape)))
+        elif pos not in self._legacy():
+            self.live(pos)  # a new gather marker: under replay --check, history ends here
+            text = codec.dumps(shape, f"gather {pos}")
+            self.record_marker(pos, GATHER, GATHER_NAME, digest, text)
+        scope.busy = f"gather {pos}"
+        return scope, pos
+
+    def gather_end(self, scope: Scope, pos: str, failed: bool) -> None:
+        """The gather at ``pos`` is over; ``failed`` when it ended by raising."""
+        scope.busy = None
+        if failed:
+            self.failed_gathers.append(f"{pos}.")
+
+    def _legacy(self) -> frozenset[str]:
+        """Positions of gathers whose branches are recorded but which have no record of
+        their own (journals from before gathers were recorded)."""
+        if self._legacy_gathers is None:
+            parents: set[str] = set()
+            for p in self.history:
+                parts = p.split(".")
+                parents.update(".".join(parts[:i]) for i in range(1, len(parts), 2))
+            self._legacy_gathers = frozenset(parents - set(self.history))
+        return self._legacy_gathers
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def step(
+        self, name: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Generator[Op, Any, Any]:
+        """Replay or execute one step (see ``Context.step``)."""
+        self.guard_replay()
+        if not isinstance(name, str) or not name:
+            raise self.poison(
+                ConfigError(
+                    f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                    " ctx.step('name', fn, *args)"
+                )
+            )
+        if not callable(fn):
+            raise self.poison(
+                ConfigError(f"ctx.step({name!r}, ...): {fn_text(fn)} is not callable")
+            )
+        try:
+            check_name(name, "ctx.step: the step name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        sig = signature_of(fn)
+        scope = self.scope()
+        pos = scope.take()
+        try:
+            digest = codec.digest(name, args, kwargs, self.codec_version, self.item_hashes)
+        except SerializationError as exc:
+            raise self.poison(exc) from None
+        rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
+        if rec is not None and rec.status == OK:
+            return decode_output(self, rec.output, sig, pos, name)
+        if rec is not None and rec.status == FAILED:
+            raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+        if rec is None:
+            self.live(pos)  # nothing recorded: the step would go live (a halt lands here)
+        elif self.checking:
+            # An intent: the step would run (or reconcile) with its key. A halt waits for
+            # the next position: the effect in flight completes under its key first.
+            raise self.latch(ReplayEnd(pos))
+        # Its inputs are kept with its records (built only here: replay never pays for it).
+        self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
+        # Live from here on, and the driver may run other code meanwhile: the scope is
+        # busy until this step is recorded (a replayed step never yields, so it never is).
+        scope.busy = f"step {pos} {name!r}"
+        try:
+            return (yield from self.live_step(pos, name, digest, fn, args, kwargs, sig, rec))
+        finally:
+            scope.busy = None
+
+    def live_step(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sig: StepSignature,
+        rec: StepRecord | None,
+        attempts: Callable[..., Generator[Any, Any, Any]] | None = None,
+    ) -> Generator[Op, Any, Any]:
+        """Execute a step that has no result recorded (``rec`` is its intent, if any);
+        ``attempts`` makes its calls (``_attempts``, or a streamed step's)."""
+        key = idempotency_key(self.run_id, self.incarnation, pos)
+        call_kwargs = dict(kwargs)
+        if sig.takes_key:
+            call_kwargs["idempotency_key"] = key
+        if sig.takes_token:
+            call_kwargs["fencing_token"] = self.token
+        started = self.clock.time()
+        # Executions started before a crash (counted by the intent): they are attempts too.
+        crashed = 0 if rec is None else rec.attempts
+        if rec is not None:  # an intent without a result: the effect is in doubt
+            reconciled = yield from self._doubt(pos, name, digest, key, sig, started, rec)
+            if reconciled is not NOT_DONE:
+                return reconciled
+        self.fault(pos, name, "before", sig)
+        pending = self.take_pending()
+        started_data = {"name": name, "attempt": crashed + 1, "key": key}
+        self.events.append(self.step_event(STEP_STARTED, pos, started_data))
+        if sig.options.effect:
+            # A re-execution rewrites the intent with one more execution started.
+            intent = StepRecord(pos, STEP, name, digest, INTENT, attempts=crashed + 1)
+            pending.append(self._with_inputs(intent.replace(started_at=started)))
+        if pending:
+            # step.started rides with the intent: no commit of its own.
+            yield Write(pending, self.take_events())
+        run = self._attempts if attempts is None else attempts
+        return (
+            yield from run(pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed)
+        )
+
+    def _doubt(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        sig: StepSignature,
+        started: float,
+        intent: StepRecord,
+    ) -> Generator[Op, Any, Any]:
+        opts = sig.options
+        if opts.reconcile is not None:
+            info = CurrentStep(self.run_id, pos, key, intent.attempts, self.token)
+            out: Outcome = yield Call(
+                opts.reconcile,
+                (key,),
+                {},
+                opts.timeout_s,
+                signature_of(opts.reconcile).is_async,
+                info,
+            )
+            # A reconcile that reported usage (it asked a model) spent it for real.
+            yield from self.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
+            if out.error is not None:
+                self.in_doubt = (
+                    f"step {pos} {name!r}: reconcile({key!r}) raised"
+                    f" {type_name(out.error)}: {out.error}"
+                )
+                raise self.latch(Parked("in_doubt", None))
+            if out.value is not NOT_DONE:
+                return (
+                    yield from self.record_ok(
+                        pos, name, digest, out.value, sig, intent.attempts, started, out.usage
+                    )
+                )
+            return NOT_DONE
+        age_s = started - intent.started_at
+        if sig.takes_key and opts.dedupe_window_s is not None and age_s > opts.dedupe_window_s:
+            # The receiver has forgotten the key by now: a retry with it is not safe.
+            self.in_doubt = (
+                f"step {pos} {name!r} was in flight {age_s:,.0f} s ago, longer than the"
+                f" receiver remembers keys (dedupe_window_s={opts.dedupe_window_s:g}), so a"
+                f" retry with key {key!r} could repeat the effect. Check the receiving"
+                f" system, then `{command('retry', self.run_id)}` or"
+                f" `{command('skip', self.run_id, options='--output JSON')}`."
+            )
+            raise self.latch(Parked("in_doubt", None))
+        if sig.takes_key or opts.on_doubt == "retry":
+            return NOT_DONE
+        self.in_doubt = (
+            f"step {pos} {name!r} was in flight when its process died: its effect may or"
+            " may not have happened, and it takes no idempotency_key and has no reconcile."
+            f" Check the receiving system for key {key!r}, then"
+            f" `{command('retry', self.run_id)}` to run it again or"
+            f" `{command('skip', self.run_id, options='--output JSON')}` to record what it"
+            " returned."
+        )
+        raise self.latch(Parked("in_doubt", None))
+
+    def _attempts(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sig: StepSignature,
+        started: float,
+        crashed: int = 0,
+    ) -> Generator[Op, Any, Any]:
+        opts = sig.options
+        attempt = 0
+        spent = Usage()  # failed attempts' spend is real spend: it adds up
+        while True:
+            attempt += 1
+            self.guard()
+            if attempt > 1 and self.halt_requested is not None:
+                # A retry is a new call: a cancel asked for while the failed attempt ran or
+                # during the backoff, or a budget that attempt crossed, lands here
+                # (recorded at this position, over its intent), not after the remaining
+                # attempts, which would run live work under the cancel, spend past the
+                # budget, and let the step's failure end the run ``failed`` for the wrong
+                # reason. A saga's compensation (not delivered to) keeps its retries.
+                self.live(pos)
+            info = CurrentStep(self.run_id, pos, key, crashed + attempt, self.token)
+            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info)
+            add_usage(spent, out.usage)
+            # Real spend reaches the ledger now, before the "effect" window: a crash before
+            # the result is recorded re-runs the call, and both calls are counted.
+            yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
+            if out.error is None:
+                if sig.return_hint is None:
+                    warn_untyped_result(name, fn, out.value)
+                return (
+                    yield from self.record_ok(
+                        pos, name, digest, out.value, sig, crashed + attempt, started, spent
+                    )
+                )
+            exc = out.error
+            if opts.retryable(exc, attempt):
+                yield from self.retry_wait(pos, name, key, exc, sig, attempt, crashed)
+                continue
+            yield from self.record_failed(
+                pos, name, digest, key, exc, sig, crashed + attempt, started, spent
+            )
+
+    def retry_wait(
+        self,
+        pos: str,
+        name: str,
+        key: str,
+        exc: Exception,
+        sig: StepSignature,
+        attempt: int,
+        crashed: int,
+    ) -> Generator[Op, Any, None]:
+        """Record that attempt ``attempt`` failed and will be retried, then back off."""
+        opts = sig.options
+        delay_s = opts.delay_s(key, attempt)
+        retried = {
+            "name": name,
+            "attempt": crashed + attempt,
+            "error_type": type_name(exc),
+            "error_message": storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+            "delay_s": delay_s,
+            # The last attempt this execution may make, counted like ``attempt``.
+            "attempts_max": crashed + opts.retries + 1,
+        }
+        event = self.step_event(STEP_RETRIED, pos, retried, f":{crashed + attempt}")
+        # Committed now, before the backoff, so a reader sees the retry while it
+        # waits and runs (`runs why`: "attempt 2 of 5 after ..."). The failure path
+        # only: a step that succeeds first time pays no commit for its events.
+        yield Write(self.take_pending(), [*self.take_events(), event])
+        yield Wait(delay_s)
+
+    def record_failed(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        exc: Exception,
+        sig: StepSignature,
+        attempts: int,
+        started: float,
+        spent: Usage,
+    ) -> Generator[Op, Any, NoReturn]:
+        """Record the step's final failure and raise it as ``StepFailed``."""
+        now = self.clock.time()
+        rec = StepRecord(
+            pos,
+            STEP,
+            name,
+            digest,
+            FAILED,
+            None,
+            type_name(exc),
+            storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+            attempts,
+            started,
+            now,
+            *_usage_cols(spent),
+        )
+        self.fault(pos, name, "effect", sig)
+        failed = {
+            "name": name,
+            "attempt": rec.attempts,
+            "duration_ms": _ms(now - started),
+            "key": key,
+            "error_type": rec.error_type,
+            "error_message": rec.error_message,
+        }
+        events = [*self.take_events(), self.step_event(STEP_FAILED, pos, failed)]
+        yield Write([*self.take_pending(), self._with_inputs(rec)], events)
+        self.fault(pos, name, "recorded", sig)
+        raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
+
+    def record_ok(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        value: Any,
+        sig: StepSignature,
+        attempts: int,
+        started: float,
+        usage: Usage,
+    ) -> Generator[Op, Any, Any]:
+        try:
+            text = codec.dumps(value, f"step {pos} {name!r} output", STEP_OUTPUT_BYTES_MAX)
+        except SerializationError as exc:
+            raise self.poison(
+                SerializationError(
+                    f"{exc}. The run is blocked: change the step to return storable data,"
+                    " then resume it"
+                )
+            ) from None
+        self.fault(pos, name, "effect", sig)
+        stored, blob = inputs.output_ref(text, self.output_inline_max)
+        rec = StepRecord(
+            pos,
+            STEP,
+            name,
+            digest,
+            OK,
+            stored,
+            None,
+            None,
+            attempts,
+            started,
+            self.clock.time(),
+            *_usage_cols(usage),
+        )
+        done = {
+            "name": name,
+            "attempt": attempts,
+            "duration_ms": _ms((rec.finished_at or started) - started),
+            "key": idempotency_key(self.run_id, self.incarnation, pos),
+            "tokens": rec.usage_tokens,
+            "cost_usd": rec.usage_cost_usd,
+        }
+        if usage.split:
+            done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
+        events = [*self.take_events(), self.step_event(STEP_COMPLETED, pos, done)]
+        rec = self._with_inputs(rec)
+        if blob is not None:
+            rec = rec.replace(blobs=(*rec.blobs, blob))
+        yield Write([*self.take_pending(), rec], events)
+        self.fault(pos, name, "recorded", sig)
+        return decode_output(self, text, sig, pos, name)
+
+    def _with_inputs(self, rec: StepRecord) -> StepRecord:
+        """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
+        record of a position carries them; a later one, e.g. the result after its
+        intent, only the manifest)."""
+        # A result or failure is the position's last record: its manifest can go.
+        m = (
+            self.manifests.get(rec.position)
+            if rec.status == INTENT
+            else self.manifests.pop(rec.position, None)
+        )
+        if m is None:
+            return rec
+        blobs, m.blobs = tuple(m.blobs), []
+        return rec.replace(inputs=m.text, blobs=blobs)
+
+    # -- streamed steps ------------------------------------------------------------------
+
+
+def _ms(seconds: float | None) -> float:
+    """Seconds as milliseconds, rounded to a microsecond (never negative: a clock that
+    stepped back reads as 0)."""
+    return round(max(0.0, seconds or 0.0) * 1000, 3)
+
+
+def add_usage(total: Usage, more: Usage) -> None:
+    if more.reported:
+        total.tokens += more.tokens
+        total.cost_usd += more.cost_usd
+        total.input_tokens += more.input_tokens
+        total.output_tokens += more.output_tokens
+        total.split = total.split or more.split
+        total.reported = True
+
+
+def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
+    if not usage.reported:
+        return None, None
+    return usage.tokens, usage.cost_usd
+
+
+def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
+    try:
+        text = inputs.resolve_output(text, core.fetch_blobs)
+    except SerializationError as exc:
+        # A missing blob, or one whose bytes no longer match its sha256: the recorded
+        # output is unknown, so the run stops here, blocked and unchanged, never failed.
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
+                " blocked and nothing recorded is changed: restore the blob's row from a"
+                f" backup, then `{command('retry', core.run_id)}` replays it from there"
+            )
+        ) from exc
+    try:
+        return codec.loads(text or "null", sig.return_hint)
+    except SerializationError as exc:
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: the recorded output cannot be decoded as the return"
+                f" annotation {sig.return_hint!r} ({exc}); the run is blocked until the"
+                " annotation matches what was recorded (or the row is repaired)"
+            )
+        ) from exc
+
+
+def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
+    asked = _gather_text(shape)
+    if rec.kind == GATHER:
+        had = _gather_text(codec.loads(rec.output or "null"))
+    else:
+        had = f"{rec.name!r}({rec.digest[:12]})"
+    return (
+        f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
+        " this run's history, and no branch of the gather ran: revert the change, or let old"
+        " runs finish on workers that serve their version first. The run is blocked; nothing"
+        " recorded was lost, and it resumes once the code matches."
+    )
+
+
+def _gather_text(shape: Any) -> str:
+    try:
+        arity, labels = shape
+        return f"a gather of {arity} branches {list(labels)!r}"
+    except (TypeError, ValueError):
+        return f"a gather {shape!r}"
+
+
+def _pos_key(pos: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in pos.split("."))
+
+
+GATHER_NAME = "durably.gather"
+
+
+_KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
+
+HALT_NAMES: dict[type[DurablyError], str] = {
+    Cancelled: "durably.cancel",
+    BudgetExceeded: "durably.budget",
+}
+_HALT_TYPES: dict[str, type[DurablyError]] = {v: k for k, v in HALT_NAMES.items()}
+
+
+def cancelled_error(run_id: str, reason: str | None) -> Cancelled:
+    """The ``Cancelled`` of a run cancelled with ``reason`` (the one message for the
+    workflow, ``engine.run``, ``Handle.result`` and the worker's log)."""
+    said = f": {reason}" if reason else " (no reason given)"
+    return Cancelled(f"run {run_id!r} was cancelled{said}", reason)
+
+
+def _halt_digest(name: str) -> str:
+    return codec.digest(name, [], {})
