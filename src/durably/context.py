@@ -24,6 +24,7 @@ from .errors import (
 from .features import approvals, budgets, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .replay import stepping
 from .replay.kernel import (
     SCOPE,
     RunCore,
@@ -81,7 +82,7 @@ class Context:
         receives the run's current fencing token. A final failure raises ``StepFailed``,
         live and on replay alike.
         """
-        result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
+        result: T = drive_sync(self._ex, stepping.step(self._core, name, fn, args, kwargs))
         return result
 
     def step_stream(

@@ -30,8 +30,6 @@ from .replay.kernel import TakeSignal as TakeSignal
 from .replay.kernel import Wait as Wait
 from .replay.kernel import Write as Write
 from .replay.kernel import _pos_key as _pos_key
-from .replay.kernel import add_usage as add_usage
 from .replay.kernel import cancelled_error as cancelled_error
-from .replay.kernel import decode_output as decode_output
 from .replay.kernel import fault_step as fault_step
 from .replay.kernel import type_name as type_name

@@ -30,6 +30,7 @@ from . import codec
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .features import sagas
 from .history import check_name, describe_error, position_key
+from .replay import stepping
 from .replay.kernel import Op, RunCore, type_name
 from .runtime.awaitables import Recording
 from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
@@ -108,7 +109,7 @@ class SagaCore:
         core = self.core
         takes_result = self._check_step(name, undo, kwargs)
         pos = core.scope().peek()  # the position core.step takes
-        result = yield from core.step(name, do, args, kwargs)
+        result = yield from stepping.step(core, name, do, args, kwargs)
         # undo gets the result as recorded, not as the workflow may change it meanwhile.
         kept = self._copy(result, do, pos) if takes_result else None
         self.done.append(Done(pos, name, undo, args, kwargs, kept, takes_result))
@@ -207,7 +208,9 @@ class SagaCore:
             sagas.compensate_begin(core, [d.position for d in todo], error)
             for d in todo:
                 try:
-                    yield from core.step(UNDO_PREFIX + d.name, d.undo, d.args, d.undo_kwargs())
+                    yield from stepping.step(
+                        core, UNDO_PREFIX + d.name, d.undo, d.args, d.undo_kwargs()
+                    )
                 except StepFailed as failed:
                     # Best effort: the other compensations still run; the first failure is
                     # the one named (anything else, a blocked run or a stop, goes on at once).

@@ -29,6 +29,7 @@ from ..approvals import (
 )
 from ..errors import Cancelled, ConfigError, NonDeterminism, SerializationError
 from ..journal.records import APPROVAL, OK, WAITING, StepRecord
+from ..replay import stepping
 from ..replay.ops import Op, ReadDecision
 from ..replay.park import Parked
 
@@ -71,7 +72,7 @@ def request_approval(
     if on_timeout == "cancel":
         _cancel_on_expiry(core, pos, action)
         return decision  # only inside a saga's compensation: the halt waits
-    value = yield from core.step(f"on_timeout:{action}", on_timeout, (), {})
+    value = yield from stepping.step(core, f"on_timeout:{action}", on_timeout, (), {})
     expired: Decision = dataclasses.replace(decision, value=value)
     return expired
 

@@ -20,8 +20,10 @@ from ..errors import ConfigError, ReplayEnd, SerializationError, StepFailed
 from ..journal import codec
 from ..journal.records import FAILED, OK, STEP
 from ..journal.text import check_name
-from ..replay.kernel import add_usage, decode_output, type_name
+from ..replay import stepping
+from ..replay.kernel import type_name
 from ..replay.ops import Call, Op, Outcome
+from ..replay.stepping import add_usage, decode_output
 from ..replay.streamops import (
     END,
     STOP,
@@ -115,7 +117,9 @@ def step_stream(
         def attempts(*a: Any) -> Generator[Any, Any, Any]:
             return _stream_attempts(core, *a, assemble=assemble, in_async=in_async)
 
-        out = yield from core.live_step(pos, name, digest, fn, args, kwargs, sig, rec, attempts)
+        out = yield from stepping.live_step(
+            core, pos, name, digest, fn, args, kwargs, sig, rec, attempts
+        )
         if isinstance(out, _Streamed):
             return out.value
         # Reconciled (an effect in doubt): the recorded value is streamed like a replay.
@@ -222,9 +226,11 @@ def _stream_attempts(
                 )
             )
         if not chunks and opts.retryable(error, attempt):
-            yield from core.retry_wait(pos, name, key, error, sig, attempt, crashed)
+            yield from stepping.retry_wait(core, pos, name, key, error, sig, attempt, crashed)
             continue
-        yield from core.record_failed(pos, name, digest, key, error, sig, n, started, spent)
+        yield from stepping.record_failed(
+            core, pos, name, digest, key, error, sig, n, started, spent
+        )
 
 
 def _stream_record(
@@ -253,7 +259,9 @@ def _stream_record(
                     " (the stream runs again on resume)"
                 )
             ) from exc
-    return (yield from core.record_ok(pos, name, digest, value, sig, attempts, started, spent))
+    return (
+        yield from stepping.record_ok(core, pos, name, digest, value, sig, attempts, started, spent)
+    )
 
 
 def _chunks_of(core: RunCore, pos: str, name: str, value: Any, in_async: bool) -> tuple[Any, bool]:

@@ -15,6 +15,7 @@ from ..errors import (
     ConfigError,
 )
 from ..features import approvals, signals
+from ..replay import stepping
 from ..replay.kernel import (
     RunCore,
 )
@@ -153,7 +154,9 @@ class StepCall(Recording[T]):
         core = self._core
         if core.dropped is not None:
             raise core.poison(ConfigError(core.dropped))
-        return drive_async(self._ex, core.step(self.label, self._fn, self._args, self._kwargs))
+        return drive_async(
+            self._ex, stepping.step(core, self.label, self._fn, self._args, self._kwargs)
+        )
 
 
 class ApprovalCall(Recording["Decision"]):
