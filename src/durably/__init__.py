@@ -11,8 +11,8 @@ from __future__ import annotations
 from .approvals import Decision, PendingApproval
 from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
-from .context import AsyncContext, Context
-from .current import StepInfo, current_context, current_step
+from .context import AsyncContext, Context, current_context
+from .current import StepInfo, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalAlreadyDecided,

@@ -12,12 +12,15 @@ resume time (import to first live step) is a target.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .budget import Budget
+from .current import in_step, outside_step
 from .errors import (
     ConfigError,
 )
@@ -56,6 +59,34 @@ if TYPE_CHECKING:
     from .streaming import AsyncStepStream, ChunkHook, StepStream
 
 T = TypeVar("T")
+
+
+_CONTEXT: contextvars.ContextVar[Context | AsyncContext | None] = contextvars.ContextVar(
+    "durably_current_context", default=None
+)
+
+
+def current_context() -> Context | AsyncContext | None:
+    """The running workflow's :class:`~durably.Context` (sync workflow) or
+    :class:`~durably.AsyncContext` (async workflow), else None.
+
+    It is set in the workflow's body, in its ``ctx.gather`` branches and saga bodies,
+    and is None outside a workflow and inside a running step (so a wrapper called from
+    a step's function does not record a step of its own: the step is what is recorded).
+    """
+    return None if in_step() else _CONTEXT.get()
+
+
+@contextlib.contextmanager
+def workflow_body(ctx: Context | AsyncContext) -> Iterator[None]:
+    """Around a workflow's body: it sees ``ctx`` as :func:`current_context` and no step
+    (a workflow run from inside another's step is a body of its own)."""
+    token = _CONTEXT.set(ctx)
+    try:
+        with outside_step():
+            yield
+    finally:
+        _CONTEXT.reset(token)
 
 
 class Context:

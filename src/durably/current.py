@@ -1,16 +1,18 @@
 """Where the code running now is: inside a step (:func:`current_step`), or in a
-workflow's body (:func:`current_context`).
+workflow's body (:func:`durably.current_context`).
 
 These are the seams integrations build on (model-client wrappers, framework adapters):
-a wrapper asks :func:`current_context` whether it runs in a workflow body, and records
+a wrapper asks :func:`durably.current_context` whether it runs in a workflow body, and records
 its call as a step there; inside a running step it gets None and passes straight
 through, since the step around it is what is recorded. Code that cannot take an
 ``idempotency_key`` parameter asks :func:`current_step` for the step's key.
 
-Both are context variables set by the drivers (``durably.context``) around each call
+Both are context variables set by the drivers (``durably.runtime``) around each call
 of a step function and by the engine around a workflow's body, so they follow the code
 into the step threads of async workflows and into ``ctx.gather`` branches (asyncio
-copies a task's context when it creates it).
+copies a task's context when it creates it). The workflow's context itself is kept by
+:mod:`durably.context` (where its types live, so this module imports nothing above it):
+here is only whether a step function is running.
 """
 
 from __future__ import annotations
@@ -19,10 +21,6 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .context import AsyncContext, Context
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +48,8 @@ class StepInfo:
 _STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
     "durably_current_step", default=None
 )
-_CONTEXT: contextvars.ContextVar[Context | AsyncContext | None] = contextvars.ContextVar(
-    "durably_current_context", default=None
-)
+# True while a step function runs: the workflow's context (durably.context) is hidden.
+_IN_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("durably_in_step", default=False)
 
 
 def current_step() -> StepInfo | None:
@@ -66,15 +63,9 @@ def current_step() -> StepInfo | None:
     return _STEP.get()
 
 
-def current_context() -> Context | AsyncContext | None:
-    """The running workflow's :class:`~durably.Context` (sync workflow) or
-    :class:`~durably.AsyncContext` (async workflow), else None.
-
-    It is set in the workflow's body, in its ``ctx.gather`` branches and saga bodies,
-    and is None outside a workflow and inside a running step (so a wrapper called from
-    a step's function does not record a step of its own: the step is what is recorded).
-    """
-    return _CONTEXT.get()
+def in_step() -> bool:
+    """True while a step function (or a streamed step's chunk) runs."""
+    return _IN_STEP.get()
 
 
 @contextlib.contextmanager
@@ -82,22 +73,22 @@ def inside_step(info: StepInfo | None) -> Iterator[None]:
     """Around one call of a step function (or one chunk of a streamed step): it sees
     ``info`` as :func:`current_step` and no workflow context."""
     step = _STEP.set(info)
-    ctx = _CONTEXT.set(None)
+    hidden = _IN_STEP.set(True)
     try:
         yield
     finally:
-        _CONTEXT.reset(ctx)
+        _IN_STEP.reset(hidden)
         _STEP.reset(step)
 
 
 @contextlib.contextmanager
-def workflow_body(ctx: Context | AsyncContext) -> Iterator[None]:
-    """Around a workflow's body: it sees ``ctx`` as :func:`current_context` and no step
-    (a workflow run from inside another's step is a body of its own)."""
-    token = _CONTEXT.set(ctx)
+def outside_step() -> Iterator[None]:
+    """Around a workflow's body (``durably.context.workflow_body``): no step is running
+    there (a workflow run from inside another's step is a body of its own)."""
     step = _STEP.set(None)
+    shown = _IN_STEP.set(False)
     try:
         yield
     finally:
+        _IN_STEP.reset(shown)
         _STEP.reset(step)
-        _CONTEXT.reset(token)

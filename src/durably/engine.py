@@ -35,8 +35,7 @@ from .approvals import (
 from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
 from .clock import Clock, SystemClock
-from .context import AsyncContext, Context
-from .current import workflow_body
+from .context import AsyncContext, Context, workflow_body
 from .errors import (
     Cancelled,
     CompensationFailed,

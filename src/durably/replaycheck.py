@@ -17,8 +17,7 @@ from collections.abc import Coroutine, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .context import AsyncContext, Context
-from .current import workflow_body
+from .context import AsyncContext, Context, workflow_body
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import CANCELLED, FAILED_RUN, RunRecord
 from .replay.kernel import Charge, ReadSpend, RunCore, SetBudget, Write

@@ -30,12 +30,6 @@ from ..errors import (
     SerializationError,
     Unwind,
 )
-from ..events import (
-    EVENT_DATA_BYTES_MAX,
-    USER,
-    NewEvent,
-    new_event,
-)
 from ..history import (
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
@@ -52,6 +46,12 @@ from ..history import (
     check_name,
     idempotency_key,
     storable_text,
+)
+from ..journal.events import (
+    EVENT_DATA_BYTES_MAX,
+    USER,
+    NewEvent,
+    new_event,
 )
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX

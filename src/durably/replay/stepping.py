@@ -19,12 +19,6 @@ from ..errors import (
     SerializationError,
     StepFailed,
 )
-from ..events import (
-    STEP_COMPLETED,
-    STEP_FAILED,
-    STEP_RETRIED,
-    STEP_STARTED,
-)
 from ..history import (
     ERROR_MESSAGE_CHARS_MAX,
     FAILED,
@@ -38,27 +32,17 @@ from ..history import (
     idempotency_key,
     storable_text,
 )
-from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
-from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
-from ..limits import TIMER_S_MAX as TIMER_S_MAX
+from ..journal.events import (
+    STEP_COMPLETED,
+    STEP_FAILED,
+    STEP_RETRIED,
+    STEP_STARTED,
+)
 from ..shell import command
 from ..steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
 from .kernel import NOT_DONE, type_name
-from .ops import Call as Call
-from .ops import Charge as Charge
-from .ops import Op as Op
-from .ops import Outcome as Outcome
-from .ops import ReadDecision as ReadDecision
-from .ops import ReadSpend as ReadSpend
-from .ops import SetBudget as SetBudget
-from .ops import TakeSignal as TakeSignal
-from .ops import Wait as Wait
-from .ops import Write as Write
+from .ops import Call, Op, Outcome, Wait, Write
 from .park import Parked
-from .scope import SCOPE as SCOPE
-from .scope import Scope as Scope
-from .setup import FaultHook as FaultHook
-from .setup import RunSetup as RunSetup
 
 if TYPE_CHECKING:
     from .kernel import RunCore
