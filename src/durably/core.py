@@ -588,8 +588,9 @@ class RunCore:
             what = "inputs differ" if same else "steps differ"
             detail = self._inputs_diff(rec, call) if same else ""
             parts = [
-                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                f" {name!r}({digest[:12]}) ({what}).",
+                # No digest: an unsalted sha256 of the arguments gives a short value
+                # back to anyone trying the candidates (see HASH_SHOWN_CHARS_MIN).
+                f"step {pos}: history has {rec.name!r}, code asked for {name!r} ({what}).",
                 detail,
                 self._prompt_note(),
                 "The code no longer matches this run's history: revert the change, or let"
@@ -644,7 +645,7 @@ class RunCore:
             rec = self.history[left[0]]
             raise self.poison(
                 NonDeterminism(
-                    f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                    f"step {rec.position}: history has {rec.name!r}, code"
                     f" asked for nothing (the workflow returned with {len(left)} recorded"
                     " position(s) unused). The code no longer matches this run's history; the"
                     " run is blocked and nothing recorded was lost."
@@ -823,9 +824,9 @@ class RunCore:
             if rec.kind != COMPENSATE or rec.digest != digest:
                 raise self.poison(
                     NonDeterminism(
-                        f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
+                        f"step {pos}: history has {rec.name!r}, code asked"
                         f" for a saga compensating the steps at {', '.join(positions)}"
-                        f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
+                        f" ({COMPENSATE_NAME}). The code no longer matches this"
                         " run's history: revert the change, or let old runs finish on workers"
                         " that serve their version first. The run is blocked; nothing recorded"
                         " was lost, and it resumes once the code matches."
@@ -2004,7 +2005,7 @@ def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
     if rec.kind == GATHER:
         had = _gather_text(codec.loads(rec.output or "null"))
     else:
-        had = f"{rec.name!r}({rec.digest[:12]})"
+        had = repr(rec.name)
     return (
         f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
         " this run's history, and no branch of the gather ran: revert the change, or let old"
