@@ -2,7 +2,8 @@
 
 Each ``journals/*.json`` is a real run of a workflow in ``workflows.py`` (written by
 ``make_golden.py``), one per capability: steps, gather, timers, signals, approvals,
-sagas, budgets, patched, blobs/inputs, halts, and both legacy key formats. The test loads
+sagas, budgets, patched, blobs/inputs, halts, both legacy key formats, and values (every
+type the codec writes with a ``$`` tag, as input, arguments and output). The test loads
 one into a fresh journal (SQLite and PostgreSQL), built at the schema version it was
 written at and migrated by opening it, and replays it with ``durably replay --check``'s
 machinery (``durably.replaycheck``): a real replay from the top through the recorded
@@ -52,6 +53,7 @@ CAPABILITIES = {
     "halts",
     "legacy_keys",
     "legacy_gather_keys",
+    "values",
 }
 LEGACY = {"legacy_keys", "legacy_gather_keys"}
 
@@ -85,6 +87,11 @@ def test_the_goldens_hold_what_they_pin() -> None:
     for name in LEGACY:
         assert g[name]["runs"][0]["incarnation"] is None
     assert ("gather", "ok") not in kinds["legacy_gather_keys"]  # from before gather markers
+    # Every type the codec tags, in the run's input, a step's inputs and its output: a
+    # renamed tag (or a changed form) stops old journals reading and fails here.
+    values = json.dumps(g["values"])
+    untagged = [tag for tag in codec._TAG_DECODERS if f'{{\\"{tag}\\":' not in values]
+    assert untagged == [], f"the values golden holds no {untagged}: regenerate it"
     for name, d in g.items():
         assert d["golden"] == name and len(d["runs"]) == 1, name
         assert d["runs"][0]["status"] in ("completed", "cancelled"), name
