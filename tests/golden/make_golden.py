@@ -82,6 +82,11 @@ def scenario(name: str, url: str) -> None:
                 engine.resume(name)
             except durably.Cancelled:
                 pass
+        elif name == "budget_stop":
+            try:
+                engine.run(wf, run_id=name)
+            except durably.WorkflowFailed:
+                pass  # stopped by its budget: a recorded halt, the run failed
         elif name == "values":
             engine.run(wf, every_tagged_value(), run_id=name)
         elif name in ("legacy_keys", "legacy_gather_keys"):
@@ -126,6 +131,7 @@ NAMES = (
     "legacy_keys",
     "legacy_gather_keys",
     "values",
+    "budget_stop",
 )
 
 

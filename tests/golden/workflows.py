@@ -264,6 +264,17 @@ def register(engine: durably.Engine) -> dict[str, durably.Workflow]:
         REACHED.append(("legacy_gather_keys", out))
         return out
 
+    @engine.workflow(name="golden.budget_stop")
+    def budget_stop(ctx: durably.Context) -> str:
+        ctx.budget(tokens=100)
+        ctx.step("draft", model_call, "draft", 120, 40)
+        try:
+            ctx.step("review", model_call, "review", 200, 60)  # a budget halt is recorded
+        except durably.BudgetExceeded as exc:
+            REACHED.append(("budget_stop", f"{type(exc).__name__}: {exc}"))
+            raise
+        return "not reached"
+
     @engine.workflow(name="golden.values")
     def values(ctx: durably.Context, given: dict[str, Any]) -> dict[str, Any]:
         out = ctx.step("echo", echo_values, given)
@@ -284,4 +295,5 @@ def register(engine: durably.Engine) -> dict[str, durably.Workflow]:
         "legacy_keys": legacy_keys,
         "legacy_gather_keys": legacy_gather_keys,
         "values": values,
+        "budget_stop": budget_stop,
     }
