@@ -85,3 +85,36 @@ def test_a_run_started_again_with_other_input_shows_no_digest_of_either(tmp_path
     assert "was started with other input" in text
     shown = set(re.findall(r"[0-9a-f]{12}", text))
     assert shown == set(), text
+
+
+def test_a_changed_map_names_no_key_that_is_data(tmp_path: Path) -> None:
+    # A dict's keys are field names in a request ("Authorization", "role") but data in a
+    # map keyed by customer: an e-mail address, a phone number, an account id. Once, the
+    # diff named them ("field 'ana@example.com' added"): personal data in the exception,
+    # the run.blocked event and replay --check output.
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+
+    def register(engine: durably.Engine, balances: dict[str, int]) -> None:
+        def settle(balances: dict[str, int], headers: dict[str, str]) -> bool:
+            return True
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> int:
+            ctx.step("settle", settle, balances, {"X-Request-Id": "r-1"})
+            ctx.wait_for_signal("go")
+            return 1
+
+    with durably.Engine(url, park_wait_s=0) as engine:
+        register(engine, {"ana@example.com": 10, "plan": 1})
+        with pytest.raises(durably.RunParked):
+            engine.run("wf", run_id="r1")
+    with durably.Engine(url, park_wait_s=0) as engine:
+        register(engine, {"ana@example.com": 11, "+44 7700 900123": 5, "plan": 2})
+        engine.signal("r1", "go")
+        with pytest.raises(durably.NonDeterminism) as err:
+            engine.run("wf", run_id="r1")
+    text = str(err.value)
+    for data in ("ana@", "7700", "example.com"):
+        assert data not in text, text
+    assert "field 'plan' differs" in text  # a key shaped like a name is still named
+    assert "a key of 15 chars" in text  # the others by their length
