@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from .. import AsyncContext, ConfigError, Context, SerializationError, StepTimeout, current_context
 from .. import step as step_options
 from .. import usage as report_usage
+from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
 from ..redact import MASK, redact
 
@@ -384,6 +385,21 @@ class Client:
             ins, outs = m.tokens(data)
         except (KeyError, TypeError, AttributeError, ValueError):
             ins, outs = 0, 0
+        counts = {"input": ins, "output": outs}
+        for what, n in counts.items():
+            if not 0 <= n <= TOKENS_MAX:
+                # A server's "unknown" (-1) or garbage: the call was made and paid for,
+                # so its result is recorded and the count is left out, not the run failed.
+                counts[what] = 0
+                model = kwargs.get("model")
+                fields = sorted(data.get("usage") or {}) if isinstance(data, dict) else []
+                self.warn_once(
+                    ("usage", str(model), what),
+                    f"{m.step}: a response for model {model!r:.80} reports {n:,} {what}"
+                    f" tokens (usage fields {', '.join(fields)}), not a count from 0 to"
+                    f" {TOKENS_MAX:,}: counted as 0 in the run's spend and budget",
+                )
+        ins, outs = counts["input"], counts["output"]
         cost = 0.0
         prices = self.settings.prices
         if prices is not None:
@@ -401,7 +417,7 @@ class Client:
                     f" prices[{shown!r}] = (usd_per_million_input, usd_per_million_output)",
                 )
             else:
-                cost = ins * found[0] / 1e6 + outs * found[1] / 1e6
+                cost = min(COST_USD_MAX, ins * found[0] / 1e6 + outs * found[1] / 1e6)
         report_usage(input_tokens=ins, output_tokens=outs, cost_usd=cost)
 
     def options(self) -> Callable[[Any], Any]:
