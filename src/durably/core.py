@@ -695,7 +695,7 @@ class RunCore:
         after a cancel (cleanup code may say what it does); not after a stop."""
         self.guard(halt=False)
         if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
+            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {_given(kind)}")
         check_name(kind, "ctx.emit: the kind")
         if len(self.events) >= EVENTS_BUFFERED_MAX:
             raise ConfigError(
@@ -722,7 +722,7 @@ class RunCore:
         no position and may be called after a halt (it records nothing in the history)."""
         self.guard(halt=False)
         if not isinstance(budget, Budget):
-            raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+            raise ConfigError(f"a budget is a durably.Budget, got {_given(budget)}")
         self.budget = budget
         if self.checking:
             return  # replay --check writes nothing and never goes live
@@ -1062,7 +1062,9 @@ class RunCore:
     def _check_change_id(self, change_id: object, where: str) -> None:
         if not isinstance(change_id, str) or not change_id:
             raise self.poison(
-                ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
+                ConfigError(
+                    f"{where}: the change id must be a non-empty str, got {_given(change_id)}"
+                )
             )
         try:
             check_name(change_id, f"{where}: the change id")
@@ -1328,7 +1330,7 @@ class RunCore:
         if not isinstance(name, str) or not name:
             raise self.poison(
                 ConfigError(
-                    f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                    f"ctx.step: the step name must be a non-empty str, got {_given(name)}; call"
                     " ctx.step('name', fn, *args)"
                 )
             )
@@ -1678,7 +1680,9 @@ class RunCore:
         self.guard_replay()
         if not isinstance(name, str) or not name:
             raise self.poison(
-                ConfigError(f"ctx.step_stream: the step name must be a non-empty str, got {name!r}")
+                ConfigError(
+                    f"ctx.step_stream: the step name must be a non-empty str, got {_given(name)}"
+                )
             )
         for what, f in (("fn", fn), ("assemble", assemble), ("replay", replay)):
             if f is not None and not callable(f):
@@ -2042,6 +2046,14 @@ def _later(q: tuple[int, ...], p: tuple[int, ...]) -> bool:
         if j + 1 >= len(q) or q[j + 1] != p[j + 1]:
             return False  # the gather's marker, or a sibling branch
     return False
+
+
+def _given(value: object) -> str:
+    """What was passed where a name (or a Budget) belongs, for a message that leaves the
+    process: a str as its repr (cut to 100 characters), anything else by
+    :func:`fn_text`, never its repr (a ``functools.partial`` passed by mistake lists the
+    API key bound into it)."""
+    return repr(value[:100]) if isinstance(value, str) else fn_text(value)
 
 
 def _patch_digest(change_id: str) -> str:

@@ -44,3 +44,49 @@ def test_a_value_passed_to_gather_as_a_branch_is_named_by_type_never_quoted(
         rows = repr(conn.execute("SELECT * FROM events").fetchall())
         rows += repr(conn.execute("SELECT * FROM runs").fetchall())
     assert SECRET not in rows
+
+
+def _call_api(api_key: str) -> str:
+    return "ok"
+
+
+@pytest.mark.parametrize(
+    "mistake",
+    ["step-name", "stream-name", "approval-action", "on-timeout", "emit-kind", "patched-id"],
+)
+def test_a_value_passed_where_a_name_belongs_is_named_by_type_never_quoted(
+    tmp_path: Path, mistake: str
+) -> None:
+    # ctx.step(partial(call, api_key=KEY)) forgets the step's name: the partial is the
+    # name, and its repr lists the key bound into it. Once, each of these refusals
+    # quoted the value with !r into the blocked run's reason and its events.
+    import functools
+
+    bound = functools.partial(_call_api, api_key=SECRET)
+    args = {"card": SECRET}
+    db = tmp_path / "j.db"
+    with durably.Engine(f"sqlite:///{db}") as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            if mistake == "step-name":
+                return ctx.step(bound, _call_api)  # type: ignore[arg-type]
+            if mistake == "stream-name":
+                return list(ctx.step_stream(bound, lambda: iter([1])))  # type: ignore[arg-type]
+            if mistake == "approval-action":
+                return ctx.request_approval(args, "refund")  # type: ignore[arg-type]
+            if mistake == "on-timeout":
+                return ctx.request_approval("refund", {}, on_timeout=args)  # type: ignore[arg-type]
+            if mistake == "emit-kind":
+                return ctx.emit(args, {})  # type: ignore[arg-type]
+            return ctx.patched(bound)  # type: ignore[arg-type]
+
+        with pytest.raises((durably.ConfigError, durably.WorkflowFailed)) as err:
+            engine.run("wf", run_id="r1")
+        run = engine.get_run("r1")
+    assert run.status in ("blocked", "failed")
+    assert SECRET not in f"{err.value}\n{run.park_reason}\n{run.error_message}", err.value
+    with sqlite3.connect(db) as conn:
+        rows = repr(conn.execute("SELECT * FROM events").fetchall())
+        rows += repr(conn.execute("SELECT * FROM runs").fetchall())
+    assert SECRET not in rows
