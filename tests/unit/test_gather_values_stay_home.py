@@ -90,3 +90,35 @@ def test_a_value_passed_where_a_name_belongs_is_named_by_type_never_quoted(
         rows = repr(conn.execute("SELECT * FROM events").fetchall())
         rows += repr(conn.execute("SELECT * FROM runs").fetchall())
     assert SECRET not in rows
+
+
+def test_the_untyped_result_warning_names_a_partial_without_its_bound_values(
+    tmp_path: Path,
+) -> None:
+    # The warning for a step returning a pydantic model without a return annotation
+    # named the function by repr when it had no __qualname__: a partial's repr, with the
+    # API key bound into it, went to stderr and the logs.
+    import functools
+    import warnings
+
+    import pydantic
+
+    class Reply(pydantic.BaseModel):
+        text: str
+
+    def ask(api_key: str, prompt: str):  # type: ignore[no-untyped-def]  # no annotation
+        return Reply(text=prompt)
+
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}") as engine:
+
+        @engine.workflow(name="wf")
+        def wf(ctx: durably.Context) -> Any:
+            return ctx.step("ask-untyped-partial", functools.partial(ask, SECRET), "hi")
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine.run("wf", run_id="r1")
+    [warning] = [w for w in caught if "no return annotation" in str(w.message)]
+    text = str(warning.message)
+    assert "functools.partial(" in text and "ask" in text
+    assert SECRET not in text, text
