@@ -160,11 +160,17 @@ def _plain(value: Any, where: str, depth: int = 0) -> Any:
 
 
 def _given(value: object) -> str:
-    """A value passed where a name or option belongs, named by its type (see
-    ``durably.steps.fn_text``), never quoted: the message leaves the process."""
-    from .steps import fn_text
-
-    return repr(value[:100]) if isinstance(value, str) else fn_text(value)
+    """A value passed where a name or option belongs, named by its type or qualified
+    name (as ``durably.steps.fn_text`` does; this module sits below it), never quoted:
+    the message leaves the process (a partial's repr lists the values bound into it)."""
+    if isinstance(value, str):
+        return repr(value[:100])
+    if callable(value):
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if isinstance(name, str) and name:
+            return name
+        return f"a {type(value).__qualname__} object"
+    return f"a {type(value).__qualname__} value"
 
 
 def check_action(action: Any) -> str:
