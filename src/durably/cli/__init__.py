@@ -8,7 +8,7 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
-``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``).
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui` (``ui``, the dashboard).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "approvals": "durably.cli.approvals:approvals",
     "approve": "durably.cli.approvals:approve_cmd",
     "reject": "durably.cli.approvals:reject_cmd",
+    "ui": "durably.cli.ui:ui_cmd",
 }
 
 
