@@ -23,12 +23,14 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/demo.py
 	$(BIN)/durably chaos --plot demo-output/chaos.png
 
-## test: install with dev (and otel) extras, then ruff, mypy (strict) and pytest
+## test: install with dev (and otel) extras, then ruff, the import-linter contract of
+## pyproject.toml (lint-imports: the direction of dependency), mypy (strict) and pytest
 test: $(VENV)/.installed-dev lint typecheck pytest
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports --no-logo --no-cache
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy

@@ -9,10 +9,11 @@ README.md and docs/ for the guarantees.
 from __future__ import annotations
 
 from .approvals import Decision, PendingApproval
-from .budget import Budget
+from .budget import Budget, Spend
 from .clock import Clock, FakeClock, SystemClock
 from .context import AsyncContext, Context
-from .core import NOT_DONE
+from .core import NOT_DONE, FaultStepInfo
+from .current import StepInfo, current_context, current_step
 from .engine import Engine, Handle, Workflow
 from .errors import (
     ApprovalAlreadyDecided,
@@ -47,7 +48,11 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
+from .events import Event, EventPage, Follow
+from .history import RunRecord, StepRecord
+from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 
@@ -67,11 +72,18 @@ __all__ = [
     "Decision",
     "DurablyError",
     "Engine",
+    "Event",
+    "EventPage",
+    "Explanation",
+    "Fact",
     "FakeClock",
+    "FaultStepInfo",
+    "Follow",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
     "IdempotencyKeyReused",
+    "LiveWorker",
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
@@ -81,11 +93,16 @@ __all__ = [
     "RunInDoubt",
     "RunLeased",
     "RunNotFound",
+    "RunPage",
     "RunParked",
     "RunQuarantined",
+    "RunRecord",
     "SerializationError",
+    "Spend",
     "StaleLease",
     "StepFailed",
+    "StepInfo",
+    "StepRecord",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",
@@ -96,6 +113,9 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowNotRegistered",
     "__version__",
+    "current_context",
+    "current_step",
+    "explain",
     "step",
     "usage",
 ]

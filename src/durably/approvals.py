@@ -40,6 +40,8 @@ from typing import Any, Final
 
 from .errors import ConfigError, SerializationError
 from .history import NAME_BYTES_MAX, check_name
+from .limits import APPROVAL_ARGS_BYTES_MAX, APPROVAL_DIGEST_PREFIX_MIN, APPROVAL_NOTE_CHARS_MAX
+from .limits import APPROVAL_TIMEOUT_S_MAX as APPROVAL_TIMEOUT_S_MAX
 
 __all__ = [
     "APPROVED",
@@ -59,14 +61,12 @@ REJECTED: Final = "rejected"
 EXPIRED: Final = "expired"
 OUTCOMES: Final = frozenset({APPROVED, REJECTED, EXPIRED})
 
-ARGS_BYTES_MAX: Final = 64 * 1024
-"""Largest ``args`` of one request, as JSON: a person reads them before deciding."""
-NOTE_CHARS_MAX: Final = 2_000
-"""Longest note (or rejection reason) and ``by`` name kept with a decision."""
-APPROVAL_TIMEOUT_S_MAX: Final = 10 * 365 * 86_400.0
-"""Longest ``timeout_s`` of a request (ten years): a deadline always fits a float time."""
-DIGEST_PREFIX_MIN: Final = 4
-"""Shortest digest prefix the CLI accepts (the API takes the full digest)."""
+# The bounds of a request live in durably.limits (what each bounds and why); these are
+# their names in this module.
+ARGS_BYTES_MAX: Final = APPROVAL_ARGS_BYTES_MAX
+NOTE_CHARS_MAX: Final = APPROVAL_NOTE_CHARS_MAX
+DIGEST_PREFIX_MIN: Final = APPROVAL_DIGEST_PREFIX_MIN
+
 APPROVAL_NAME_PREFIX: Final = "request_approval:"
 """Record names of approval requests: ``request_approval:refund``."""
 

@@ -16,12 +16,10 @@ import math
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from .limits import COST_USD_MAX as COST_USD_MAX
+from .limits import TOKENS_MAX as TOKENS_MAX
 from .shell import command
 
-TOKENS_MAX = 10**15
-"""Largest token count one report or one budget may hold (fits every store's integer)."""
-COST_USD_MAX = 1e12
-"""Largest cost in US dollars one report or one budget may hold."""
 NEAR_FRACTION = 0.8
 """``runs why`` says a running run is near its budget once it spent this much of it."""
 

@@ -25,7 +25,7 @@ import types
 import typing
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from .errors import SerializationError
 
@@ -244,9 +244,38 @@ def loads(text: str, hint: Any = None) -> Any:
     except SerializationError:
         raise
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError, AttributeError) as exc:
-        raise SerializationError(
-            f"cannot decode a recorded value ({type(exc).__name__}: {str(exc)[:200]})"
-        ) from exc
+        raise SerializationError(f"cannot decode a recorded value ({error_text(exc)})") from exc
+
+
+# Errors whose text names positions, limits, keys or types, never a decoded value.
+_VALUE_FREE_ERRORS: Final = (json.JSONDecodeError, RecursionError, OverflowError, KeyError)
+_ERRORS_SHOWN_MAX: Final = 5
+
+
+def error_text(exc: BaseException) -> str:
+    """``exc`` as "Type: message" for a message that leaves the process (a blocked run's
+    reason, its event, a span), without the value that failed to decode: a pydantic
+    ``ValidationError`` is listed by field, message and error type (its text would quote
+    ``input_value=...``), and an error whose text may quote the value (an enum's "'x' is
+    not a valid Color", a model validator's own message) is named by its type only."""
+    name = type(exc).__name__
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            items = errors(include_input=False, include_url=False, include_context=False)
+            shown = [
+                f"{'.'.join(map(str, e.get('loc', ()))) or '(value)'}: {e.get('type', '?')}"
+                for e in items[:_ERRORS_SHOWN_MAX]
+            ]
+            more = f"; {len(items) - len(shown)} more" if len(items) > len(shown) else ""
+            return f"{name}: {len(items)} error(s): {'; '.join(shown)}{more}"
+        except Exception:
+            pass  # not pydantic's: fall through
+    if isinstance(exc, _VALUE_FREE_ERRORS) or (
+        isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+    ):
+        return f"{name}: {str(exc)[:200]}"
+    return f"{name} (its text may quote the value, so it is not shown)"
 
 
 def roundtrip(value: Any, hint: Any = None, where: str = "value") -> Any:

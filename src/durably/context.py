@@ -19,7 +19,7 @@ import threading
 import weakref
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ._fork import reset_after_fork
 from .budget import Budget
@@ -41,6 +41,7 @@ from .core import (
     cancelled_error,
     combine_parks,
 )
+from .current import inside_step
 from .errors import (
     Cancelled,
     ConfigError,
@@ -51,7 +52,9 @@ from .errors import (
     StoreFailed,
 )
 from .history import APPROVAL, SIGNAL, SLEEP, WAITING
-from .steps import USAGE, Usage
+from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
+from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .steps import USAGE, Usage, fn_text
 from .store import retry
 from .store.base import Store
 
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
 
     from .approvals import ApprovalRow, Decision
     from .saga import AsyncSaga, Saga
+    from .streaming import AsyncStepStream, ChunkHook, StepStream
 
 T = TypeVar("T")
 
@@ -212,25 +216,29 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         try:
-            if isinstance(op, Call):
-                reply = _call_sync(op)
-            elif isinstance(op, Write):
-                for pause in ex.write(op):
-                    ex.clock.sleep(pause)
-                reply = None
-            elif isinstance(op, TakeSignal):
-                reply = retry_sync(ex.take_signal(op), ex.clock)
-            elif isinstance(op, Charge | ReadSpend | SetBudget):
-                reply = retry_sync(ex.ledger(op), ex.clock)
-            elif isinstance(op, ReadDecision):
-                reply = retry_sync(ex.read_decision(op), ex.clock)
-            else:
-                ex.clock.sleep(op.seconds)
-                ex.refresh_lease()
-                reply = None
+            reply = op_sync(ex, op)
         except BaseException:
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
             raise
+
+
+def op_sync(ex: Executor, op: Op) -> Any:
+    """Carry out one operation in this thread; returns the reply for the core."""
+    if isinstance(op, Call):
+        return _call_sync(op)
+    if isinstance(op, Write):
+        for pause in ex.write(op):
+            ex.clock.sleep(pause)
+        return None
+    if isinstance(op, TakeSignal):
+        return retry_sync(ex.take_signal(op), ex.clock)
+    if isinstance(op, Charge | ReadSpend | SetBudget):
+        return retry_sync(ex.ledger(op), ex.clock)
+    if isinstance(op, ReadDecision):
+        return retry_sync(ex.read_decision(op), ex.clock)
+    ex.clock.sleep(op.seconds)
+    ex.refresh_lease()
+    return None
 
 
 async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
@@ -242,36 +250,39 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         try:
-            if isinstance(op, Call):
-                reply = await _call_async(op)
-            elif isinstance(op, Write):
-                # One short fenced commit; a thread hop would cost more than it saves.
-                for pause in ex.write(op):
-                    await _wait_async(ex.clock, Wait(pause))
-                reply = None
-            elif isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision):
-                # One short transaction or read, like a write: no thread hop.
-                calls: Generator[float, None, Any]
-                if isinstance(op, TakeSignal):
-                    calls = ex.take_signal(op)
-                elif isinstance(op, ReadDecision):
-                    calls = ex.read_decision(op)
-                else:
-                    calls = ex.ledger(op)
-                while True:
-                    try:
-                        pause = next(calls)
-                    except StopIteration as stop:
-                        reply = stop.value
-                        break
-                    await _wait_async(ex.clock, Wait(pause))
-            else:
-                await _wait_async(ex.clock, op)
-                ex.refresh_lease()
-                reply = None
+            reply = await op_async(ex, op)
         except BaseException:  # cancelled (a failed gather, a timeout), a store error
             gen.close()  # the core's cleanup (its scope is no longer busy) runs now
             raise
+
+
+async def op_async(ex: Executor, op: Op) -> Any:
+    """Carry out one operation on the running event loop; returns the reply."""
+    if isinstance(op, Call):
+        return await _call_async(op)
+    if isinstance(op, Write):
+        # One short fenced commit; a thread hop would cost more than it saves.
+        for pause in ex.write(op):
+            await _wait_async(ex.clock, Wait(pause))
+        return None
+    if isinstance(op, TakeSignal | Charge | ReadSpend | SetBudget | ReadDecision):
+        # One short transaction or read, like a write: no thread hop.
+        calls: Generator[float, None, Any]
+        if isinstance(op, TakeSignal):
+            calls = ex.take_signal(op)
+        elif isinstance(op, ReadDecision):
+            calls = ex.read_decision(op)
+        else:
+            calls = ex.ledger(op)
+        while True:
+            try:
+                pause = next(calls)
+            except StopIteration as stop:
+                return stop.value
+            await _wait_async(ex.clock, Wait(pause))
+    await _wait_async(ex.clock, op)
+    ex.refresh_lease()
+    return None
 
 
 def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
@@ -288,9 +299,17 @@ def _call_sync(op: Call) -> Outcome:
     box = Usage()
     token = USAGE.set(box)
     try:
+        with inside_step(op.info):
+            return _run_sync(op, box)
+    finally:
+        USAGE.reset(token)
+
+
+def _run_sync(op: Call, box: Usage) -> Outcome:
+    try:
         if op.is_async:
             raise ConfigError(
-                f"{op.fn!r} is an async function: call it from an async workflow"
+                f"{fn_text(op.fn)!r} is an async function: call it from an async workflow"
                 " (async def, await ctx.step(...)), or pass a sync function"
             )
         if op.timeout_s is None:
@@ -300,12 +319,10 @@ def _call_sync(op: Call) -> Outcome:
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()
-            raise ConfigError(f"{op.fn!r} returned an awaitable: use an async workflow")
+            raise ConfigError(f"{fn_text(op.fn)!r} returned an awaitable: use an async workflow")
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
-    finally:
-        USAGE.reset(token)
 
 
 def _call_with_timeout(op: Call) -> Any:
@@ -328,7 +345,7 @@ def _call_with_timeout(op: Call) -> Any:
     t.start()
     t.join(op.timeout_s)
     if t.is_alive():
-        name = getattr(op.fn, "__name__", op.fn)
+        name = fn_text(op.fn)
         raise StepTimeout(f"{name!r} ran past timeout_s={op.timeout_s}; the attempt failed")
     if error:
         raise error[0]
@@ -339,18 +356,20 @@ async def _call_async(op: Call) -> Outcome:
     import asyncio
 
     box = Usage()
-    token = USAGE.set(box)  # set before the thread's context is copied: it reaches the box
+    # Set before the thread's context is copied: it reaches the box, and the step thread
+    # sees the step as durably.current_step() (and no workflow context).
+    token = USAGE.set(box)
     try:
-        if op.timeout_s is None:
-            value = await _invoke(op)
-        else:
-            try:
-                value = await asyncio.wait_for(_invoke(op), op.timeout_s)
-            except TimeoutError:
-                raise StepTimeout(
-                    f"{getattr(op.fn, '__name__', op.fn)!r} ran past timeout_s={op.timeout_s};"
-                    " the attempt failed"
-                ) from None
+        with inside_step(op.info):
+            if op.timeout_s is None:
+                value = await _invoke(op)
+            else:
+                try:
+                    value = await asyncio.wait_for(_invoke(op), op.timeout_s)
+                except TimeoutError:
+                    raise StepTimeout(
+                        f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
+                    ) from None
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
@@ -365,12 +384,6 @@ async def _invoke(op: Call) -> Any:
     if inspect.isawaitable(value):
         value = await value
     return value
-
-
-SYNC_STEP_THREADS_MAX: Final = 32
-"""Threads per process that run the sync step functions of async workflows. More sync
-steps in flight than this wait for a free thread; an attempt that ran past its
-``timeout_s`` keeps its thread until it returns (Python cannot stop a thread)."""
 
 
 async def _in_thread(op: Call) -> Any:
@@ -495,6 +508,30 @@ class Context:
         """
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
+
+    def step_stream(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        assemble: Callable[[list[Any]], Any] | None = None,
+        replay: Callable[[Any], Any] | None = None,
+        on_chunk: ChunkHook | None = None,
+        **kwargs: Any,
+    ) -> StepStream:
+        """A streamed step: ``fn(*args, **kwargs)`` returns an iterable of chunks (a
+        generator function, or a provider's stream), which reach the caller as they
+        arrive; ``assemble(chunks)`` (default: the list of chunks) is recorded when they
+        end, and a replay hands out ``replay(value)`` (default: the recorded list's items)
+        without calling ``fn``. It takes one position and has a step's identity, options
+        and key; see docs/api.md ("Streamed steps") for early stops and retries.
+        """
+        from .streaming import StepStream
+
+        return StepStream(
+            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, False
+        )
 
     def wait_for_signal(
         self, name: str, timeout_s: float | None = None, default: Any = None
@@ -655,6 +692,27 @@ class AsyncContext:
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
+
+    def step_stream(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        assemble: Callable[[list[Any]], Any] | None = None,
+        replay: Callable[[Any], Any] | None = None,
+        on_chunk: ChunkHook | None = None,
+        **kwargs: Any,
+    ) -> AsyncStepStream:
+        """:meth:`Context.step_stream` for async workflows: an async iterator (``async
+        for chunk in ctx.step_stream(...)``, not awaited). ``fn`` may also be an async
+        generator function (or return an async iterable); a sync iterable is pulled in a
+        step thread, so the loop never blocks."""
+        from .streaming import AsyncStepStream
+
+        return AsyncStepStream(
+            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, True
+        )
 
     def wait_for_signal(
         self, name: str, timeout_s: float | None = None, default: Any = None
@@ -830,6 +888,8 @@ class AsyncContext:
         core = self._core
         try:
             result: T = await aw
+            if scope.stream is not None:  # a streamed step left open ends with its branch
+                scope.stream.finish(f"the end of branch {prefix[:-1]}")
         except BaseException as exc:
             parked = core.branch_parks.get(prefix)
             if parked is not None and exc is not parked:
@@ -1134,12 +1194,6 @@ async def _keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
         for pause in ex.write(Write(records, core.take_events())):
             await _wait_async(ex.clock, Wait(pause))
     raise parked
-
-
-# How many turns of the event loop a wait that parked before gives its sibling branches
-# to replay (see _siblings_first): a replay of recorded records takes a few (one per nested
-# gather); a branch still busy after that awaits something that is not recorded.
-SETTLE_TURNS_MAX = 64
 
 
 def _parked_before(core: RunCore) -> bool:

@@ -2,7 +2,8 @@
 
 The core does no I/O. Each recording call is a generator that yields operations
 (:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
-receives their results; ``durably.runtime`` holds the one sync and the one async driver.
+receives their results; ``durably.context`` holds the one sync and the one async driver
+(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
 So there is a single implementation of replay semantics for sync and async workflows.
 """
 
@@ -13,11 +14,12 @@ import contextvars
 import dataclasses
 import datetime as dt
 import hashlib
+import inspect
 import math
 import random as _random
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import codec, inputs
 from .approvals import (
@@ -37,6 +39,7 @@ from .approvals import (
 )
 from .budget import Budget, Spend, SpendEntry, exceeded_message
 from .clock import Clock
+from .current import StepInfo as CurrentStep
 from .errors import (
     BudgetExceeded,
     Cancelled,
@@ -87,15 +90,28 @@ from .history import (
     idempotency_key,
     storable_text,
 )
+from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
+from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
+from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
-from .steps import StepSignature, Usage, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of
+from .streamops import (
+    END,
+    STOP,
+    STREAM_CHUNKS_MAX,
+    Begun,
+    Deliver,
+    Owner,
+    aclose_chunks,
+    anext_chunk,
+    close_chunks,
+    next_chunk,
+)
 
 if TYPE_CHECKING:
     import uuid as _uuid
 
 T_ = TypeVar("T_")
-
-EVENTS_BUFFERED_MAX = 10_000  # stream-only events waiting for a durable write, at most
 
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
@@ -114,6 +130,8 @@ class Call:
     kwargs: dict[str, Any]
     timeout_s: float | None
     is_async: bool
+    # What ``durably.current_step()`` returns while ``fn`` runs.
+    info: CurrentStep | None = None
 
 
 @dataclass(slots=True)
@@ -186,8 +204,9 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class StepInfo:
-    """What a fault hook may want to know about the step it was called for."""
+class FaultStepInfo:
+    """What a fault hook may want to know about the step it was called for (see
+    :func:`fault_step`; exported as ``durably.FaultStepInfo``)."""
 
     key: str
     takes_key: bool
@@ -195,12 +214,16 @@ class StepInfo:
     has_reconcile: bool
 
 
-_FAULT_STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(
+StepInfo = FaultStepInfo
+"""The fault hook's type under its old name (``durably.StepInfo`` is another type: what
+``durably.current_step()`` returns)."""
+
+_FAULT_STEP: contextvars.ContextVar[FaultStepInfo | None] = contextvars.ContextVar(
     "durably_fault_step", default=None
 )
 
 
-def fault_step() -> StepInfo | None:
+def fault_step() -> FaultStepInfo | None:
     """Inside a fault hook: the facts of the step it was called for (else None)."""
     return _FAULT_STEP.get()
 
@@ -215,7 +238,7 @@ class Scope:
     ``ctx.step``), whose positions would depend on timing, so :meth:`take` refuses it.
     """
 
-    __slots__ = ("busy", "core", "next", "prefix")
+    __slots__ = ("busy", "core", "next", "prefix", "stream")
 
     def __init__(self, core: RunCore, prefix: str) -> None:
         # Bounded nesting and bounded numbers keep every key within KEY_CHARS_MAX.
@@ -234,13 +257,18 @@ class Scope:
         self.prefix = prefix
         self.next = 0
         self.busy: str | None = None
+        # The streamed step of this scope still open (ctx.step_stream): the next
+        # recording call of the scope ends it first, recording what was consumed.
+        self.stream: Owner | None = None
 
     def peek(self) -> str:
         """The position :meth:`take` would hand out next, without consuming it."""
         return f"{self.prefix}{self.next}"
 
     def take(self) -> str:
-        """The next position of this scope."""
+        """The next position of this scope (ending an open streamed step first)."""
+        if self.stream is not None:
+            self.stream.finish(f"{self.prefix}{self.next}")
         if self.busy is not None:
             raise self.core.poison(ConfigError(_concurrent_use(self, self.busy)))
         if self.next >= SCOPE_POSITIONS_MAX:
@@ -603,7 +631,10 @@ class RunCore:
 
     def unconsumed_check(self) -> None:
         """After the workflow returned: nothing it created was left unawaited, and every
-        recorded position was asked for (except under a gather that ended in failure)."""
+        recorded position was asked for (except under a gather that ended in failure).
+        A streamed step left open ends here (what its caller consumed is recorded)."""
+        if self.root.stream is not None:
+            self.root.stream.finish("the end of the workflow")
         self.check_dropped()
         left = sorted(set(self.history) - self.consumed, key=_pos_key)
         if left and self.failed_gathers:
@@ -624,7 +655,7 @@ class RunCore:
         """Call the fault-injection hook, if one is set; :func:`fault_step` tells the hook
         the facts of the step it was called for."""
         if self.fault_hook is not None:
-            info = StepInfo(
+            info = FaultStepInfo(
                 idempotency_key(self.run_id, self.incarnation, pos),
                 sig.takes_key,
                 sig.options.effect,
@@ -1301,7 +1332,9 @@ class RunCore:
                 )
             )
         if not callable(fn):
-            raise self.poison(ConfigError(f"ctx.step({name!r}, ...): {fn!r} is not callable"))
+            raise self.poison(
+                ConfigError(f"ctx.step({name!r}, ...): {fn_text(fn)} is not callable")
+            )
         try:
             check_name(name, "ctx.step: the step name")
         except ConfigError as exc:
@@ -1344,8 +1377,10 @@ class RunCore:
         kwargs: dict[str, Any],
         sig: StepSignature,
         rec: StepRecord | None,
+        attempts: Callable[..., Generator[Any, Any, Any]] | None = None,
     ) -> Generator[Op, Any, Any]:
-        """Execute a step that has no result recorded (``rec`` is its intent, if any)."""
+        """Execute a step that has no result recorded (``rec`` is its intent, if any);
+        ``attempts`` makes its calls (``_attempts``, or a streamed step's)."""
         key = idempotency_key(self.run_id, self.incarnation, pos)
         call_kwargs = dict(kwargs)
         if sig.takes_key:
@@ -1370,10 +1405,9 @@ class RunCore:
         if pending:
             # step.started rides with the intent: no commit of its own.
             yield Write(pending, self.take_events())
+        run = self._attempts if attempts is None else attempts
         return (
-            yield from self._attempts(
-                pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed
-            )
+            yield from run(pos, name, digest, key, fn, args, call_kwargs, sig, started, crashed)
         )
 
     def _doubt(
@@ -1388,8 +1422,14 @@ class RunCore:
     ) -> Generator[Op, Any, Any]:
         opts = sig.options
         if opts.reconcile is not None:
+            info = CurrentStep(self.run_id, pos, key, intent.attempts, self.token)
             out: Outcome = yield Call(
-                opts.reconcile, (key,), {}, opts.timeout_s, signature_of(opts.reconcile).is_async
+                opts.reconcile,
+                (key,),
+                {},
+                opts.timeout_s,
+                signature_of(opts.reconcile).is_async,
+                info,
             )
             # A reconcile that reported usage (it asked a model) spent it for real.
             yield from self.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
@@ -1456,7 +1496,8 @@ class RunCore:
                 # budget, and let the step's failure end the run ``failed`` for the wrong
                 # reason. A saga's compensation (not delivered to) keeps its retries.
                 self.live(pos)
-            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async)
+            info = CurrentStep(self.run_id, pos, key, crashed + attempt, self.token)
+            out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info)
             _add_usage(spent, out.usage)
             # Real spend reaches the ledger now, before the "effect" window: a crash before
             # the result is recorded re-runs the call, and both calls are counted.
@@ -1469,51 +1510,82 @@ class RunCore:
                 )
             exc = out.error
             if opts.retryable(exc, attempt):
-                delay_s = opts.delay_s(key, attempt)
-                retried = {
-                    "name": name,
-                    "attempt": crashed + attempt,
-                    "error_type": type_name(exc),
-                    "error_message": storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
-                    "delay_s": delay_s,
-                    # The last attempt this execution may make, counted like ``attempt``.
-                    "attempts_max": crashed + opts.retries + 1,
-                }
-                event = self.step_event(STEP_RETRIED, pos, retried, f":{crashed + attempt}")
-                # Committed now, before the backoff, so a reader sees the retry while it
-                # waits and runs (`runs why`: "attempt 2 of 5 after ..."). The failure path
-                # only: a step that succeeds first time pays no commit for its events.
-                yield Write(self.take_pending(), [*self.take_events(), event])
-                yield Wait(delay_s)
+                yield from self._retry(pos, name, key, exc, sig, attempt, crashed)
                 continue
-            now = self.clock.time()
-            rec = StepRecord(
-                pos,
-                STEP,
-                name,
-                digest,
-                FAILED,
-                None,
-                type_name(exc),
-                storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
-                crashed + attempt,
-                started,
-                now,
-                *_usage_cols(spent),
+            yield from self._record_failed(
+                pos, name, digest, key, exc, sig, crashed + attempt, started, spent
             )
-            self.fault(pos, name, "effect", sig)
-            failed = {
-                "name": name,
-                "attempt": rec.attempts,
-                "duration_ms": _ms(now - started),
-                "key": key,
-                "error_type": rec.error_type,
-                "error_message": rec.error_message,
-            }
-            events = [*self.take_events(), self.step_event(STEP_FAILED, pos, failed)]
-            yield Write([*self.take_pending(), self._with_inputs(rec)], events)
-            self.fault(pos, name, "recorded", sig)
-            raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
+
+    def _retry(
+        self,
+        pos: str,
+        name: str,
+        key: str,
+        exc: Exception,
+        sig: StepSignature,
+        attempt: int,
+        crashed: int,
+    ) -> Generator[Op, Any, None]:
+        """Record that attempt ``attempt`` failed and will be retried, then back off."""
+        opts = sig.options
+        delay_s = opts.delay_s(key, attempt)
+        retried = {
+            "name": name,
+            "attempt": crashed + attempt,
+            "error_type": type_name(exc),
+            "error_message": storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+            "delay_s": delay_s,
+            # The last attempt this execution may make, counted like ``attempt``.
+            "attempts_max": crashed + opts.retries + 1,
+        }
+        event = self.step_event(STEP_RETRIED, pos, retried, f":{crashed + attempt}")
+        # Committed now, before the backoff, so a reader sees the retry while it
+        # waits and runs (`runs why`: "attempt 2 of 5 after ..."). The failure path
+        # only: a step that succeeds first time pays no commit for its events.
+        yield Write(self.take_pending(), [*self.take_events(), event])
+        yield Wait(delay_s)
+
+    def _record_failed(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        exc: Exception,
+        sig: StepSignature,
+        attempts: int,
+        started: float,
+        spent: Usage,
+    ) -> Generator[Op, Any, NoReturn]:
+        """Record the step's final failure and raise it as ``StepFailed``."""
+        now = self.clock.time()
+        rec = StepRecord(
+            pos,
+            STEP,
+            name,
+            digest,
+            FAILED,
+            None,
+            type_name(exc),
+            storable_text(describe_error(exc), ERROR_MESSAGE_CHARS_MAX),
+            attempts,
+            started,
+            now,
+            *_usage_cols(spent),
+        )
+        self.fault(pos, name, "effect", sig)
+        failed = {
+            "name": name,
+            "attempt": rec.attempts,
+            "duration_ms": _ms(now - started),
+            "key": key,
+            "error_type": rec.error_type,
+            "error_message": rec.error_message,
+        }
+        events = [*self.take_events(), self.step_event(STEP_FAILED, pos, failed)]
+        yield Write([*self.take_pending(), self._with_inputs(rec)], events)
+        self.fault(pos, name, "recorded", sig)
+        raise StepFailed(name, pos, rec.error_type or "", rec.error_message or "") from exc
 
     def _record_ok(
         self,
@@ -1584,6 +1656,245 @@ class RunCore:
         blobs, m.blobs = tuple(m.blobs), []
         return rec.replace(inputs=m.text, blobs=blobs)
 
+    # -- streamed steps ------------------------------------------------------------------
+
+    def step_stream(
+        self,
+        name: Any,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        assemble: Callable[[list[Any]], Any] | None,
+        replay: Callable[[Any], Any] | None,
+        owner: Owner,
+        in_async: bool,
+    ) -> Generator[Op | Begun | Deliver, Any, Any]:
+        """Replay or execute one streamed step (see ``Context.step_stream``): it yields
+        :class:`Begun` once its position is taken, then a :class:`Deliver` per chunk (the
+        reply :data:`STOP` ends it early), and returns the recorded value."""
+        self.guard_replay()
+        if not isinstance(name, str) or not name:
+            raise self.poison(
+                ConfigError(f"ctx.step_stream: the step name must be a non-empty str, got {name!r}")
+            )
+        for what, f in (("fn", fn), ("assemble", assemble), ("replay", replay)):
+            if f is not None and not callable(f):
+                raise self.poison(
+                    ConfigError(f"ctx.step_stream({name!r}, ...): {what}={f!r} is not callable")
+                )
+        try:
+            check_name(name, "ctx.step_stream: the step name")
+        except ConfigError as exc:
+            raise self.poison(exc) from None
+        sig = dataclasses.replace(signature_of(fn), return_hint=None)
+        if not in_async and (sig.is_async or _is_asyncgen(fn)):
+            raise self.poison(
+                ConfigError(
+                    f"ctx.step_stream({name!r}, ...): {fn!r} is async: stream it from an async"
+                    " workflow (async def, `async for chunk in ctx.step_stream(...)`), or pass"
+                    " a sync generator function"
+                )
+            )
+        scope = self.scope()
+        pos = scope.take()
+        try:
+            digest = codec.digest(name, args, kwargs, self.codec_version, self.item_hashes)
+        except SerializationError as exc:
+            raise self.poison(exc) from None
+        rec = self.recorded(pos, STEP, name, digest, (fn, args, kwargs))
+        if rec is None:
+            self.live(pos)
+        elif rec.status not in (OK, FAILED) and self.checking:
+            raise self.latch(ReplayEnd(pos))
+        # Open from here until the stream ends: a recording call of this scope meanwhile
+        # ends it first (Scope.take), so positions never depend on where the loop is.
+        scope.busy = f"streamed step {pos} {name!r}"
+        scope.stream = owner
+        try:
+            if (yield Begun(pos)) is STOP:
+                if rec is None:  # never iterated: nothing was consumed, nothing called
+                    return (
+                        yield from self._stream_record(
+                            pos, name, digest, [], assemble, sig, 1, self.clock.time(), Usage()
+                        )
+                    )
+                if rec.status != OK:
+                    return None
+            if rec is not None and rec.status == OK:
+                value = _decode(self, rec.output, sig, pos, name)
+                yield from self._stream_replayed(pos, name, value, replay)
+                return value
+            if rec is not None and rec.status == FAILED:
+                raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
+            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
+
+            def attempts(*a: Any) -> Generator[Any, Any, Any]:
+                return self._stream_attempts(*a, assemble=assemble, in_async=in_async)
+
+            out = yield from self._live(pos, name, digest, fn, args, kwargs, sig, rec, attempts)
+            if isinstance(out, _Streamed):
+                return out.value
+            # Reconciled (an effect in doubt): the recorded value is streamed like a replay.
+            yield from self._stream_replayed(pos, name, out, replay)
+            return out
+        finally:
+            scope.stream = None
+            scope.busy = None
+
+    def _stream_replayed(
+        self, pos: str, name: str, value: Any, replay: Callable[[Any], Any] | None
+    ) -> Generator[Deliver, Any, None]:
+        """Hand the caller the chunks ``replay(value)`` rebuilds (default: the items of
+        the recorded list), until the caller stops."""
+        try:
+            chunks = iter(value if replay is None else replay(value))
+        except Exception as exc:
+            raise self.poison(_replay_error(pos, name, exc)) from exc
+        index = 0
+        while True:
+            try:
+                chunk = next(chunks, END)
+            except Exception as exc:
+                raise self.poison(_replay_error(pos, name, exc)) from exc
+            if chunk is END or (yield Deliver(chunk, index, None)) is STOP:
+                return
+            index += 1
+
+    def _stream_attempts(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        key: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sig: StepSignature,
+        started: float,
+        crashed: int,
+        *,
+        assemble: Callable[[list[Any]], Any] | None,
+        in_async: bool,
+    ) -> Generator[Op | Deliver, Any, Any]:
+        """The attempts of a streamed step: each calls ``fn`` and pulls its chunks, handing
+        each to the caller as it arrives; the assembled chunks are recorded at the end.
+        An attempt that fails before its first chunk reached the caller is retried per
+        the step's options (a fresh series, the same key); once the caller has a chunk,
+        a failure is final: a chunk cannot be taken back from the caller."""
+        opts = sig.options
+        attempt = 0
+        spent = Usage()
+        while True:
+            attempt += 1
+            self.guard()
+            if attempt > 1 and self.halt_requested is not None:
+                self.live(pos)
+            n = crashed + attempt
+            info = CurrentStep(self.run_id, pos, key, n, self.token)
+            deadline = None if opts.timeout_s is None else self.clock.time() + opts.timeout_s
+            used = Usage()
+            opened: Outcome = yield Call(
+                fn, args, kwargs, opts.timeout_s, sig.is_async or _is_asyncgen(fn), info
+            )
+            _add_usage(used, opened.usage)
+            error = opened.error
+            chunks: list[Any] = []
+            stopped = False
+            if error is None:
+                it, aio = self._chunks_of(pos, name, opened.value, in_async)
+                pull = anext_chunk if aio else next_chunk
+                while True:
+                    out: Outcome = yield Call(pull, (it,), {}, _left(self, deadline), aio, info)
+                    _add_usage(used, out.usage)
+                    if out.error is not None:
+                        error = out.error
+                        break
+                    if out.value is END:
+                        break
+                    chunk = out.value
+                    if len(chunks) >= STREAM_CHUNKS_MAX:
+                        yield Call(aclose_chunks if aio else close_chunks, (it,), {}, None, aio)
+                        raise self.poison(_too_many_chunks(pos, name))
+                    if assemble is None:  # recorded as a list: the caller gets it as replayed
+                        chunk = self._normalized(pos, name, chunk)
+                    chunks.append(chunk)
+                    if (yield Deliver(chunk, len(chunks) - 1, info)) is STOP:
+                        stopped = True
+                        yield Call(aclose_chunks if aio else close_chunks, (it,), {}, None, aio)
+                        break
+            _add_usage(spent, used)
+            # Real spend reaches the ledger before the result is recorded (see _attempts).
+            yield from self.charge(pos, f"a{n}", n, used)
+            if error is None or stopped:
+                return _Streamed(
+                    (
+                        yield from self._stream_record(
+                            pos, name, digest, chunks, assemble, sig, n, started, spent
+                        )
+                    )
+                )
+            if not chunks and opts.retryable(error, attempt):
+                yield from self._retry(pos, name, key, error, sig, attempt, crashed)
+                continue
+            yield from self._record_failed(pos, name, digest, key, error, sig, n, started, spent)
+
+    def _stream_record(
+        self,
+        pos: str,
+        name: str,
+        digest: str,
+        chunks: list[Any],
+        assemble: Callable[[list[Any]], Any] | None,
+        sig: StepSignature,
+        attempts: int,
+        started: float,
+        spent: Usage,
+    ) -> Generator[Op, Any, Any]:
+        """Record ``assemble(chunks)`` (default: the list) as the streamed step's result."""
+        if assemble is None:
+            value: Any = chunks
+        else:
+            try:
+                value = assemble(chunks)
+            except Exception as exc:
+                raise self.poison(
+                    ConfigError(
+                        f"streamed step {pos} {name!r}: assemble(chunks) raised"
+                        f" {type_name(exc)}: {exc}; the run is blocked until assemble is fixed"
+                        " (the stream runs again on resume)"
+                    )
+                ) from exc
+        return (yield from self._record_ok(pos, name, digest, value, sig, attempts, started, spent))
+
+    def _chunks_of(self, pos: str, name: str, value: Any, in_async: bool) -> tuple[Any, bool]:
+        """The iterator over what the streamed step's function returned, and whether it
+        is async (an async iterator is pulled on the loop, a sync one in a step thread
+        of an async workflow)."""
+        if in_async and hasattr(value, "__aiter__"):
+            return value.__aiter__(), True
+        if hasattr(value, "__iter__") and not isinstance(value, (str, bytes, dict)):
+            return iter(value), False
+        hint = " (an async iterator: use an async workflow)" if hasattr(value, "__aiter__") else ""
+        raise self.poison(
+            ConfigError(
+                f"streamed step {pos} {name!r}: the function returned {type(value).__name__}"
+                f"{hint}, not an iterator of chunks; pass a generator function (or a function"
+                " returning an iterable; in an async workflow also an async generator)"
+            )
+        )
+
+    def _normalized(self, pos: str, name: str, chunk: Any) -> Any:
+        """``decode(encode(chunk))``: what a replay of the default record hands back."""
+        try:
+            return codec.loads(codec.dumps(chunk, f"streamed step {pos} {name!r} chunk"))
+        except SerializationError as exc:
+            raise self.poison(
+                SerializationError(
+                    f"{exc}. The run is blocked: yield storable chunks (or pass assemble= to"
+                    " record something else), then resume it"
+                )
+            ) from None
+
 
 def _ms(seconds: float | None) -> float:
     """Seconds as milliseconds, rounded to a microsecond (never negative: a clock that
@@ -1610,6 +1921,17 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
         text = inputs.resolve_output(text, core.fetch_blobs)
+    except SerializationError as exc:
+        # A missing blob, or one whose bytes no longer match its sha256: the recorded
+        # output is unknown, so the run stops here, blocked and unchanged, never failed.
+        raise core.poison(
+            SerializationError(
+                f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
+                " blocked, nothing recorded is changed: restore the blob, then"
+                f" `{command('retry', core.run_id)}` replays it from there"
+            )
+        ) from exc
+    try:
         return codec.loads(text or "null", sig.return_hint)
     except SerializationError as exc:
         raise core.poison(
@@ -1619,6 +1941,44 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
                 " annotation matches what was recorded (or the row is repaired)"
             )
         ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Streamed:
+    """A streamed step's recorded value, its chunks already handed to the caller."""
+
+    value: Any
+
+
+def _is_asyncgen(fn: Any) -> bool:
+    """Whether ``fn`` is an async generator function (called on the loop, no thread)."""
+    return inspect.isasyncgenfunction(fn) or inspect.isasyncgenfunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
+def _left(core: RunCore, deadline: float | None) -> float | None:
+    """What is left of an attempt's ``timeout_s`` (at least a millisecond)."""
+    if deadline is None:
+        return None
+    return max(0.001, deadline - core.clock.time())
+
+
+def _too_many_chunks(pos: str, name: str) -> ConfigError:
+    return ConfigError(
+        f"streamed step {pos} {name!r} yielded more than {STREAM_CHUNKS_MAX:,} chunks"
+        " (STREAM_CHUNKS_MAX) in one attempt; every chunk is held until the stream is"
+        " recorded. Yield larger chunks, or split the stream into several steps. The run is"
+        " blocked until the code changes."
+    )
+
+
+def _replay_error(pos: str, name: str, exc: Exception) -> ConfigError:
+    return ConfigError(
+        f"streamed step {pos} {name!r}: rebuilding its chunks from the record raised"
+        f" {type_name(exc)}: {exc}; the run is blocked until replay= accepts what was"
+        " recorded (or the row is repaired)"
+    )
 
 
 def _concurrent_use(scope: Scope, busy: str) -> str:
@@ -1684,8 +2044,6 @@ def _patch_digest(change_id: str) -> str:
 GATHER_NAME = "durably.gather"
 COMPENSATE_NAME = "durably.compensate"
 
-SIGNAL_TIMEOUT_S_MAX = 10 * 365 * 86400.0
-"""Longest ``wait_for_signal`` timeout (ten years): a deadline always fits a float time."""
 _SIGNAL_WAIT = "durably.wait_for_signal"
 _TIMED_OUT = '{"timeout":true}'
 
@@ -1799,8 +2157,6 @@ SLEEP_NAME = "durably.sleep"
 _SLEEP_DIGEST = codec.digest(SLEEP_NAME, [], {})
 TIMER = "timer"
 """The park reason (``Parked.reason``) of a timer."""
-TIMER_S_MAX = 100 * 365.25 * 86_400
-"""Longest timer: 100 years (further out is a bug, and past year 9999 unprintable)."""
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

@@ -20,11 +20,11 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from . import codec, reopen
+from . import codec, reopen, runlist
 from ._fork import reset_after_fork
 from .approvals import (
     APPROVED,
@@ -38,6 +38,7 @@ from .budget import Budget, Spend
 from .clock import Clock, SystemClock
 from .context import AsyncContext, Context, Executor, drive_async, drive_sync, recording
 from .core import FaultHook, RunCore, cancelled_error, type_name
+from .current import workflow_body
 from .errors import (
     Cancelled,
     CompensationFailed,
@@ -89,8 +90,17 @@ from .history import (
     storable_text,
     unstorable,
 )
-from .ownership import LeaseWait, lease_wait, orphans_of_this_host, owner_dead
+from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
+from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
+from .ownership import (
+    LeaseWait,
+    describe_owner,
+    lease_wait,
+    orphans_of_this_host,
+    owner_dead,
+)
 from .redact import redact_url
+from .runlist import LiveWorker, RunPage
 from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store
@@ -106,8 +116,6 @@ _UNRELEASED: set[tuple[str, str]] = set()
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
-LEASE_WAIT_MAX_S = 3600.0  # longest lease engine.run waits for (past any lease_s in use)
-EVENTS_PAGE_MAX = 10_000  # most events one engine.events call returns
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
@@ -180,7 +188,10 @@ class Engine:
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
     engine option, never a keyword of ``engine.run`` (those go to the workflow).
-    Other keyword options go to the store (``synchronous``, ``busy_timeout_s``).
+    Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
+    ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
+    PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
+    does, never silently ignored.
     """
 
     def __init__(
@@ -406,6 +417,95 @@ class Engine:
         return sorted(
             self.store.load_history(run_id, run.generation), key=lambda r: position_key(r.position)
         )
+
+    def list_runs(
+        self,
+        *,
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        after: str | None = None,
+        limit: int = runlist.LIST_RUNS_LIMIT_DEFAULT,
+        since: float | None = None,
+    ) -> RunPage:
+        """One page of runs, newest first (then by run id), at most ``limit`` (1 to
+        ``LIST_RUNS_LIMIT_MAX``). Filters combine: ``status`` one run status or a list of
+        them, ``workflow``, ``version``, ``queue``, ``search`` (a substring of the run id,
+        case-sensitive, ``%`` and ``_`` taken literally), ``since`` (created at or after,
+        epoch seconds). Pass the page's ``next`` as ``after`` with the same filters for
+        the next page (None on the last page): pages are keyset-paged, so a run created
+        meanwhile never makes a run repeat or go missing. A bad argument raises
+        ``ConfigError`` saying what to pass."""
+        statuses = runlist.check_statuses(status)
+        where = {
+            "workflow": runlist.check_text(workflow, "workflow"),
+            "version": runlist.check_text(version, "version"),
+            "queue": runlist.check_text(queue, "queue"),
+            "search": runlist.check_search(search),
+        }
+        cursor = runlist.decode_cursor(after)
+        n = runlist.check_limit(limit)
+        start = runlist.check_since(since)
+        rows = self._store_call(
+            lambda: self.store.list_runs(statuses, limit=n + 1, since=start, after=cursor, **where)
+        )
+        return runlist.page_of(rows, n)
+
+    def count_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        version: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        since: float | None = None,
+    ) -> dict[str, int]:
+        """How many runs have each status, with ``list_runs``'s filters: every run status
+        is a key (zeros included), in the order of a run's life (queued, running, parked,
+        in_doubt, blocked, quarantined, completed, failed, cancelled, continued)."""
+        where = {
+            "workflow": runlist.check_text(workflow, "workflow"),
+            "version": runlist.check_text(version, "version"),
+            "queue": runlist.check_text(queue, "queue"),
+            "search": runlist.check_search(search),
+        }
+        start = runlist.check_since(since)
+        counts = self._store_call(lambda: self.store.count_runs(since=start, **where))
+        return runlist.all_statuses(counts)
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Runs not finished (not completed, failed, cancelled or continued), counted per
+        ``(workflow, version, status, count)`` and ordered by them (no version first):
+        what each version's workers must still drive before they can be stopped
+        (``durably runs list --by-version``)."""
+        return self._store_call(self.store.runs_by_version)
+
+    def blobs(self, digests: Sequence[str]) -> dict[str, str]:
+        """The stored blobs among ``digests`` (the sha256 content hashes a record's
+        inputs or output refer to), as their JSON text by digest; a digest not stored
+        (pruned, or never written) is left out."""
+        if isinstance(digests, str) or not all(isinstance(d, str) for d in digests):
+            raise ConfigError(
+                f"digests must be a list of content hashes (str), got {digests!r:.80}"
+            )
+        wanted = list(digests)
+        return self._store_call(lambda: self.store.get_blobs(wanted))
+
+    def live_workers(self, queue: str | None = None) -> list[LiveWorker]:
+        """The workers whose heartbeat row has not expired (serving ``queue`` when given),
+        less those on this host whose pid is provably gone; at most ``WORKERS_MAX``. A
+        worker on another host killed since its last beat is listed until its row
+        expires."""
+        name = runlist.check_text(queue, "queue")
+        rows = self._store_call(self.store.live_workers)
+        out: list[LiveWorker] = []
+        for owner, queues in rows:
+            if (name is None or name in queues) and not owner_dead(owner):
+                host, pid = describe_owner(owner)
+                out.append(LiveWorker(owner, host, pid, tuple(queues)))
+        return out
 
     def events(self, run_id: str, after: int = 0, limit: int = 1000) -> EventPage:
         """One page of the run's event stream: events with cursor > ``after``, oldest
@@ -693,9 +793,13 @@ class Engine:
         The new run has the same workflow, version and input, a new incarnation (so new
         idempotency keys) and a copy of the original's recorded results (outputs and
         failures, recorded times, random numbers and uuids, everything under a gather) at
-        the positions below ``at``; intents are never copied. **Every effect from ``at``
-        on happens again, under new keys**: a receiving side cannot tell it from the
-        original's and will perform it. The run is queued for workers;
+        the positions below ``at``; intents are never copied. **A fork never carries a
+        decision**: when an approval request below ``at`` was decided (approved, rejected
+        or expired), the fork copies only the positions below that request and goes live
+        there, so the request parks for a new decision by a person (see
+        ``reopen.fork_at``). **Every effect from where the fork goes live happens again,
+        under new keys**: a receiving side cannot tell it from the original's and will
+        perform it. The run is queued for workers;
         ``handle.result()`` waits for one, or drive it here with ``engine.resume(new)``.
         Raises ``ConfigError`` for a bad ``at`` (not a top-level position of the
         history, or past an effect in doubt) and ``RunConflict`` when ``new_run_id``
@@ -901,7 +1005,9 @@ class Engine:
         try:
             if w.budget is not None:
                 drive_sync(att.executor, att.core.set_budget(w.budget))
-            result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+            ctx = Context(att.core, att.executor)
+            with workflow_body(ctx):
+                result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             self._conclude_error(att, exc)
             raise
@@ -920,9 +1026,13 @@ class Engine:
             if w.budget is not None:
                 await drive_async(att.executor, att.core.set_budget(w.budget))
             if w.is_async:
-                result = await w.fn(AsyncContext(att.core, att.executor), *att.args, **att.kwargs)
+                actx = AsyncContext(att.core, att.executor)
+                with workflow_body(actx):
+                    result = await w.fn(actx, *att.args, **att.kwargs)
             else:
-                result = w.fn(Context(att.core, att.executor), *att.args, **att.kwargs)
+                ctx = Context(att.core, att.executor)
+                with workflow_body(ctx):
+                    result = w.fn(ctx, *att.args, **att.kwargs)
         except BaseException as exc:
             await asyncio.to_thread(self._conclude_error, att, exc)
             raise
@@ -1424,7 +1534,19 @@ def _failure_message(exc: BaseException) -> str:
 
 
 def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
-    """The run's recorded arguments, typed; any failure is a SerializationError."""
+    """The run's recorded arguments, typed; any failure is a SerializationError.
+
+    The input is checked against the sha256 recorded with it (``input_digest``) on the
+    way out, as blobs are: an input changed after the run was created (a hand edit, a
+    damaged row) would run the workflow on arguments nobody started it with."""
+    if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
+        raise SerializationError(
+            f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
+            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " damaged after the run was created, so the input is not used. The run is"
+            " blocked and nothing recorded is changed: restore the row's input from a"
+            f" backup, then `{command('retry', run.run_id)}`"
+        )
     try:
         data = codec.loads(run.input)
         args, kwargs = data["args"], data["kwargs"]
@@ -1435,7 +1557,8 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
         return _typed_input(w, args, kwargs)
     except (SerializationError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
-            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r} ({exc})."
+            f"run {run.run_id!r}: its recorded input cannot be decoded for {w.name!r}"
+            f" ({exc if isinstance(exc, SerializationError) else codec.error_text(exc)})."
             " The run is blocked: make the workflow's parameters match it (or repair the"
             f" row), then `{command('retry', run.run_id)}`"
         ) from exc

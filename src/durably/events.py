@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .limits import EVENT_DATA_BYTES_MAX as EVENT_DATA_BYTES_MAX
+
 __all__ = [
     "APPROVAL_DECIDED",
     "APPROVAL_REQUESTED",
@@ -355,10 +357,6 @@ class Follow:
             if not self._buffer:
                 await asyncio.to_thread(self._wait, self._poll_s)
         return self._take()
-
-
-#: Most UTF-8 bytes of one event's JSON data (an emit's data past it is refused).
-EVENT_DATA_BYTES_MAX: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,22 @@ import re
 from dataclasses import dataclass, field
 from typing import Final
 
+from .limits import CANCEL_REASON_CHARS_MAX as CANCEL_REASON_CHARS_MAX
+from .limits import ERROR_MESSAGE_CHARS_MAX as ERROR_MESSAGE_CHARS_MAX
+from .limits import GATHER_DEPTH_MAX as GATHER_DEPTH_MAX
+from .limits import INCARNATION_CHARS as INCARNATION_CHARS
+from .limits import KEY_CHARS_MAX as KEY_CHARS_MAX
+from .limits import NAME_BYTES_MAX as NAME_BYTES_MAX
+from .limits import OUTPUT_INLINE_BYTES_MAX as OUTPUT_INLINE_BYTES_MAX
+from .limits import PARK_REASON_CHARS_MAX as PARK_REASON_CHARS_MAX
+from .limits import POSITION_CHARS_MAX as POSITION_CHARS_MAX
+from .limits import RUN_ID_CHARS_MAX as RUN_ID_CHARS_MAX
+from .limits import RUN_INPUT_BYTES_MAX as RUN_INPUT_BYTES_MAX
+from .limits import RUN_RESULT_BYTES_MAX as RUN_RESULT_BYTES_MAX
+from .limits import SCOPE_POSITIONS_MAX as SCOPE_POSITIONS_MAX
+from .limits import SIGNAL_DATA_BYTES_MAX as SIGNAL_DATA_BYTES_MAX
+from .limits import STEP_OUTPUT_BYTES_MAX as STEP_OUTPUT_BYTES_MAX
+
 # Record kinds: each consumes one position in program order.
 STEP: Final = "step"
 NOW: Final = "now"
@@ -83,45 +99,9 @@ RUN_STATUSES: Final = frozenset(
 )
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 
-# Limits (STYLE habit 8). A record is one row read whole on every replay, so the journal
-# holds results, not bulk data: keep documents, images and transcripts outside it (a file
-# or blob store) and record their reference.
-NAME_BYTES_MAX: Final = 200
-"""Longest step or workflow name, in UTF-8 bytes."""
-
-# Keys. An idempotency key is ``{run_id}:{incarnation}:{position}`` and never longer than
-# KEY_CHARS_MAX, the receiving side's limit (durably.idempotency, Stripe, the IETF draft).
-# The limits below are chosen so that this holds for every run: a run id of at most
-# RUN_ID_CHARS_MAX characters, and a position of at most 1 + 2 * GATHER_DEPTH_MAX numbers,
-# each below SCOPE_POSITIONS_MAX, joined by dots (a test checks the arithmetic).
-KEY_CHARS_MAX: Final = 255
-INCARNATION_CHARS: Final = 12
-RUN_ID_CHARS_MAX: Final = 128
-GATHER_DEPTH_MAX: Final = 7
-SCOPE_POSITIONS_MAX: Final = 1_000_000
-POSITION_CHARS_MAX: Final = (1 + 2 * GATHER_DEPTH_MAX) * len(str(SCOPE_POSITIONS_MAX - 1)) + (
-    2 * GATHER_DEPTH_MAX
-)
-assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHARS_MAX
-
-STEP_OUTPUT_BYTES_MAX: Final = 4 * 1024 * 1024
-"""Largest step output (and recorded now/random/uuid value), as canonical JSON."""
-OUTPUT_INLINE_BYTES_MAX: Final = 64 * 1024
-"""A step output longer than this (UTF-8 bytes of its JSON) goes to the blob table; the
-record keeps a reference, read only when a replay reaches the step."""
-SIGNAL_DATA_BYTES_MAX: Final = 64 * 1024
-"""Largest signal data (``engine.signal(run_id, name, data)``), as canonical JSON: a
-signal carries a decision or a reference, never bulk data."""
-RUN_INPUT_BYTES_MAX: Final = 4 * 1024 * 1024
-"""Largest run input (the workflow's arguments), as canonical JSON."""
-RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
-"""Largest workflow result, as canonical JSON."""
-ERROR_MESSAGE_CHARS_MAX: Final = 10_000
-"""Longest recorded error message; longer ones are cut."""
-PARK_REASON_CHARS_MAX: Final = 2_000
-"""Longest recorded reason a run is blocked or in doubt; longer ones are cut."""
-CANCEL_REASON_CHARS_MAX: Final = 2_000
-"""Longest reason ``engine.cancel`` records; longer ones are cut."""
+# Limits (STYLE habit 8) live in durably.limits, each with what it bounds and why; they are
+# imported above under their old names here (``durably.history.NAME_BYTES_MAX`` goes on
+# working).
 
 # Matched with fullmatch and spelled [0-9]: ``$`` also matches before a trailing newline
 # and ``\d`` (like str.isdigit) takes any Unicode digit, so a hand-edited "0123456789ab\n"

@@ -19,17 +19,24 @@ from typing import Any, Final
 
 from . import codec
 from .errors import SerializationError
+from .limits import INLINE_CHARS_MAX as INLINE_CHARS_MAX
 
 # A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
 Fetch = Callable[[Sequence[str]], Mapping[str, str]]
 
-# A single value whose canonical text is at most this long is kept in the manifest itself:
-# a digest would be as long, and a blob row would cost the step a write.
-INLINE_CHARS_MAX: Final = 64
-
-# How much of a differing value the NonDeterminism message shows.
-DIFF_LINES_MAX: Final = 12
-DIFF_LINE_CHARS_MAX: Final = 160
+# What a NonDeterminism message (and so every event, span, exception text and
+# `replay --check` line made from it) may say about a differing value: where it differs
+# (argument, message index, field path), lengths and short sha256 prefixes, never the value
+# (an Authorization header's key once appeared in CI output). `durably runs why RUN
+# --show-values` shows the recorded values, on the journal's host.
+FIELDS_SHOWN_MAX: Final = 3
+"""How many differing fields of one value a message names."""
+FIELD_DEPTH_MAX: Final = 4
+"""How deep into nested objects a message looks for the differing field."""
+HASH_SHOWN_CHARS_MIN: Final = 16
+"""Shorter values get no hash in a message, only their lengths: a few characters can be
+guessed from their sha256 offline."""
+KEY_SHOWN_CHARS_MAX: Final = 40
 
 
 def _sha(text: str) -> str:
@@ -153,40 +160,104 @@ def load(text: str, fetch: Fetch) -> dict[str, Any]:
 
 
 def _arg_name(fn: Any, key: str) -> str:
-    """``key`` named for a person: a positional index becomes its parameter's name."""
+    """``key`` named for a person ("argument 'messages' (0)"): a positional index becomes
+    its parameter's name."""
     if not key.isdigit():
-        return repr(key)
+        return f"argument {key!r}"
     try:
         params = list(inspect.signature(fn).parameters.values())
         p = params[int(key)]
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            return f"{p.name!r} (argument {key})"
+            return f"argument {p.name!r} ({key})"
     except (TypeError, ValueError, IndexError):
         pass
     return f"argument {key}"
 
 
-def _pretty(data: Any) -> list[str]:
-    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False)
-    return [line[:DIFF_LINE_CHARS_MAX] for line in text.splitlines()]
+def _pretty(data: Any) -> str:
+    """``data`` as indented JSON text, for a person on the journal's host."""
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _short_diff(old: Any, new: Any) -> str:
-    import difflib  # only on the error path: kept out of `import durably`
+def _measure(data: Any) -> tuple[int, str]:
+    """A value's length (a string's characters, else its canonical JSON's) and the
+    sha256 of its canonical JSON text (what the blob table keys it by)."""
+    text = codec.canonical(data)
+    return (len(data) if isinstance(data, str) else len(text)), _sha(text)
 
-    lines = list(
-        difflib.unified_diff(_pretty(old), _pretty(new), "recorded", "current", n=1, lineterm="")
-    )
-    shown = lines[2:][:DIFF_LINES_MAX]
-    more = len(lines) - 2 - len(shown)
-    tail = [f"  ... {more} more line(s)"] if more > 0 else []
-    return "\n".join(["  " + line for line in shown] + tail)
+
+def _kind(data: Any) -> str:
+    if isinstance(data, dict):
+        return "an object"
+    if isinstance(data, list):
+        return "a list"
+    if isinstance(data, str):
+        return "a string"
+    return "null" if data is None else ("a boolean" if isinstance(data, bool) else "a number")
+
+
+def _change(old: Any, new: Any) -> str:
+    """How a value changed without showing it: "2,311 -> 2,340 chars, sha256 ab12.. ->
+    cd34..", with types when they differ; hashes only of values long enough not to be
+    guessed from them."""
+    (n_old, h_old), (n_new, h_new) = _measure(old), _measure(new)
+    unit = "chars" if isinstance(old, str) and isinstance(new, str) else "chars of JSON"
+    kinds = "" if _kind(old) == _kind(new) else f"{_kind(old)} -> {_kind(new)}, "
+    text = f"{kinds}{n_old:,} -> {n_new:,} {unit}"
+    if min(n_old, n_new) >= HASH_SHOWN_CHARS_MIN:
+        text += f", sha256 {h_old[:12]}.. -> {h_new[:12]}.."
+    return text
+
+
+def _key(k: Any) -> str:
+    text = str(k)
+    return text if len(text) <= KEY_SHOWN_CHARS_MAX else text[:KEY_SHOWN_CHARS_MAX] + "…"
+
+
+def _fields(old: Any, new: Any, path: str, out: list[str], depth: int = 0) -> None:
+    """Append to ``out`` where ``old`` and ``new`` (plain JSON data) differ, as field
+    paths with :func:`_change`; objects are looked into up to FIELD_DEPTH_MAX deep."""
+    if len(out) > FIELDS_SHOWN_MAX or old == new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict) and depth < FIELD_DEPTH_MAX:
+        for k in sorted(set(old) | set(new), key=str):
+            where = f"{path}.{_key(k)}" if path else _key(k)
+            if k not in new:
+                out.append(f"field {where!r} removed")
+            elif k not in old:
+                out.append(f"field {where!r} added ({_measure(new[k])[0]:,} chars)")
+            else:
+                _fields(old[k], new[k], where, out, depth + 1)
+        return
+    out.append(f"field {path!r} differs: {_change(old, new)}" if path else _change(old, new))
+
+
+def describe(old: Any, new: Any) -> str:
+    """How ``new`` differs from ``old`` (plain JSON data), naming fields, lengths and
+    short hashes and never a value: what may leave the process."""
+    out: list[str] = []
+    _fields(old, new, "", out)
+    more = len(out) - FIELDS_SHOWN_MAX
+    shown = out[:FIELDS_SHOWN_MAX] + ([f"{more} more field(s)"] if more > 0 else [])
+    return "; ".join(shown) if shown else "the same value under another encoding"
+
+
+def _role(old: Any, new: Any) -> str:
+    """ " (role 'system')" for a chat message whose role both sides share: a role is a
+    word of the protocol, not data."""
+    role = old.get("role") if isinstance(old, dict) else None
+    if isinstance(new, dict) and role == new.get("role") and isinstance(role, str):
+        if role.isascii() and role.replace("_", "").isalpha() and len(role) <= 20:
+            return f" (role {role!r})"
+    return ""
 
 
 def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
     """A short account of how the current inputs differ from the recorded manifest:
-    which argument and, for a conversation, which message, with a diff of that value
-    (``current`` built with no blob left out: its new values are not in the store)."""
+    which argument and, for a conversation, which message, and which field of it, with
+    lengths and short sha256 prefixes of the two values and never the values themselves
+    (the account goes into events, spans, exception text and CI output). ``current`` is
+    built with no blob left out: its new values are not in the store."""
     refs = _refs(recorded)
     now = current.item_hashes
     texts = dict(current.blobs)
@@ -209,9 +280,8 @@ def diff(recorded: str, current: Manifest, fn: Any, fetch: Fetch) -> str:
         if isinstance(old, list) and isinstance(new, list):
             return _list_diff(where, old, new, fetch, now_fetch)
         if isinstance(old, str) and isinstance(new, str):
-            return f"{where} differs:\n" + _short_diff(
-                _value(refs[key], fetch), _value(current.refs[key], now_fetch)
-            )
+            before, after = _value(refs[key], fetch), _value(current.refs[key], now_fetch)
+            return f"{where} differs: {describe(before, after)}"
         return f"{where} was a {_shape(old)} when recorded and is a {_shape(new)} now"
     return "the recorded inputs match the arguments: the step name or codec version differs"
 
@@ -230,15 +300,27 @@ def _value(ref: Mapping[str, Any], fetch: Fetch) -> Any:
 def _list_diff(where: str, old: list[str], new: list[str], fetch: Fetch, now_fetch: Fetch) -> str:
     for i, (a, b) in enumerate(zip(old, new, strict=False)):
         if a != b:
+            before = json.loads(_fetch_one(fetch, a))
+            after = json.loads(_fetch_one(now_fetch, b))
             return (
-                f"{where}: message {i} of {len(old)} recorded / {len(new)} now differs:\n"
-                + _short_diff(
-                    json.loads(_fetch_one(fetch, a)), json.loads(_fetch_one(now_fetch, b))
-                )
+                f"{where}: message {i} of {len(old)} recorded / {len(new)} now differs"
+                f"{_role(before, after)}: {describe(before, after)}"
             )
     if len(new) > len(old):
         return f"{where}: {len(new) - len(old)} message(s) added after message {len(old) - 1}"
     return f"{where}: {len(old) - len(new)} message(s) fewer than recorded ({len(old)})"
+
+
+def show(recorded: str, fetch: Fetch) -> str:
+    """The recorded arguments of a manifest in full, as indented JSON with real line
+    breaks, one block per argument: for a person on the journal's host (``durably runs
+    why RUN --show-values``), never for events, spans or CI output."""
+    blocks = []
+    for key, value in load(recorded, fetch).items():
+        name = f"argument {key}" if key.isdigit() else f"argument {key!r}"
+        body = _pretty(value)
+        blocks.append(f"{name}:\n" + "\n".join("  " + line for line in body.splitlines()))
+    return "\n".join(blocks) if blocks else "(no arguments)"
 
 
 # A step output kept in the blob table is recorded as this one-key object. No stored

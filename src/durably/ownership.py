@@ -24,17 +24,15 @@ from dataclasses import dataclass
 
 from .clock import Clock
 from .history import RunRecord
+from .limits import CLOCK_SKEW_WARN_S as CLOCK_SKEW_WARN_S
+from .limits import RECOVER_SCAN_MAX as RECOVER_SCAN_MAX
 from .store.base import Served, Store, serves
 from .store.owner import Owner
 
 log = logging.getLogger("durably")
 
-# Leases last 30 s by default and are renewed every 10 s; a host whose clock is off by
-# more than this sees leases expire (or not) visibly early or late. NTP keeps real hosts
-# within milliseconds, so this bound only trips on a broken clock.
-CLOCK_SKEW_WARN_S = 2.0
+# CLOCK_SKEW_WARN_S (durably.limits) is the skew a check warns about; this is how often.
 CLOCK_CHECK_EVERY_S = 300.0
-RECOVER_SCAN_MAX = 10_000  # running runs looked at by one engine.recover()
 
 
 def owner_dead(owner: str) -> bool:

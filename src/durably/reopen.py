@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from . import codec
 from .errors import ConfigError, SerializationError
 from .history import (
+    APPROVAL,
     COMPENSATE,
     FAILED,
     HALT,
     INTENT,
+    OK,
     WAITING,
     RunRecord,
     StepRecord,
@@ -155,12 +157,24 @@ def top_level_at(at: object) -> int:
     return at
 
 
-def fork_at(at: object, history: Sequence[StepRecord]) -> int:
-    """Check a fork's ``at`` against the original's history and return it as an int.
+def first_decision(history: Sequence[StepRecord]) -> int | None:
+    """The top-level position of the first decided approval request of ``history``
+    (approved, rejected or expired; under a gather, the gather's position), or None."""
+    decided = [top_level(r.position) for r in history if r.kind == APPROVAL and r.status == OK]
+    return min(decided, default=None)
 
-    ``at`` is a top-level position from 0 up to one past the last recorded one. Forking
-    past an effect in doubt (an intent without a result) is refused: what it did is
-    unknown, so there is no result to copy.
+
+def fork_at(at: object, history: Sequence[StepRecord]) -> int:
+    """Check a fork's ``at`` against the original's history and return the top-level
+    position the fork goes live at: ``at``, or the first decided approval below it.
+
+    ``at`` is a top-level position from 0 up to one past the last recorded one. **A fork
+    never carries a decision**: a decided approval request below ``at`` is not copied,
+    and neither is anything after it (what the workflow did next depended on that
+    decision), so the fork goes live at the request, which parks for a new decision by a
+    person (copying it would run the approved effect again, under new keys, with nobody
+    approving it). Forking past an effect in doubt (an intent without a result) is
+    refused: what it did is unknown, so there is no result to copy.
     """
     at = top_level_at(at)
     end = 1 + max((top_level(r.position) for r in history), default=-1)
@@ -169,6 +183,9 @@ def fork_at(at: object, history: Sequence[StepRecord]) -> int:
             f"at={at}: the run records positions 0..{end - 1} only; fork at {end} or earlier"
             " (`durably runs show` lists them)"
         )
+    decided = first_decision(history)
+    if decided is not None and decided < at:
+        at = decided  # nothing past it is copied, so nothing past it is checked
     doubts = sorted({top_level(r.position) for r in history if r.status == INTENT})
     if doubts and doubts[0] < at:
         raise ConfigError(
@@ -200,8 +217,13 @@ def fork_records(history: Sequence[StepRecord], at: int) -> list[StepRecord]:
     failure, a recorded time, random number, uuid, marker or finished timer) at a
     top-level position below ``at``, with everything under it (the branches of a gather).
     Intents and waits in progress (a ``waiting`` timer) are never copied: the fork reaches
-    such a position live (a timer not over starts afresh in the fork).
+    such a position live (a timer not over starts afresh in the fork). Nor is a decided
+    approval request or anything from its top-level position on (see :func:`fork_at`):
+    the fork asks for the decision again.
     """
+    decided = first_decision(history)
+    if decided is not None:
+        at = min(at, decided)
     return sorted(
         (r for r in history if r.status not in (INTENT, WAITING) and top_level(r.position) < at),
         key=lambda r: position_key(r.position),

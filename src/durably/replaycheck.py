@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import AsyncContext, Context, Executor
 from .core import Charge, ReadSpend, RunCore, SetBudget, Write
+from .current import workflow_body
 from .errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
 from .history import CANCELLED, FAILED_RUN, RunRecord
 
@@ -157,9 +158,19 @@ def _replay(
     runner: _Runner,
 ) -> None:
     if w.is_async:
-        runner.run(w.fn(AsyncContext(core, ex), *args, **kwargs))
+        actx = AsyncContext(core, ex)
+        runner.run(_body(actx, w.fn(actx, *args, **kwargs)))
     else:
-        w.fn(Context(core, ex), *args, **kwargs)
+        ctx = Context(core, ex)
+        with workflow_body(ctx):
+            w.fn(ctx, *args, **kwargs)
+
+
+async def _body(ctx: AsyncContext, body: Any) -> Any:
+    """An async workflow's body seeing ``ctx`` as ``durably.current_context()`` (a
+    wrapped model call in it replays its step rather than calling the model)."""
+    with workflow_body(ctx):
+        return await body
 
 
 def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:

@@ -31,7 +31,7 @@ from .context import COMPENSATING_TASKS, Executor, _Recording, drive_async, driv
 from .core import Op, RunCore, type_name
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .history import check_name, describe_error, position_key
-from .steps import signature_of
+from .steps import fn_text, signature_of
 
 T = TypeVar("T")
 
@@ -140,9 +140,9 @@ class SagaCore:
         if not callable(undo):
             raise core.poison(
                 ConfigError(
-                    f"saga.step({name!r}, do, undo, ...): undo {undo!r} is not callable; pass"
-                    " the function that undoes do (it gets do's arguments). The run is"
-                    " blocked; fix the code, then resume it."
+                    f"saga.step({name!r}, do, undo, ...): undo ({fn_text(undo)}) is not"
+                    " callable; pass the function that undoes do (it gets do's arguments)."
+                    " The run is blocked; fix the code, then resume it."
                 )
             )
         if isinstance(name, str) and name:

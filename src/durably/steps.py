@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import inspect
 import weakref
@@ -17,10 +18,10 @@ from typing import Any, Final, Literal, TypeVar
 
 from . import codec
 from .errors import ConfigError
+from .limits import BACKOFF_MAX_S as BACKOFF_MAX_S
+from .limits import RETRIES_MAX as RETRIES_MAX
 
 F = TypeVar("F", bound=Callable[..., Any])
-RETRIES_MAX: Final = 100
-BACKOFF_MAX_S: Final = 3600.0
 _ATTR: Final = "__durably_step__"
 
 
@@ -213,3 +214,18 @@ def usage(
     box.split = box.split or input_tokens is not None or output_tokens is not None
     box.cost_usd += cost
     box.reported = True
+
+
+def fn_text(fn: Any) -> str:
+    """How a step's function (or what was passed as one) is named in a message: its
+    qualified name, never its ``repr``, which may quote values (a ``functools.partial``
+    lists the arguments bound into it, such as an API key; an object's repr may show its
+    fields; a value passed where a function belongs is the value). Messages reach
+    events, spans and exception text, which leave the process."""
+    if isinstance(fn, functools.partial):
+        return f"functools.partial({fn_text(fn.func)}, ...)"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if isinstance(name, str) and name:
+        return name
+    kind = "object" if callable(fn) else "value"
+    return f"a {type(fn).__qualname__} {kind}"

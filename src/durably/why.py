@@ -1,10 +1,13 @@
 """``durably runs why``: one plain sentence saying why a run is where it is.
 
-:func:`explain` is pure: it builds the sentence from facts (the run row, its history, what
+:func:`explain_facts` is pure: it builds the sentence from facts (the run row, its history, what
 the event stream says about the step in flight, the queue ahead of it), so every row of
 the table in ``docs/why.md`` is a unit of its own. :func:`gather` reads those facts from an
-engine. The sentence quotes journal text (names, error messages, park reasons) as it is:
-a terminal printer escapes it (``durably.cli.common.term``).
+engine, through its public reads only (the inspect room sits above the engine: ``Engine``
+never imports this module). :func:`explain` does both and returns an :class:`Explanation`,
+the data ``durably runs why`` prints. The sentence quotes journal text (names, error
+messages, park reasons) as it is: a terminal printer escapes it
+(``durably.cli.common.term``).
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from .history import (
 )
 from .ownership import describe_owner, owner_dead
 from .reopen import compensated_steps, failed_frontier
+from .runlist import LIST_RUNS_LIMIT_MAX
 from .shell import command as cli_command
 
 if TYPE_CHECKING:
     from .engine import Engine
-    from .store.base import Store
 
 QUEUE_SCAN_MAX = 10_000
 """Runs of one status looked at to count a queue (beyond it the count is "at least")."""
@@ -80,7 +83,7 @@ class QueueView:
 
 @dataclass(frozen=True, slots=True)
 class Facts:
-    """Everything :func:`explain` reads. ``owner_gone``: the owner is provably dead (judged
+    """Everything :func:`explain_facts` reads. ``owner_gone``: the owner is provably dead (judged
     by the caller, since that looks at this host's processes). ``last_error``: the last
     error type and message the stream recorded (for a quarantined run)."""
 
@@ -110,7 +113,92 @@ class Why:
         return {"state": self.state, "sentence": self.sentence, **self.facts}
 
 
-def explain(f: Facts) -> Why:
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One fact an explanation rests on, for people: a label (``"lease expires at"``)
+    and its value as text (``"2026-12-01 10:00:00 UTC"``)."""
+
+    label: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a run is where it is (``durably.explain``): the run, its status, the state
+    the sentence words (a row of docs/why.md: ``orphaned``, ``signal``, ...), the
+    headline sentence, and the facts it rests on, as text (``facts``) and as JSON
+    values (``to_json``). The sentence quotes journal text as it is: escape it for a
+    terminal or a page."""
+
+    run_id: str
+    status: str
+    state: str
+    sentence: str
+    facts: list[Fact]
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly what ``durably runs why --json`` prints: ``{"state", "sentence",
+        "run_id", "status", "queue", ...}`` (the keys of each state: docs/why.md)."""
+        return {"state": self.state, "sentence": self.sentence, **self.values}
+
+
+def explain(engine: Engine, run_id: str, *, now: float | None = None) -> Explanation:
+    """Why run ``run_id`` is where it is and what to do, as data: what ``durably runs
+    why`` prints. ``now`` (epoch seconds) defaults to the engine's clock. Reads only
+    through the engine's public methods; raises ``RunNotFound`` for an unknown run."""
+    at = engine.clock.time() if now is None else now
+    why = explain_facts(gather(engine, run_id, at))
+    values = why.facts
+    return Explanation(
+        run_id=str(values.get("run_id", run_id)),
+        status=str(values.get("status", "")),
+        state=why.state,
+        sentence=why.sentence,
+        facts=facts_of(why.facts),
+        values=dict(why.facts),
+    )
+
+
+# Facts whose value is a time (epoch seconds), said as one.
+_TIME_FACTS = frozenset(
+    {
+        "queued_at",
+        "lease_expires_at",
+        "finished_at",
+        "cancel_requested_at",
+        "wake_at",
+        "since",
+        "deadline",
+        "expires_at",
+    }
+)
+
+
+def facts_of(values: dict[str, Any]) -> list[Fact]:
+    """The JSON facts of a sentence as labelled text, in their order; facts without a
+    value (None) are left out, and ``run_id``/``status`` are the explanation's own."""
+    out: list[Fact] = []
+    for key, value in values.items():
+        if value is None or key in ("run_id", "status"):
+            continue
+        out.append(Fact(key.replace("_", " "), _fact_text(key, value)))
+    return out
+
+
+def _fact_text(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if key in _TIME_FACTS and isinstance(value, (int, float)):
+        return clock_text(float(value))
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def explain_facts(f: Facts) -> Why:
     """The sentence for the run in ``f``; see docs/why.md for the table of states."""
     run = f.run
     base: dict[str, Any] = {"run_id": run.run_id, "status": run.status, "queue": run.queue}
@@ -694,7 +782,7 @@ STATES = (
     "over_budget",
     "budget_exceeded",
 )
-"""Every state :func:`explain` words a sentence of its own for (docs/why.md has a row for
+"""Every state :func:`explain_facts` words a sentence of its own for (docs/why.md has a row for
 each); other statuses get the status and its recorded reason."""
 
 # What a parked run waits for (the run.parked event's kind) -> its sentence.
@@ -755,14 +843,14 @@ def quote(text: str) -> str:
 
 
 def gather(engine: Engine, run_id: str, now: float) -> Facts:
-    """The facts :func:`explain` needs about ``run_id``, read through ``engine`` (raises
-    ``RunNotFound`` for an unknown run)."""
+    """The facts :func:`explain_facts` needs about ``run_id``, read through ``engine``'s
+    public methods (raises ``RunNotFound`` for an unknown run)."""
     run: RunRecord = engine.get_run(run_id)
     history = engine.history(run_id)
     gone = run.status == "running" and run.owner is not None and owner_dead(run.owner)
-    queue = queue_view(engine.store, run) if run.status in ("queued", "parked") else None
+    queue = queue_view(engine, run) if run.status in ("queued", "parked") else None
     events = read_events(engine, run_id)
-    spend = engine.store.get_spend(run_id) if run.status in ("running", "failed") else None
+    spend = engine.spend(run_id) if run.status in ("running", "failed") else None
     return Facts(
         run,
         history,
@@ -777,19 +865,24 @@ def gather(engine: Engine, run_id: str, now: float) -> Facts:
     )
 
 
-def queue_view(store: Store, run: RunRecord) -> QueueView:
+def queue_view(engine: Engine, run: RunRecord) -> QueueView:
     """Runs of ``run``'s queue that a worker takes before it (queued earlier; workers take
-    the oldest first), and the live workers serving that queue (their rows in the
-    journal, less those whose pid is provably gone)."""
-    queued = store.list_runs(status="queued", limit=QUEUE_SCAN_MAX)
+    the oldest first; at most :data:`QUEUE_SCAN_MAX` queued runs of the queue are looked
+    at), and the live workers serving that queue (their rows in the journal, less those
+    whose pid is provably gone)."""
     me = (run.created_at, run.run_id)
-    ahead = sum(1 for r in queued if r.queue == run.queue and (r.created_at, r.run_id) < me)
-    workers = [
-        owner
-        for owner, queues in store.live_workers()
-        if run.queue in queues and not owner_dead(owner)
-    ]
-    return QueueView(ahead, len(workers), capped=len(queued) >= QUEUE_SCAN_MAX)
+    ahead = scanned = 0
+    after: str | None = None
+    while scanned < QUEUE_SCAN_MAX:
+        limit = min(LIST_RUNS_LIMIT_MAX, QUEUE_SCAN_MAX - scanned)
+        page = engine.list_runs(status="queued", queue=run.queue, after=after, limit=limit)
+        scanned += len(page.runs)
+        ahead += sum(1 for r in page.runs if (r.created_at, r.run_id) < me)
+        if page.next is None:
+            break
+        after = page.next
+    workers = engine.live_workers(run.queue)
+    return QueueView(ahead, len(workers), capped=scanned >= QUEUE_SCAN_MAX)
 
 
 def read_events(engine: Engine, run_id: str) -> list[Event]:

@@ -40,11 +40,12 @@ from .errors import (
     WorkflowFailed,
 )
 from .history import RunRecord
+from .limits import WORKER_CONCURRENCY_MAX
 from .ownership import CLOCK_CHECK_EVERY_S, check_clock
 
 log = logging.getLogger("durably.worker")
 
-CONCURRENCY_MAX = 256
+CONCURRENCY_MAX = WORKER_CONCURRENCY_MAX  # its old name (durably.limits)
 POLL_INTERVAL_S_DEFAULT = 0.2
 DRAIN_S_DEFAULT = 30.0
 ERROR_BACKOFF_S = 1.0
@@ -70,7 +71,7 @@ class Worker:
     wakes workers at once with LISTEN/NOTIFY; SQLite polls); ``drain_s`` bounds a graceful
     stop. ``clock_check_s``: how often the worker compares its clock with the database's
     (at start, then at this period), warning when they differ by more than
-    ``durably.ownership.CLOCK_SKEW_WARN_S`` (PostgreSQL only: SQLite shares this host's
+    ``durably.limits.CLOCK_SKEW_WARN_S`` (PostgreSQL only: SQLite shares this host's
     clock).
     """
 

@@ -59,9 +59,14 @@ def _hammer(n: int, call: Any) -> Counter[str]:
     return Counter(outcomes)
 
 
+def pool(url: str, size: int) -> dict[str, int]:
+    """``pool_size`` on PostgreSQL (SQLite opens a connection per thread and refuses it)."""
+    return {} if url.startswith("sqlite") else {"pool_size": size}
+
+
 def test_threads_run_the_work_once(db_url: str, tmp_path: Path):
     effect_file = tmp_path / "effects.txt"
-    store = IdempotencyStore(db_url, pool_size=4)
+    store = IdempotencyStore(db_url, **pool(db_url, 4))
 
     def effect() -> str:
         with effect_file.open("a") as f:
@@ -80,7 +85,7 @@ def test_threads_run_the_work_once(db_url: str, tmp_path: Path):
 
 
 def test_threads_in_transaction_wait_and_replay(db_url: str):
-    store = IdempotencyStore(db_url, pool_size=THREADS)
+    store = IdempotencyStore(db_url, **pool(db_url, THREADS))
     _create_effects(store)
 
     def effect(conn: Any) -> str:

@@ -7,6 +7,7 @@ Every test runs on a real SQLite file; crafted rows are written with sqlite3 dir
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -198,8 +199,12 @@ def test_a_crafted_run_input_blocks_the_run_and_stops_the_heartbeat(
         return x
 
     engine.start(w, 1, run_id="r")
-    write_row(path, "UPDATE runs SET input = ? WHERE run_id = 'r'", CRAFTED_INPUTS[crafted])
-    with pytest.raises(durably.SerializationError, match="recorded input"):
+    text = CRAFTED_INPUTS[crafted]
+    # With its sha256, so the decoding itself is what refuses it (a changed input with
+    # its old digest is refused before: tests/unit/test_blob_integrity.py).
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    write_row(path, "UPDATE runs SET input = ?, input_digest = ? WHERE run_id = 'r'", text, digest)
+    with pytest.raises(durably.SerializationError, match="recorded input cannot be decoded"):
         engine.resume("r")
     run = engine.get_run("r")
     assert run.status == "blocked" and run.owner is None and run.lease_expires_at is None

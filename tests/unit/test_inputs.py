@@ -112,12 +112,16 @@ def test_changed_message_names_the_argument_and_message(engine: durably.Engine) 
         engine.run("chat", run_id="r")
     text = str(err.value)
     assert "inputs differ" in text
-    assert "'messages' (argument 0): message 1 of 2 recorded / 2 now differs" in text
-    assert '+ "content": "turn 1 edited"' in text and '- "content": "turn 1 x' in text
+    assert (
+        "argument 'messages' (0): message 1 of 2 recorded / 2 now differs (role 'user'):"
+        " field 'content' differs: " in text
+    )
+    # lengths and hashes, never the values: the message reaches events, spans and CI logs
+    assert "turn 1 edited" not in text and "turn 1 x" not in text
     assert engine.get_run("r").status == BLOCKED
 
 
-def test_changed_prompt_names_the_prompt_versions_and_shows_the_diff(
+def test_changed_prompt_names_the_prompt_versions_and_the_argument_not_its_value(
     engine: durably.Engine,
 ) -> None:
     def plan(prompt: str, task: str) -> str:
@@ -138,8 +142,8 @@ def test_changed_prompt_names_the_prompt_versions_and_shows_the_diff(
     with pytest.raises(durably.NonDeterminism) as err:
         engine.run("agent", run_id="r")
     text = str(err.value)
-    assert "'prompt' (argument 0) differs" in text
-    assert '-"You are a careful planner."' in text and '+"You are a fast planner."' in text
+    assert "argument 'prompt' (0) differs: 26 -> 23 chars, sha256 " in text
+    assert "careful" not in text and "fast" not in text
     assert "prompt version 'p1', the code has 'p2'" in text
     assert "ctx.patched" in text and "fork" in text
 
@@ -206,7 +210,7 @@ def test_large_outputs_go_to_the_blob_table_and_are_read_only_when_reached(
 
 
 @pytest.mark.parametrize("long", [False, True], ids=["inline", "blob"])
-def test_changed_prompt_argument_is_shown_whatever_its_size(
+def test_changed_prompt_argument_is_named_whatever_its_size(
     engine: durably.Engine, long: bool
 ) -> None:
     rules = " Rules: " + "r" * 300 if long else ""
@@ -229,8 +233,8 @@ def test_changed_prompt_argument_is_shown_whatever_its_size(
     with pytest.raises(durably.NonDeterminism) as err:
         engine.run("a", run_id="r")
     text = str(err.value)
-    assert "'prompt' (argument 0) differs" in text
-    assert '-"Be careful.' in text and '+"Be fast.' in text
+    assert "argument 'prompt' (0) differs: " in text
+    assert "careful" not in text and "fast" not in text and "rrrr" not in text
 
 
 # -- codec version 2: list digests from per-item hashes ---------------------------------

@@ -6,8 +6,12 @@ decide on, and take ``--digest PREFIX`` (at least 4 hex characters of the digest
 ``approvals list`` shows), checked against the request's full digest before anything is
 written. They never prompt (they run in scripts and chat bots as well as terminals).
 Everything printed from the journal (actions and arguments come from workflow code and
-its inputs) goes through :func:`~durably.cli.common.inert`/``term``, so it cannot drive
-the terminal.
+its inputs) goes through :func:`~durably.cli.common.inert`/``term``
+(:func:`durably.visible.visible`), so it cannot drive the terminal and no character is
+hidden from the person deciding: a zero-width space or a tag character is printed as
+``<U+200B>``, and a request holding any is flagged ("contains invisible characters:
+U+200B ..."; the ``invisible`` field under ``--json``), since two accounts that differ only
+in such a character look identical.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import click
 from ..approvals import APPROVED, DIGEST_PREFIX_MIN, REJECTED, ApprovalRow
 from ..errors import ApprovalMismatch, ApprovalNotFound, DurablyError
 from ..redact import redact_url
+from ..visible import flag, invisible_chars
 from .common import CommandError, db_option, inert, json_text, open_engine, term, ts
 
 ARGS_SHOWN_CHARS_MAX = 80
@@ -43,11 +48,15 @@ def approvals() -> None:
     "as_json",
     is_flag=True,
     help="Print a JSON list of {run_id, request_id, action, args, digest, requested_at,"
-    " expires_at} (times in seconds since the epoch).",
+    " expires_at, invisible} (times in seconds since the epoch; invisible lists the"
+    " U+XXXX code points of invisible characters the request holds).",
 )
 def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
     """List the approval requests waiting for a decision, oldest first, with the digest
-    prefix `durably approve RUN REQUEST --digest PREFIX` takes."""
+    prefix `durably approve RUN REQUEST --digest PREFIX` takes.
+
+    Invisible characters (zero-width, bidi, tag characters, ...) are shown as <U+200B>,
+    and a request holding any is flagged under the table."""
     engine = open_engine(db, as_json)
     try:
         rows = engine.store.pending_approvals(run_id)
@@ -83,7 +92,29 @@ def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
             ts(r.expires_at) or "never",
             term(args),
         )
-    Console(emoji=False, highlight=False).print(table)
+    console = Console(emoji=False, highlight=False)
+    console.print(table)
+    for r in rows:
+        warning = flag(_shown_text(r), keep="\n")
+        if warning:
+            console.print(
+                f"WARNING: run {term(r.run_id)} request {term(r.request_id)} {warning}"
+                " (shown as <U+XXXX>): read its action and arguments before deciding"
+            )
+
+
+def _shown_text(r: ApprovalRow) -> str:
+    """Every journal text of the request a person reads, for :func:`flag`: the ids, the
+    action, and the arguments both as stored and as decoded (a ``\\u200b`` escape in the
+    stored JSON is a real U+200B in the value)."""
+    return "\n".join((r.run_id, r.request_id, r.action, r.args, _args_text(r)))
+
+
+def _args_text(r: ApprovalRow) -> str:
+    try:
+        return json.dumps(json.loads(r.args), indent=2, sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return r.args
 
 
 def _row_json(r: ApprovalRow) -> dict[str, Any]:
@@ -95,6 +126,7 @@ def _row_json(r: ApprovalRow) -> dict[str, Any]:
         "digest": r.digest,
         "requested_at": r.requested_at,
         "expires_at": r.expires_at,
+        "invisible": invisible_chars(_shown_text(r), keep="\n"),
     }
 
 
@@ -167,15 +199,18 @@ def _decide(
 
 def _show(row: ApprovalRow) -> None:
     """The action and arguments being decided on, escaped (journal text is untrusted)."""
-    try:
-        args = json.dumps(json.loads(row.args), indent=2, sort_keys=True, ensure_ascii=False)
-    except ValueError:
-        args = row.args
+    args = _args_text(row)
     click.echo(f"run:     {inert(row.run_id)}")
     click.echo(f"request: {inert(row.request_id)}")
     click.echo(f"action:  {inert(row.action)}")
     click.echo(f"digest:  {row.digest}")
     click.echo("args:    " + inert(args, keep="\n").replace("\n", "\n         "))
+    warning = flag(_shown_text(row), keep="\n")
+    if warning:
+        click.echo(
+            f"WARNING: this request {warning} (shown as <U+XXXX>): two texts that differ"
+            " only in them look identical; check the action and arguments before deciding"
+        )
 
 
 @click.command("approve")

@@ -18,6 +18,7 @@ from ..errors import DurablyError
 from ..history import WAITING, RunRecord, StepRecord
 from ..ownership import describe_owner, orphaned
 from ..redact import redact
+from ..visible import visible
 
 UNREADABLE_CHARS_MAX = 2_000
 """How much of a stored value that does not parse ``--json`` shows."""
@@ -229,24 +230,20 @@ def duration(s: StepRecord) -> str:
     return f"{ms:.1f} ms" if ms < 10_000 else f"{ms / 1000:.1f} s"
 
 
-# C0 controls, DEL and C1 controls (ESC starts terminal escape sequences; CR rewrites the
-# line), the bidirectional overrides, isolates and marks (LRM, RLM, ALM) that reorder what
-# a reader sees, and the line and paragraph separators some terminals break lines at.
-_CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-)
-
-
 def inert(text: str, keep: str = "") -> str:
-    """``text`` with control characters (but those in ``keep``) shown as ``\\xNN``-style
-    escapes, so text that came from a journal or an exception cannot drive the terminal."""
-    return _CONTROL.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
+    """``text`` with control, format and invisible characters (but those in ``keep``)
+    shown visibly: :func:`durably.visible.visible`, the one rule for journal text (C0/C1
+    controls as ``\\xNN`` escapes, zero-width, bidi and tag characters as ``<U+200B>``),
+    so text that came from a journal or an exception cannot drive the terminal or hide
+    characters from the reader."""
+    return visible(text, keep=keep)
 
 
 def term(value: object) -> str:
     """``value`` as text safe to print through rich: markup escaped (a ``[/link]`` in a
     step's error is text, not a tag) and control characters shown as ``\\xNN`` escapes,
-    so nothing from the journal (often model or tool output) can drive the terminal."""
+    so nothing from the journal (often model or tool output) can drive the terminal or
+    hide characters (see :func:`inert`)."""
     from rich.markup import escape
 
     return escape(inert(str(value)))

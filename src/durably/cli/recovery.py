@@ -11,7 +11,7 @@ import click
 
 from ..errors import DurablyError
 from ..history import RunRecord
-from ..reopen import top_level_at
+from ..reopen import first_decision, top_level_at
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
@@ -98,23 +98,37 @@ def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: boo
     so new idempotency keys: EVERY EFFECT FROM --at ON HAPPENS AGAIN, and a receiving
     side cannot tell it from the original's. The new run is queued for workers (or
     engine.resume(NEW_RUN_ID)); RUN_ID is not changed.
+
+    A fork never carries a decision: when an approval request below --at was decided,
+    the fork copies only the positions below that request and goes live there, so the
+    request waits for a new decision (durably approvals list).
     """
     engine = open_engine(db, as_json)
     try:
         n = top_level_at(at)  # as typed: a gather's position (4.1.0) gets its own advice
+        decided = first_decision(engine.history(run_id))
         handle = engine.fork(run_id, at=n, new_run_id=new_run_id)
         run = engine.get_run(handle.run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
+    live = n if decided is None else min(n, decided)
     if as_json:
-        click.echo(json_text({**run_json(run), "forked_from": run_id, "at": n}))
+        data = {**run_json(run), "forked_from": run_id, "at": n, "live_from": live}
+        click.echo(json_text(data))
         return
     new, old = inert(run.run_id), inert(run_id)
-    copied = f"positions 0..{n - 1} replay from {old}'s journal; " if n else ""
+    asked = ""
+    if live < n:
+        asked = (
+            f" Position {live} holds a decided approval request, and a fork never carries a"
+            f" decision: it goes live there, and the request waits for a new one"
+            " (durably approvals list)."
+        )
+    copied = f"positions 0..{live - 1} replay from {old}'s journal; " if live else ""
     click.echo(
-        f"run {new} forked from {old} at position {n}: {copied}from {n} on it"
-        " runs live, and its effects from there happen again, under new idempotency keys."
+        f"run {new} forked from {old} at position {n}: {copied}from {live} on it runs"
+        f" live, and its effects from there happen again, under new idempotency keys.{asked}"
         f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
     )

@@ -20,6 +20,7 @@ from ..errors import DurablyError
 from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
 from ..redact import redact_url
+from ..runlist import LIST_RUNS_LIMIT_MAX
 from .common import (
     CommandError,
     db_option,
@@ -37,6 +38,7 @@ from .common import (
 )
 
 DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
+LIST_LIMIT_MAX = 100_000  # runs one `runs list` prints (read LIST_RUNS_LIMIT_MAX a page)
 
 
 @click.group()
@@ -60,12 +62,18 @@ def runs() -> None:
     help="Only runs created in the last 30d, 12h, 15m or 90s, or since an ISO-8601 time"
     " (2026-11-30T10:00, UTC unless it names an offset).",
 )
-@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--limit", default=100, show_default=True, type=click.IntRange(1, LIST_LIMIT_MAX))
+@click.option(
+    "--after",
+    metavar="CURSOR",
+    help="Start after the runs already shown: the cursor the page before printed (same filters).",
+)
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help='Print a JSON array instead of a table (an {"error": ...} object on failure).',
+    help='Print a JSON array instead of a table (an {"error": ...} object on failure);'
+    " the next page's cursor, when there is one, goes to stderr.",
 )
 def runs_list(
     db: str,
@@ -75,24 +83,21 @@ def runs_list(
     by_version: bool,
     since: str | None,
     limit: int,
+    after: str | None,
     as_json: bool,
 ) -> None:
     """List runs, newest first, with a count of runs per status under the table
-    (``--by-version``: unfinished runs per version instead)."""
+    (``--by-version``: unfinished runs per version instead). When more runs match than
+    --limit shows, the last line gives the cursor to pass as --after for the next page."""
     start = None if since is None else since_time(since, time.time(), as_json)
     engine = open_engine(db, as_json)
     try:
         if by_version:
-            counts = engine.store.runs_by_version()
+            counts = engine.runs_by_version()
         else:
-            rows = engine.store.list_runs(
-                status=status, workflow=workflow, limit=limit, version=version, since=start
-            )
-            per_status = (
-                {}
-                if as_json
-                else engine.store.count_runs(workflow=workflow, since=start, version=version)
-            )
+            filters: dict[str, Any] = {"workflow": workflow, "version": version, "since": start}
+            rows, cursor = _runs(engine, limit, after, status=status, **filters)
+            per_status = {} if as_json else engine.count_runs(**filters)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
@@ -103,6 +108,8 @@ def runs_list(
         return
     if as_json:
         click.echo(json_text([run_json(run) for run in rows]))
+        if cursor is not None:
+            click.echo(f"next page: --after {cursor}", err=True)
         return
     from rich.table import Table
 
@@ -125,7 +132,27 @@ def runs_list(
         )
     console = _console()
     console.print(table)
-    console.print(count_line(per_status, len(rows)))
+    shown = {k: n for k, n in per_status.items() if n}  # the line names statuses with runs
+    console.print(count_line(shown, len(rows)))
+    if cursor is not None:
+        console.print(f"next page: --after {cursor}", soft_wrap=True)
+
+
+def _runs(
+    engine: Any, limit: int, after: str | None, **filters: Any
+) -> tuple[list[RunRecord], str | None]:
+    """Up to ``limit`` runs from ``after`` on, read a page at a time
+    (``engine.list_runs``), and the cursor of the page after them (None: no more)."""
+    rows: list[RunRecord] = []
+    cursor = after
+    while True:
+        page = engine.list_runs(
+            after=cursor, limit=min(limit - len(rows), LIST_RUNS_LIMIT_MAX), **filters
+        )
+        rows.extend(page.runs)
+        cursor = page.next
+        if cursor is None or len(rows) >= limit:
+            return rows, cursor
 
 
 def count_line(counts: dict[str, int], shown: int) -> str:
@@ -288,7 +315,7 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
     try:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
-        spend = engine.store.get_spend(run_id)
+        spend = engine.spend(run_id)
         args = _step_inputs(engine, steps) if with_inputs else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
@@ -317,9 +344,10 @@ def _step_inputs(engine: Any, steps: list[StepRecord]) -> dict[str, Any]:
         if s.inputs is None:
             continue
         try:
-            out[s.position] = inputs.load(s.inputs, engine.store.get_blobs)
-        except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
-            # A hand-edited row or a deleted blob: say so for this step, show the others.
+            out[s.position] = inputs.load(s.inputs, engine.blobs)
+        except (ValueError, KeyError, TypeError, LookupError, AttributeError, DurablyError) as exc:
+            # A hand-edited row, a deleted or changed blob (SerializationError): say so for
+            # this step, show the others.
             out[s.position] = {"error": f"recorded inputs unreadable: {type(exc).__name__}: {exc}"}
     return out
 
@@ -422,26 +450,48 @@ def _console() -> Any:
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure).',
+    help='Print {"state", "sentence", ...facts} as JSON (an {"error": ...} object on failure;'
+    ' with --show-values, a "values" text too).',
 )
-def runs_why(run_id: str, db: str, as_json: bool) -> None:
+@click.option(
+    "--show-values",
+    "show_values",
+    is_flag=True,
+    help="Also print the values behind a replay mismatch (the blocked step's recorded"
+    " arguments, in full): only on the journal's host; events, traces and replay --check"
+    " never carry them.",
+)
+def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     """Say in one sentence why RUN is where it is: queued behind whom, running which step
     and attempt (and near or over its budget), orphaned, parked on what (a timer, a
     signal, an approval, several gather waits) with the command that wakes it, being
     cancelled, in doubt, blocked, quarantined, failed where (or stopped by its budget),
-    cancelled, completed. The states and their sentences are listed in docs/why.md."""
+    cancelled, completed. The states and their sentences are listed in docs/why.md.
+
+    A replay mismatch names the argument, message and field that differ, with lengths
+    and sha256 prefixes, never the values; --show-values prints the recorded values
+    (what the journal has) for a person on this host."""
     import time
 
-    from ..why import explain, gather
+    from ..why import explain
 
     engine = open_engine(db, as_json)
+    values = None
     try:
-        why = explain(gather(engine, run_id, time.time()))
+        why = explain(engine, run_id, now=time.time())
+        if show_values:
+            from .values import show_values as values_of
+
+            values = values_of(engine, run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
     if as_json:
-        click.echo(json_text(why.as_json()))
+        click.echo(
+            json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
+        )
         return
     _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)
+    if values is not None:
+        click.echo(values)  # inert already, line breaks kept; not through rich markup

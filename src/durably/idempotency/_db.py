@@ -17,12 +17,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from durably._fork import ForkGate, reset_after_fork
 from durably.errors import ConfigError, SchemaNotMigrated, SchemaTooNew, StoreBusy
 from durably.redact import redact, redact_url
+from durably.store.private import open_private
 from durably.store.sqlfiles import Migration, migrations
 
 Row = dict[str, Any]
@@ -184,6 +185,7 @@ class SQLiteDatabase(Database):
                 " commit is on disk) or 'NORMAL' (faster; a power cut may lose the last commits)"
             )
         self.path = path
+        open_private(path, "idempotency database")  # created 0600: it holds responses
         self._busy_timeout_s = busy_timeout_s
         self._synchronous = synchronous.upper()
         self._local = threading.local()
@@ -398,10 +400,28 @@ def _strip_comments(script: str) -> str:
     return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
 
 
+# The backend options of the receiving side, by backend: a caller passes each as None
+# when it was not given, so an option meant for the other backend is refused, not ignored.
+SQLITE_OPTIONS: Final = ("busy_timeout_s", "synchronous")
+POSTGRES_OPTIONS: Final = ("pool_size",)
+
+
 def open_database(
-    url: str, *, busy_timeout_s: float = 5.0, synchronous: str = "FULL", pool_size: int = 10
+    url: str,
+    *,
+    busy_timeout_s: float | None = None,
+    synchronous: str | None = None,
+    pool_size: int | None = None,
+    default_pool_size: int = 10,
+    owner: str = "IdempotencyStore",
 ) -> Database:
-    """Open ``sqlite:///path`` or ``postgresql://...``; anything else is a ConfigError."""
+    """Open ``sqlite:///path`` or ``postgresql://...``; anything else is a ConfigError.
+
+    ``busy_timeout_s`` (default 5 s) and ``synchronous`` (default ``FULL``) are SQLite's,
+    ``pool_size`` (default ``default_pool_size``) PostgreSQL's; one given for the other
+    backend is a ConfigError naming ``owner``'s options for this one: an ignored option is
+    a setting its caller believes is in force.
+    """
     if not isinstance(url, str) or not url:
         raise ConfigError(
             f"database URL must be a non-empty string such as 'sqlite:///idempotency.db' or"
@@ -418,10 +438,30 @@ def open_database(
                 " databases cannot be shared between"
                 " threads and processes, which is the point of an idempotency store)"
             )
-        return SQLiteDatabase(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        _refuse(owner, "SQLite", {"pool_size": pool_size}, SQLITE_OPTIONS)
+        return SQLiteDatabase(
+            path,
+            busy_timeout_s=5.0 if busy_timeout_s is None else busy_timeout_s,
+            synchronous="FULL" if synchronous is None else synchronous,
+        )
     if scheme in ("postgresql", "postgres"):
-        return PostgresDatabase(url, pool_size=pool_size)
+        given = {"busy_timeout_s": busy_timeout_s, "synchronous": synchronous}
+        _refuse(owner, "PostgreSQL", given, POSTGRES_OPTIONS)
+        return PostgresDatabase(
+            url, pool_size=default_pool_size if pool_size is None else pool_size
+        )
     raise ConfigError(
         f"unsupported database URL {redact_url(url)!r}; use 'sqlite:///path.db' or"
         " 'postgresql://user@host/db'"
     )
+
+
+def _refuse(owner: str, kind: str, others: dict[str, Any], takes: tuple[str, ...]) -> None:
+    """ConfigError when an option of the other backend was given (is not None)."""
+    given = [name for name, value in others.items() if value is not None]
+    if given:
+        raise ConfigError(
+            f"{owner} on {kind} does not take {', '.join(given)} (an option of the other"
+            f" database); on {kind} it takes {', '.join(takes)}. Leave the option out, or"
+            " point the URL at the database it is meant for"
+        )

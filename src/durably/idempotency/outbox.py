@@ -98,7 +98,9 @@ class Outbox:
     per message; a failed delivery waits ``backoff_base_s * 2**(attempts-1)`` seconds (at
     most ``backoff_max_s``) before the next one. A relay holds its claimed messages for
     ``claim_lease_s``; if it dies, another relay delivers them again after that (at least
-    once). ``clock`` returns epoch seconds and is injectable for tests.
+    once). ``clock`` returns epoch seconds and is injectable for tests. On SQLite,
+    ``busy_timeout_s`` (default 5 s); on PostgreSQL, ``pool_size`` (default 4): an option
+    of the other database is refused (``ConfigError``), never ignored.
     """
 
     def __init__(
@@ -110,8 +112,8 @@ class Outbox:
         backoff_max_s: float = 600.0,
         claim_lease_s: float = 60.0,
         clock: Callable[[], float] = time.time,
-        busy_timeout_s: float = 5.0,
-        pool_size: int = 4,
+        busy_timeout_s: float | None = None,
+        pool_size: int | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -125,7 +127,13 @@ class Outbox:
         self.backoff_max_s = backoff_max_s
         self.claim_lease_s = claim_lease_s
         self._clock = clock
-        self._db: Database = open_database(url, busy_timeout_s=busy_timeout_s, pool_size=pool_size)
+        self._db: Database = open_database(
+            url,
+            busy_timeout_s=busy_timeout_s,
+            pool_size=pool_size,
+            default_pool_size=4,
+            owner="Outbox",
+        )
         try:
             self._db.check_schema()  # tables come from `durably migrate --idempotency`
         except BaseException:

@@ -18,7 +18,7 @@ def migrate(url: str) -> int:
     once (SQLite serialises on its write lock, PostgreSQL on an advisory lock). Tables an
     older durably created on start are adopted as they are.
     """
-    db = open_database(url, pool_size=1)
+    db = open_database(url, default_pool_size=1, owner="migrate")
     try:
         return db.migrate()
     finally:

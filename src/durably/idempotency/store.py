@@ -256,7 +256,10 @@ class IdempotencyStore:
     keeps its lease renewed by a heartbeat every ``lease_s / 3`` seconds. ``client_errors``
     are the exception types stored as outcomes; other exceptions are server errors that are
     not stored unless ``store_server_errors`` is set (see docs/idempotency.md for the
-    trade-off). ``clock`` returns epoch seconds and is injectable for tests.
+    trade-off). ``clock`` returns epoch seconds and is injectable for tests. On SQLite,
+    ``busy_timeout_s`` (default 5 s) and ``synchronous`` (default ``"FULL"``); on
+    PostgreSQL, ``pool_size`` (default 10): an option of the other database is refused
+    (``ConfigError``), never ignored.
     """
 
     def __init__(
@@ -272,9 +275,9 @@ class IdempotencyStore:
         result_bytes_max: int = RESULT_BYTES_MAX_DEFAULT,
         purge_interval_s: float = 60.0,
         purge_batch_size: int = 1000,
-        busy_timeout_s: float = 5.0,
-        synchronous: str = "FULL",
-        pool_size: int = 10,
+        busy_timeout_s: float | None = None,
+        synchronous: str | None = None,
+        pool_size: int | None = None,
     ) -> None:
         for name, value in (("ttl_s", ttl_s), ("lease_s", lease_s)):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
@@ -291,7 +294,12 @@ class IdempotencyStore:
         self._purge_batch_size = purge_batch_size
         self._last_purge_at = -math.inf
         self._db: Database = open_database(
-            url, busy_timeout_s=busy_timeout_s, synchronous=synchronous, pool_size=pool_size
+            url,
+            busy_timeout_s=busy_timeout_s,
+            synchronous=synchronous,
+            pool_size=pool_size,
+            default_pool_size=10,
+            owner="IdempotencyStore",
         )
         try:
             # Only a check: creating tables is `durably migrate --idempotency`'s job, so a

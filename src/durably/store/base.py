@@ -1,6 +1,8 @@
 """The Store protocol: everything the engine asks of a journal database.
 
-The protocol is deliberately small; every backend passes the same contract suite
+The protocol covers every capability the engine stores (runs, histories, leases, parking,
+signals, approvals, spend, events, blobs, workers), so it is wide, not small: about forty
+methods, each one transaction. Every backend passes the same contract suite
 (``tests/contract``). All writes that change a run are *fenced*: they carry the fencing
 token of the claim that produced them and are refused (``LeaseLost``) when a later claim
 has raised the token, so two processes can never both drive one run.
@@ -16,12 +18,10 @@ from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
+from ..limits import APPROVALS_LIST_MAX as APPROVALS_LIST_MAX
 from .owner import Owner
 
 __all__ = ["NewRun", "Owner", "Store"]
-
-APPROVALS_LIST_MAX = 1000
-"""Most pending approval requests one listing returns."""
 
 
 Served = Mapping[str, Collection[str | None]]
@@ -51,6 +51,13 @@ def served_json(served: Served) -> dict[str, list[str | None]]:
     for name, version in served_pairs(served):
         out.setdefault(name, []).append(version)
     return out
+
+
+def status_list(status: str | Sequence[str] | None) -> list[str] | None:
+    """``list_runs``'s ``status`` as a list of statuses (None: any status)."""
+    if status is None:
+        return None
+    return [status] if isinstance(status, str) else list(status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +101,35 @@ class Store(Protocol):
 
     def list_runs(
         self,
-        status: str | None = None,
+        status: str | Sequence[str] | None = None,
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
         since: float | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered (``since``: created at or after)."""
+        """At most ``limit`` runs, newest first (``created_at`` descending, then
+        ``run_id``), optionally filtered: ``status`` one status or several, ``since``
+        created at or after, ``search`` a substring of the run id (case-sensitive, taken
+        literally). ``after``: the ``(created_at, run_id)`` of the last run of the page
+        before; only runs after it in that order are returned (keyset paging)."""
         ...
 
     def count_runs(
-        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+        self,
+        workflow: str | None = None,
+        since: float | None = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
     ) -> dict[str, int]:
-        """How many runs (of ``workflow`` and ``version``, created at or after ``since``)
-        have each status; statuses without runs are left out."""
+        """How many runs (of ``workflow``, ``version`` and ``queue``, created at or after
+        ``since``, whose id contains ``search``) have each status; statuses without runs
+        are left out."""
         ...
 
     def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
@@ -245,7 +267,8 @@ class Store(Protocol):
 
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests`` (content hashes), as text by digest; a
-        digest not stored is left out."""
+        digest not stored is left out. Each blob is checked against its sha256 on the way
+        out: a changed one raises ``SerializationError`` naming it."""
         ...
 
     def append(

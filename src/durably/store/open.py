@@ -33,7 +33,7 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
     if url.startswith("sqlite:"):
         from .sqlite import SQLiteStore
 
-        _check_options(SQLiteStore, options)
+        _check_options("SQLite", SQLiteStore, options)
         return SQLiteStore(url, clock, **options)
     if url.startswith(("postgresql:", "postgres:")):
         try:
@@ -43,7 +43,7 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
                 f"cannot open {redact_url(url)!r}: the PostgreSQL store needs psycopg 3; install it"
                 " with pip install 'durably[postgres]'"
             ) from exc
-        _check_options(PostgresStore, options)
+        _check_options("PostgreSQL", PostgresStore, options)
         store: Store = PostgresStore(url, clock, **options)
         return store
     raise ConfigError(
@@ -52,11 +52,31 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
     )
 
 
-def _check_options(cls: type, options: dict[str, Any]) -> None:
+# The options of each store, to say where an option refused by one belongs (kept by hand:
+# importing the PostgreSQL store needs psycopg; tests/unit/test_store_options.py checks
+# them against the constructors).
+STORE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "SQLite": ("synchronous", "busy_timeout_s", "create"),
+    "PostgreSQL": ("pool_min", "pool_max", "connect_timeout_s"),
+}
+
+
+def _check_options(kind: str, cls: type, options: dict[str, Any]) -> None:
+    """Refuse an option the store does not take (``ConfigError`` naming the ones it
+    does): an ignored option is a setting the user believes is in force."""
     params = inspect.signature(cls).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
     allowed = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
     unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{cls.__name__} does not take option(s) {unknown}; it takes {allowed}")
+    if not unknown:
+        return
+    elsewhere = [
+        f"{name!r} is an option of the {other} store"
+        for name in unknown
+        for other, names in STORE_OPTIONS.items()
+        if other != kind and name in names
+    ]
+    raise ConfigError(
+        f"the {kind} store does not take the option(s) {', '.join(map(repr, unknown))}; it"
+        f" takes {', '.join(allowed)} (durably.Engine passes each keyword option it does"
+        " not take itself to its store)" + (f". {'; '.join(elsewhere)}" if elsewhere else "")
+    )

@@ -64,13 +64,14 @@ from ..events import EventPage, NewEvent
 from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact
 from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs
+from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs, status_list
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -112,9 +113,9 @@ class PostgresStore:
 
     ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
     active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
-    waiting for a free one. Options meant for other stores (``synchronous``,
-    ``busy_timeout_s``) are accepted and ignored, so one ``Engine(url, ...)`` call works
-    for either URL.
+    waiting for a free one. Any other option is refused (``durably.store.open``), the
+    SQLite store's ``synchronous`` and ``busy_timeout_s`` too: an option ignored is a
+    setting its caller believes is in force.
     """
 
     def __init__(
@@ -125,7 +126,6 @@ class PostgresStore:
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5,
-        **_: object,
     ) -> None:
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
@@ -391,19 +391,28 @@ class PostgresStore:
 
     def list_runs(
         self,
-        status: str | None = None,
+        status: str | Sequence[str] | None = None,
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
         since: float | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first, keyset-paged after ``after``."""
+        statuses = status_list(status)
         params = {
-            "status": status,
+            "statuses": statuses,
             "workflow": workflow,
             "limit": limit,
             "version": version,
             "since": since,
+            "queue": queue,
+            "search": search,
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
         }
         rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
         return [_run(r) for r in rows]
@@ -414,10 +423,22 @@ class PostgresStore:
         return [(r[0], r[1], r[2], int(r[3])) for r in rows]
 
     def count_runs(
-        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+        self,
+        workflow: str | None = None,
+        since: float | None = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
     ) -> dict[str, int]:
         """How many runs have each status."""
-        params = {"workflow": workflow, "since": since, "version": version}
+        params = {
+            "workflow": workflow,
+            "since": since,
+            "version": version,
+            "queue": queue,
+            "search": search,
+        }
         rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
         return {str(status): int(n) for status, n in rows}
 
@@ -866,7 +887,7 @@ class PostgresStore:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         params = {"digests": list(digests)}
         rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,

@@ -6,6 +6,7 @@ backend that the others import.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from ..errors import (
     RunLeased,
     RunNotFound,
     RunQuarantined,
+    SerializationError,
     StoreError,
 )
 from ..history import (
@@ -199,6 +201,27 @@ def blob_params(rec: StepRecord, now: float) -> list[dict[str, Any]]:
     for digest, text in rec.blobs:
         data = text.encode("utf-8")
         out.append({"digest": digest, "data": data, "size": len(data), "now": now})
+    return out
+
+
+def blobs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
+    """Blob rows ``(digest, data)`` read back, as text by digest, each checked on the way
+    out: a blob is stored under the sha256 of its bytes, so bytes that hash to anything
+    else were changed after they were written (a hand edit, a damaged file) and are
+    never handed out as a recorded value. ``SerializationError`` names the blob; the
+    engine blocks the run reading it (never fails it), and nothing is changed."""
+    out: dict[str, str] = {}
+    for digest, data in rows:
+        raw = bytes(data)
+        actual = hashlib.sha256(raw).hexdigest()
+        if actual != digest:
+            raise SerializationError(
+                f"blob {digest} does not match its sha256: its {len(raw):,} stored bytes"
+                f" hash to {actual[:16]}..., so the blobs table was edited or damaged after"
+                " it was written and its contents are not used: restore that row of the"
+                " blobs table from a backup"
+            )
+        out[digest] = raw.decode("utf-8")  # written as UTF-8 text; its hash says unchanged
     return out
 
 

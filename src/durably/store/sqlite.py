@@ -40,13 +40,15 @@ from ..events import EventPage, NewEvent
 from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
 from ..redact import redact_url
 from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json
+from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json, status_list
+from .private import open_private
 from .rules import (
     CANCEL_ERROR_TYPE,
     WORKERS_MAX,
     approval_params,
     approval_row,
     blob_params,
+    blobs_from_rows,
     budget_params,
     cancel_not_found,
     cancel_plan,
@@ -118,6 +120,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
+        open_private(self.path)  # a new journal is created 0600: it holds prompts and secrets
         self._synchronous = synchronous.upper()
         self._inherited: list[sqlite3.Connection] = []
         self._open()
@@ -372,19 +375,28 @@ class SQLiteStore:
 
     def list_runs(
         self,
-        status: str | None = None,
+        status: str | Sequence[str] | None = None,
         workflow: str | None = None,
         limit: int = 100,
         version: str | None = None,
         since: float | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first."""
+        """Runs, newest first, keyset-paged after ``after``."""
+        statuses = status_list(status)
         params = {
-            "status": status,
+            "statuses": json.dumps(statuses) if statuses is not None else None,
             "workflow": workflow,
             "limit": limit,
             "version": version,
             "since": since,
+            "queue": queue,
+            "search": search,
+            "after_at": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
         }
         return [_run(r) for r in self._read(_Q["list_runs"], params)]
 
@@ -393,10 +405,22 @@ class SQLiteStore:
         return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
 
     def count_runs(
-        self, workflow: str | None = None, since: float | None = None, version: str | None = None
+        self,
+        workflow: str | None = None,
+        since: float | None = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
     ) -> dict[str, int]:
         """How many runs have each status."""
-        params = {"workflow": workflow, "since": since, "version": version}
+        params = {
+            "workflow": workflow,
+            "since": since,
+            "version": version,
+            "queue": queue,
+            "search": search,
+        }
         return {str(status): int(n) for status, n in self._read(_Q["count_runs"], params)}
 
     def claim(
@@ -701,7 +725,7 @@ class SQLiteStore:
     def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
         """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
         rows = self._read(_Q["get_blobs"], {"digests": json.dumps(list(digests))})
-        return {d: bytes(data).decode("utf-8") for d, data in rows}
+        return blobs_from_rows(rows)
 
     def finish(
         self,

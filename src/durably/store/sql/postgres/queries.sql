@@ -62,14 +62,25 @@ SELECT count(*) FROM steps
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND status <> 'intent';
 
 -- name: list_runs
+-- One page of runs, newest first (created_at DESC, then run_id), keyset-paged: after_at
+-- and after_id are the last run of the page before (NULL for the first page), so a run
+-- created while pages are read never shifts the ones after it. The range on created_at
+-- lets runs_by_created serve the order (only runs created at the same instant are
+-- sorted); statuses is an array of statuses or NULL; search a substring of run_id
+-- (strpos: case-sensitive, no wildcards).
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
        created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
-WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+WHERE created_at <= coalesce(%(after_at)s::double precision, 'Infinity'::double precision)
+  AND (%(after_at)s::double precision IS NULL OR created_at < %(after_at)s::double precision
+       OR run_id > %(after_id)s::text)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
   AND (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(version)s::text IS NULL OR version = %(version)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0)
   AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
 ORDER BY created_at DESC, run_id
 LIMIT %(limit)s;
@@ -83,11 +94,14 @@ GROUP BY workflow, version, status
 ORDER BY workflow, version NULLS FIRST, status;
 
 -- name: count_runs
--- How many runs of each status (the count line of `durably runs list`).
+-- How many runs of each status (the count line of `durably runs list`), with the filters
+-- of list_runs other than the status and the cursor.
 SELECT status, count(*) FROM runs
 WHERE (%(workflow)s::text IS NULL OR workflow = %(workflow)s::text)
   AND (%(since)s::double precision IS NULL OR created_at >= %(since)s::double precision)
   AND (%(version)s::text IS NULL OR version = %(version)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(search)s::text IS NULL OR strpos(run_id, %(search)s::text) > 0)
 GROUP BY status;
 
 -- name: claim_run

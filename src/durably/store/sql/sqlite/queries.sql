@@ -15,13 +15,24 @@ SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, co
 FROM runs WHERE run_id = :run_id;
 
 -- name: list_runs
+-- One page of runs, newest first (created_at DESC, then run_id), keyset-paged: :after_at
+-- and :after_id are the last run of the page before (NULL for the first page), so a run
+-- created while pages are read never shifts the ones after it. The range on created_at
+-- lets runs_by_created serve the order (only runs created at the same instant are
+-- sorted); :statuses is a JSON array of statuses or NULL; :search a substring of run_id
+-- (instr: case-sensitive, no wildcards).
 SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
        status, generation, fencing_token, owner, lease_expires_at, starts,
        starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
        created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
 FROM runs
-WHERE (:status IS NULL OR status = :status) AND (:workflow IS NULL OR workflow = :workflow)
+WHERE created_at <= coalesce(:after_at, 9e999)
+  AND (:after_at IS NULL OR created_at < :after_at OR run_id > :after_id)
+  AND (:statuses IS NULL OR status IN (SELECT value FROM json_each(:statuses)))
+  AND (:workflow IS NULL OR workflow = :workflow)
   AND (:version IS NULL OR version = :version)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:search IS NULL OR instr(run_id, :search) > 0)
   AND (:since IS NULL OR created_at >= :since)
 ORDER BY created_at DESC, run_id
 LIMIT :limit;
@@ -35,10 +46,13 @@ GROUP BY workflow, version, status
 ORDER BY workflow, version, status;  -- NULL (no version) sorts first, as in postgres
 
 -- name: count_runs
--- How many runs of each status (the count line of `durably runs list`).
+-- How many runs of each status (the count line of `durably runs list`), with the filters
+-- of list_runs other than the status and the cursor.
 SELECT status, count(*) FROM runs
 WHERE (:workflow IS NULL OR workflow = :workflow) AND (:since IS NULL OR created_at >= :since)
   AND (:version IS NULL OR version = :version)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:search IS NULL OR instr(run_id, :search) > 0)
 GROUP BY status;
 
 -- name: count_records

@@ -1,0 +1,273 @@
+"""What ``ctx.step_stream(...)`` returns: :class:`StepStream` (a sync workflow's
+iterator) and :class:`AsyncStepStream` (an async workflow's async iterator).
+
+Each drives the core's streamed-step generator (``RunCore.step_stream``) one chunk at a
+time: it carries out the operations the core yields (call the function, pull a chunk,
+record the result) until the core hands it a chunk (:class:`~durably.streamops.Deliver`)
+for the caller. The rules are in docs/api.md ("Streamed steps").
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .core import Call, Outcome
+from .current import StepInfo
+from .errors import ConfigError
+from .streamops import STOP, Begun, Deliver
+
+if TYPE_CHECKING:
+    from .context import Executor
+    from .core import RunCore
+
+ChunkHook = Callable[[Any, int, StepInfo], None]
+"""``on_chunk(chunk, index, info)``: called for each live chunk before the caller gets
+it (never for a chunk rebuilt from the record); ``index`` starts at 0 for every attempt,
+so a new series (a retry, a re-run after a crash: ``info.attempt`` /
+``info.fencing_token``) is told apart."""
+
+_OPEN, _DONE, _ENDED = "open", "done", "ended"
+
+
+class _Stream:
+    """What both iterators share: the core generator, its state, the result."""
+
+    __slots__ = ("_by", "_core", "_ex", "_gen", "_hook", "_idle", "_pos", "_state", "_value")
+
+    def __init__(
+        self,
+        core: RunCore,
+        ex: Executor,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        assemble: Callable[[list[Any]], Any] | None,
+        replay: Callable[[Any], Any] | None,
+        on_chunk: ChunkHook | None,
+        in_async: bool,
+    ) -> None:
+        if on_chunk is not None and not callable(on_chunk):
+            raise core.poison(
+                ConfigError(f"ctx.step_stream: on_chunk={on_chunk!r} is not callable")
+            )
+        self._core = core
+        self._ex = ex
+        self._hook = on_chunk
+        self._state = _OPEN
+        self._by: str | None = None
+        self._value: Any = None
+        self._gen: Generator[Any, Any, Any] = core.step_stream(
+            name, fn, args, kwargs, assemble, replay, self, in_async
+        )
+        # Takes the position now, in program order (a mismatch raises here).
+        first = self._gen.send(None)
+        assert isinstance(first, Begun), first
+        self._pos = first.position
+        self._idle = True  # paused at a Begun/Deliver: the next reply may be sent
+
+    @property
+    def result(self) -> Any:
+        """The streamed step's recorded value (``assemble(chunks)``, by default the list
+        of chunks), as a replay returns it; available once the stream is over."""
+        if self._state == _OPEN:
+            raise ConfigError(
+                f"the streamed step at {self._pos} is not over: iterate it to its end (or"
+                " close it) before reading .result"
+            )
+        return self._value
+
+    def _delivered(self, op: Deliver) -> Any:
+        self._idle = True
+        if op.info is not None and self._hook is not None:
+            self._hook(op.chunk, op.index, op.info)
+        return op.chunk
+
+    def _over(self, value: Any, state: str) -> None:
+        self._value = value
+        self._state = state
+
+    def _ended_error(self) -> ConfigError:
+        return ConfigError(
+            f"the streamed step at {self._pos} was ended by the recording call at"
+            f" {self._by} made while it was open (what its loop had consumed was recorded"
+            " then): make recording calls after the loop over ctx.step_stream(...), not"
+            " inside it. The run is blocked; fix the code, then resume it."
+        )
+
+    def finish(self, by: str) -> None:
+        """End the stream now (a recording call of its scope at ``by``, or the workflow's
+        end): the function's iterator is closed and what the caller consumed is
+        recorded. Carried out in this thread (an async iterator is left to the event
+        loop's finalizer)."""
+        self._stop(_ENDED)
+        self._by = by
+
+    def _stop(self, state: str) -> None:
+        if self._state != _OPEN:
+            return
+        if not self._idle:
+            raise self._core.poison(
+                ConfigError(
+                    f"the streamed step at {self._pos} was asked to end while it was pulling a"
+                    " chunk: the context is used concurrently outside ctx.gather. The run is"
+                    " blocked; fix the code, then resume it."
+                )
+            )
+        self._idle = False
+        reply: Any = STOP
+        try:
+            while True:
+                try:
+                    op = self._gen.send(reply)
+                except StopIteration as stop:
+                    self._over(stop.value, state)
+                    return
+                if isinstance(op, Deliver):  # a replay hands out no more after a STOP
+                    reply = STOP
+                    continue
+                reply = self._finish_op(op)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _finish_op(self, op: Any) -> Any:
+        from .context import op_sync
+
+        if isinstance(op, Call) and op.is_async:
+            return Outcome()  # an async iterator's aclose needs the loop: its finalizer
+        return op_sync(self._ex, op)
+
+    def _abandon(self) -> None:
+        """Give up the stream without recording (a stop of the run, an error)."""
+        if self._state == _OPEN:
+            self._state = _DONE
+            self._gen.close()  # the core's cleanup: the scope is free again
+
+
+class StepStream(_Stream, Iterator[Any]):
+    """The chunks of a streamed step of a sync workflow (``ctx.step_stream``), live as
+    they arrive or rebuilt from the record on replay. Iterate it to the end (the result
+    is recorded then), or stop early: ``close()``, the end of a ``with`` block, or the
+    scope's next recording call record what was consumed."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> StepStream:
+        return self
+
+    def __next__(self) -> Any:
+        if self._state == _ENDED:
+            raise self._core.poison(self._ended_error())
+        if self._state == _DONE:
+            raise StopIteration
+        from .context import op_sync
+
+        self._idle = False
+        reply: Any = None
+        try:
+            while True:
+                try:
+                    op = self._gen.send(reply)
+                except StopIteration as stop:
+                    self._over(stop.value, _DONE)
+                    break
+                if isinstance(op, Deliver):
+                    return self._delivered(op)
+                reply = op_sync(self._ex, op)
+        except BaseException:
+            self._abandon()
+            raise
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop early: close the function's iterator and record the chunks consumed so
+        far (a replay hands out no more). Nothing happens once the stream is over."""
+        self._stop(_DONE)
+
+    def __enter__(self) -> StepStream:
+        return self
+
+    def __exit__(
+        self,
+        typ: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if typ is not None and not issubclass(typ, Exception):
+            self._abandon()  # the run stops (parked, lease lost, a crash): record nothing
+        else:
+            self.close()
+
+
+class AsyncStepStream(_Stream, AsyncIterator[Any]):
+    """The chunks of a streamed step of an async workflow: :class:`StepStream` as an
+    async iterator (``async for``; ``aclose()``, ``async with``)."""
+
+    __slots__ = ()
+
+    def __aiter__(self) -> AsyncStepStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._state == _ENDED:
+            raise self._core.poison(self._ended_error())
+        if self._state == _DONE:
+            raise StopAsyncIteration
+        from .context import op_async
+
+        self._idle = False
+        reply: Any = None
+        try:
+            while True:
+                try:
+                    op = self._gen.send(reply)
+                except StopIteration as stop:
+                    self._over(stop.value, _DONE)
+                    break
+                if isinstance(op, Deliver):
+                    return self._delivered(op)
+                reply = await op_async(self._ex, op)
+        except BaseException:
+            self._abandon()
+            raise
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop early: close the function's iterator (awaiting its ``aclose``) and record
+        the chunks consumed so far. Nothing happens once the stream is over."""
+        if self._state != _OPEN:
+            return
+        if not self._idle:
+            self._stop(_DONE)  # raises: concurrent use
+        from .context import op_async
+
+        self._idle = False
+        reply: Any = STOP
+        try:
+            while True:
+                try:
+                    op = self._gen.send(reply)
+                except StopIteration as stop:
+                    self._over(stop.value, _DONE)
+                    return
+                reply = STOP if isinstance(op, Deliver) else await op_async(self._ex, op)
+        except BaseException:
+            self._abandon()
+            raise
+
+    async def __aenter__(self) -> AsyncStepStream:
+        return self
+
+    async def __aexit__(
+        self,
+        typ: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if typ is not None and not issubclass(typ, Exception):
+            self._abandon()
+        else:
+            await self.aclose()

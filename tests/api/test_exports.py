@@ -1,0 +1,128 @@
+"""The public surface of ``durably``, pinned.
+
+``durably.__all__`` is compared with the literal list below: adding a name means editing
+this pin on purpose (and documenting the name in docs/api.md), and removing or renaming
+one fails here before any user's import fails. Every pinned name must resolve to a
+documented object, so a later move of a file leaves a re-export behind.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+
+import durably
+
+# Sorted with sorted(). Names once published are kept (DESIGN.md, "Public API").
+PINNED_ALL = [
+    "ApprovalAlreadyDecided",
+    "ApprovalMismatch",
+    "ApprovalNotFound",
+    "AsyncContext",
+    "Budget",
+    "BudgetExceeded",
+    "Cancelled",
+    "Clock",
+    "CompensationFailed",
+    "ConfigError",
+    "Context",
+    "Decision",
+    "DurablyError",
+    "Engine",
+    "Event",
+    "EventPage",
+    "Explanation",
+    "Fact",
+    "FakeClock",
+    "FaultStepInfo",
+    "Follow",
+    "Handle",
+    "HistoryTooLarge",
+    "IdempotencyKeyInFlight",
+    "IdempotencyKeyReused",
+    "LiveWorker",
+    "NOT_DONE",
+    "NonDeterminism",
+    "NotADurablyDatabase",
+    "PendingApproval",
+    "RunBlocked",
+    "RunConflict",
+    "RunFinished",
+    "RunInDoubt",
+    "RunLeased",
+    "RunNotFound",
+    "RunPage",
+    "RunParked",
+    "RunQuarantined",
+    "RunRecord",
+    "SerializationError",
+    "Spend",
+    "StaleLease",
+    "StepFailed",
+    "StepInfo",
+    "StepRecord",
+    "StepTimeout",
+    "StoreBusy",
+    "StoreDiskFull",
+    "StoreError",
+    "StoreUnavailable",
+    "SystemClock",
+    "Workflow",
+    "WorkflowFailed",
+    "WorkflowNotRegistered",
+    "__version__",
+    "current_context",
+    "current_step",
+    "explain",
+    "step",
+    "usage",
+]
+
+
+def test_all_is_exactly_the_pin() -> None:
+    exported = list(durably.__all__)
+    assert len(exported) == len(set(exported)), "durably.__all__ lists a name twice"
+    added = sorted(set(exported) - set(PINNED_ALL))
+    removed = sorted(set(PINNED_ALL) - set(exported))
+    assert not removed, f"names dropped from durably.__all__ (published names are kept): {removed}"
+    assert not added, (
+        f"names added to durably.__all__ without updating the pin in {__file__}"
+        f" (and docs/api.md): {added}"
+    )
+    assert sorted(exported) == PINNED_ALL
+
+
+def test_pin_is_sorted() -> None:
+    assert sorted(PINNED_ALL) == PINNED_ALL
+
+
+def test_every_exported_name_resolves_and_is_documented() -> None:
+    for name in PINNED_ALL:
+        assert hasattr(durably, name), f"durably.{name} is in __all__ but does not resolve"
+        obj = getattr(durably, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert inspect.getdoc(obj), f"durably.{name} has no docstring"
+
+
+def test_star_import_gives_exactly_the_pin() -> None:
+    namespace: dict[str, object] = {}
+    exec("from durably import *", namespace)
+    assert sorted(k for k in namespace if k != "__builtins__") == PINNED_ALL
+
+
+def test_returned_types_are_the_exported_ones() -> None:
+    """The engine's methods are annotated with the very classes ``durably`` exports, so a
+    user's annotation ``durably.RunRecord`` matches what ``engine.get_run`` returns."""
+    hints = {
+        "get_run": durably.RunRecord,
+        "cancel": durably.RunRecord,
+        "spend": durably.Spend,
+        "events": durably.EventPage,
+        "follow": durably.Follow,
+    }
+    for method, cls in hints.items():
+        ret = inspect.signature(getattr(durably.Engine, method), eval_str=True).return_annotation
+        assert ret is cls, f"Engine.{method} returns {ret!r}, not durably.{cls.__name__}"
+    history = inspect.signature(durably.Engine.history, eval_str=True).return_annotation
+    assert history == list[durably.StepRecord]
+    assert typing.get_type_hints(durably.EventPage)["events"] == list[durably.Event]
