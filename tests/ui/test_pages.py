@@ -97,7 +97,7 @@ def test_run_page_of_a_failed_run_shows_the_error_escaped(served: Served) -> Non
 
 
 def test_run_page_shows_the_pending_approval(served: Served) -> None:
-    request_id, digest = pending_digest(served.engine, "refund-1")
+    _, digest = pending_digest(served.engine, "refund-1")
     r = served.client.get("/run?id=refund-1")
     assert r.status_code == 200
     assert "Approval requested" in r.text and ">refund</code>" in r.text

@@ -8,7 +8,8 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
-``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui` (``ui``, the dashboard).
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui`
+(``ui``, the dashboard).
 """
 
 from __future__ import annotations

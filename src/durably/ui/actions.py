@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import (
+from durably import (
     ApprovalAlreadyDecided,
     ApprovalMismatch,
     ApprovalNotFound,
@@ -23,6 +23,7 @@ from ..errors import (
     RunFinished,
     RunNotFound,
 )
+
 from .auth import CSRF_FIELD, csrf_ok
 from .render import Renderer
 

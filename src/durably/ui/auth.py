@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode
 
-from ..errors import ConfigError
+from durably import ConfigError
 
 SESSION_COOKIE = "durably_ui_session"
 CSRF_COOKIE = "durably_ui_csrf"

@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..errors import DurablyError, RunNotFound
+from durably import DurablyError, RunNotFound
+
 from . import pages
 from .render import Renderer
 

@@ -12,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from ..errors import DurablyError, RunNotFound
+import durably
+from durably import DurablyError, RunNotFound
+
 from . import render, seams
 from .render import Renderer
 
@@ -20,14 +22,15 @@ STATUSES = (
     "queued",
     "running",
     "parked",
-    "completed",
-    "failed",
-    "cancelled",
     "in_doubt",
     "blocked",
     "quarantined",
+    "completed",
+    "failed",
+    "cancelled",
 )
-"""Run statuses by their durably names, in the order the runs page lists their counts."""
+"""Run statuses by their durably names, in a run's order of life (as ``count_runs``);
+``continued`` is a generation's status, never a run row's, so it is not listed."""
 INBOX_STATUSES = ("parked", "blocked", "in_doubt", "quarantined")
 INBOX_PER_STATUS_MAX = 25
 """Runs of each status the inbox shows (with a link to the full list past it)."""
@@ -49,7 +52,7 @@ def runs_page(engine: Any, r: Renderer) -> Callable[[Request], Response]:
 
     def handler(request: Request) -> Response:
         f = _filters(request)
-        if f["status"] is not None and f["status"] not in STATUSES and f["status"] != "continued":
+        if f["status"] is not None and f["status"] not in STATUSES:
             return r.page(
                 request,
                 "error.html",
@@ -157,8 +160,10 @@ def run_view(engine: Any, run_id: str) -> dict[str, Any]:
     run = engine.get_run(run_id)
     history = engine.history(run_id)
     spend = engine.spend(run_id)
+    facts: list[durably.Fact] = []
     try:
-        sentence = seams.explain(engine, run_id)
+        why = seams.explanation(engine, run_id)
+        sentence, facts = why.sentence, why.facts
     except DurablyError as exc:
         sentence = f"(cannot explain this run: {exc})"
     pending = engine.pending_approvals(run_id) if run.status == "parked" else []
@@ -166,6 +171,7 @@ def run_view(engine: Any, run_id: str) -> dict[str, Any]:
     return {
         "run": run,
         "sentence": sentence,
+        "facts": facts,
         "spend": spend,
         "budget": spend.budget,
         "rows": timeline(run, history),
