@@ -10,7 +10,7 @@ $(BIN)/activate:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/activate
-	$(BIN)/python -m pip install --quiet -e '.[plot]'
+	$(BIN)/python -m pip install --quiet -e '.[plot,ui]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
@@ -22,6 +22,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
 demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/demo.py
 	$(BIN)/durably chaos --plot demo-output/chaos.png
+	@echo "Watch the demo's runs in the dashboard: $(BIN)/durably ui --db sqlite:///demo-output/journal.db --open"
 
 ## test: install with dev (and otel) extras, then ruff, the import-linter contract of
 ## pyproject.toml (lint-imports: the direction of dependency), mypy (strict) and pytest

@@ -25,6 +25,26 @@
 
   function say(text) { if (state) { state.textContent = text; } }
 
+  // A decision on this page is posted without leaving it: the answer's message is shown
+  // here (as text) and the live stream shows what the run does next. Without JavaScript
+  // the same form posts normally and the answer is a page of its own.
+  var flash = document.getElementById("flash");
+  live.addEventListener("submit", function (e) {
+    var form = e.target;
+    if (!form || !form.closest || !form.closest(".decide") || !window.fetch) { return; }
+    e.preventDefault();
+    var body = new URLSearchParams(new FormData(form));
+    fetch(form.action, { method: "POST", body: body, credentials: "same-origin" })
+      .then(function (r) { return r.text().then(function (t) { return [r.ok, t]; }); })
+      .then(function (res) {
+        var doc = new DOMParser().parseFromString(res[1], "text/html");
+        var msg = doc.getElementById("result");
+        flash.textContent = msg ? msg.textContent : res[1].slice(0, 500);
+        flash.className = "message " + (res[0] ? "good" : "bad");
+        refresh();
+      });
+  });
+
   if (!window.EventSource) { say("(this browser cannot follow live: reload to update)"); return; }
   var source = new EventSource("/run/events?" + q);
   source.addEventListener("open", function () { say("following live"); });
