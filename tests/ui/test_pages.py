@@ -231,3 +231,38 @@ def test_journal_text_is_escaped(served: Served) -> None:
         r = served.client.get(path)
         assert r.status_code == 200
         assert "<script>alert" not in r.text
+
+
+def test_events_stream_follows_a_1000_step_run_live(served: Served) -> None:
+    import threading
+
+    engine = durably.Engine(served.engine.url)
+    started = threading.Event()
+
+    @engine.workflow(name="long")
+    def long(ctx: durably.Context) -> int:
+        started.wait(10)
+        for i in range(1000):
+            ctx.step(f"s{i}", lambda i=i: i)
+        return 1000
+
+    engine.start("long", run_id="long-1")
+    runner = threading.Thread(target=lambda: engine.resume("long-1"), daemon=True)
+    runner.start()
+    try:
+        steps = 0
+        with served.client.stream("GET", "/run/events?id=long-1") as r:
+            assert r.status_code == 200
+            started.set()  # the follower is attached before the run goes
+            ended = False
+            for line in r.iter_lines():
+                if line.startswith("data: {") and '"kind":"step.completed"' in line:
+                    steps += 1
+                if line == "event: end":
+                    ended = True
+                    break
+        assert ended and steps == 1000
+        runner.join(60)
+        assert engine.get_run("long-1").status == "completed"
+    finally:
+        engine.close()
