@@ -266,3 +266,23 @@ def test_events_stream_follows_a_1000_step_run_live(served: Served) -> None:
         assert engine.get_run("long-1").status == "completed"
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("after=not-a-cursor", "cursor"),
+        ("q=" + "x" * 150, "search"),
+    ],
+)
+def test_runs_page_bad_input_is_a_message(served: Served, query: str, says: str) -> None:
+    r = served.client.get(f"/runs?{query}")
+    assert r.status_code == 400
+    assert "Cannot list runs" in r.text and says in r.text.lower()
+    assert "Traceback" not in r.text
+
+
+def test_fork_past_the_end_is_a_message(served: Served) -> None:
+    r = served.post("fork", run_id="agent-1", at="99")
+    assert r.status_code == 400
+    assert "ConfigError" in r.text and "fork at 3 or earlier" in r.text

@@ -145,8 +145,9 @@ def _fork(engine: Any, f: dict[str, str], by: str | None) -> tuple[str, str]:
     new_id = f.get("new_run_id", "").strip() or None
     handle = engine.fork(run_id, at=at, new_run_id=new_id)
     return (
-        f"Forked run {run_id} at position {at} as the new run {handle.run_id}: positions"
-        f" below {at} replay, every effect from {at} on happens again under new keys.",
+        f"Forked run {run_id} at position {at} as the new run {handle.run_id} (queued):"
+        f" its recorded results below {at} replay (a decided approval is asked again),"
+        " and every effect from there on happens again, under new keys.",
         _run_link(handle.run_id),
     )
 
