@@ -124,7 +124,8 @@ def make_engine(url: str) -> durably.Engine:
 
     @engine.workflow(name="agent")
     def agent(ctx: durably.Context) -> str:
-        ctx.step("openai.chat.completions.create", lambda: CHAT)
+        ctx.budget(tokens=1000, cost_usd=0.5)
+        ctx.step("openai.chat.completions.create", _chat)
         ctx.step("lookup_order", lambda: {"order": 7, "status": "shipped"})
         ctx.step("big", lambda: "x" * 5000)
         return "done"
@@ -135,6 +136,11 @@ def make_engine(url: str) -> durably.Engine:
         ctx.step("explode", _explode)
 
     return engine
+
+
+def _chat() -> dict[str, Any]:
+    durably.usage(tokens=15, cost_usd=0.002)
+    return CHAT
 
 
 def _explode() -> None:

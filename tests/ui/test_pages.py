@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import pytest
 
@@ -75,6 +76,8 @@ def test_run_page_shows_header_timeline_and_conversation(served: Served) -> None
     assert r.status_code == 200
     text = r.text
     assert "completed" in text and "agent" in text
+    assert "15 tokens of 1,000 · $0.0020 of $0.5000" in text  # spend against budget
+    assert "<td>15</td><td>$0.0020</td>" in text  # the step's tokens and cost
     assert 'class="why"' in text
     assert "openai.chat.completions.create" in text and "lookup_order" in text
     run = served.engine.get_run("agent-1")
@@ -286,3 +289,28 @@ def test_fork_past_the_end_is_a_message(served: Served) -> None:
     r = served.post("fork", run_id="agent-1", at="99")
     assert r.status_code == 400
     assert "ConfigError" in r.text and "fork at 3 or earlier" in r.text
+
+
+def test_a_blocked_run_is_in_the_inbox_and_retry_queues_it(served: Served) -> None:
+    # The code changed under a parked run: its replay no longer matches, so it blocks.
+    changed = durably.Engine(served.engine.url, park_wait_s=0)
+
+    @changed.workflow(name="waiter")
+    def waiter(ctx: durably.Context) -> Any:
+        ctx.step("new_first_step", lambda: 1)
+        return ctx.wait_for_signal("go", timeout_s=3600)
+
+    try:
+        changed.signal("wait-1", "go", 1)
+        with pytest.raises(durably.DurablyError):
+            changed.resume("wait-1")
+        assert changed.get_run("wait-1").status == "blocked"
+    finally:
+        changed.close()
+    r = served.client.get("/inbox")
+    assert r.status_code == 200
+    blocked = r.text.split("s-blocked")[1].split("s-in_doubt")[0]
+    assert ">wait-1</a>" in blocked and "Fix the code" in blocked
+    assert "new_first_step" in blocked or "history has" in blocked  # the why sentence
+    r = served.post("retry", run_id="wait-1")
+    assert r.status_code == 200 and "queued again" in r.text
