@@ -314,3 +314,30 @@ def test_a_blocked_run_is_in_the_inbox_and_retry_queues_it(served: Served) -> No
     assert "new_first_step" in blocked or "history has" in blocked  # the why sentence
     r = served.post("retry", run_id="wait-1")
     assert r.status_code == 200 and "queued again" in r.text
+
+
+def test_invisible_characters_in_names_are_shown(served: Served) -> None:
+    @served.engine.workflow(name="pay\u2060out")
+    def payout(ctx: durably.Context) -> int:
+        return int(ctx.step("send\u200bmoney", lambda: 1))
+
+    served.engine.run("pay\u2060out", run_id="payout-1")
+    r = served.client.get("/runs")
+    assert "<td>pay&lt;U+2060&gt;out</td>" in r.text and "pay\u2060out" not in r.text
+    page = served.client.get("/run?id=payout-1")
+    assert page.status_code == 200
+    assert "<td>send&lt;U+200B&gt;money</td>" in page.text and "\u200b" not in page.text
+
+
+def test_an_expired_request_says_it_can_no_longer_be_decided(served: Served) -> None:
+    import time
+
+    @served.engine.workflow(name="hasty")
+    def hasty(ctx: durably.Context) -> str:
+        return ctx.request_approval("deploy", {"env": "prod"}, timeout_s=0.05).outcome
+
+    with pytest.raises(durably.RunParked):
+        served.engine.run("hasty", run_id="hasty-1")
+    time.sleep(0.1)
+    r = served.client.get("/run?id=hasty-1")
+    assert "This request has expired" in r.text

@@ -3,6 +3,7 @@ pending approval), the inbox of runs waiting for a person, and the approvals."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -198,6 +199,7 @@ def approval_view(p: Any) -> dict[str, Any]:
         "digest": p.digest,
         "requested_at": p.requested_at,
         "expires_at": p.expires_at,
+        "expired": p.expires_at is not None and p.expires_at <= dt.datetime.now(dt.UTC),
         "invisible": flagged,
     }
 
