@@ -50,8 +50,10 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .naming import step_name
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .streaming import AsyncStepStream, StepStream
 from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
@@ -62,6 +64,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "AsyncStepStream",
     "Budget",
     "BudgetExceeded",
     "Cancelled",
@@ -103,6 +106,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StepRecord",
+    "StepStream",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",
@@ -117,5 +121,6 @@ __all__ = [
     "current_step",
     "explain",
     "step",
+    "step_name",
     "usage",
 ]
