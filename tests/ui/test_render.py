@@ -62,7 +62,9 @@ def test_anthropic_message() -> None:
 
 
 def test_not_a_model_call() -> None:
-    assert model_call("0", "lookup", json.dumps(CHAT)) is None  # not a model step's name
+    # A tool's ordinary dict under a tool's name is not a model call.
+    assert model_call("0", "lookup", json.dumps({"choices": [1], "type": "message"})) is None
+    assert model_call("0", "lookup", json.dumps({"content": [], "type": "message"})) is None
     assert model_call("0", "openai.chat", '"just text"') is None
     assert model_call("0", "openai.chat", "{not json") is None
     assert model_call("0", "anthropic.x", json.dumps({"type": "other"})) is None
@@ -100,3 +102,9 @@ def test_conversation_puts_tool_steps_after_the_call() -> None:
         ("tool result", "refund", "3"),
     ]
     assert conversation([rec("0", "setup", 1)]) == []
+
+
+def test_a_renamed_model_call_is_known_by_its_output() -> None:
+    # durably.step_name("plan") renames the step; the recorded response says what it is.
+    for value in (CHAT, RESPONSE, MESSAGE):
+        assert model_call("0", "plan", json.dumps(value)) is not None

@@ -102,8 +102,14 @@ class ModelCall:
 
 def model_call(position: str, name: str, output: str | None) -> ModelCall | None:
     """The conversation in a recorded model call's output (an OpenAI ChatCompletion or
-    Response, an Anthropic Message, as JSON), or None when it is none of them."""
-    if not name.startswith(MODEL_PREFIXES) or output is None:
+    Response, an Anthropic Message, as JSON), or None when it is none of them.
+
+    A step named ``openai.*``/``anthropic.*`` (the integrations' names) is read as one;
+    a step renamed with ``durably.step_name`` is recognised by its output's own
+    markers (``"object": "chat.completion"`` or ``"response"``, or an assistant
+    ``"type": "message"``), so a tool's ordinary dict is never mistaken for one.
+    """
+    if output is None or not output.startswith("{"):
         return None
     try:
         value = json.loads(output)
@@ -111,11 +117,19 @@ def model_call(position: str, name: str, output: str | None) -> ModelCall | None
         return None
     if not isinstance(value, dict):
         return None
+    if not name.startswith(MODEL_PREFIXES) and not _marked(value):
+        return None
     model = str(value.get("model", ""))
     turns = _chat_completion(value) or _response(value) or _message(value)
     if turns is None:
         return None
     return ModelCall(position, name, model, turns)
+
+
+def _marked(v: dict[str, Any]) -> bool:
+    if v.get("object") in ("chat.completion", "response"):
+        return True
+    return v.get("type") == "message" and v.get("role") == "assistant" and "model" in v
 
 
 def _args_text(arguments: Any) -> str:
