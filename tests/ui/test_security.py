@@ -61,6 +61,10 @@ def test_the_token_sets_an_httponly_strict_cookie_and_leaves_the_address(
         # The page reloads itself at the same address without the token.
         assert 'url=/runs?status=parked"' in r.text and str(token) not in r.text
         assert c.get("/runs?status=parked").status_code == 200
+        # The reload never leaves the site, whatever the path.
+    with httpx.Client() as fresh:
+        r = fresh.get(f"{served.url}//evil.example/x?token={token}")
+        assert r.status_code == 200 and "url=/runs" in r.text and "evil" not in r.text
 
 
 def test_bearer_works_without_cookies_or_csrf(served: Served) -> None:

@@ -103,7 +103,9 @@ async def _login(scope: Scope, receive: Receive, send: Send, sid: str, query: st
     site, so the browser sends the SameSite=Strict cookie with it even when the printed
     URL was opened from another application.
     """
-    clean = scope["path"] + (f"?{q}" if (q := strip_token(query)) else "")
+    # Only a path of this site: "//host/..." would be another site's address.
+    path = scope["path"] if not scope["path"].startswith("//") else "/runs"
+    clean = path + (f"?{q}" if (q := strip_token(query)) else "")
     from html import escape
 
     body = (
