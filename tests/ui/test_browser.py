@@ -51,10 +51,12 @@ def _workflows(engine: durably.Engine, refunded: list[int]) -> None:
         return {"refunded": True, "by": d.by}
 
 
-def test_approve_in_the_browser_and_watch_the_run_complete(tmp_path: Path) -> None:
+def test_approve_in_the_browser_and_watch_the_run_complete(
+    journal_url: str, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    url = journal_url
     refunded: list[int] = []
     driver = durably.Engine(url)
     _workflows(driver, refunded)
