@@ -45,6 +45,7 @@ from .errors import (
     StoreDiskFull,
     StoreError,
     StoreUnavailable,
+    ToolRejected,
     WorkflowFailed,
     WorkflowNotRegistered,
 )
@@ -52,6 +53,7 @@ from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .tools import tool
 from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
@@ -109,6 +111,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "ToolRejected",
     "Workflow",
     "WorkflowFailed",
     "WorkflowNotRegistered",
@@ -117,5 +120,6 @@ __all__ = [
     "current_step",
     "explain",
     "step",
+    "tool",
     "usage",
 ]

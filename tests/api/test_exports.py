@@ -67,6 +67,7 @@ PINNED_ALL = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "ToolRejected",
     "Workflow",
     "WorkflowFailed",
     "WorkflowNotRegistered",
@@ -75,6 +76,7 @@ PINNED_ALL = [
     "current_step",
     "explain",
     "step",
+    "tool",
     "usage",
 ]
 
