@@ -36,17 +36,17 @@ def _get(obj: Any, *names: str) -> Any:
 
 
 def _result_value(result: Any) -> Any:
-    """What a tool call's step records: the structured content when the server gives
-    it, else the text of its text blocks, else the whole result as JSON data."""
+    """What a tool call's step records: the text of its text blocks, else its
+    structured content, else the whole result as JSON data."""
     if _get(result, "is_error", "isError"):
         texts = [_get(c, "text") or "" for c in _get(result, "content") or []]
         raise McpToolError(" ".join(t for t in texts if t) or "the MCP tool reported an error")
-    structured = _get(result, "structured_content", "structuredContent")
-    if structured is not None:
-        return structured
     content = _get(result, "content") or []
     if content and all(_get(c, "type") == "text" for c in content):
         return "\n".join(str(_get(c, "text")) for c in content)
+    structured = _get(result, "structured_content", "structuredContent")
+    if structured is not None:
+        return structured
     dump = getattr(result, "model_dump", None)
     return dump(mode="json", by_alias=True) if callable(dump) else result
 
