@@ -2,20 +2,41 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The extras of the dev install; constraints.txt pins everything they install.
+DEV_EXTRAS ?= dev,plot,otel
+# Exact versions of every dependency, so CI and every checkout install the same ones.
+CONSTRAINTS := constraints.txt
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test lint typecheck pytest bench clean constraints
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed-demo: pyproject.toml | $(BIN)/activate
-	$(BIN)/python -m pip install --quiet -e '.[plot]'
+$(VENV)/.installed-demo: pyproject.toml $(CONSTRAINTS) | $(BIN)/activate
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[plot]'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/activate
-	$(BIN)/python -m pip install --quiet -e '.[dev,plot,otel]'
+$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/activate
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[$(DEV_EXTRAS)]'
 	touch $@ $(VENV)/.installed-demo
+
+## constraints: refresh constraints.txt: install '.[$(DEV_EXTRAS)]' into a throwaway venv
+## with no constraints (the newest releases pyproject.toml allows) and write down the exact
+## version of everything it installed. Review the diff and run make test before committing.
+## Another set of extras: make constraints DEV_EXTRAS=dev,plot,otel,openai
+constraints:
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet --upgrade pip; \
+	"$$tmp/venv/bin/python" -m pip install --quiet -e '.[$(DEV_EXTRAS)]'; \
+	{ echo "# Exact versions of everything pip install -e '.[$(DEV_EXTRAS)]' installs, on"; \
+	  echo "# $$("$$tmp/venv/bin/python" -c 'import platform; print("Python", platform.python_version(), platform.system(), platform.machine())')."; \
+	  echo "# The Makefile's installs use it (pip install -c $(CONSTRAINTS)), so CI gets these."; \
+	  echo "# Do not edit by hand: make constraints rewrites it (README, Development)."; \
+	  "$$tmp/venv/bin/python" -m pip freeze --exclude-editable; } > "$$tmp/constraints.txt"; \
+	mv "$$tmp/constraints.txt" $(CONSTRAINTS); \
+	echo "wrote $(CONSTRAINTS) ($$(grep -vc '^#' $(CONSTRAINTS)) packages); review git diff $(CONSTRAINTS)"
 
 ## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its
 ## journal; then the 120-kill crash matrix of four persistence policies, as a table and a PNG

@@ -51,8 +51,10 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .naming import step_name
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
+from .streaming import AsyncStepStream, StepStream
 from .tools import tool
 from .why import Explanation, Fact, explain
 
@@ -64,6 +66,7 @@ __all__ = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "AsyncStepStream",
     "Budget",
     "BudgetExceeded",
     "Cancelled",
@@ -105,6 +108,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "StepRecord",
+    "StepStream",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",
@@ -120,6 +124,7 @@ __all__ = [
     "current_step",
     "explain",
     "step",
+    "step_name",
     "tool",
     "usage",
 ]

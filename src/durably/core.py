@@ -94,7 +94,7 @@ from .limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from .limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from .limits import TIMER_S_MAX as TIMER_S_MAX
 from .shell import command
-from .steps import StepSignature, Usage, fn_text, signature_of
+from .steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
 from .streamops import (
     END,
     STOP,
@@ -1513,6 +1513,8 @@ class RunCore:
             # the result is recorded re-runs the call, and both calls are counted.
             yield from self.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
             if out.error is None:
+                if sig.return_hint is None:
+                    warn_untyped_result(name, fn, out.value)
                 return (
                     yield from self._record_ok(
                         pos, name, digest, out.value, sig, crashed + attempt, started, spent
@@ -1716,6 +1718,9 @@ class RunCore:
             self.live(pos)
         elif rec.status not in (OK, FAILED) and self.checking:
             raise self.latch(ReplayEnd(pos))
+        if rec is None or rec.status not in (OK, FAILED):
+            # Its inputs are kept with its records (built only here: replay never pays).
+            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
         # Open from here until the stream ends: a recording call of this scope meanwhile
         # ends it first (Scope.take), so positions never depend on where the loop is.
         scope.busy = f"streamed step {pos} {name!r}"
@@ -1736,7 +1741,6 @@ class RunCore:
                 return value
             if rec is not None and rec.status == FAILED:
                 raise StepFailed(name, pos, rec.error_type or "Exception", rec.error_message or "")
-            self.manifests[pos] = inputs.build(args, kwargs, self.known_blobs, self.item_hashes)
 
             def attempts(*a: Any) -> Generator[Any, Any, Any]:
                 return self._stream_attempts(*a, assemble=assemble, in_async=in_async)
@@ -1814,6 +1818,8 @@ class RunCore:
                 it, aio = self._chunks_of(pos, name, opened.value, in_async)
                 pull = anext_chunk if aio else next_chunk
                 while True:
+                    # A stale owner (lease lost, the run stopped) pulls no more chunks.
+                    self.guard(halt=False)
                     out: Outcome = yield Call(pull, (it,), {}, _left(self, deadline), aio, info)
                     _add_usage(used, out.usage)
                     if out.error is not None:
@@ -1937,8 +1943,8 @@ def _decode(core: RunCore, text: str | None, sig: StepSignature, pos: str, name:
         raise core.poison(
             SerializationError(
                 f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
-                " blocked, nothing recorded is changed: restore the blob, then"
-                f" `{command('retry', core.run_id)}` replays it from there"
+                " blocked and nothing recorded is changed: restore the blob's row from a"
+                f" backup, then `{command('retry', core.run_id)}` replays it from there"
             )
         ) from exc
     try:

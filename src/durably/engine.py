@@ -30,6 +30,7 @@ from .approvals import (
     APPROVED,
     REJECTED,
     ApprovalRequest,
+    ApprovalRow,
     Decision,
     PendingApproval,
 )
@@ -395,6 +396,7 @@ class Engine:
     def resume(self, run_id: str) -> Any:
         """Drive an existing run with the input it was started with (waiting in-process
         while it is parked, like :meth:`run`)."""
+        self._known_run_id(run_id)
         return self._resume(run_id, wait=True)
 
     def _resume(self, run_id: str, wait: bool) -> Any:
@@ -407,6 +409,7 @@ class Engine:
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record; raises ``RunNotFound``."""
+        self._known_run_id(run_id)
         run = self.store.get_run(run_id)
         if run is None:
             raise RunNotFound(
@@ -521,6 +524,7 @@ class Engine:
         """One page of the run's event stream: events with cursor > ``after``, oldest
         first, at most ``limit``; pass the page's ``cursor`` as ``after`` to read on
         (no gap, no repeat). Raises ``RunNotFound``."""
+        self._known_run_id(run_id)
         _check_cursor(after, limit)
         page = self._store_call(lambda: self.store.read_events(run_id, after, limit))
         if page is None:
@@ -558,6 +562,7 @@ class Engine:
         """
         if not isinstance(run_id, str) or not run_id:
             raise ConfigError(f"engine.signal: run_id must be a non-empty str, got {run_id!r:.300}")
+        self._known_run_id(run_id)
         if not isinstance(name, str) or not name:
             raise ConfigError(
                 f"engine.signal: the signal name must be a non-empty str, got {name!r:.300}"
@@ -585,8 +590,26 @@ class Engine:
         ``request_id``, ``action``, ``args``, ``digest``, ``requested_at`` and
         ``expires_at``. A request past its expiry stays listed until its run takes the
         expiry, but can no longer be decided."""
+        if run_id is not None and not self._storable_run_id(run_id):
+            return []  # no run can have that id, so none of its requests wait
         rows = self._store_call(lambda: self.store.pending_approvals(run_id))
         return [row.pending() for row in rows]
+
+    def pending_approval_rows(self, run_id: str | None = None) -> list[ApprovalRow]:
+        """The requests ``pending_approvals`` lists, as stored: each an
+        ``durably.approvals.ApprovalRow`` (``args`` its canonical JSON text, times in
+        seconds since the epoch), so a tool can show a hand-edited row as the text it
+        holds instead of failing on it."""
+        if run_id is not None and not self._storable_run_id(run_id):
+            return []  # no run can have that id, so none of its requests wait
+        return self._store_call(lambda: self.store.pending_approvals(run_id))
+
+    def approval_row(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """Request ``request_id`` of run ``run_id`` as stored, pending or decided (its
+        ``outcome``, ``by``, ``note``, ``decided_at``), or None when there is none."""
+        if not self._storable_run_id(run_id) or not self._storable_run_id(request_id):
+            return None  # no run (or request) can have that id
+        return self._store_call(lambda: self.store.get_approval(run_id, request_id))
 
     def approve(
         self,
@@ -637,6 +660,7 @@ class Engine:
         for name, value in (("run_id", run_id), ("request_id", request_id)):
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{where}: {name} must be a non-empty str, got {value!r:.200}")
+        self._known_run_id(run_id)
         if not isinstance(digest, str):
             raise ConfigError(f"{where}: digest must be the request's digest (a str)")
         by = check_approval_text(by, f"{where}: by")
@@ -785,6 +809,7 @@ class Engine:
         a run that completed, failed or continued. ``reason`` is cut to
         ``CANCEL_REASON_CHARS_MAX`` characters.
         """
+        self._known_run_id(run_id)
         if reason is not None and not isinstance(reason, str):
             raise ConfigError(f"reason must be a str or None, got {reason!r:.100}")
         text = None if reason is None else storable_text(reason, CANCEL_REASON_CHARS_MAX)
@@ -1407,6 +1432,25 @@ class Engine:
 
         self._record(core, park)
         raise RunParked(run_id, reason, woke[-1])
+
+    def _known_run_id(self, run_id: object) -> None:
+        """Refuse a run id no journal can hold before it reaches the store: not a str is
+        a ``ConfigError``; a NUL or a lone surrogate (a mistyped or mis-decoded id) is
+        ``RunNotFound``, since no run can have it (PostgreSQL would refuse the query,
+        and a surrogate cannot be sent to either database)."""
+        if not self._storable_run_id(run_id):
+            raise RunNotFound(
+                f"no run {str(run_id)[:80]!a} in {redact_url(self.url)}: a run id never"
+                f" holds {unstorable(str(run_id))}; `durably runs list` shows runs"
+            )
+
+    @staticmethod
+    def _storable_run_id(run_id: object) -> bool:
+        """Whether ``run_id`` is text a journal can hold (``ConfigError`` when it is not
+        a str at all)."""
+        if not isinstance(run_id, str):
+            raise ConfigError(f"run_id must be a str, got {run_id!r:.80}")
+        return unstorable(run_id) is None
 
     def _store_call(self, op: Callable[[], T]) -> T:
         """``op()``, retrying a transient store error for up to ``store_retry_s``."""

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from . import codec
 from .errors import SerializationError
+from .limits import HASH_SHOWN_CHARS_MIN as HASH_SHOWN_CHARS_MIN
 from .limits import INLINE_CHARS_MAX as INLINE_CHARS_MAX
 
 # A blob fetcher: the stored texts among the digests (the store's ``get_blobs``).
@@ -33,9 +34,6 @@ FIELDS_SHOWN_MAX: Final = 3
 """How many differing fields of one value a message names."""
 FIELD_DEPTH_MAX: Final = 4
 """How deep into nested objects a message looks for the differing field."""
-HASH_SHOWN_CHARS_MIN: Final = 16
-"""Shorter values get no hash in a message, only their lengths: a few characters can be
-guessed from their sha256 offline."""
 KEY_SHOWN_CHARS_MAX: Final = 40
 
 

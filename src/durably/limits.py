@@ -99,6 +99,11 @@ RUN_RESULT_BYTES_MAX: Final = 4 * 1024 * 1024
 
 # --- Recorded text -----------------------------------------------------------------------
 
+HASH_SHOWN_CHARS_MIN: Final = 16
+"""A differing value shorter than this gets no hash in a ``NonDeterminism`` message (or
+anything else that leaves the process), only its length: a few characters could be
+guessed from their sha256 offline."""
+
 ERROR_MESSAGE_CHARS_MAX: Final = 10_000
 """Longest recorded error message; longer ones are cut, so a failure is always recorded
 whatever the exception's text."""
@@ -165,9 +170,27 @@ EVENTS_BUFFERED_MAX: Final = 10_000
 """Stream-only events (``ctx.emit``) waiting for a durable write, at most: a workflow that
 emits this many without a step in between is refused rather than growing memory."""
 
+STREAM_CHUNKS_MAX: Final = 100_000
+"""Chunks one attempt of a streamed step (``ctx.step_stream``) may yield: every chunk is
+held until the assembled result is recorded, so past it the run is ``blocked``
+(``ConfigError``) rather than growing memory."""
+
 EVENTS_PAGE_MAX: Final = 10_000
 """Most events one ``engine.events`` call returns (its ``limit``): a follower pages on with
 the cursor instead of loading a long stream at once."""
+
+LIST_RUNS_LIMIT_MAX: Final = 1000
+"""Most runs one ``engine.list_runs`` page holds (its ``limit``): a reader walks the pages
+with the cursor for more."""
+
+LIST_RUNS_SEARCH_CHARS_MAX: Final = RUN_ID_CHARS_MAX
+"""Longest ``search`` text of ``engine.list_runs``: a run id is at most this long, so
+nothing longer matches."""
+
+STREAM_CHUNKS_MAX: Final = 100_000
+"""Chunks one attempt of a streamed step (``ctx.step_stream``) may yield: past it the run
+is blocked (``ConfigError``), since every chunk is held until the assembled result is
+recorded."""
 
 APPROVALS_LIST_MAX: Final = 1000
 """Most pending approval requests one listing returns (``engine.pending_approvals``)."""

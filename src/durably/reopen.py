@@ -86,8 +86,9 @@ def check_reopenable(
         f"run {run.run_id!r} failed at step {pos}, but the workflow went on recording"
         f" after that failure (position {', '.join(later[:5])}{', ...' if len(later) > 5 else ''}:"
         " a finally or except block), so a retry cannot re-open it at step"
-        f" {pos}: it would replay the same failure. Fork it instead: `durably fork"
-        f" {run.run_id} --at {top_level(pos)}` (engine.fork(run_id, at={top_level(pos)}))"
+        f" {pos}: it would replay the same failure. Fork it instead:"
+        f" `{command('fork', run.run_id, options=f'--at {top_level(pos)}')}`"
+        f" (engine.fork(run_id, at={top_level(pos)}))"
         " runs from there under new keys; effects from there on happen again, so check"
         " the receiving systems first. Nothing was changed."
     )

@@ -107,7 +107,7 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     core.checking = True
     core.token = run.fencing_token
     core.incarnation = run.incarnation
-    core.fetch_blobs = engine.store.get_blobs
+    core.fetch_blobs = engine.blobs
     core.codec_version = run.codec_version
     core.prompt_versions = (run.prompt_version, w.prompt_version)
     ex = _NoWrites(core, engine.store, engine.clock)
@@ -210,10 +210,24 @@ def runs_to_check(
     """The runs a check covers: every run with a history (``queued`` ones have none),
     of ``workflow``/``status`` when given, created at or after ``since``."""
     from .history import QUEUED
+    from .runlist import LIST_RUNS_LIMIT_MAX
 
-    for run in engine.store.list_runs(status=status, workflow=workflow, limit=limit):
-        if run.status == QUEUED and status is None:
-            continue
-        if since is not None and run.created_at < since:
-            continue
-        yield run
+    # The newest ``limit`` runs of the filters (queued ones counted, as they always
+    # were), read a page at a time; ``since`` in the query keeps a prefix of that order.
+    after: str | None = None
+    left = limit
+    while left > 0:
+        page = engine.list_runs(
+            status=status,
+            workflow=workflow,
+            since=since,
+            after=after,
+            limit=min(left, LIST_RUNS_LIMIT_MAX),
+        )
+        left -= len(page.runs)
+        for run in page.runs:
+            if not (run.status == QUEUED and status is None):
+                yield run
+        if page.next is None:
+            return
+        after = page.next

@@ -2,11 +2,11 @@
 
 Pages are keyset-paged on ``(created_at, run_id)`` (newest first, then run id), never on
 an offset: a page's cursor names the last run it showed, and the next page starts after
-that run in that order. A run created while someone reads pages is newer than every
-cursor already handed out, so it can never push a run onto a second page or make one
-skip a page; every run that existed when the walk began is seen exactly once (as long
-as it keeps matching the filters: a ``status`` filter follows the status a run has when
-its page is read).
+that run in that order. A run created while someone reads pages takes its own place in
+that order (normally before every cursor handed out), so it can never push a run onto a
+second page or make one skip a page; every run that existed when the walk began is seen
+exactly once (as long as it keeps matching the filters: a ``status`` filter follows the
+status a run has when its page is read).
 
 This module checks the arguments (every bad one raises ``ConfigError`` saying what to
 pass) and encodes the cursor; the stores run the query (``Store.list_runs``).
@@ -33,11 +33,13 @@ from .history import (
     PARKED,
     QUARANTINED,
     QUEUED,
-    RUN_ID_CHARS_MAX,
     RUN_STATUSES,
     RUNNING,
     RunRecord,
+    unstorable,
 )
+from .limits import LIST_RUNS_LIMIT_MAX as LIST_RUNS_LIMIT_MAX
+from .limits import LIST_RUNS_SEARCH_CHARS_MAX as LIST_RUNS_SEARCH_CHARS_MAX
 
 __all__ = [
     "LIST_RUNS_LIMIT_DEFAULT",
@@ -50,10 +52,6 @@ __all__ = [
 
 LIST_RUNS_LIMIT_DEFAULT: Final = 50
 """Runs on one page of ``engine.list_runs`` unless ``limit`` says otherwise."""
-LIST_RUNS_LIMIT_MAX: Final = 1000
-"""Most runs one ``engine.list_runs`` page holds (walk the pages for more)."""
-LIST_RUNS_SEARCH_CHARS_MAX: Final = RUN_ID_CHARS_MAX
-"""Longest ``search`` text: a run id is at most this long, so nothing longer matches."""
 
 STATUS_ORDER: Final = (
     QUEUED,
@@ -146,10 +144,20 @@ def check_statuses(status: object) -> list[str] | None:
 
 
 def check_text(value: object, what: str) -> str | None:
-    """A text filter (workflow, version, queue): None or a str."""
-    if value is None or isinstance(value, str):
-        return value
-    raise ConfigError(f"{what} must be None (no filter) or a str, got {_shown(value)}")
+    """A text filter (workflow, version, queue, search): None or a str a journal can hold
+    (no NUL, no lone surrogate: PostgreSQL refuses the one, neither database takes the
+    other, and no stored name holds either)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be None (no filter) or a str, got {_shown(value)}")
+    bad = unstorable(value)
+    if bad is not None:
+        raise ConfigError(
+            f"{what} {value[:40]!a} holds {bad}, which no journal text holds; pass printable"
+            " text (or None for no filter)"
+        )
+    return value
 
 
 def check_search(search: object) -> str | None:

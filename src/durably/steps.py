@@ -229,3 +229,29 @@ def fn_text(fn: Any) -> str:
         return name
     kind = "object" if callable(fn) else "value"
     return f"a {type(fn).__qualname__} {kind}"
+
+
+_UNTYPED_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_untyped_result(name: str, fn: Callable[..., Any], value: Any) -> None:
+    """Warn once per step name and type when a step without a return annotation returned
+    a pydantic model: it is recorded as a plain object and comes back (live too) as a
+    ``dict``, so ``result.field`` would fail after the work was done."""
+    cls = type(value)
+    if not (callable(getattr(value, "model_dump", None)) and hasattr(cls, "model_validate")):
+        return
+    type_name = f"{cls.__module__}.{cls.__qualname__}"
+    if (name, type_name) in _UNTYPED_WARNED:
+        return
+    _UNTYPED_WARNED.add((name, type_name))
+    import warnings
+
+    fn_name = getattr(fn, "__qualname__", None) or repr(fn)
+    warnings.warn(
+        f"step {name!r} returned a pydantic model ({type_name}) but {fn_name} has no return"
+        " annotation, so its result is returned as a dict (live and on replay); add the"
+        f" annotation `-> {cls.__qualname__}` to {fn_name} to get a {cls.__qualname__} back",
+        UserWarning,
+        stacklevel=2,
+    )

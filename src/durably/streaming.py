@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .core import Call, Outcome
 from .current import StepInfo
 from .errors import ConfigError
+from .steps import fn_text
 from .streamops import STOP, Begun, Deliver
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class _Stream:
     ) -> None:
         if on_chunk is not None and not callable(on_chunk):
             raise core.poison(
-                ConfigError(f"ctx.step_stream: on_chunk={on_chunk!r} is not callable")
+                ConfigError(f"ctx.step_stream: on_chunk ({fn_text(on_chunk)}) is not callable")
             )
         self._core = core
         self._ex = ex

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from .current import StepInfo
-
-STREAM_CHUNKS_MAX: Final = 100_000
-"""Chunks one attempt of a streamed step may yield: past it the run is blocked
-(``ConfigError``), since every chunk is held until the assembled result is recorded."""
+from .limits import STREAM_CHUNKS_MAX as STREAM_CHUNKS_MAX
 
 END: Any = type("StreamEnd", (), {"__repr__": lambda self: "<end of stream>"})()
 """What :func:`next_chunk` / :func:`anext_chunk` return once the chunks are exhausted."""

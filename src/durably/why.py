@@ -40,6 +40,7 @@ from .ownership import describe_owner, owner_dead
 from .reopen import compensated_steps, failed_frontier
 from .runlist import LIST_RUNS_LIMIT_MAX
 from .shell import command as cli_command
+from .shell import option as cli_option
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -237,10 +238,7 @@ def _queued(f: Facts) -> _Built:
         if q.workers:
             serving = f"{q.workers} worker{'s' if q.workers != 1 else ''} serving it"
         else:
-            serving = (
-                f"no live worker serves it (start one: `durably worker MODULE:ENGINE --queue"
-                f" {run.queue}`)"
-            )
+            serving = f"no live worker serves it (start one: `{_worker_command(run.queue)}`)"
         text = f"{text}, {ahead}, {serving}"
         facts.update(runs_ahead=q.ahead, runs_ahead_capped=q.capped, workers=q.workers)
     return "queued", text, facts
@@ -401,6 +399,11 @@ def _in_doubt(f: Facts) -> _Built:
     return "in_doubt", text, {"reason": reason}
 
 
+# How a blob or a run input whose bytes changed after they were written is refused
+# (store.rules.blobs_from_rows, engine._decode_input).
+_CHANGED_ROW = re.compile(r"does not match (its|the) sha256")
+
+
 def _blocked(f: Facts) -> _Built:
     run = f.run
     reason = run.park_reason or "no reason recorded"
@@ -413,7 +416,10 @@ def _blocked(f: Facts) -> _Built:
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
     kind = f.blocked_type
-    if kind == "SerializationError":
+    if kind == "SerializationError" and _CHANGED_ROW.search(reason):
+        # A blob or a run input that no longer matches its sha256: the journal was changed.
+        fix = "restore the changed row from a backup (the code is not at fault)"
+    elif kind == "SerializationError":
         fix = "change the code to return and pass storable data"
     else:
         # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run
@@ -521,8 +527,8 @@ def _cancel_requested(f: Facts) -> _Built:
             if not q.workers:
                 # As for a due parked run: without a worker nothing ever takes it.
                 text += (
-                    f"; no live worker serves queue {run.queue!r} (start one: `durably"
-                    f" worker MODULE:ENGINE --queue {run.queue}`, or"
+                    f"; no live worker serves queue {run.queue!r} (start one:"
+                    f" `{_worker_command(run.queue)}`, or"
                     f" `engine.resume({run.run_id!r})`)"
                 )
     return "cancel_requested", text, facts
@@ -575,8 +581,8 @@ def _parked_timer(f: Facts) -> _Built:
     text = f"parked on a timer that was due at {clock_text(wake)} ({seconds(f.now - wake)} ago)"
     if q is not None and not q.workers:
         text += (
-            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
-            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+            f"; no live worker serves queue {run.queue!r} (start one:"
+            f" `{_worker_command(run.queue)}`, or `engine.resume({run.run_id!r})`)"
         )
     else:
         text += "; the next claim resumes it"
@@ -616,8 +622,8 @@ def _parked_signal(f: Facts) -> _Built:
     text = f"parked on signal {quote(name)!r} since {clock_text(since)}: {cause}"
     if q is not None and not q.workers:
         text += (
-            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
-            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+            f"; no live worker serves queue {run.queue!r} (start one:"
+            f" `{_worker_command(run.queue)}`, or `engine.resume({run.run_id!r})`)"
         )
     else:
         text += "; the next claim resumes it"
@@ -677,8 +683,8 @@ def _parked_approval(f: Facts) -> _Built:
     text = f"parked on approval of {quote(action)!r} (request {request_id}): {cause}"
     if q is not None and not q.workers:
         text += (
-            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
-            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+            f"; no live worker serves queue {run.queue!r} (start one:"
+            f" `{_worker_command(run.queue)}`, or `engine.resume({run.run_id!r})`)"
         )
     else:
         text += "; the next claim resumes it"
@@ -733,8 +739,8 @@ def _parked_waits(f: Facts) -> _Built:
     text = f"parked on several waits of ctx.gather branches at once ({what}): one is due"
     if q is not None and not q.workers:
         text += (
-            f"; no live worker serves queue {run.queue!r} (start one: `durably worker"
-            f" MODULE:ENGINE --queue {run.queue}`, or `engine.resume({run.run_id!r})`)"
+            f"; no live worker serves queue {run.queue!r} (start one:"
+            f" `{_worker_command(run.queue)}`, or `engine.resume({run.run_id!r})`)"
         )
     else:
         text += "; the next claim resumes it"
@@ -976,3 +982,10 @@ def _int_or_none(value: object) -> int | None:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _worker_command(queue: str) -> str:
+    """``durably worker MODULE:ENGINE --queue NAME`` with the queue name (journal text)
+    quoted for a shell: a name such as ``ops;touch${IFS}PWNED;#`` must not run anything
+    when the printed command is pasted."""
+    return cli_command("worker", "MODULE:ENGINE", options=cli_option("--queue", queue))

@@ -60,6 +60,7 @@ KEPT_PATHS = [
     "durably.idempotency.IdempotencyMiddleware",
     "durably.idempotency.IdempotencyStore",
     "durably.idempotency.migrate",
+    "durably.inputs.HASH_SHOWN_CHARS_MIN",
     "durably.inputs.INLINE_CHARS_MAX",
     "durably.ownership.CLOCK_SKEW_WARN_S",
     "durably.otel",
@@ -68,8 +69,15 @@ KEPT_PATHS = [
     "durably.redact",
     "durably.redact.redact",
     "durably.replaycheck",
+    "durably.runlist.LIST_RUNS_LIMIT_MAX",
+    "durably.streamops.STREAM_CHUNKS_MAX",
     "durably.shell",
     "durably.shell.command",
+    "durably.shell.option",
+    "durably.visible",  # the dashboard (durably ui) builds on these
+    "durably.visible.flag",
+    "durably.visible.invisible_chars",
+    "durably.visible.visible",
     "durably.why",
     "durably.worker.Worker",
 ]

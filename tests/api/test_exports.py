@@ -8,8 +8,11 @@ documented object, so a later move of a file leaves a re-export behind.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import typing
+
+import pytest
 
 import durably
 
@@ -19,6 +22,7 @@ PINNED_ALL = [
     "ApprovalMismatch",
     "ApprovalNotFound",
     "AsyncContext",
+    "AsyncStepStream",
     "Budget",
     "BudgetExceeded",
     "Cancelled",
@@ -61,6 +65,7 @@ PINNED_ALL = [
     "StepFailed",
     "StepInfo",
     "StepRecord",
+    "StepStream",
     "StepTimeout",
     "StoreBusy",
     "StoreDiskFull",
@@ -76,6 +81,7 @@ PINNED_ALL = [
     "current_step",
     "explain",
     "step",
+    "step_name",
     "tool",
     "usage",
 ]
@@ -128,3 +134,95 @@ def test_returned_types_are_the_exported_ones() -> None:
     history = inspect.signature(durably.Engine.history, eval_str=True).return_annotation
     assert history == list[durably.StepRecord]
     assert typing.get_type_hints(durably.EventPage)["events"] == list[durably.Event]
+
+
+# The public packages beside ``durably`` itself, pinned the same way: their ``__all__``
+# (durably.limits has none: every upper-case name in it is a documented bound).
+MODULE_PINS = {
+    "durably.idempotency": [
+        "Claim",
+        "ClientError",
+        "IdempotencyKeyInFlight",
+        "IdempotencyKeyReused",
+        "IdempotencyLeaseLost",
+        "IdempotencyMiddleware",
+        "IdempotencyRecord",
+        "IdempotencyStore",
+        "InvalidIdempotencyKey",
+        "KEY_CHARS_MAX",
+        "Outbox",
+        "OutboxEntry",
+        "OutboxMessage",
+        "PER_SESSION_HEADERS",
+        "RelayReport",
+        "RequestFailed",
+        "SchemaNotMigrated",
+        "StoredError",
+        "fingerprint_of",
+        "migrate",
+        "request_fingerprint",
+    ],
+    "durably.otel": [
+        "RunTracer",
+        "export_run",
+        "follow_run",
+    ],
+    "durably.limits": [
+        "APPROVALS_LIST_MAX",
+        "APPROVAL_ARGS_BYTES_MAX",
+        "APPROVAL_DIGEST_PREFIX_MIN",
+        "APPROVAL_NOTE_CHARS_MAX",
+        "APPROVAL_TIMEOUT_S_MAX",
+        "BACKOFF_MAX_S",
+        "CANCEL_REASON_CHARS_MAX",
+        "CLOCK_SKEW_WARN_S",
+        "COST_USD_MAX",
+        "ERROR_MESSAGE_CHARS_MAX",
+        "EVENTS_BUFFERED_MAX",
+        "EVENTS_PAGE_MAX",
+        "EVENT_DATA_BYTES_MAX",
+        "GATHER_DEPTH_MAX",
+        "HASH_SHOWN_CHARS_MIN",
+        "INCARNATION_CHARS",
+        "INLINE_CHARS_MAX",
+        "KEY_CHARS_MAX",
+        "LEASE_WAIT_MAX_S",
+        "LIST_RUNS_LIMIT_MAX",
+        "LIST_RUNS_SEARCH_CHARS_MAX",
+        "NAME_BYTES_MAX",
+        "OUTPUT_INLINE_BYTES_MAX",
+        "PARK_REASON_CHARS_MAX",
+        "POSITION_CHARS_MAX",
+        "RECOVER_SCAN_MAX",
+        "RETRIES_MAX",
+        "RUN_ID_CHARS_MAX",
+        "RUN_INPUT_BYTES_MAX",
+        "RUN_RESULT_BYTES_MAX",
+        "SCOPE_POSITIONS_MAX",
+        "SETTLE_TURNS_MAX",
+        "SIGNAL_DATA_BYTES_MAX",
+        "SIGNAL_TIMEOUT_S_MAX",
+        "STEP_OUTPUT_BYTES_MAX",
+        "STREAM_CHUNKS_MAX",
+        "SYNC_STEP_THREADS_MAX",
+        "TIMER_S_MAX",
+        "TOKENS_MAX",
+        "WORKER_CONCURRENCY_MAX",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(MODULE_PINS))
+def test_public_modules_are_exactly_their_pins(module: str) -> None:
+    mod = importlib.import_module(module)
+    names = getattr(mod, "__all__", None)
+    if names is None:
+        names = [n for n in vars(mod) if n.isupper()]
+    pinned = MODULE_PINS[module]
+    assert sorted(pinned) == pinned
+    assert sorted(names) == pinned, (
+        f"{module}: dropped {sorted(set(pinned) - set(names))}, added without updating the"
+        f" pin {sorted(set(names) - set(pinned))}"
+    )
+    for name in pinned:
+        assert hasattr(mod, name), f"{module}.{name} is pinned but does not resolve"

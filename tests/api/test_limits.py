@@ -52,7 +52,15 @@ OLD_HOMES = {
         "LEASE_WAIT_MAX_S": "LEASE_WAIT_MAX_S",
         "EVENTS_PAGE_MAX": "EVENTS_PAGE_MAX",
     },
-    "durably.inputs": {"INLINE_CHARS_MAX": "INLINE_CHARS_MAX"},
+    "durably.inputs": {
+        "INLINE_CHARS_MAX": "INLINE_CHARS_MAX",
+        "HASH_SHOWN_CHARS_MIN": "HASH_SHOWN_CHARS_MIN",
+    },
+    "durably.runlist": {
+        "LIST_RUNS_LIMIT_MAX": "LIST_RUNS_LIMIT_MAX",
+        "LIST_RUNS_SEARCH_CHARS_MAX": "LIST_RUNS_SEARCH_CHARS_MAX",
+    },
+    "durably.streamops": {"STREAM_CHUNKS_MAX": "STREAM_CHUNKS_MAX"},
     "durably.events": {"EVENT_DATA_BYTES_MAX": "EVENT_DATA_BYTES_MAX"},
     "durably.approvals": {
         "ARGS_BYTES_MAX": "APPROVAL_ARGS_BYTES_MAX",
@@ -68,6 +76,10 @@ OLD_HOMES = {
     },
     "durably.worker": {"CONCURRENCY_MAX": "WORKER_CONCURRENCY_MAX"},
     "durably.store.base": {"APPROVALS_LIST_MAX": "APPROVALS_LIST_MAX"},
+    "durably.runlist": {
+        "LIST_RUNS_LIMIT_MAX": "LIST_RUNS_LIMIT_MAX",
+        "LIST_RUNS_SEARCH_CHARS_MAX": "LIST_RUNS_SEARCH_CHARS_MAX",
+    },
 }
 
 
@@ -76,7 +88,7 @@ def _constants() -> list[tuple[str, ast.stmt | None]]:
     body = ast.parse(SOURCE).body
     out = []
     for i, node in enumerate(body):
-        target = node.target if isinstance(node, ast.AnnAssign) else None
+        target: ast.expr | None = node.target if isinstance(node, ast.AnnAssign) else None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
         if isinstance(target, ast.Name) and target.id.isupper():

@@ -213,6 +213,37 @@ def test_list_runs_filters(store: Store, clock: FakeClock) -> None:
     assert len(store.list_runs(limit=1)) == 1
 
 
+def test_list_runs_keyset_queue_search_and_statuses(store: Store, clock: FakeClock) -> None:
+    # Keyset paging: ``after`` is the (created_at, run_id) of the last run shown; runs of
+    # one instant follow run id order, so a page may end inside them.
+    store.create_run(versioned("b%1", queue="fast"))
+    store.create_run(versioned("a_1"))
+    clock.advance(1)
+    store.create_run(versioned("c1", queue="fast"))
+    everything = store.list_runs()
+    assert [r.run_id for r in everything] == ["c1", "a_1", "b%1"]
+    first = everything[1]
+    after = (first.created_at, first.run_id)
+    assert [r.run_id for r in store.list_runs(after=after)] == ["b%1"]
+    last = everything[2]
+    assert store.list_runs(after=(last.created_at, last.run_id)) == []
+    assert [r.run_id for r in store.list_runs(queue="fast")] == ["c1", "b%1"]
+    assert [r.run_id for r in store.list_runs(search="_")] == ["a_1"]  # literal, no wildcard
+    assert [r.run_id for r in store.list_runs(search="%")] == ["b%1"]
+    assert [r.run_id for r in store.list_runs(search="1", queue="fast")] == ["c1", "b%1"]
+    assert store.list_runs(search="C1") == []  # case-sensitive on every store
+    token = store.claim("c1", ME, 30, 10, alive).fencing_token
+    store.finish("c1", token, COMPLETED, [], outcome="1")
+    assert [r.run_id for r in store.list_runs(status=["queued", COMPLETED])] == [
+        "c1",
+        "a_1",
+        "b%1",
+    ]
+    assert [r.run_id for r in store.list_runs(status=("queued",), queue="fast")] == ["b%1"]
+    assert store.count_runs(queue="fast") == {"queued": 1, COMPLETED: 1}
+    assert store.count_runs(search="_") == {"queued": 1}
+
+
 def versioned(
     run_id: str, workflow: str = "wf", version: str | None = "1", queue: str = "default"
 ) -> NewRun:

@@ -86,6 +86,8 @@ def test_a_tampered_output_blob_blocks_the_run_naming_the_blob_and_step(
     assert "step 0 'fetch'" in text and "durably retry r" in text
     assert engine.get_run("r").status == BLOCKED  # blocked, not failed
     assert engine.history("r") == before  # nothing recorded lost or changed
+    # runs why blames the changed row, not the code.
+    assert "restore the changed row from a backup" in durably.explain(engine, "r").sentence
     # Restored from a backup, the run replays on.
     sql(
         journal_url,
@@ -144,3 +146,4 @@ def test_a_tampered_run_input_blocks_the_run(engine: durably.Engine, journal_url
     assert "its recorded input does not match the sha256" in str(err.value)
     assert "durably retry r" in str(err.value)
     assert refunds == [] and engine.get_run("r").status == BLOCKED
+    assert "restore the changed row from a backup" in durably.explain(engine, "r").sentence

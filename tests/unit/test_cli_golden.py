@@ -32,6 +32,14 @@ URL = "sqlite:///journal.db"  # relative: the table title does not carry tmp_pat
 # The cursors `runs list --limit 2` prints after order-5 and after order-3.
 PAGE2 = "r1.WzE3MDAwMDAyNDAuNSwib3JkZXItNSJd"
 PAGE3 = "r1.WzE3MDAwMDAxMjAuNSwib3JkZXItMyJd"
+# A fixed width, and nothing that would make rich treat the captured output as a colour
+# terminal (a CI runner may set FORCE_COLOR).
+CONSOLE_ENV: dict[str, str | None] = {
+    "COLUMNS": "160",
+    "FORCE_COLOR": None,
+    "TTY_COMPATIBLE": None,
+    "TTY_INTERACTIVE": None,
+}
 START = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC: never "today", so dates are printed
 
 COMMANDS: dict[str, list[str]] = {
@@ -134,7 +142,7 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         runner = CliRunner()
         out: dict[str, str] = {}
         for name, argv in COMMANDS.items():
-            res = runner.invoke(cli, [*argv, "--db", URL], env={"COLUMNS": "160"})
+            res = runner.invoke(cli, [*argv, "--db", URL], env=CONSOLE_ENV)
             assert res.exit_code == 0, (name, res.output)
             out[name] = normalise(res.output, incarnations)
         return out

@@ -495,3 +495,137 @@ def test_sigkill_mid_stream_reruns_it_and_records_once(tmp_path: Path) -> None:
     assert third.returncode == 0, third.stderr
     with sqlite3.connect(world) as w:
         assert w.execute("SELECT count(*) FROM calls").fetchone()[0] == 2  # not called again
+
+
+def test_replay_check_replays_streams_without_calling(engine: durably.Engine) -> None:
+    from durably.replaycheck import check_runs
+
+    calls: list[str] = []
+
+    def words(text: str) -> Iterator[str]:
+        calls.append(text)
+        yield from text.split()
+
+    @engine.workflow(name="checked")
+    def wf(ctx: durably.Context) -> list[str]:
+        whole = list(ctx.step_stream("whole", words, "a b c"))
+        for w in ctx.step_stream("early", words, "x y z"):
+            if w == "y":
+                break
+        return whole
+
+    assert engine.run(wf, run_id="c") == ["a", "b", "c"]
+    assert calls == ["a b c", "x y z"]
+    report = check_runs(engine, [engine.get_run("c")])
+    assert report.checked == 1 and report.findings == []
+    assert calls == ["a b c", "x y z"]
+    assert json.loads(engine.history("c")[1].output or "") == ["x", "y"]
+
+
+def test_effect_stream_in_doubt_reruns_with_its_key_or_reconciles(
+    engine: durably.Engine,
+) -> None:
+    """An ``effect=True`` stream records an intent first: a crash mid-stream leaves it in
+    doubt, so the resume re-runs it with the same key (attempt 2, as its record says),
+    or asks ``reconcile`` and streams what it returns like a replay."""
+    infos: list[durably.StepInfo] = []
+
+    @durably.step(effect=True)
+    def keyed(idempotency_key: str) -> Iterator[str]:
+        info = durably.current_step()
+        assert info is not None
+        infos.append(info)
+        yield "k0"
+        if len(infos) == 1:
+            raise Crash("the process dies mid-stream")
+        yield "k1"
+
+    reconciled: list[str] = []
+    calls: list[int] = []
+
+    def reconcile(key: str) -> list[str]:
+        reconciled.append(key)
+        return ["r0", "r1"]
+
+    @durably.step(reconcile=reconcile)
+    def unkeyed() -> Iterator[str]:
+        calls.append(1)
+        yield "u0"
+        raise Crash("the process dies mid-stream")
+
+    @engine.workflow(name="effects")
+    def wf(ctx: durably.Context) -> Any:
+        return [list(ctx.step_stream("keyed", keyed)), list(ctx.step_stream("unkeyed", unkeyed))]
+
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="fx")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="fx")
+    assert engine.run(wf, run_id="fx") == [["k0", "k1"], ["r0", "r1"]]
+    assert [i.attempt for i in infos] == [1, 2]
+    assert infos[0].idempotency_key == infos[1].idempotency_key
+    assert infos[1].fencing_token > infos[0].fencing_token
+    assert calls == [1] and reconciled == [infos[0].idempotency_key[:-1] + "1"]
+    keyed_rec, unkeyed_rec = engine.history("fx")
+    assert (keyed_rec.status, keyed_rec.attempts) == ("ok", 2)
+    assert json.loads(unkeyed_rec.output or "") == ["r0", "r1"]
+
+
+def test_async_early_stop(engine: durably.Engine) -> None:
+    closed: list[str] = []
+    calls: list[str] = []
+
+    async def endless(tag: str) -> AsyncIterator[str]:
+        calls.append(tag)
+        try:
+            i = 0
+            while True:
+                await asyncio.sleep(0)
+                yield f"{tag}{i}"
+                i += 1
+        finally:
+            closed.append(tag)
+
+    seen: list[Any] = []
+
+    @engine.workflow(name="aearly")
+    async def wf(ctx: durably.AsyncContext) -> Any:
+        a = ctx.step_stream("aclose", endless, "a")
+        first = await a.__anext__()
+        await a.aclose()
+        async with ctx.step_stream("with", endless, "w") as w:
+            async for c in w:
+                if c == "w1":
+                    break
+        b = ctx.step_stream("brk", endless, "b")
+        async for _c in b:
+            break
+        await ctx.now()  # ends "brk" (its async iterator is left to the loop's finalizer)
+        got = [first, a.result, w.result, b.result]
+        seen.append(got)
+        await ctx.step("after", lambda: 1)
+        return got
+
+    crash_at(engine, "4")
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="ae")
+    engine.fault_hook = None
+    result = engine.run(wf, run_id="ae")
+    assert seen[0] == seen[1] == result == ["a0", ["a0"], ["w0", "w1"], ["b0"]]
+    assert calls == ["a", "w", "b"]
+    assert closed[:2] == ["a", "w"]  # closed at once by aclose() and by async with
+
+
+def test_an_error_in_on_chunk_reaches_the_caller_and_records_nothing(
+    engine: durably.Engine,
+) -> None:
+    def hook(chunk: Any, index: int, info: durably.StepInfo) -> None:
+        raise RuntimeError("the wrapper's event writer failed")
+
+    @engine.workflow(name="hookfails")
+    def wf(ctx: durably.Context) -> list[str]:
+        return list(ctx.step_stream("s", lambda: iter("ab"), on_chunk=hook))
+
+    with pytest.raises(durably.WorkflowFailed, match="event writer failed"):
+        engine.run(wf, run_id="h")
+    assert [r.position for r in engine.history("h")] == []

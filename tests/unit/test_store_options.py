@@ -4,6 +4,7 @@ silently ignored is a setting its caller believes is in force."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,14 @@ def test_the_option_table_is_the_constructors() -> None:
         assert all(p.kind is not p.VAR_KEYWORD for p in params)
         taken = tuple(p.name for p in params if p.kind is p.KEYWORD_ONLY)
         assert taken == STORE_OPTIONS[kind]
+
+
+def test_a_sqlite_url_with_query_options_is_refused(tmp_path: Path) -> None:
+    from durably.idempotency import IdempotencyStore
+
+    url = f"sqlite:///{tmp_path / 'j.db'}?synchronous=NORMAL"
+    with pytest.raises(durably.ConfigError, match="takes no \\?options"):
+        durably.Engine(url)
+    with pytest.raises(durably.ConfigError, match="takes no \\?options"):
+        IdempotencyStore(url)
+    assert list(tmp_path.iterdir()) == []  # no file named after the option either

@@ -59,7 +59,7 @@ def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
     and a request holding any is flagged under the table."""
     engine = open_engine(db, as_json)
     try:
-        rows = engine.store.pending_approvals(run_id)
+        rows = engine.pending_approval_rows(run_id)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
@@ -163,7 +163,7 @@ def _decide(
     prefix = _check_prefix(prefix)
     engine = open_engine(db, as_json)
     try:
-        row = engine.store.get_approval(run_id, request_id)
+        row = engine.approval_row(run_id, request_id)
         if row is None:
             engine.get_run(run_id)  # RunNotFound names an unknown run first
             raise ApprovalNotFound(

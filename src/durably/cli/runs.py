@@ -51,6 +51,12 @@ def runs() -> None:
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
 @click.option("--version", "version", help="Only runs of this workflow version.")
+@click.option("--queue", help="Only runs of this queue.")
+@click.option(
+    "--search",
+    metavar="TEXT",
+    help="Only runs whose id contains TEXT (case-sensitive; % and _ are plain characters).",
+)
 @click.option(
     "--by-version",
     is_flag=True,
@@ -80,6 +86,8 @@ def runs_list(
     status: str | None,
     workflow: str | None,
     version: str | None,
+    queue: str | None,
+    search: str | None,
     by_version: bool,
     since: str | None,
     limit: int,
@@ -89,13 +97,25 @@ def runs_list(
     """List runs, newest first, with a count of runs per status under the table
     (``--by-version``: unfinished runs per version instead). When more runs match than
     --limit shows, the last line gives the cursor to pass as --after for the next page."""
+    if by_version and (queue, search, after) != (None, None, None):
+        raise CommandError(
+            "--by-version counts per workflow version: it takes --workflow, --version and"
+            " --status, not --queue, --search or --after",
+            as_json,
+        )
     start = None if since is None else since_time(since, time.time(), as_json)
     engine = open_engine(db, as_json)
     try:
         if by_version:
             counts = engine.runs_by_version()
         else:
-            filters: dict[str, Any] = {"workflow": workflow, "version": version, "since": start}
+            filters: dict[str, Any] = {
+                "workflow": workflow,
+                "version": version,
+                "queue": queue,
+                "search": search,
+                "since": start,
+            }
             rows, cursor = _runs(engine, limit, after, status=status, **filters)
             per_status = {} if as_json else engine.count_runs(**filters)
     except DurablyError as exc:

@@ -54,7 +54,7 @@ def show_values(engine: Any, run_id: str) -> str:
         )
     else:
         try:
-            recorded = inputs.show(step.inputs, engine.store.get_blobs)
+            recorded = inputs.show(step.inputs, engine.blobs)
         except (ValueError, KeyError, TypeError, LookupError, AttributeError) as exc:
             recorded = f"(recorded inputs unreadable: {type(exc).__name__}: {exc})"
         lines += [

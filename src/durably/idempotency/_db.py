@@ -166,6 +166,11 @@ class Database(ABC):
     def close(self) -> None:
         """Close every connection this object opened."""
 
+    def db_time(self) -> float | None:
+        """The database server's clock in epoch seconds, or None when the database shares
+        this host's clock (SQLite, a file on this host)."""
+        return None
+
 
 class SQLiteDatabase(Database):
     """SQLite through the standard library: WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE``.
@@ -369,6 +374,13 @@ class PostgresDatabase(Database):
             version = _version_of(tx.conn) if exists is not None else 0
         _check_version(self.where, version)
 
+    def db_time(self) -> float | None:
+        """The server's ``clock_timestamp()`` in epoch seconds."""
+        with self.transaction("idempotency.sql") as tx:
+            row = tx.one("db_time", {})
+        assert row is not None, "SELECT without FROM returns one row"
+        return float(row["now"])
+
     def close(self) -> None:
         """Close this process's pool and its connections (never a parent's)."""
         if self._pid == os.getpid():
@@ -430,7 +442,12 @@ def open_database(
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
         path = url[len("sqlite:///") :] if url.lower().startswith("sqlite:///") else ""
-        path = path.split("?", 1)[0]
+        if "?" in path or "#" in path:
+            # Ignored, an option written as ?synchronous=NORMAL would not be in force.
+            raise ConfigError(
+                f"{redact_url(url)!r}: a SQLite URL takes no ?options or #fragment; pass"
+                f" options as keywords ({owner}(url, busy_timeout_s=10, synchronous='NORMAL'))"
+            )
         if not path or path == ":memory:":
             raise ConfigError(
                 f"{redact_url(url)!r} does not name a database file; use"

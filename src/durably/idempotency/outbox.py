@@ -25,6 +25,7 @@ from typing import Any
 from durably.errors import ConfigError, IdempotencyKeyReused
 from durably.history import describe_error, storable_text
 from durably.idempotency._db import Database, Row, Tx, load_queries, open_database
+from durably.idempotency._skew import CLOCK_CHECK_S_DEFAULT, SkewCheck
 from durably.idempotency.store import canonical_json, check_key
 from durably.redact import redact
 
@@ -100,7 +101,10 @@ class Outbox:
     ``claim_lease_s``; if it dies, another relay delivers them again after that (at least
     once). ``clock`` returns epoch seconds and is injectable for tests. On SQLite,
     ``busy_timeout_s`` (default 5 s); on PostgreSQL, ``pool_size`` (default 4): an option
-    of the other database is refused (``ConfigError``), never ignored.
+    of the other database is refused (``ConfigError``), never ignored. On PostgreSQL the
+    outbox compares ``clock`` with the database's at start and every ``clock_check_s``
+    real seconds, as :class:`~durably.idempotency.IdempotencyStore` does: a relay whose
+    clock runs ahead is warned about and takes over no claim alive by the database's clock.
     """
 
     def __init__(
@@ -114,7 +118,10 @@ class Outbox:
         clock: Callable[[], float] = time.time,
         busy_timeout_s: float | None = None,
         pool_size: int | None = None,
+        clock_check_s: float = CLOCK_CHECK_S_DEFAULT,
     ) -> None:
+        if not (isinstance(clock_check_s, int | float) and clock_check_s > 0):
+            raise ConfigError(f"clock_check_s must be a positive number, got {clock_check_s!r}")
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, got {max_attempts}")
         if backoff_base_s < 0 or backoff_max_s < backoff_base_s or claim_lease_s <= 0:
@@ -136,6 +143,8 @@ class Outbox:
         )
         try:
             self._db.check_schema()  # tables come from `durably migrate --idempotency`
+            self._skew = SkewCheck(self._db, clock, float(clock_check_s), "outbox relay")
+            self._skew.started()
         except BaseException:
             self._db.close()
             raise
@@ -206,6 +215,7 @@ class Outbox:
                 f"batch_size must be between 1 and {BATCH_SIZE_MAX}, got {batch_size}"
             )
         token = uuid.uuid4().hex
+        self._skew.maybe_check()
         messages = self._claim(token, batch_size)
         report = RelayReport(claimed=len(messages))
         if not messages:
@@ -281,7 +291,9 @@ class Outbox:
     def _claim(self, token: str, batch_size: int) -> list[OutboxMessage]:
         now = self._clock()
         params = {
-            "now": now,
+            # Due times and other relays' claims judged on the database's clock while this
+            # host runs ahead of it past the bound: a claim alive by it is not taken over.
+            "now": now - self._skew.ahead(),
             "token": token,
             "claimed_until": now + self.claim_lease_s,
             "max_attempts": self.max_attempts,

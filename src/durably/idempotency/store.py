@@ -40,6 +40,7 @@ from durably.errors import (
     SerializationError,
 )
 from durably.idempotency._db import Database, Row, Tx, open_database
+from durably.idempotency._skew import CLOCK_CHECK_S_DEFAULT, SkewCheck
 
 KEY_CHARS_MAX = 255
 FINGERPRINT_CHARS_MAX = 1024
@@ -259,7 +260,12 @@ class IdempotencyStore:
     trade-off). ``clock`` returns epoch seconds and is injectable for tests. On SQLite,
     ``busy_timeout_s`` (default 5 s) and ``synchronous`` (default ``"FULL"``); on
     PostgreSQL, ``pool_size`` (default 10): an option of the other database is refused
-    (``ConfigError``), never ignored.
+    (``ConfigError``), never ignored. On PostgreSQL the store compares ``clock`` with the
+    database's at start and every ``clock_check_s`` real seconds: past 2 s
+    (``durably.limits.CLOCK_SKEW_WARN_S``) it logs a warning, and while this host runs
+    ahead past that bound it judges leases and expiry on the database's clock, so it never
+    takes over a request whose lease is alive by it (``IdempotencyKeyInFlight`` saying the
+    clock is off).
     """
 
     def __init__(
@@ -278,8 +284,13 @@ class IdempotencyStore:
         busy_timeout_s: float | None = None,
         synchronous: str | None = None,
         pool_size: int | None = None,
+        clock_check_s: float = CLOCK_CHECK_S_DEFAULT,
     ) -> None:
-        for name, value in (("ttl_s", ttl_s), ("lease_s", lease_s)):
+        for name, value in (
+            ("ttl_s", ttl_s),
+            ("lease_s", lease_s),
+            ("clock_check_s", clock_check_s),
+        ):
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
         if result_bytes_max < 1 or purge_batch_size < 1:
@@ -305,6 +316,8 @@ class IdempotencyStore:
             # Only a check: creating tables is `durably migrate --idempotency`'s job, so a
             # role limited to rows can run the store.
             self._db.check_schema()
+            self._skew = SkewCheck(self._db, clock, float(clock_check_s), "idempotency store")
+            self._skew.started()
         except BaseException:
             self._db.close()
             raise
@@ -401,6 +414,7 @@ class IdempotencyStore:
         check_key(key)
         check_key(scope, "scope", allow_empty=True)
         _check_fingerprint(fingerprint)
+        self._skew.maybe_check()
         with self._db.transaction(_SQL) as tx:
             outcome = self._claim(tx, scope, key, fingerprint)
         self._maybe_purge()
@@ -471,7 +485,7 @@ class IdempotencyStore:
         """Return the stored, unexpired outcome for ``key``, or None (running keys too)."""
         with self._db.transaction(_SQL) as tx:
             row = tx.one("select_key", {"scope": scope, "key": key})
-        if row is None or row["state"] != "done" or row["expires_at"] <= self._clock():
+        if row is None or row["state"] != "done" or row["expires_at"] <= self._judged_now():
             return None
         return _record(row, replayed=True)
 
@@ -483,7 +497,7 @@ class IdempotencyStore:
         """
         deleted = 0
         while True:
-            params = {"now": self._clock(), "limit": self._purge_batch_size}
+            params = {"now": self._judged_now(), "limit": self._purge_batch_size}
             with self._db.transaction(_SQL) as tx:
                 n = tx.execute("purge_expired", params)
             deleted += n
@@ -503,6 +517,11 @@ class IdempotencyStore:
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _judged_now(self, now: float | None = None) -> float:
+        """The time leases and expiry are judged at: this host's clock, less its lead on
+        the database's clock when that is past the tolerated bound (see ``_skew``)."""
+        return (self._clock() if now is None else now) - self._skew.ahead()
 
     def _stores_error(self, exc: Exception) -> bool:
         return self._store_server_errors or isinstance(exc, self._client_errors)
@@ -534,8 +553,11 @@ class IdempotencyStore:
                 f"idempotency key {key!r} is being claimed and released by other requests"
                 " right now; retry in a moment"
             )
-        lease_alive = row["state"] == "running" and (row["lease_expires_at"] or 0) > now
-        if row["expires_at"] <= now and not lease_alive:
+        # Judged on the database's clock while this host runs ahead of it past the bound:
+        # a lease or a key that looks over by this host's clock may not be over yet.
+        judged = self._judged_now(now)
+        lease_alive = row["state"] == "running" and (row["lease_expires_at"] or 0) > judged
+        if row["expires_at"] <= judged and not lease_alive:
             tx.execute("restart_expired", params)
             return Claim(scope, key, fingerprint, token, attempts=1)
         if row["fingerprint"] != fingerprint:
@@ -548,6 +570,14 @@ class IdempotencyStore:
             )
         if row["state"] == "done":
             return _record(row, replayed=True)
+        if lease_alive and (row["lease_expires_at"] or 0) <= now:
+            raise IdempotencyKeyInFlight(
+                f"a request with idempotency key {key!r} holds a lease that looks expired by"
+                " this host's clock but is still alive by the database's: this host's clock"
+                f" is {self._skew.ahead():+.1f} s off the database's, so the request (which"
+                " may still be running) was not taken over. Fix this host's clock (NTP);"
+                " retry shortly to get its stored outcome"
+            )
         if lease_alive:
             raise IdempotencyKeyInFlight(
                 f"a request with idempotency key {key!r} started {now - row['created_at']:.1f} s"
@@ -612,6 +642,7 @@ class IdempotencyStore:
         self, scope: str, key: str, fingerprint: str, fn: Callable[..., Any]
     ) -> IdempotencyRecord:
         _check_fingerprint(fingerprint)
+        self._skew.maybe_check()
         with self._db.transaction(_SQL) as tx:
             claimed = self._claim(tx, scope, key, fingerprint)
             if isinstance(claimed, IdempotencyRecord):
@@ -635,8 +666,9 @@ class IdempotencyStore:
         if now - self._last_purge_at < self._purge_interval_s:
             return
         self._last_purge_at = now
+        params = {"now": self._judged_now(now), "limit": self._purge_batch_size}
         with self._db.transaction(_SQL) as tx:
-            tx.execute("purge_expired", {"now": now, "limit": self._purge_batch_size})
+            tx.execute("purge_expired", params)
 
 
 def _check_fingerprint(fingerprint: object) -> None:

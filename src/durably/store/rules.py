@@ -40,6 +40,7 @@ from ..history import (
     RunRecord,
     StepRecord,
 )
+from ..shell import command
 
 _RUN_FIELDS = len(RunRecord.__slots__)
 # Every column of a step row (the blobs a record carries go to the blobs table).
@@ -218,8 +219,7 @@ def blobs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
             raise SerializationError(
                 f"blob {digest} does not match its sha256: its {len(raw):,} stored bytes"
                 f" hash to {actual[:16]}..., so the blobs table was edited or damaged after"
-                " it was written and its contents are not used: restore that row of the"
-                " blobs table from a backup"
+                " it was written and its contents are not used"
             )
         out[digest] = raw.decode("utf-8")  # written as UTF-8 text; its hash says unchanged
     return out
@@ -472,7 +472,7 @@ def check_decidable(
     if cancelling:
         raise RunFinished(
             f"run {run_id!r} is being cancelled (a cancel was asked for), so it will not"
-            f" act on request {request_id}: nothing was decided. `durably runs why"
-            f" {run_id}` says when it ends"
+            f" act on request {request_id}: nothing was decided."
+            f" `{command('runs why', run_id)}` says when it ends"
         )
     return row

@@ -93,6 +93,13 @@ def sqlite_path(url: str) -> str:
     path = url[len("sqlite:///") :]
     if not path:
         raise ConfigError(f"bad SQLite URL {redact_url(url)!r}: it names no file")
+    if "?" in path or "#" in path:
+        # Read as a file name, an option written as ?synchronous=NORMAL would be ignored
+        # (and name another file): options are keywords.
+        raise ConfigError(
+            f"bad SQLite URL {redact_url(url)!r}: it takes no ?options or #fragment; pass"
+            " options as keywords (Engine(url, synchronous='NORMAL', busy_timeout_s=10))"
+        )
     return path
 
 

@@ -63,3 +63,7 @@ WHERE (scope, key) IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: db_time
+-- The server's clock, to compare with the store's own (the skew check, _skew.py).
+SELECT extract(epoch FROM clock_timestamp())::double precision AS now;
