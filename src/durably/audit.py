@@ -24,7 +24,7 @@ from .steps import signature_of
 from .tools import Tool
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine import Engine, Workflow
 
 FOLLOW_DEPTH_MAX: Final = 8  # helper functions followed from a workflow, nested
 STEP_METHODS: Final = frozenset({"step", "step_stream"})
@@ -223,12 +223,17 @@ def _tool_list(workflow: str, res: _Resolver, expr: ast.AST, where: str) -> Iter
 def audit(engine: Engine) -> list[Entry]:
     """Every step and tool reachable from ``engine``'s registered workflows (each target
     once per workflow, in source order)."""
+    return [e for wf in engine.workflows() for e in audit_workflow(wf)]
+
+
+def audit_workflow(wf: Workflow) -> list[Entry]:
+    """The steps and tools one registered workflow reaches (each once, in source order,
+    a helper's at its call)."""
+    label = wf.name if wf.version is None else f"{wf.name}@{wf.version}"
     entries: list[Entry] = []
-    for wf in engine.workflows():
-        label = wf.name if wf.version is None else f"{wf.name}@{wf.version}"
-        done: set[tuple[str, str, str]] = set()
-        for e in _walk(label, wf.fn, set()):
-            if (e.name, e.target, e.kind) not in done:
-                done.add((e.name, e.target, e.kind))
-                entries.append(e)
+    done: set[tuple[str, str, str]] = set()
+    for e in _walk(label, wf.fn, set()):
+        if (e.name, e.target, e.kind) not in done:
+            done.add((e.name, e.target, e.kind))
+            entries.append(e)
     return entries
