@@ -187,11 +187,6 @@ LIST_RUNS_SEARCH_CHARS_MAX: Final = RUN_ID_CHARS_MAX
 """Longest ``search`` text of ``engine.list_runs``: a run id is at most this long, so
 nothing longer matches."""
 
-STREAM_CHUNKS_MAX: Final = 100_000
-"""Chunks one attempt of a streamed step (``ctx.step_stream``) may yield: past it the run
-is blocked (``ConfigError``), since every chunk is held until the assembled result is
-recorded."""
-
 APPROVALS_LIST_MAX: Final = 1000
 """Most pending approval requests one listing returns (``engine.pending_approvals``)."""
 

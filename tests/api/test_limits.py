@@ -76,10 +76,6 @@ OLD_HOMES = {
     },
     "durably.worker": {"CONCURRENCY_MAX": "WORKER_CONCURRENCY_MAX"},
     "durably.store.base": {"APPROVALS_LIST_MAX": "APPROVALS_LIST_MAX"},
-    "durably.runlist": {
-        "LIST_RUNS_LIMIT_MAX": "LIST_RUNS_LIMIT_MAX",
-        "LIST_RUNS_SEARCH_CHARS_MAX": "LIST_RUNS_SEARCH_CHARS_MAX",
-    },
 }
 
 
