@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -147,8 +148,10 @@ def _walk(workflow: str, fn: Callable[..., Any], seen: set[int], depth: int = 0)
     res = _Resolver(fn)
     ctx = _ctx_name(tree)
 
+    shown = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
+
     def where(node: ast.AST) -> str:
-        return f"{path}:{first + getattr(node, 'lineno', 1) - 1}"
+        return f"{shown}:{first + getattr(node, 'lineno', 1) - 1}"
 
     def target(name: str, expr: ast.AST, node: ast.AST) -> Entry:
         ok, obj = res.resolve(expr)

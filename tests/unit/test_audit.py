@@ -126,3 +126,14 @@ def dyn(ctx: durably.Context, fns: list) -> object:
 def test_bad_targets_are_met_clearly(target: str, message: str) -> None:
     res = CliRunner().invoke(cli, ["audit", target])
     assert res.exit_code == 1 and message in res.output
+
+
+def test_help_is_listed_and_names_the_options() -> None:
+    top = CliRunner().invoke(cli, ["--help"])
+    assert "audit" in top.output and "lint" in top.output
+    res = CliRunner().invoke(cli, ["audit", "--help"])
+    assert res.exit_code == 0 and "--strict" in res.output and "MODULE:ENGINE" in res.output
+    res = CliRunner().invoke(cli, ["lint", "--help"])
+    assert res.exit_code == 0 and "durably: ok" in res.output and "--json" in res.output
+    res = CliRunner().invoke(cli, ["chaos", "--help"])
+    assert "--park [answer|stop]" in res.output
