@@ -134,6 +134,7 @@ def test_help_is_listed_and_names_the_options() -> None:
     res = CliRunner().invoke(cli, ["audit", "--help"])
     assert res.exit_code == 0 and "--strict" in res.output and "MODULE:ENGINE" in res.output
     res = CliRunner().invoke(cli, ["lint", "--help"])
-    assert res.exit_code == 0 and "durably: ok" in res.output and "--json" in res.output
+    flat = " ".join(res.output.split())  # click wraps to the terminal's width
+    assert res.exit_code == 0 and '"# durably: ok" on a line silences it' in flat
     res = CliRunner().invoke(cli, ["chaos", "--help"])
     assert "--park [answer|stop]" in res.output
