@@ -285,3 +285,29 @@ def test_rejected_destructive_call_is_a_tool_error_for_the_model(url: str) -> No
         [m] = engine.resume("r")
         assert m["content"].startswith("error:") and "rejected by bo" in m["content"]
         assert RAN == []
+
+
+def test_async_dispatch_parks_for_a_destructive_call_and_runs_it_once_approved(url: str) -> None:
+    """The approval of a destructive call in a gather branch parks the run; the other
+    calls' results are kept, and after the approval only the destructive call runs."""
+    with durably.Engine(url, park_wait_s=0) as engine:
+
+        @engine.workflow(name="agent")
+        async def agent(ctx: durably.AsyncContext) -> Any:
+            response = chat(
+                [
+                    ("c1", "lookup", {"order_id": "A-9"}),
+                    ("c2", "close_account", {"customer": "ana"}),
+                ]
+            )
+            return await dispatch(ctx, response, TOOLS)
+
+        with pytest.raises(durably.RunParked):
+            asyncio.run(engine.run_async(agent, run_id="p"))
+        assert RAN == [("lookup", "A-9")]
+        [p] = engine.pending_approvals()
+        assert (p.action, p.args, p.request_id) == ("close_account", {"customer": "ana"}, "0.1.0")
+        engine.approve("p", p.request_id, digest=p.digest, by="ana")
+        out = asyncio.run(engine.run_async(agent, run_id="p"))
+        assert [m["content"] for m in out] == ['{"id":"A-9","state":"paid"}', "closed"]
+        assert RAN == [("lookup", "A-9"), ("close", "ana")]

@@ -162,6 +162,7 @@ def test_unkeyed_write_warns_once_naming_the_two_ways() -> None:
             """Send."""
 
     assert len(caught) == 1
+    assert caught[0].filename == __file__  # it names the line that declared the tool
     text = str(caught[0].message)
     assert "send_email" in text and "idempotency_key" in text and "reconcile" in text
     assert send_email.options.effect is True and send_email.safety == "none"

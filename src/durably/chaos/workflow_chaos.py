@@ -508,8 +508,13 @@ def _repeat(
 
 def tool_kinds(wf: Workflow) -> dict[str, str]:
     """Step name -> tool kind for the ``@durably.tool`` steps ``wf`` reaches (read from
-    its source by ``durably audit``'s walk); plain steps are not listed."""
+    its source by ``durably audit``'s walk), and for the tools declared in the
+    workflow's module that the walk could not resolve (a list built at run time);
+    plain steps are not listed."""
     from ..audit import audit_workflow
+    from ..tools._tool import KINDS, REGISTRY
 
-    tool_kinds = ("read", "idempotent", "write", "destructive")
-    return {e.name: e.kind for e in audit_workflow(wf) if e.kind in tool_kinds}
+    module = getattr(wf.fn, "__module__", None)
+    kinds = {t.name: str(t.kind) for t in list(REGISTRY) if t.fn.__module__ == module}
+    kinds.update({e.name: e.kind for e in audit_workflow(wf) if e.kind in KINDS})
+    return kinds

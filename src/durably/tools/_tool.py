@@ -176,6 +176,9 @@ class Tool:
             if self.approval:
                 self._check_decision(name, ctx.request_approval(name, self.bound(args, kwargs)))
             return ctx.step(name, self._step_fn, *args, **kwargs)
+        if not self.approval:
+            # The context's own awaitable: it refuses use without `await`, like ctx.step.
+            return ctx.step(name, self._step_fn, *args, **kwargs)
         coro = self._record_async(ctx, name, args, dict(kwargs))
         # What ctx.gather records for the branch: the step's name.
         coro.__qualname__ = name  # type: ignore[attr-defined]
@@ -184,9 +187,8 @@ class Tool:
     async def _record_async(
         self, ctx: AsyncContext, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if self.approval:
-            decision = await ctx.request_approval(name, self.bound(args, kwargs))
-            self._check_decision(name, decision)
+        decision = await ctx.request_approval(name, self.bound(args, kwargs))
+        self._check_decision(name, decision)
         return await ctx.step(name, self._step_fn, *args, **kwargs)
 
     def bound(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,21 +256,15 @@ class Tool:
     def __repr__(self) -> str:
         return f"<durably.tool {self.name!r} kind={self.kind!r} safety={self.safety!r}>"
 
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        # A tool defined in a class body is the function there: bind like one.
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
 
-
-def _unsafe_warning(tool: Tool) -> None:
+def _unsafe_warning(tool: Tool, stacklevel: int) -> None:
     warnings.warn(
         f"tool {tool.name!r} is a write that can be neither deduplicated nor looked up:"
         " after a crash in the middle of it the run parks in doubt for a person. Give it"
         " an `idempotency_key` parameter (and pass the key to the service), or a"
         " `reconcile=fn(key)` that finds out whether it happened",
         UnsafeToolWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
 
 
@@ -282,8 +278,10 @@ def make_tool(
     description: str | None = None,
     input_schema: dict[str, Any] | None = None,
     takes_key: bool | None = None,
+    stacklevel: int = 2,
 ) -> Tool:
-    """Check the options and build the :class:`Tool` (see ``durably.tool``)."""
+    """Check the options and build the :class:`Tool` (see ``durably.tool``);
+    ``stacklevel`` is the frame an unsafe write's warning names, counted from here."""
     if kind not in KINDS:
         raise ConfigError(f"kind={kind!r}: choose one of {', '.join(map(repr, KINDS))}")
     if approval not in (None, True, False):
@@ -310,7 +308,7 @@ def make_tool(
     if takes_key is not None:
         t.takes_key = takes_key
     if kind == "write" and t.safety == "none":
-        _unsafe_warning(t)
+        _unsafe_warning(t, stacklevel + 1)
     return t
 
 
@@ -380,6 +378,7 @@ class ToolDecorator:
                 name=name,
                 reconcile=reconcile,
                 description=description,
+                stacklevel=3,  # make_tool, wrap, then the line applying the decorator
             )
 
         if callable(kind):
