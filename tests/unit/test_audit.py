@@ -84,6 +84,7 @@ def test_one_unkeyed_write_fails_naming_it_then_passes_with_a_key(tmp_path: Path
     fixed = audit(tmp_path, key=True)
     assert fixed.exit_code == 0, fixed.output
     assert "UNSAFE" not in fixed.output and "every effect is made safe" in fixed.output
+    assert "note: 1 step declares no kind (plan)" in fixed.output
 
 
 def test_json_lists_every_step_and_tool_with_kind_and_safety(tmp_path: Path) -> None:

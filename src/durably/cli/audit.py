@@ -88,5 +88,13 @@ def _print(entries: list[Entry], unsafe: list[Entry], unknown: list[Entry], stri
             f"UNKNOWN {inert(e.target)} ({inert(e.where)}): cannot be resolved from the source;"
             f" pass a module-level function or @durably.tool{note}"
         )
+    plain = sorted({e.target for e in entries if e.kind == "step" and e.safety == "none"})
+    if plain:
+        click.echo(
+            f"note: {len(plain)} step{'s declare' if len(plain) != 1 else ' declares'} no kind"
+            f" ({', '.join(inert(p) for p in plain)}): a repeat of each after a crash is"
+            " judged only once declared, @durably.tool(kind=...) or"
+            " @durably.step(effect=True)"
+        )
     if not unsafe:
         click.echo("every effect is made safe" + ("" if not unknown else " (of those resolved)"))
