@@ -296,3 +296,44 @@ def test_approval_false_runs_a_destructive_tool_without_asking(url: str) -> None
 
         assert engine.run(wf, run_id="r") == "/tmp/x"
         assert engine.pending_approvals() == []
+
+
+def test_a_tool_in_a_saga_keeps_its_kind_and_one_asking_approval_is_refused(url: str) -> None:
+    undone: list[str] = []
+
+    @durably.tool(kind="write")
+    async def book(room: str, idempotency_key: str) -> str:
+        """Book a room."""
+        return f"booked {room}"
+
+    @durably.tool(kind="write")
+    def unbook(room: str, idempotency_key: str) -> None:
+        """Cancel a booking."""
+        undone.append(room)
+
+    @durably.tool(kind="idempotent")
+    def fail() -> None:
+        """Always fails."""
+        raise RuntimeError("no")
+
+    with durably.Engine(url) as engine:
+
+        @engine.workflow(name="trip")
+        async def trip(ctx: durably.AsyncContext) -> Any:
+            try:
+                async with ctx.saga() as saga:
+                    got = await saga.step("book", book, unbook, "R1")
+                    await ctx.step("fail", fail)
+            except durably.StepFailed:
+                return got
+
+        assert asyncio.run(engine.run_async(trip, run_id="t")) == "booked R1"
+        assert undone == ["R1"]
+
+        @engine.workflow(name="bad")
+        def bad(ctx: durably.Context) -> Any:
+            with ctx.saga() as saga:
+                return saga.step("delete", delete_repo, unbook, "acme/x")
+
+        with pytest.raises(durably.ConfigError, match="asks for an approval"):
+            engine.run(bad, run_id="b")

@@ -129,6 +129,12 @@ class Tool:
             return "approval"
         return "none"
 
+    @property
+    def step_function(self) -> Callable[..., Any]:
+        """The plain function a call records as its step: the tool's function (sync or
+        async, as declared) carrying :attr:`options`; what ``saga.step`` runs for a tool."""
+        return self._step_fn
+
     def _make_step_fn(self) -> Callable[..., Any]:
         fn = self.fn
         if self.is_async:
