@@ -228,6 +228,17 @@ def test_not_a_response_or_not_a_tool_is_refused_clearly(url: str) -> None:
 
     with engine, pytest.raises(durably.WorkflowFailed, match=r"@durably\.tool"):
         engine.run(bad, run_id="b")
+    other = durably.tool(kind="read", name="lookup")(lambda order_id: None)
+    with durably.Engine(url) as engine2:
+
+        @engine2.workflow(name="twice")
+        def twice(ctx: durably.Context, same: bool) -> Any:
+            tools = [lookup, lookup] if same else [lookup, other]
+            return dispatch(ctx, chat(CALLS[:1]), tools)
+
+        with pytest.raises(durably.WorkflowFailed, match="two tools are named 'lookup'"):
+            engine2.run(twice, False, run_id="t1")
+        assert len(engine2.run(twice, True, run_id="t2")) == 1  # the same tool twice is one
 
 
 def test_async_dispatch_runs_calls_concurrently_through_gather(url: str) -> None:

@@ -129,7 +129,7 @@ def _index(tools: Iterable[Tool]) -> dict[str, Tool]:
                 f"dispatch takes @durably.tool functions; {t!r} is not one (decorate it with"
                 " @durably.tool(kind=...))"
             )
-        if t.name in by_name:
+        if t.name in by_name and by_name[t.name] is not t:
             raise ConfigError(f"two tools are named {t.name!r}: give one another name=")
         by_name[t.name] = t
     return by_name
