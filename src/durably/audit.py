@@ -180,7 +180,7 @@ def _walk(workflow: str, fn: Callable[..., Any], seen: set[int], depth: int = 0)
             continue
         if isinstance(obj, Tool):
             found_at.append((at, [classify(workflow, obj.name, obj, where(node))]))
-        elif getattr(obj, "__module__", "") == "durably.tools.dispatch" and len(node.args) >= 3:
+        elif getattr(obj, "__module__", "") == "durably.tools._dispatch" and len(node.args) >= 3:
             found_at.append((at, list(_tool_list(workflow, res, node.args[2], where(node)))))
         elif (
             ctx is not None

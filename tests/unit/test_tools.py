@@ -337,3 +337,16 @@ def test_a_tool_in_a_saga_keeps_its_kind_and_one_asking_approval_is_refused(url:
 
         with pytest.raises(durably.ConfigError, match="asks for an approval"):
             engine.run(bad, run_id="b")
+
+
+def test_import_durably_loads_neither_dispatch_nor_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, durably; assert 'durably.tools._dispatch' not in sys.modules;"
+        " assert 'pydantic' not in sys.modules; import durably.tools._dispatch;"
+        " from durably.tools import dispatch; assert callable(dispatch), dispatch"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
