@@ -504,7 +504,8 @@ class Context:
         ``idempotency_key`` parameter receives ``"<run_id>:<incarnation>:<position>"``, the
         same on every retry and after every crash; one with a ``fencing_token`` parameter
         receives the run's current fencing token. A final failure raises ``StepFailed``,
-        live and on replay alike.
+        live and on replay alike. A ``@durably.tool`` applies its kind (a destructive
+        tool's approval request first, at its own position; see docs/tools.md).
         """
         tool = getattr(type(fn), "__durably_tool__", False)
         if tool:  # a @durably.tool: its kind applies (an approval first, effect options)
