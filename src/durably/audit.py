@@ -57,12 +57,16 @@ class Entry:
 
 
 def _fix(target: str, kind: str) -> str:
-    what = "an approval" if kind == "destructive" else "a key or a reconcile"
+    what = (
+        "no key, no reconcile and no approval"
+        if kind == "destructive"
+        else "no key and no reconcile"
+    )
     return (
-        f"{target} is an effect with neither {what}: a crash in the middle of it parks the run"
-        f" in doubt for a person. Give {target} an `idempotency_key` parameter (durably"
-        " passes a key stable across crashes; pass it on to the service), or"
-        " `reconcile=fn(key)` that finds out whether it happened"
+        f"{target} is an effect with {what}: a crash in the middle of it parks the run in"
+        f" doubt for a person. Give {target} an `idempotency_key` parameter (durably passes"
+        " a key stable across crashes; pass it on to the service), or `reconcile=fn(key)`"
+        " that finds out whether it happened"
     )
 
 
