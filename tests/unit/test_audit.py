@@ -139,3 +139,31 @@ def test_help_is_listed_and_names_the_options() -> None:
     assert res.exit_code == 0 and '"# durably: ok" on a line silences it' in flat
     res = CliRunner().invoke(cli, ["chaos", "--help"])
     assert "--park [answer|stop]" in res.output
+
+
+def test_saga_undos_and_a_destructive_tool_without_approval(tmp_path: Path) -> None:
+    extra = '''
+
+@durably.tool(kind="destructive", approval=False)
+def wipe(path: str) -> str:
+    """Wipe without asking."""
+    return path
+
+
+@engine.workflow(name="trip")
+def trip(ctx: durably.Context) -> object:
+    with ctx.saga() as saga:
+        booked = saga.step("book", charge, refund, 5)
+    return [booked, wipe("/tmp")]
+'''
+    res = audit(tmp_path, "--json", key=True, extra=extra)
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    trip = [(e["name"], e["kind"], e["safety"]) for e in data["entries"] if e["workflow"] == "trip"]
+    assert trip == [
+        ("book", "effect", "key"),
+        ("undo:book", "write", "key"),
+        ("wipe", "destructive", "none"),
+    ]
+    [bad] = data["unsafe"]
+    assert bad["target"] == "wipe" and "no key, no reconcile and no approval" in bad["problem"]
