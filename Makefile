@@ -46,13 +46,15 @@ demo: $(VENV)/.installed-demo
 	@echo "Watch the demo's runs in the dashboard: $(BIN)/durably ui --db sqlite:///demo-output/journal.db --open"
 
 ## test: install with dev (and otel) extras, then ruff, the import-linter contract of
-## pyproject.toml (lint-imports: the direction of dependency), mypy (strict) and pytest
+## pyproject.toml (lint-imports: the direction of dependency), `durably lint` of the
+## examples and the chaos tools (non-determinism in workflow bodies), mypy (strict) and pytest
 test: $(VENV)/.installed-dev lint typecheck pytest
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/lint-imports --no-logo --no-cache
+	$(BIN)/durably lint examples src/durably/chaos
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy

@@ -9,7 +9,7 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
 ``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui`
-(``ui``, the dashboard).
+(``ui``, the dashboard), :mod:`.lint` (``lint``), :mod:`.audit` (``audit``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ COMMANDS: dict[str, str] = {
     "approve": "durably.cli.approvals:approve_cmd",
     "reject": "durably.cli.approvals:reject_cmd",
     "ui": "durably.cli.ui:ui_cmd",
+    "lint": "durably.cli.lint:lint_cmd",
+    "audit": "durably.cli.audit:audit_cmd",
 }
 
 
