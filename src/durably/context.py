@@ -504,8 +504,13 @@ class Context:
         ``idempotency_key`` parameter receives ``"<run_id>:<incarnation>:<position>"``, the
         same on every retry and after every crash; one with a ``fencing_token`` parameter
         receives the run's current fencing token. A final failure raises ``StepFailed``,
-        live and on replay alike.
+        live and on replay alike. A ``@durably.tool`` applies its kind (a destructive
+        tool's approval request first, at its own position; see docs/tools.md).
         """
+        tool = getattr(type(fn), "__durably_tool__", False)
+        if tool:  # a @durably.tool: its kind applies (an approval first, effect options)
+            tool_result: T = fn.record(self, name, args, kwargs)  # type: ignore[attr-defined]
+            return tool_result
         result: T = drive_sync(self._ex, self._core.step(name, fn, args, kwargs))
         return result
 
@@ -691,6 +696,9 @@ class AsyncContext:
         A sync ``fn`` runs in a thread of a bounded pool (``SYNC_STEP_THREADS_MAX``), so
         it neither blocks the event loop nor escapes its ``timeout_s``.
         """
+        if getattr(type(fn), "__durably_tool__", False):  # a @durably.tool: see Context.step
+            tool_call: Coroutine[Any, Any, T] = fn.record(self, name, args, kwargs)  # type: ignore[attr-defined]
+            return tool_call
         return _StepCall(self._core, self._ex, name, fn, args, kwargs)
 
     def step_stream(

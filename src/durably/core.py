@@ -117,6 +117,15 @@ FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
 ``recorded``; called only for live (not replayed) steps, and only when set."""
 
+# Inputs that differ with no change of code: a value the workflow body computed from the
+# wall clock, a random draw or the environment (`durably lint` finds these statically).
+_INPUTS_ADVICE = (
+    "If the code did not change, an input was computed in the workflow body from the wall"
+    " clock, a random number or the environment, which differ on every run: take it from"
+    " ctx.now(), ctx.random() or ctx.uuid() (recorded), or compute it inside a step"
+    " (`durably lint` finds such lines)."
+)
+
 NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
 """Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
 
@@ -593,6 +602,7 @@ class RunCore:
                 f"step {pos}: history has {rec.name!r}, code asked for {name!r} ({what}).",
                 detail,
                 self._prompt_note(),
+                _INPUTS_ADVICE if same else "",
                 "The code no longer matches this run's history: revert the change, or let"
                 " old runs finish on workers that serve their version first. The run is"
                 " blocked; nothing recorded was lost, and it resumes once the code matches.",

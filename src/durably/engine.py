@@ -357,6 +357,16 @@ class Engine:
         without a version); a worker claims only runs it can drive."""
         return {name: frozenset(versions) for name, versions in self._workflows.items()}
 
+    def workflows(self) -> list[Workflow]:
+        """Every registration of this engine (one per workflow name and version), sorted
+        by name, then version (the registration without a version first); what
+        ``durably audit`` reads."""
+        return [
+            versions[v]
+            for name, versions in sorted(self._workflows.items())
+            for v in sorted(versions, key=version_key)
+        ]
+
     # -- public entry points -------------------------------------------------------------
 
     def run(

@@ -8,7 +8,8 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
-``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``).
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui`
+(``ui``, the dashboard), :mod:`.lint` (``lint``), :mod:`.audit` (``audit``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ COMMANDS: dict[str, str] = {
     "approvals": "durably.cli.approvals:approvals",
     "approve": "durably.cli.approvals:approve_cmd",
     "reject": "durably.cli.approvals:reject_cmd",
+    "ui": "durably.cli.ui:ui_cmd",
+    "lint": "durably.cli.lint:lint_cmd",
+    "audit": "durably.cli.audit:audit_cmd",
 }
 
 
