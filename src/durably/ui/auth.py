@@ -16,6 +16,11 @@ request is checked, on loopback too (Jupyter's model):
   (double-submit): a page on another site can neither read the cookie nor send it,
   so it cannot forge a decision. A request authenticated by a Bearer header needs no
   CSRF field (browsers never attach that header on their own).
+- **Origin.** A POST whose ``Origin`` is not this server's own, or whose
+  ``Sec-Fetch-Site`` says another site or page sent it, is refused before the CSRF
+  field is read: a page on another port of localhost is the same *site* (it gets the
+  SameSite=Strict session) and can set the CSRF cookie (cookies ignore ports), so the
+  double-submit alone would not stop it.
 - **Who decides.** The approver's name is the token's name, else ``--user``, else on
   loopback the local OS user; never a form field.
 """
@@ -205,6 +210,19 @@ def strip_token(query: str) -> str:
     """The query string without its ``token`` parameter."""
     kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "token"]
     return urlencode(kept)
+
+
+def same_origin(host: str | None, origin: str | None, fetch_site: str | None) -> bool:
+    """Whether a POST comes from this server's own pages: its ``Sec-Fetch-Site`` (when
+    sent) is ``same-origin`` or ``none`` and its ``Origin`` (when sent) is
+    ``http(s)://`` + the request's Host. A client that sends neither (a script, curl) is
+    not a browser page and passes on to the CSRF check."""
+    if fetch_site is not None and fetch_site.strip().lower() not in ("same-origin", "none"):
+        return False
+    if origin is None:
+        return True
+    own = (host or "").strip().lower()
+    return bool(own) and origin.strip().lower() in (f"http://{own}", f"https://{own}")
 
 
 def csrf_ok(cookie: str | None, submitted: str | None) -> bool:

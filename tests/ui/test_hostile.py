@@ -1,0 +1,74 @@
+"""The dashboard against a hostile browser neighbourhood, on a real uvicorn server: a
+page of another port of localhost (same site, so it sends the SameSite=Strict session
+and can set the CSRF cookie, which cookies do not scope by port), and addresses that a
+browser reads as another site although they start with one slash."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import httpx
+
+from .conftest import Served, pending_digest
+
+
+def _cookies(served: Served, csrf: str) -> str:
+    session = served.client.cookies.get("durably_ui_session")
+    return f"durably_ui_session={session}; durably_ui_csrf={csrf}"
+
+
+def test_a_same_site_page_that_sets_the_csrf_cookie_cannot_decide(served: Served) -> None:
+    # What a page on http://localhost:3000 can do: set durably_ui_csrf for localhost
+    # (cookies ignore ports) and post a form carrying the same value; the browser adds
+    # the session cookie, because another port is the same site.
+    request_id, digest = pending_digest(served.engine, "refund-1")
+    form = {"run_id": "refund-1", "request_id": request_id, "digest": digest, "csrf": "tossed"}
+    for headers in (
+        {"Origin": "http://localhost:3000", "Sec-Fetch-Site": "same-site"},
+        {"Origin": "http://localhost:3000"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Origin": "null"},
+    ):
+        with httpx.Client(base_url=served.url) as c:
+            r = c.post(
+                "/actions/approve",
+                data=form,
+                headers={"Cookie": _cookies(served, "tossed"), **headers},
+            )
+        assert r.status_code == 403, headers
+        assert "another site" in r.text
+    assert served.engine.pending_approvals("refund-1") != []
+    # The dashboard's own page still decides (its Origin is the server's).
+    with httpx.Client(base_url=served.url) as c:
+        r = c.post(
+            "/actions/approve",
+            data={**form, "csrf": served.csrf()},
+            headers={
+                "Cookie": _cookies(served, served.csrf()),
+                "Origin": served.url,
+                "Sec-Fetch-Site": "same-origin",
+            },
+        )
+    assert r.status_code == 200, r.text
+    assert served.engine.pending_approvals("refund-1") == []
+
+
+def _as_a_browser_reads_it(url: str) -> str:
+    # The URL parser drops tabs and newlines anywhere and reads "\" as "/" in http URLs.
+    return re.sub(r"[\t\n\r]", "", url).replace("\\", "/")
+
+
+def test_the_login_reload_never_leaves_the_site_through_a_backslash_or_a_tab(
+    served: Served,
+) -> None:
+    token = served.security.login_token
+    for path in ("/%5Cevil.example/x", "/%09/evil.example/x", "/%5C%5Cevil.example", "/%0A/evil"):
+        with httpx.Client() as fresh:
+            r = fresh.get(f"{served.url}{path}?token={token}")
+        assert r.status_code == 200, path
+        m = re.search(r'content="0;url=([^"]*)"', r.text)
+        assert m, r.text
+        target = _as_a_browser_reads_it(html.unescape(m.group(1)))
+        assert target.startswith("/") and not target.startswith("//"), (path, target)
