@@ -9,6 +9,9 @@ import html
 import re
 
 import httpx
+import pytest
+
+import durably
 
 from .conftest import Served, pending_digest
 
@@ -72,3 +75,23 @@ def test_the_login_reload_never_leaves_the_site_through_a_backslash_or_a_tab(
         assert m, r.text
         target = _as_a_browser_reads_it(html.unescape(m.group(1)))
         assert target.startswith("/") and not target.startswith("//"), (path, target)
+
+
+def test_an_event_cursor_past_64_bits_is_refused_clearly(served: Served) -> None:
+    huge = 2**63  # one past the journal's BIGINT cursors
+    with pytest.raises(durably.ConfigError, match="event cursor"):
+        served.engine.events("refund-1", after=huge)
+    with pytest.raises(durably.ConfigError, match="event cursor"):
+        served.engine.follow("refund-1", after=huge)
+    for how in ({"params": {"after": str(huge)}}, {"headers": {"Last-Event-ID": str(huge)}}):
+        r = served.client.get(
+            "/run/events",
+            params={"id": "refund-1", **how.get("params", {})},
+            headers=how.get("headers"),
+            timeout=10,
+        )
+        assert r.status_code == 400, (how, r.text)
+        assert "cursor" in r.text
+    # The server is fine afterwards (the connection was not torn down by a 500).
+    assert served.client.get("/run?id=refund-1").status_code == 200
+    assert served.engine.events("refund-1", after=2**63 - 1).events == []
