@@ -31,6 +31,12 @@ from ..naming import current_step_name
 # credentials).
 TRANSPORT: frozenset[str] = frozenset({"timeout", "extra_headers", "extra_query", "max_retries"})
 
+# A client's attributes that hold a credential, masked in a failed call's error text.
+CREDENTIAL_ATTRS: tuple[str, ...] = ("api_key", "auth_token")
+# Credentials shorter than this are not searched for (masking "ab" would garble text).
+CREDENTIAL_CHARS_MIN = 8
+MASK = "***"
+
 # The longest wait a Retry-After may ask for (seconds); longer ones are cut to it.
 RETRY_AFTER_MAX_S = 60.0
 # Backoff before retry n (no Retry-After): BACKOFF_S * 2**(n-1), at most BACKOFF_MAX_S.
@@ -219,6 +225,13 @@ class Client:
         self._warned: set[tuple[str, ...]] = set()
         self._options: Callable[[Any], Any] | None = None
         self._targets: dict[tuple[str, ...], Any] = {}
+        self.secrets = credentials(client)
+
+    def scrub(self, exc: BaseException) -> None:
+        """Mask this client's credentials in ``exc``'s text, in place: a server (a
+        gateway, a proxy) may quote the request's key back in its error, and the text
+        of a failed step is kept in the journal."""
+        scrub(exc, self.secrets)
 
     def warn_once(self, key: tuple[str, ...], message: str) -> None:
         """Warn ``message`` (an :class:`IntegrationWarning`) the first time this wrapped
@@ -358,6 +371,10 @@ class Client:
                 resp = self.target(m.path)(**kwargs)
             except self.provider.retryable as exc:
                 state.failed(exc)
+                self.scrub(exc)
+                raise
+            except Exception as exc:
+                self.scrub(exc)
                 raise
             data = dump(resp)
             self.spend(m, data, kwargs)
@@ -380,6 +397,10 @@ class Client:
                 resp = await self.target(m.path)(**kwargs)
             except self.provider.retryable as exc:
                 state.failed(exc)
+                self.scrub(exc)
+                raise
+            except Exception as exc:
+                self.scrub(exc)
                 raise
             data = dump(resp)
             self.spend(m, data, kwargs)
@@ -387,6 +408,39 @@ class Client:
 
         data = await ctx.step(name, self.options()(call), **body)
         return m.rebuild(data, kwargs)
+
+
+def credentials(client: Any) -> list[str]:
+    """The credentials a provider client holds (its ``api_key``, ``auth_token``), longest
+    first, those long enough to search for."""
+    found = {
+        v
+        for a in CREDENTIAL_ATTRS
+        if isinstance(v := getattr(client, a, None), str) and len(v) >= CREDENTIAL_CHARS_MIN
+    }
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(exc: BaseException, secrets: list[str]) -> None:
+    """Replace each of ``secrets`` in ``exc``'s arguments and ``message`` (what its text
+    is made of) by ``***``, in place, keeping its type (``except`` and ``retry_on`` still
+    match it)."""
+    if not secrets:
+        return
+
+    def mask(value: Any) -> Any:
+        if isinstance(value, str):
+            for secret in secrets:
+                value = value.replace(secret, MASK)
+        return value
+
+    try:
+        exc.args = tuple(mask(a) for a in exc.args)
+        message = getattr(exc, "message", None)
+        if isinstance(message, str):
+            exc.message = mask(message)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):  # an exception type that forbids it keeps its text
+        pass
 
 
 class _Attempts:
