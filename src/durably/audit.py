@@ -154,8 +154,8 @@ def _walk(workflow: str, fn: Callable[..., Any], seen: set[int], depth: int = 0)
         inner = getattr(fn, "func", fn)  # a functools.partial names its function
         label = str(getattr(inner, "__qualname__", None) or type(fn).__name__)
         module = getattr(inner, "__module__", None) or "(no module)"
-        where = f"{module}: its source cannot be read"
-        yield Entry(workflow, "(its steps)", label, "unknown", "unknown", where)
+        unread = f"{module}: its source cannot be read"
+        yield Entry(workflow, "(its steps)", label, "unknown", "unknown", unread)
         return
     seen.add(id(fn))
     tree, path, first = found
