@@ -16,8 +16,10 @@ Nothing is imported or executed: the check reads source text only.
 from __future__ import annotations
 
 import ast
+import io
 import os
 import stat
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -372,6 +374,14 @@ def python_files(paths: Iterable[str]) -> Iterator[Path]:
                     yield Path(root) / f
 
 
+def _read_source(path: Path) -> str:
+    """A file's text in the encoding its coding line declares (PEP 263; UTF-8 without
+    one), bytes that do not decode replaced (the parser then names them)."""
+    data = path.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding, errors="replace")
+
+
 def lint_paths(paths: Iterable[str]) -> list[Finding]:
     """The findings in every ``.py`` file under ``paths``."""
     found: list[Finding] = []
@@ -381,7 +391,12 @@ def lint_paths(paths: Iterable[str]) -> list[Finding]:
         if not f.is_file():
             continue
         try:
-            source = f.read_text(encoding="utf-8", errors="replace")
+            source = _read_source(f)
+        except SyntaxError as exc:  # a coding cookie naming no codec
+            found.append(
+                Finding(str(f), 1, 1, "syntax", f"does not parse ({exc})", "fix the encoding line")
+            )
+            continue
         except OSError as exc:
             found.append(
                 Finding(

@@ -57,3 +57,15 @@ def test_source_nested_too_deeply_is_a_finding_not_a_traceback(tmp_path: Path) -
         assert found[name]["rule"] == "syntax", found
         assert "nested too deeply" in found[name]["why"]
     assert lint_paths([str(tmp_path / "agent.py")])[0].rule == "wall-clock"
+
+
+def test_a_file_in_its_declared_encoding_is_read_in_it(tmp_path: Path) -> None:
+    # PEP 263: a coding cookie names the file's encoding; read as UTF-8 the "é" of this
+    # Latin-1 file is no character, and the file seemed not to parse.
+    source = "# -*- coding: latin-1 -*-\n" + WORKFLOW.replace("wf(", "caf\u00e9(")
+    (tmp_path / "latin.py").write_bytes(source.encode("latin-1"))
+    (found,) = lint_paths([str(tmp_path / "latin.py")])
+    assert (found.rule, found.line) == ("wall-clock", 5)
+    (tmp_path / "bad_cookie.py").write_bytes(b"# -*- coding: no-such-codec -*-\nx = 1\n")
+    (bad,) = lint_paths([str(tmp_path / "bad_cookie.py")])
+    assert bad.rule == "syntax" and "no-such-codec" in bad.why
