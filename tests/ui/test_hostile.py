@@ -95,3 +95,18 @@ def test_an_event_cursor_past_64_bits_is_refused_clearly(served: Served) -> None
     # The server is fine afterwards (the connection was not torn down by a 500).
     assert served.client.get("/run?id=refund-1").status_code == 200
     assert served.engine.events("refund-1", after=2**63 - 1).events == []
+
+
+def test_the_live_routes_answer_errors_as_plain_text_never_sniffed(served: Served) -> None:
+    # The run id is reflected in the message; without a type a browser may sniff it.
+    hostile = "<html><script>alert(1)</script>"
+    for path, params in (
+        ("/run/live", {"id": hostile}),
+        ("/run/events", {"id": hostile}),
+        ("/run/events", {"id": "refund-1", "after": "x"}),
+        ("/run/events", {"id": "refund-1", "after": str(2**63)}),
+    ):
+        r = served.client.get(path, params=params)
+        assert r.status_code in (400, 404), (path, params)
+        assert r.headers["content-type"].startswith("text/plain"), (path, params)
+        assert r.headers.get("x-content-type-options") == "nosniff", (path, params)
