@@ -110,3 +110,19 @@ def test_the_live_routes_answer_errors_as_plain_text_never_sniffed(served: Serve
         assert r.status_code in (400, 404), (path, params)
         assert r.headers["content-type"].startswith("text/plain"), (path, params)
         assert r.headers.get("x-content-type-options") == "nosniff", (path, params)
+
+
+def test_the_host_header_is_one_bound_name_and_an_optional_port(served: Served) -> None:
+    port = served.url.rsplit(":", 1)[1]
+    for host in (
+        f"[::1]evil.example:{port}",
+        "[::1]evil.example",
+        f"[::1]:{port}:x",
+        f"localhost.:{port}",
+        f"127.0.0.1:{port}@evil.example",
+        "[::1",
+    ):
+        r = served.client.get("/runs", headers={"Host": host})
+        assert r.status_code == 403, host
+    for host in (f"LOCALHOST:{port}", "localhost", f"[::1]:{port}", "[::1]"):
+        assert served.client.get("/runs", headers={"Host": host}).status_code == 200, host

@@ -114,11 +114,17 @@ class Security:
             return True
         if not host_header:
             return False
-        name = host_header.lower()
-        if name.startswith("["):
-            name = name[: name.find("]") + 1] if "]" in name else name
+        name = host_header.strip().lower()
+        if name.startswith("["):  # [v6]:port: nothing but a port after the bracket
+            end = name.find("]")
+            if end < 0:
+                return False
+            name, rest = name[: end + 1], name[end + 1 :]
         else:
-            name = name.rsplit(":", 1)[0]
+            name, sep, port = name.partition(":")
+            rest = sep + port
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return False
         return name in self.hosts
 
     def token_name(self, token: str) -> tuple[bool, str | None]:
