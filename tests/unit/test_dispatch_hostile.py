@@ -6,6 +6,7 @@ message for the model (it can call again); the run goes on, and the tool never r
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -109,5 +110,57 @@ def test_arguments_too_large_for_an_approval_become_a_tool_error(tmp_path: Path)
         assert "x" * 100 not in message["content"]
         assert RAN == []
         assert engine.pending_approvals("r1") == []
+    finally:
+        engine.close()
+
+
+@durably.tool(kind="destructive")
+def pay(amount: float, idempotency_key: str) -> str:
+    """Pay an amount."""
+    RAN.append("pay")
+    return "paid"
+
+
+@durably.tool(kind="destructive")
+def schedule(day: datetime.date, idempotency_key: str) -> str:
+    """Schedule for a day (a type an approval request cannot list: the tool's own bug)."""
+    RAN.append("schedule")
+    return "scheduled"
+
+
+def test_a_number_an_approval_cannot_list_is_a_tool_error_for_the_model(tmp_path: Path) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", park_wait_s=0)
+    response = chat("pay", '{"amount": 1e-05}')
+
+    @engine.workflow(name="agent")
+    def agent(ctx: durably.Context) -> list[dict[str, Any]]:
+        return dispatch(ctx, response, [pay])  # type: ignore[return-value]
+
+    RAN.clear()
+    try:
+        (message,) = engine.run("agent", run_id="r1")
+        assert message["content"].startswith("error: ") and "string" in message["content"]
+        assert RAN == [] and engine.pending_approvals("r1") == []
+    finally:
+        engine.close()
+
+
+def test_a_tool_whose_own_types_an_approval_cannot_list_still_fails_loudly(
+    tmp_path: Path,
+) -> None:
+    # The model sent plain JSON; the tool's annotation made it a date: the developer's
+    # bug, which must not be handed to the model as its mistake.
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", park_wait_s=0)
+    response = chat("schedule", '{"day": "2030-01-02"}')
+
+    @engine.workflow(name="agent")
+    def agent(ctx: durably.Context) -> list[dict[str, Any]]:
+        return dispatch(ctx, response, [schedule])  # type: ignore[return-value]
+
+    RAN.clear()
+    try:
+        with pytest.raises(durably.DurablyError, match="request_approval"):
+            engine.run("agent", run_id="r1")
+        assert RAN == []
     finally:
         engine.close()

@@ -175,12 +175,13 @@ def _prepare(call: ToolCall, tools: dict[str, Tool]) -> tuple[Tool, dict[str, An
         kwargs = validate(tool, call.arguments)
     except ValueError as exc:
         return f"error: invalid arguments for {call.name!r}: {exc}"
-    # What the step (and an approval request) will encode: a value it cannot is the
-    # model's mistake, told to the model, not a reason to end the run.
+    # What the model sent, as the step (and an approval request) will encode it: a
+    # value they cannot hold is the model's mistake, told to the model, not a reason to
+    # end the run. (What validation made of it is the tool's own: not caught here.)
     try:
-        codec.digest(tool.name, [], kwargs, version=codec.CODEC_VERSION)
+        codec.digest(tool.name, [], call.arguments, version=codec.CODEC_VERSION)
         if tool.approval:
-            approvals.canonical_args(tool.name, tool.bound((), kwargs))
+            approvals.canonical_args(tool.name, call.arguments)
     except (SerializationError, ConfigError, RecursionError) as exc:
         return f"error: cannot use these arguments for {call.name!r}: {exc}"
     return tool, kwargs
