@@ -126,3 +126,35 @@ def test_the_host_header_is_one_bound_name_and_an_optional_port(served: Served) 
         assert r.status_code == 403, host
     for host in (f"LOCALHOST:{port}", "localhost", f"[::1]:{port}", "[::1]"):
         assert served.client.get("/runs", headers={"Host": host}).status_code == 200, host
+
+
+ODD_MODEL_OUTPUTS = [
+    {"object": "chat.completion", "choices": [{"message": {"content": "x", "tool_calls": 5}}]},
+    {"object": "chat.completion", "choices": [{"message": {"tool_calls": [{"function": "f"}]}}]},
+    {"object": "response", "output": [{"type": "message", "content": 5}]},
+    {"object": "chat.completion", "choices": [{"message": {"content": "[" * 400 + "]" * 400}}]},
+]
+
+
+def test_a_run_whose_model_calls_recorded_odd_shapes_still_has_its_page(
+    served: Served,
+) -> None:
+    # What a gateway answering outside the provider's format leaves in the journal: the
+    # page shows the steps as values, never a 500.
+    engine = served.engine
+    outputs = iter(ODD_MODEL_OUTPUTS)
+
+    @engine.workflow(name="odd")
+    def odd(ctx: durably.Context) -> str:
+        for i in range(len(ODD_MODEL_OUTPUTS)):
+            value = next(outputs)
+            if isinstance(value, str):
+                ctx.step(f"openai.raw{i}", lambda v=value: __import__("json").loads(v))
+            else:
+                ctx.step(f"openai.chat{i}", lambda v=value: v)
+        return "done"
+
+    assert engine.run("odd", run_id="odd-1") == "done"
+    for path in ("/run?id=odd-1", "/run/live?id=odd-1"):
+        r = served.client.get(path)
+        assert r.status_code == 200, (path, r.text[:300])
