@@ -223,10 +223,15 @@ def same_origin(host: str | None, origin: str | None, fetch_site: str | None) ->
     sent) is ``same-origin`` or ``none`` and its ``Origin`` (when sent) is
     ``http(s)://`` + the request's Host. A client that sends neither (a script, curl) is
     not a browser page and passes on to the CSRF check."""
-    if fetch_site is not None and fetch_site.strip().lower() not in ("same-origin", "none"):
+    site = None if fetch_site is None else fetch_site.strip().lower()
+    if site is not None and site not in ("same-origin", "none"):
         return False
     if origin is None:
         return True
+    if origin.strip().lower() == "null":
+        # A browser hides the origin of a form posted under some referrer policies;
+        # its Sec-Fetch-Site (which no page can set) then says where it came from.
+        return site == "same-origin"
     own = (host or "").strip().lower()
     return bool(own) and origin.strip().lower() in (f"http://{own}", f"https://{own}")
 

@@ -261,6 +261,8 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none';"
     " form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with
+    # the page's own form posts, and the Origin check needs the real one.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
