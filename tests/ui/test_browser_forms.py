@@ -25,3 +25,21 @@ def test_a_plain_form_post_from_the_dashboard_page_is_accepted(served: Served) -
             assert "Sent signal 'go' to run wait-1" in page.inner_text("#result")
         finally:
             browser.close()
+
+
+def test_approving_from_the_approvals_page_works_in_a_real_browser(served: Served) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"{served.url}/runs?token={served.security.login_token}")
+            expect(page.locator("h1")).to_have_text("Runs")
+            page.goto(f"{served.url}/approvals")
+            page.click("section.approval button.approve")
+            page.wait_for_load_state()
+            assert "Approved request" in page.inner_text("#result")
+        finally:
+            browser.close()
+    assert served.engine.pending_approvals("refund-1") == []
