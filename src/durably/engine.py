@@ -1541,11 +1541,17 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     return None
 
 
+_CURSOR_MAX = 2**63 - 1
+"""Largest event cursor: the journals keep cursors as 64-bit integers (BIGINT)."""
+
+
 def _check_cursor(after: object, limit: object) -> None:
     """Refuse a cursor or limit that is not a non-negative int, saying what to pass."""
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= _CURSOR_MAX:
+        shown = repr(after) if len(repr(after)) <= 40 else f"{repr(after)[:40]}..."
         raise ConfigError(
-            f"after must be an event cursor (an int >= 0, e.g. a page's .cursor), got {after!r}"
+            f"after must be an event cursor (an int from 0 to 2**63 - 1, e.g. a page's"
+            f" .cursor), got {shown}"
         )
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= EVENTS_PAGE_MAX:
         raise ConfigError(f"limit must be an int from 1 to {EVENTS_PAGE_MAX}, got {limit!r}")
