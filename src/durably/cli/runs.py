@@ -46,7 +46,7 @@ def runs() -> None:
     """Inspect runs and their journals."""
 
 
-@runs.command("list")
+@runs.command("list", short_help="List runs, newest first, with counts per status.")
 @db_option
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
@@ -194,7 +194,7 @@ def since_time(text: str, now: float, as_json: bool = False) -> float:
     return now - value if relative else value
 
 
-@runs.command("tail")
+@runs.command("tail", short_help="Print a run's event stream, one line per event.")
 @click.argument("run_id")
 @db_option
 @click.option(
@@ -311,7 +311,7 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     _console().print(out)
 
 
-@runs.command("show")
+@runs.command("show", short_help="Show one run: its status, spend and journal.")
 @click.argument("run_id")
 @db_option
 @click.option(
@@ -463,7 +463,7 @@ def _console() -> Any:
 # -- durably runs why ----------------------------------------------------------------------
 
 
-@runs.command("why")
+@runs.command("why", short_help="Say in one sentence why RUN is where it is.")
 @click.argument("run_id")
 @db_option
 @click.option(
