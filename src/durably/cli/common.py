@@ -108,7 +108,9 @@ def load_engine(target: str, db: str | None, as_json: bool = False) -> Any:
     try:
         engine = getattr(import_target(module_name), attr)
     except (ImportError, AttributeError, OSError, DurablyError) as exc:
-        raise CommandError(f"cannot load {target}: {exc}", as_json) from exc
+        raise CommandError(
+            f"cannot load {target}: {exc}{_load_advice(exc, module_name, attr)}", as_json
+        ) from exc
     except Exception as exc:
         # The module's own code failed while it was imported: say so, not a traceback.
         raise CommandError(
@@ -125,6 +127,19 @@ def load_engine(target: str, db: str | None, as_json: bool = False) -> Any:
             as_json,
         )
     return engine
+
+
+def _load_advice(exc: BaseException, module_name: str, attr: str) -> str:
+    """What to do about a MODULE:ENGINE that did not load: the module not found (where
+    it is looked for), or no such attribute on it (which name to give)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+        return (
+            "; run the command from the folder that holds the module (the current"
+            " directory is searched), or name the file: path/to/agents.py:ENGINE"
+        )
+    if isinstance(exc, AttributeError):
+        return f"; give the name the module binds its durably.Engine to, in place of {attr!r}"
+    return ""
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:

@@ -1,0 +1,36 @@
+"""Errors a first user meets on the command line say what happened and what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from durably.cli import main
+
+
+@pytest.mark.parametrize("command", ["audit", "recover", "worker"])
+def test_a_module_that_is_not_found_says_where_it_is_looked_for(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    # load_engine sets DURABLY_URL from --db; monkeypatch puts the old value back.
+    monkeypatch.setenv("DURABLY_URL", f"sqlite:///{tmp_path / 'j.db'}")
+    result = CliRunner().invoke(main, [command, "no_such_agents_module:engine"])
+    assert result.exit_code == 1, result.output
+    assert "No module named 'no_such_agents_module'" in result.output
+    assert "run the command from the folder that holds the module" in result.output
+    assert "path/to/agents.py:ENGINE" in result.output
+
+
+def test_a_missing_engine_attribute_says_which_name_to_give(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "myagents.py").write_text("import durably\nengine = durably.Engine()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DURABLY_URL", f"sqlite:///{tmp_path / 'j.db'}")
+    result = CliRunner().invoke(main, ["audit", "myagents:engin"])
+    assert result.exit_code == 1, result.output
+    assert "has no attribute 'engin'" in result.output
+    assert "in place of 'engin'" in result.output
