@@ -34,3 +34,29 @@ def test_a_missing_engine_attribute_says_which_name_to_give(
     assert result.exit_code == 1, result.output
     assert "has no attribute 'engin'" in result.output
     assert "in place of 'engin'" in result.output
+
+
+def test_no_journal_with_neither_db_nor_env_says_the_default_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DURABLY_URL", raising=False)
+    result = CliRunner().invoke(main, ["runs", "list"])
+    assert result.exit_code == 1, result.output
+    assert "neither --db nor DURABLY_URL was given" in result.output
+    assert "sqlite:///durably.db" in result.output
+    assert str(tmp_path) in result.output  # where a relative path was looked for
+    assert "--db sqlite:///agent.db" in result.output  # what to pass
+    assert "from --db" not in result.output  # the user passed no --db
+
+
+def test_no_journal_at_a_given_url_names_it_and_says_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DURABLY_URL", raising=False)
+    result = CliRunner().invoke(main, ["runs", "show", "r1", "--db", "sqlite:///agnet.db"])
+    assert result.exit_code == 1, result.output
+    assert "no journal at agnet.db" in result.output
+    assert "(from --db sqlite:///agnet.db)" in result.output
+    assert "check the path" in result.output

@@ -65,13 +65,29 @@ def open_engine(db: str, as_json: bool = False) -> Any:
 
         path = Path(db[len("sqlite:///") :])
         if not path.exists():
-            raise CommandError(
-                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL", as_json
-            )
+            raise CommandError(_no_journal(path, db), as_json)
     try:
         return Engine(db)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
+
+
+def _no_journal(path: Any, db: str) -> str:
+    """Why ``--db`` names no journal, and what to pass: a first run with neither ``--db``
+    nor ``DURABLY_URL`` looks for the default file in the current directory."""
+    import os
+
+    where = "" if path.is_absolute() else f" (relative to {os.getcwd()})"
+    fix = (
+        "pass --db with the URL your durably.Engine(...) opens (e.g. --db"
+        " sqlite:///agent.db) or set DURABLY_URL"
+    )
+    if db == DEFAULT_URL and not os.environ.get("DURABLY_URL"):
+        return (
+            f"no journal at {path}{where}: neither --db nor DURABLY_URL was given, so the"
+            f" default {DEFAULT_URL} was read; {fix}"
+        )
+    return f"no journal at {path}{where} (from --db {db}); check the path, or {fix}"
 
 
 def module_db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
