@@ -171,6 +171,30 @@ class _Attempt:
     kwargs: dict[str, Any]
 
 
+def _refuse_misspelt_options(options: dict[str, Any]) -> None:
+    """An option no store takes that is close to an option's name (``lease`` for
+    ``lease_s``) is a misspelling: say which name was meant, rather than the store's list
+    alone, which leaves out the engine's own options."""
+    import difflib
+
+    from .store.open import STORE_OPTIONS
+
+    params = inspect.signature(Engine.__init__).parameters
+    own = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    stores = sorted({n for names in STORE_OPTIONS.values() for n in names})
+    for name in sorted(options):
+        if name in stores:
+            continue
+        close = difflib.get_close_matches(name, own + stores, n=1, cutoff=0.6)
+        if close:
+            whose = "durably.Engine" if close[0] in own else "the store"
+            raise ConfigError(
+                f"durably.Engine takes no option {name!r}: did you mean {close[0]!r} (an"
+                f" option of {whose})? The engine's own options: {', '.join(own)}; the"
+                f" stores': {', '.join(stores)}"
+            )
+
+
 class Engine:
     """Registry of workflows and driver of runs on one journal database.
 
@@ -239,6 +263,7 @@ class Engine:
         self.max_starts = max_starts
         self.fault_hook = fault_hook
         self.wait_for_lease = wait_for_lease
+        _refuse_misspelt_options(store_options)
         self.store: Store = open_store(self.url, self.clock, **store_options)
         self._workflows: dict[str, dict[str | None, Workflow]] = {}
         self._owner: tuple[int, Owner] | None = None

@@ -1,4 +1,4 @@
-"""Errors a first user meets on the command line say what happened and what to do."""
+"""Errors a first user meets (the command line, the Engine) say what happened and what to do."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import durably
 from durably.cli import main
 
 
@@ -60,3 +61,20 @@ def test_no_journal_at_a_given_url_names_it_and_says_what_to_check(
     assert "no journal at agnet.db" in result.output
     assert "(from --db sqlite:///agnet.db)" in result.output
     assert "check the path" in result.output
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"), [("lease", "lease_s"), ("busy_timeout", "busy_timeout_s")]
+)
+def test_a_misspelt_engine_option_names_the_option_meant(
+    typo: str, meant: str, tmp_path: Path
+) -> None:
+    with pytest.raises(durably.ConfigError) as err:
+        durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", **{typo: 5})
+    assert f"no option {typo!r}: did you mean {meant!r}" in str(err.value)
+    assert not (tmp_path / "j.db").exists()  # refused before anything was opened
+
+
+def test_an_unknown_option_far_from_any_name_still_gets_the_stores_list(tmp_path: Path) -> None:
+    with pytest.raises(durably.ConfigError, match="SQLite store does not take the option"):
+        durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", zzz_unrelated=1)
