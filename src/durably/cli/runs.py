@@ -137,7 +137,9 @@ def runs_list(
     table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
     cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
     for col in (*cols, "created", "updated"):
-        table.add_column(col)
+        # A run id or status cut to "…" cannot be read or copied into the next command:
+        # in a narrow terminal those fold onto more lines instead (--json for scripts).
+        table.add_column(col, overflow="fold" if col in ("run_id", "status") else "ellipsis")
     for run in rows:
         table.add_row(
             term(run.run_id),
@@ -431,7 +433,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
         console.print(f"spend: {spend.text()}")
     table = Table()
     for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
-        table.add_column(col)
+        # A name or key cut to "…" cannot be read or copied: fold those instead.
+        table.add_column(col, overflow="fold" if col in ("name", "key") else "ellipsis")
     for s in steps:
         table.add_row(
             term(s.position),
