@@ -1115,10 +1115,34 @@ class Engine:
         """Create the run (or find it) and the registration that drives it: a new run's
         chosen version, an existing run's recorded one."""
         w = self._resolve(wf)
+        self._check_arguments(w, args, kwargs, run_id)
         run = self._prepare(w, args, kwargs, run_id, queue)
         if run.version != w.version:
             w = self._for_run(run)
         return w, run
+
+    def _check_arguments(
+        self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str | None
+    ) -> None:
+        """Refuse, before a run is created, arguments the workflow function cannot take:
+        created, the run would fail at once with a TypeError, and its run id would stay
+        bound to the wrong input (a corrected call is a ``RunConflict``). A run that
+        exists already is left to the usual checks (its recorded input decides)."""
+        try:
+            sig = inspect.signature(w.fn)
+        except (TypeError, ValueError):
+            return  # a callable without a readable signature: nothing to check
+        try:
+            sig.bind(None, *args, **kwargs)  # None stands for the context
+        except TypeError as exc:
+            if run_id is not None and self.store.get_run(run_id) is not None:
+                return
+            raise ConfigError(
+                f"workflow {w.name!r} cannot take these arguments: {exc}; no run was"
+                f" created. Pass what {w.fn.__name__}({', '.join(sig.parameters)}) takes after"
+                " its context:"
+                f" engine.run(wf, *args, run_id=..., **kwargs)"
+            ) from None
 
     def _prepare(
         self,

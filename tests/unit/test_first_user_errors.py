@@ -110,3 +110,41 @@ def test_runs_list_and_show_never_cut_a_run_id_or_key_in_an_80_column_terminal(
         ]
         columns = ["".join(cell.strip() for cell in column) for column in zip(*rows, strict=True)]
         assert any(whole in column for column in columns), result.output
+
+
+def _incident_engine(tmp_path: Path) -> tuple[durably.Engine, durably.Workflow]:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}")
+
+    @engine.workflow(name="incident")
+    def incident(ctx: durably.Context, alert: dict[str, str]) -> str:
+        return ctx.step("summary", lambda: alert["summary"])
+
+    return engine, incident
+
+
+@pytest.mark.parametrize(
+    ("args", "said"), [((), "missing a required argument: 'alert'"), ((1, 2), "too many")]
+)
+def test_arguments_the_workflow_cannot_take_create_no_run(
+    tmp_path: Path, args: tuple[object, ...], said: str
+) -> None:
+    """A call mistake used to create the run and fail it with a TypeError, binding the
+    run id to the wrong input: the corrected call then raised RunConflict."""
+    engine, incident = _incident_engine(tmp_path)
+    for call in (engine.run, engine.start):
+        with pytest.raises(durably.ConfigError) as err:
+            call(incident, *args, run_id="alert-99")
+        assert said in str(err.value) and "no run was created" in str(err.value)
+        assert "incident(ctx, alert)" in str(err.value)
+    with pytest.raises(durably.RunNotFound):
+        engine.get_run("alert-99")
+    assert engine.run(incident, {"summary": "disk full"}, run_id="alert-99") == "disk full"
+    engine.close()
+
+
+def test_an_existing_run_is_left_to_its_recorded_input(tmp_path: Path) -> None:
+    engine, incident = _incident_engine(tmp_path)
+    engine.run(incident, {"summary": "disk full"}, run_id="alert-1")
+    with pytest.raises(durably.RunConflict):  # as before: the recorded input decides
+        engine.run(incident, run_id="alert-1")
+    engine.close()
