@@ -1356,6 +1356,18 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
         ) from None
 
 
+def _branch_text(branch: object) -> str:
+    """What was passed as a gather branch, named by its type (never its ``repr``: a value
+    passed by mistake is the value, and this message leaves the process)."""
+    if isinstance(branch, _Recording):
+        return f"{branch.label!r}, a recording call already awaited"
+    kind = type(branch)
+    if inspect.iscoroutine(branch):
+        return f"the coroutine {branch.__qualname__!r}, already started"
+    article = "an" if kind.__name__[:1].lower() in "aeiou" else "a"
+    return f"{article} {kind.__qualname__} ({kind.__module__}.{kind.__qualname__})"
+
+
 def _label(branch: object) -> str:
     """What a gather records for a branch; refuses what cannot be a fresh branch."""
     if isinstance(branch, _Recording):
@@ -1365,7 +1377,7 @@ def _label(branch: object) -> str:
         return branch.__qualname__
     raise ConfigError(
         "ctx.gather takes coroutines that have not started, e.g."
-        f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {branch!r}"
+        f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {_branch_text(branch)}"
     )
 
 

@@ -1177,8 +1177,9 @@ class Engine:
                 )
             if run.input_digest != digest:
                 raise RunConflict(
-                    f"run_id {run_id!r} was started with other input ({run.input_digest[:12]}"
-                    f" vs {digest[:12]} now); use a new run_id for new input, or"
+                    # No digests: a short input is found again from its sha256.
+                    f"run_id {run_id!r} was started with other input; use a new run_id for"
+                    " new input, or"
                     " engine.resume(run_id) to continue it with its recorded input"
                 )
         return run
@@ -1645,7 +1646,7 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
     if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
         raise SerializationError(
             f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
-            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " created with: the runs row was edited or"
             " damaged after the run was created, so the input is not used. The run is"
             " blocked and nothing recorded is changed: restore the row's input from a"
             f" backup, then `{command('retry', run.run_id)}`"
