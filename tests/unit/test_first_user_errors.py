@@ -148,3 +148,15 @@ def test_an_existing_run_is_left_to_its_recorded_input(tmp_path: Path) -> None:
     with pytest.raises(durably.RunConflict):  # as before: the recorded input decides
         engine.run(incident, run_id="alert-1")
     engine.close()
+
+
+def test_a_value_passed_as_a_step_function_is_named_with_its_article(tmp_path: Path) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'j.db'}")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> object:
+        return ctx.step("x", 42)
+
+    with pytest.raises(durably.ConfigError, match=r"ctx.step\('x', ...\): an int value is not"):
+        engine.run(w, run_id="r")
+    engine.close()
