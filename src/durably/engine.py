@@ -171,6 +171,30 @@ class _Attempt:
     kwargs: dict[str, Any]
 
 
+def _refuse_misspelt_options(options: dict[str, Any]) -> None:
+    """An option no store takes that is close to an option's name (``lease`` for
+    ``lease_s``) is a misspelling: say which name was meant, rather than the store's list
+    alone, which leaves out the engine's own options."""
+    import difflib
+
+    from .store.open import STORE_OPTIONS
+
+    params = inspect.signature(Engine.__init__).parameters
+    own = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    stores = sorted({n for names in STORE_OPTIONS.values() for n in names})
+    for name in sorted(options):
+        if name in stores:
+            continue
+        close = difflib.get_close_matches(name, own + stores, n=1, cutoff=0.6)
+        if close:
+            whose = "durably.Engine" if close[0] in own else "the store"
+            raise ConfigError(
+                f"durably.Engine takes no option {name!r}: did you mean {close[0]!r} (an"
+                f" option of {whose})? The engine's own options: {', '.join(own)}; the"
+                f" stores': {', '.join(stores)}"
+            )
+
+
 class Engine:
     """Registry of workflows and driver of runs on one journal database.
 
@@ -239,6 +263,7 @@ class Engine:
         self.max_starts = max_starts
         self.fault_hook = fault_hook
         self.wait_for_lease = wait_for_lease
+        _refuse_misspelt_options(store_options)
         self.store: Store = open_store(self.url, self.clock, **store_options)
         self._workflows: dict[str, dict[str | None, Workflow]] = {}
         self._owner: tuple[int, Owner] | None = None
@@ -1090,10 +1115,34 @@ class Engine:
         """Create the run (or find it) and the registration that drives it: a new run's
         chosen version, an existing run's recorded one."""
         w = self._resolve(wf)
+        self._check_arguments(w, args, kwargs, run_id)
         run = self._prepare(w, args, kwargs, run_id, queue)
         if run.version != w.version:
             w = self._for_run(run)
         return w, run
+
+    def _check_arguments(
+        self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str | None
+    ) -> None:
+        """Refuse, before a run is created, arguments the workflow function cannot take:
+        created, the run would fail at once with a TypeError, and its run id would stay
+        bound to the wrong input (a corrected call is a ``RunConflict``). A run that
+        exists already is left to the usual checks (its recorded input decides)."""
+        try:
+            sig = inspect.signature(w.fn)
+        except (TypeError, ValueError):
+            return  # a callable without a readable signature: nothing to check
+        try:
+            sig.bind(None, *args, **kwargs)  # None stands for the context
+        except TypeError as exc:
+            if run_id is not None and self.store.get_run(run_id) is not None:
+                return
+            raise ConfigError(
+                f"workflow {w.name!r} cannot take these arguments: {exc}; no run was"
+                f" created. Pass what {w.fn.__name__}({', '.join(sig.parameters)}) takes after"
+                " its context:"
+                f" engine.run(wf, *args, run_id=..., **kwargs)"
+            ) from None
 
     def _prepare(
         self,

@@ -228,7 +228,8 @@ def fn_text(fn: Any) -> str:
     if isinstance(name, str) and name:
         return name
     kind = "object" if callable(fn) else "value"
-    return f"a {type(fn).__qualname__} {kind}"
+    type_name = type(fn).__qualname__
+    return f"{'an' if type_name[:1].lower() in 'aeiou' else 'a'} {type_name} {kind}"
 
 
 _UNTYPED_WARNED: set[tuple[str, str]] = set()

@@ -56,6 +56,25 @@ class _LazyGroup(click.Group):
         cmd: click.Command = getattr(importlib.import_module(module), attr)
         return cmd
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command names the nearest ones (``durably run`` -> ``runs``), and
+        ``run`` says where a workflow is run from."""
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            if name in ("run", "start"):
+                hint += (
+                    " A workflow runs from Python: engine.run(wf, ...) in this process, or"
+                    " engine.start(wf, ...) and `durably worker MODULE:ENGINE`."
+                )
+            ctx.fail(f"No such command {name!r}.{hint} `durably --help` lists the commands.")
+        return super().resolve_command(ctx, args)
+
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="durably")

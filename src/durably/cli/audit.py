@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..audit import Entry
 
 
-@click.command("audit")
+@click.command("audit", short_help="Each step and tool of MODULE:ENGINE and what makes it safe.")
 @click.argument("target", metavar="MODULE:ENGINE")
 @click.option(
     "--json",

@@ -9,7 +9,7 @@ import click
 from .common import json_text
 
 
-@click.command("lint")
+@click.command("lint", short_help="Find code in workflow bodies that would break a replay.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True), metavar="PATH...")
 @click.option(
     "--json",

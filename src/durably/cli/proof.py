@@ -48,7 +48,7 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     return progress, task
 
 
-@click.command()
+@click.command(short_help="SIGKILL an agent at every step boundary; count repeats.")
 @db_option
 @click.option(
     "--workflow",
@@ -297,7 +297,7 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
         console.print("[green]every kill point resumed safely[/]")
 
 
-@click.command()
+@click.command(short_help="The Monte-Carlo crash experiment, on the real engine.")
 @click.option("--tasks", type=click.IntRange(1, sim.TASKS_MAX), default=20_000, show_default=True)
 @click.option("--seed", type=int, default=5, show_default=True)
 @click.option(

@@ -15,7 +15,7 @@ from ..reopen import first_decision, top_level_at
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
-@click.command("retry")
+@click.command("retry", short_help="Try a failed, in-doubt, quarantined or blocked run again.")
 @click.argument("run_id")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the run as JSON.")
@@ -36,7 +36,7 @@ def retry_cmd(run_id: str, db: str, as_json: bool) -> None:
     _requeue(db, as_json, lambda engine: engine.retry(run_id))
 
 
-@click.command("skip")
+@click.command("skip", short_help="Record an in-doubt step's result without running it.")
 @click.argument("run_id")
 @click.option(
     "--output",
@@ -78,7 +78,7 @@ def _requeue(db: str, as_json: bool, action: Callable[[Any], RunRecord]) -> None
         )
 
 
-@click.command("fork")
+@click.command("fork", short_help="Start a new run replaying RUN_ID up to position --at.")
 @click.argument("run_id")
 @click.option(
     "--at",

@@ -26,7 +26,7 @@ from .common import (
 RUNS_CHECKED_MAX = 10_000_000  # bounds --limit: a check reads one history per run
 
 
-@click.command("replay")
+@click.command("replay", short_help="With --check: report every run today's code would diverge on.")
 @click.argument("target", metavar="MODULE:ENGINE")
 @click.option(
     "--check",
