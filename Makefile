@@ -14,7 +14,7 @@ $(BIN)/activate:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-demo: pyproject.toml $(CONSTRAINTS) | $(BIN)/activate
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[plot]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[plot,ui,openai]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS) | $(BIN)/activate
@@ -39,19 +39,26 @@ constraints:
 	echo "wrote $(CONSTRAINTS) ($$(grep -vc '^#' $(CONSTRAINTS)) packages); review git diff $(CONSTRAINTS)"
 
 ## demo: install, run an agent on embedded SQLite, SIGKILL it mid-run, resume it, show its
-## journal; then the 120-kill crash matrix of four persistence policies, as a table and a PNG
+## journal; then the 120-kill crash matrix of four persistence policies, as a table and a PNG;
+## then a tool-calling agent on the real openai client against an offline model server,
+## SIGKILLed after its refund and resumed (no model call asked twice, one refund); and it
+## prints the command that opens the dashboard on the demo's journal
 demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/demo.py
 	$(BIN)/durably chaos --plot demo-output/chaos.png
+	$(BIN)/python examples/openai_agent.py
+	@echo "Watch the demo's runs in the dashboard: $(BIN)/durably ui --db sqlite:///demo-output/journal.db --open"
 
 ## test: install with dev (and otel) extras, then ruff, the import-linter contract of
-## pyproject.toml (lint-imports: the direction of dependency), mypy (strict) and pytest
+## pyproject.toml (lint-imports: the direction of dependency), `durably lint` of the
+## examples and the chaos tools (non-determinism in workflow bodies), mypy (strict) and pytest
 test: $(VENV)/.installed-dev lint typecheck pytest
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/lint-imports --no-logo --no-cache
+	$(BIN)/durably lint examples src/durably/chaos
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy

@@ -269,6 +269,7 @@ def main() -> None:
     subprocess.run(durably_cli, check=True, stdout=subprocess.DEVNULL)
 
     print("\n== 3. the agent resumes; SIGKILL once the refund reached the payments service")
+    print("   (replayed from the top: the two model turns above return their records, unasked)")
     child = subprocess.Popen([*cmd, "--kill-after-send"], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     for line in child.stdout:

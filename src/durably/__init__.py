@@ -44,6 +44,7 @@ from .errors import (
     StoreDiskFull,
     StoreError,
     StoreUnavailable,
+    ToolRejected,
     WorkflowFailed,
     WorkflowNotRegistered,
 )
@@ -54,6 +55,7 @@ from .replay.kernel import NOT_DONE, FaultStepInfo
 from .runlist import LiveWorker, RunPage
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream
+from .tools import tool
 from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
@@ -113,6 +115,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "ToolRejected",
     "Workflow",
     "WorkflowFailed",
     "WorkflowNotRegistered",
@@ -122,5 +125,6 @@ __all__ = [
     "explain",
     "step",
     "step_name",
+    "tool",
     "usage",
 ]

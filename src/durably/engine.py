@@ -172,6 +172,30 @@ class _Attempt:
     kwargs: dict[str, Any]
 
 
+def _refuse_misspelt_options(options: dict[str, Any]) -> None:
+    """An option no store takes that is close to an option's name (``lease`` for
+    ``lease_s``) is a misspelling: say which name was meant, rather than the store's list
+    alone, which leaves out the engine's own options."""
+    import difflib
+
+    from .store.open import STORE_OPTIONS
+
+    params = inspect.signature(Engine.__init__).parameters
+    own = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    stores = sorted({n for names in STORE_OPTIONS.values() for n in names})
+    for name in sorted(options):
+        if name in stores:
+            continue
+        close = difflib.get_close_matches(name, own + stores, n=1, cutoff=0.6)
+        if close:
+            whose = "durably.Engine" if close[0] in own else "the store"
+            raise ConfigError(
+                f"durably.Engine takes no option {name!r}: did you mean {close[0]!r} (an"
+                f" option of {whose})? The engine's own options: {', '.join(own)}; the"
+                f" stores': {', '.join(stores)}"
+            )
+
+
 class Engine:
     """Registry of workflows and driver of runs on one journal database.
 
@@ -240,6 +264,7 @@ class Engine:
         self.max_starts = max_starts
         self.fault_hook = fault_hook
         self.wait_for_lease = wait_for_lease
+        _refuse_misspelt_options(store_options)
         self.store: Store = open_store(self.url, self.clock, **store_options)
         self._workflows: dict[str, dict[str | None, Workflow]] = {}
         self._owner: tuple[int, Owner] | None = None
@@ -357,6 +382,16 @@ class Engine:
         """The versions this engine registers per workflow name (None: the registration
         without a version); a worker claims only runs it can drive."""
         return {name: frozenset(versions) for name, versions in self._workflows.items()}
+
+    def workflows(self) -> list[Workflow]:
+        """Every registration of this engine (one per workflow name and version), sorted
+        by name, then version (the registration without a version first); what
+        ``durably audit`` reads."""
+        return [
+            versions[v]
+            for name, versions in sorted(self._workflows.items())
+            for v in sorted(versions, key=version_key)
+        ]
 
     # -- public entry points -------------------------------------------------------------
 
@@ -1081,10 +1116,34 @@ class Engine:
         """Create the run (or find it) and the registration that drives it: a new run's
         chosen version, an existing run's recorded one."""
         w = self._resolve(wf)
+        self._check_arguments(w, args, kwargs, run_id)
         run = self._prepare(w, args, kwargs, run_id, queue)
         if run.version != w.version:
             w = self._for_run(run)
         return w, run
+
+    def _check_arguments(
+        self, w: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any], run_id: str | None
+    ) -> None:
+        """Refuse, before a run is created, arguments the workflow function cannot take:
+        created, the run would fail at once with a TypeError, and its run id would stay
+        bound to the wrong input (a corrected call is a ``RunConflict``). A run that
+        exists already is left to the usual checks (its recorded input decides)."""
+        try:
+            sig = inspect.signature(w.fn)
+        except (TypeError, ValueError):
+            return  # a callable without a readable signature: nothing to check
+        try:
+            sig.bind(None, *args, **kwargs)  # None stands for the context
+        except TypeError as exc:
+            if run_id is not None and self.store.get_run(run_id) is not None:
+                return
+            raise ConfigError(
+                f"workflow {w.name!r} cannot take these arguments: {exc}; no run was"
+                f" created. Pass what {w.fn.__name__}({', '.join(sig.parameters)}) takes after"
+                " its context:"
+                f" engine.run(wf, *args, run_id=..., **kwargs)"
+            ) from None
 
     def _prepare(
         self,
@@ -1119,8 +1178,9 @@ class Engine:
                 )
             if run.input_digest != digest:
                 raise RunConflict(
-                    f"run_id {run_id!r} was started with other input ({run.input_digest[:12]}"
-                    f" vs {digest[:12]} now); use a new run_id for new input, or"
+                    # No digests: a short input is found again from its sha256.
+                    f"run_id {run_id!r} was started with other input; use a new run_id for"
+                    " new input, or"
                     " engine.resume(run_id) to continue it with its recorded input"
                 )
         return run
@@ -1533,11 +1593,17 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     return None
 
 
+_CURSOR_MAX = 2**63 - 1
+"""Largest event cursor: the journals keep cursors as 64-bit integers (BIGINT)."""
+
+
 def _check_cursor(after: object, limit: object) -> None:
     """Refuse a cursor or limit that is not a non-negative int, saying what to pass."""
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= _CURSOR_MAX:
+        shown = repr(after) if len(repr(after)) <= 40 else f"{repr(after)[:40]}..."
         raise ConfigError(
-            f"after must be an event cursor (an int >= 0, e.g. a page's .cursor), got {after!r}"
+            f"after must be an event cursor (an int from 0 to 2**63 - 1, e.g. a page's"
+            f" .cursor), got {shown}"
         )
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= EVENTS_PAGE_MAX:
         raise ConfigError(f"limit must be an int from 1 to {EVENTS_PAGE_MAX}, got {limit!r}")
@@ -1584,7 +1650,7 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
     if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
         raise SerializationError(
             f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
-            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " created with: the runs row was edited or"
             " damaged after the run was created, so the input is not used. The run is"
             " blocked and nothing recorded is changed: restore the row's input from a"
             f" backup, then `{command('retry', run.run_id)}`"

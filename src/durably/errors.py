@@ -8,6 +8,8 @@ derive from :class:`BaseException` instead; see :class:`Unwind`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .shell import command
 
 
@@ -236,6 +238,28 @@ class IdempotencyKeyInFlight(DurablyError):
 class ApprovalMismatch(DurablyError):
     """An approval named a digest other than that of the pending action; nothing was
     changed (the request still waits)."""
+
+
+class ToolRejected(DurablyError):
+    """A tool that asks a person first (``@durably.tool(kind="destructive")``) was not
+    run: its approval request was rejected or expired. ``tool``, ``outcome``
+    (``"rejected"`` or ``"expired"``), ``by`` and ``note`` say which and why.
+    ``durably.tools.dispatch`` hands it to the model as a tool error."""
+
+    def __init__(self, tool: str, outcome: str, by: str | None, note: str | None) -> None:
+        self.tool = tool
+        self.outcome = outcome
+        self.by = by
+        self.note = note
+        who = f" by {by}" if by else ""
+        why = f" ({note})" if note else ""
+        super().__init__(
+            f"tool {tool!r} was not run: its approval request was {outcome}{who}{why}."
+            " Nothing was executed; to try again, ask in a new request (a new call)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tool, self.outcome, self.by, self.note))
 
 
 class ApprovalNotFound(DurablyError, LookupError):

@@ -107,6 +107,7 @@ class SagaCore:
         remember its compensation. Nothing can cancel between the two: the result is
         remembered in the same synchronous stretch in which the step returns."""
         core = self.core
+        do, undo = self._tool_fn(name, do, "do"), self._tool_fn(name, undo, "undo")
         takes_result = self._check_step(name, undo, kwargs)
         pos = core.scope().peek()  # the position core.step takes
         result = yield from stepping.step(core, name, do, args, kwargs)
@@ -114,6 +115,24 @@ class SagaCore:
         kept = self._copy(result, do, pos) if takes_result else None
         self.done.append(Done(pos, name, undo, args, kwargs, kept, takes_result))
         return result
+
+    def _tool_fn(self, name: Any, fn: Any, role: str) -> Any:
+        """A ``@durably.tool`` as the step function it records (its kind's options, sync
+        or async); one that asks a person first is refused: a saga step records its
+        action alone, so the approval would be skipped."""
+        if not getattr(type(fn), "__durably_tool__", False):
+            return fn
+        if fn.approval:
+            raise self.core.poison(
+                ConfigError(
+                    f"saga.step({name!r}, ...): the {role} tool {fn.name!r} asks for an"
+                    " approval, which a saga step does not request: call"
+                    f" ctx.request_approval({fn.name!r}, ...) before it and pass {fn.name}.fn,"
+                    " or declare the tool approval=False. The run is blocked; fix the code,"
+                    " then resume it."
+                )
+            )
+        return fn.step_function
 
     def _copy(self, result: Any, do: Callable[..., Any], pos: str) -> Any:
         """A copy of a step's result, as a replay decodes it (typed by do's annotation)."""

@@ -228,7 +228,16 @@ def fn_text(fn: Any) -> str:
     if isinstance(name, str) and name:
         return name
     kind = "object" if callable(fn) else "value"
-    return f"a {type(fn).__qualname__} {kind}"
+    type_name = type(fn).__qualname__
+    return f"{'an' if type_name[:1].lower() in 'aeiou' else 'a'} {type_name} {kind}"
+
+
+def given_text(value: Any) -> str:
+    """What was passed where a name (or a Budget) belongs, for a message that leaves the
+    process: a str as its repr (cut to 100 characters), anything else by
+    :func:`fn_text`, never its repr (a ``functools.partial`` passed by mistake lists the
+    API key bound into it)."""
+    return repr(value[:100]) if isinstance(value, str) else fn_text(value)
 
 
 _UNTYPED_WARNED: set[tuple[str, str]] = set()
@@ -247,7 +256,7 @@ def warn_untyped_result(name: str, fn: Callable[..., Any], value: Any) -> None:
     _UNTYPED_WARNED.add((name, type_name))
     import warnings
 
-    fn_name = getattr(fn, "__qualname__", None) or repr(fn)
+    fn_name = fn_text(fn)  # never repr: a partial lists the values bound into it
     warnings.warn(
         f"step {name!r} returned a pydantic model ({type_name}) but {fn_name} has no return"
         " annotation, so its result is returned as a dict (live and on replay); add the"

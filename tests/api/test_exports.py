@@ -72,6 +72,7 @@ PINNED_ALL = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "ToolRejected",
     "Workflow",
     "WorkflowFailed",
     "WorkflowNotRegistered",
@@ -81,6 +82,7 @@ PINNED_ALL = [
     "explain",
     "step",
     "step_name",
+    "tool",
     "usage",
 ]
 

@@ -115,3 +115,35 @@ def test_mask_recorded_keeps_values_that_were_not_recorded() -> None:
         "c": 0.5,
         "d": ["<uuid>"],
     }
+
+
+TOOLS = f"{Path(__file__).parent / 'tools_workflow.py'}:shop"
+
+
+def test_tool_kinds_are_honoured_and_parks_are_answered(in_tmp: Path) -> None:
+    """Reads and idempotent tools may repeat (no UNSAFE, no --allow-repeat); the signal
+    wait and the destructive tool's approval are answered by the harness, so every kill
+    point resumes to the end instead of hanging."""
+    result = _invoke("--workflow", TOOLS, "--args", '["boots"]', "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [s[1] for s in data["steps"]] == ["search", "set_tag", "order", "cancel_others"]
+    assert data["unsafe_steps"] == [] and not data["failed"]
+    kills = {(k["name"], k["window"]): k for k in data["kills"]}
+    assert all(k["outcome"] == "completed" and k["same_result"] for k in kills.values())
+    assert kills[("search", "effect")]["repeats"][0]["verdict"] == "read tool, may repeat"
+    tag = kills[("set_tag", "effect")]["repeats"][0]
+    assert tag["verdict"] == "idempotent tool, may repeat"
+    assert kills[("order", "effect")]["repeats"][0]["verdict"] == "same key"
+    assert data["clean_result"] == [
+        "boots-1:chosen",
+        "ordered boots-1",
+        "cancelled all but boots-1",
+    ]
+
+
+def test_park_stop_ends_a_parking_workflow_with_a_message(in_tmp: Path) -> None:
+    result = _invoke("--workflow", TOOLS, "--args", '["boots"]', "--park", "stop")
+    assert result.exit_code == 1
+    assert "did not complete: stopped: the run parked (signal 'go'" in result.output
+    assert "--park answer" in result.output

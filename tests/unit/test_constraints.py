@@ -31,23 +31,25 @@ def pins() -> dict[str, str]:
 def needed(name: str, extras: tuple[str, ...]) -> dict[str, str]:
     """Every distribution ``name[extras]`` installs, with its installed version."""
     seen: dict[str, str] = {}
+    # Visited (distribution, extras) pairs: an extra reached through a self-reference
+    # (durably[dev] naming durably[ui]) brings its own requirements, even though durably
+    # itself was seen before (a check by distribution alone skipped jinja2 this way).
+    visited: set[tuple[str, tuple[str, ...]]] = set()
     todo = [(name, extras)]
     while todo:
         dist_name, wanted = todo.pop()
         dist = metadata.distribution(dist_name)
         key = canonicalize_name(dist.metadata["Name"])
-        first = key not in seen
+        if (key, tuple(sorted(wanted))) in visited:
+            continue
+        visited.add((key, tuple(sorted(wanted))))
         seen[key] = dist.version
         for text in dist.requires or []:
             req = Requirement(text)
             envs = [{"extra": e} for e in wanted] or [{"extra": ""}]
             if req.marker is not None and not any(req.marker.evaluate(env) for env in envs):
                 continue
-            sub = canonicalize_name(req.name)
-            if sub == key:  # durably[dev] naming durably[postgres,http,pydantic]
-                todo.append((dist_name, tuple(req.extras)))
-            elif first or req.extras:
-                todo.append((req.name, tuple(req.extras)))
+            todo.append((req.name, tuple(req.extras)))
     seen.pop("durably")
     return seen
 

@@ -21,6 +21,12 @@ Verdicts per re-executed step:
 
 A step declared ``@durably.step(effect=True)`` without key or reconcile is never re-run:
 the resume parks the run ``in_doubt``, reported as "parked in doubt (safe)".
+
+Tool kinds (``@durably.tool``) count: a ``read`` or ``idempotent`` tool may repeat
+(verdict "read tool, may repeat"). A run that parks for an approval, a signal or a short
+timer is answered by the harness (``park="answer"``: approved as "durably chaos", the
+signal sent with null data, the timer waited out) or stopped with a message
+(``park="stop"``), never waited for without end.
 """
 
 from __future__ import annotations
@@ -38,14 +44,23 @@ from typing import Any
 
 from .. import codec
 from ..engine import Engine, Workflow
-from ..errors import DurablyError, RunInDoubt, WorkflowFailed
-from ..history import NOW, RANDOM, STEP, UUID
+from ..errors import DurablyError, RunInDoubt, RunParked, WorkflowFailed
+from ..history import NOW, RANDOM, SIGNAL, STEP, UUID
 from ..replay.kernel import fault_step
 from . import WINDOWS
 from ._fork import EXIT_NOT_KILLED, EXIT_OK, child_error, die_now, spawn, wait_any
 
 IN_DOUBT = "parked in doubt (safe)"
 COMPLETED = "completed"
+STOPPED = "stopped"
+# How a chaos child meets a run that parks: "answer" approves each approval request (as
+# "durably chaos"), sends each awaited signal (data null) and waits out a timer due
+# within TIMER_WAIT_S_MAX; "stop" ends the run there with a message. Never an endless wait.
+PARK_MODES = ("answer", "stop")
+TIMER_WAIT_S_MAX = 10.0
+PARKS_MAX = 100  # answers per drive: a workflow that parks forever is stopped, named
+# Tool kinds that may repeat: a read re-runs freely, an idempotent tool is safe to repeat.
+REPEATABLE_KINDS = frozenset({"read", "idempotent"})
 # Recorded values shorter than this are not searched for inside strings (too many false
 # matches); equal values are still masked whole.
 MASKED_TEXT_CHARS_MIN = 6
@@ -72,6 +87,11 @@ def load_workflow(spec: str) -> Workflow:
         raise WorkflowLoadError(
             f"--workflow {spec!r}: cannot import {module_name!r}: {exc}"
         ) from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise WorkflowLoadError(
+            f"--workflow {spec!r}: importing {module_name!r} raised {type(exc).__name__}:"
+            f" {exc}; fix the module (importing it in Python shows the traceback)"
+        ) from exc
     obj = getattr(module, attr, None)
     if not isinstance(obj, Workflow):
         raise WorkflowLoadError(
@@ -83,7 +103,19 @@ def load_workflow(spec: str) -> Workflow:
 
 def import_target(name: str) -> Any:
     """Import a module by name, or a Python file by path (``path/to/file.py``); the working
-    directory is importable, as under ``python -m``."""
+    directory is importable, as under ``python -m``. A module that ends the process while
+    imported (``sys.exit``) raises ``ImportError`` saying so: the command that imports it
+    must not end with that code as though it had checked anything."""
+    try:
+        return _import_target(name)
+    except SystemExit as exc:
+        raise ImportError(
+            f"importing {name} called sys.exit({exc.code!r}); guard the script's entry point"
+            ' with `if __name__ == "__main__":` so importing it only defines things'
+        ) from None
+
+
+def _import_target(name: str) -> Any:
     if name.endswith(".py") or os.sep in name:
         path = Path(name).resolve()
         mod_name = f"durably_chaos_target_{path.stem}"
@@ -224,13 +256,16 @@ def _child(
     folder: Path,
     phase: str,
     target: tuple[str, str] | None,
+    park: str = "answer",
 ) -> int:
     """Body of a forked child: a fresh Engine on the journal, the workflow, one drive."""
-    engine = Engine(url, fault_hook=_Recorder(folder / "executions.jsonl", phase, target))
+    engine = Engine(
+        url, fault_hook=_Recorder(folder / "executions.jsonl", phase, target), park_wait_s=0
+    )
     engine.workflow(name=wf.name, version=wf.version, prompt_version=wf.prompt_version)(wf.fn)
     out: dict[str, Any]
     try:
-        result = engine.run(wf.name, *args, run_id=run_id, **kwargs)
+        result = _drive(engine, wf, run_id, args, kwargs, park)
         plain = json.loads(codec.dumps(result, "result"))
         recorded = [
             (r.kind, json.loads(r.output))
@@ -240,6 +275,8 @@ def _child(
         out = {"outcome": COMPLETED, "result": mask_recorded(plain, recorded)}
     except RunInDoubt:
         out = {"outcome": IN_DOUBT}
+    except _Stopped as exc:
+        out = {"outcome": f"{STOPPED}: {exc}"}
     except WorkflowFailed as exc:
         out = {"outcome": f"failed: {exc.type_name}: {exc.message}"}
     except DurablyError as exc:
@@ -254,6 +291,54 @@ def _child(
     engine.close()
     (folder / f"{phase}.json").write_text(json.dumps(out))
     return EXIT_NOT_KILLED if target is not None else EXIT_OK
+
+
+class _Stopped(Exception):
+    """The run parked and the harness does not answer it (the text says why)."""
+
+
+def _drive(
+    engine: Engine, wf: Workflow, run_id: str, args: list[Any], kwargs: dict[str, Any], park: str
+) -> Any:
+    """Run to the end, answering each park as ``park`` says (see ``PARK_MODES``)."""
+    import time
+
+    for _ in range(PARKS_MAX):
+        try:
+            return engine.run(wf.name, *args, run_id=run_id, **kwargs)
+        except RunParked as exc:
+            if park == "stop":
+                raise _Stopped(f"the run parked ({exc.reason}); --park answer answers it") from None
+            answered = False
+            for p in engine.pending_approvals(run_id):
+                engine.approve(run_id, p.request_id, digest=p.digest, by="durably chaos")
+                answered = True
+            for name in _awaited_signals(engine, run_id):
+                engine.signal(run_id, name, None)
+                answered = True
+            if not answered and exc.wake_at is not None:
+                wait_s = exc.wake_at - time.time()
+                if wait_s > TIMER_WAIT_S_MAX:
+                    raise _Stopped(
+                        f"the run parked on a timer due in {wait_s:.0f} s (chaos waits up to"
+                        f" {TIMER_WAIT_S_MAX:g} s); shorten it for the test"
+                    ) from None
+                time.sleep(max(0.0, wait_s))
+                answered = True
+            if not answered:
+                raise _Stopped(
+                    f"the run parked ({exc.reason}) on nothing chaos can answer"
+                ) from None
+    raise _Stopped(f"the run parked {PARKS_MAX} times; chaos stops it there")
+
+
+def _awaited_signals(engine: Engine, run_id: str) -> list[str]:
+    """The names of the signals the parked run waits for (its open signal waits)."""
+    return [
+        r.name.split(":", 1)[1]
+        for r in engine.history(run_id)
+        if r.kind == SIGNAL and r.status == "waiting" and ":" in r.name
+    ]
 
 
 def mask_recorded(value: Any, recorded: list[tuple[str, Any]]) -> Any:
@@ -295,12 +380,18 @@ def run_workflow_chaos(
     url: str | None = None,
     allow_repeat: frozenset[str] = frozenset(),
     jobs: int | None = None,
+    park: str = "answer",
 ) -> WorkflowChaosReport:
     """Kill ``wf`` at every step x window, resume each, and judge what ran twice.
 
     ``url`` is the journal (default: a temporary SQLite file); every kill point gets its
-    own run id. Steps named in ``allow_repeat`` are known to be safe to run twice.
+    own run id. Steps named in ``allow_repeat`` are known to be safe to run twice, as
+    are the ``read`` and ``idempotent`` tools the workflow reaches. ``park`` says how a
+    run that parks is met (``PARK_MODES``).
     """
+    if park not in PARK_MODES:
+        raise WorkflowLoadError(f"park={park!r}: choose one of {', '.join(PARK_MODES)}")
+    kinds = tool_kinds(wf)
     import time
 
     t0 = time.perf_counter()
@@ -311,7 +402,7 @@ def run_workflow_chaos(
         nonce = os.urandom(4).hex()  # fresh run ids when --db names a journal in use
         clean_dir = root / "clean"
         clean_dir.mkdir()
-        _run_phases(wf, journal, args, kwargs, [(clean_dir, f"chaos-{nonce}-clean", None)], 1)
+        _run_phases(wf, journal, args, kwargs, [(clean_dir, f"chaos-{nonce}-clean", None)], 1, park)
         clean = json.loads((clean_dir / "clean.json").read_text())
         if clean["outcome"] != COMPLETED:
             raise WorkflowLoadError(
@@ -326,9 +417,9 @@ def run_workflow_chaos(
         ]
         for folder, _, _ in points:
             folder.mkdir()
-        _run_phases(wf, journal, args, kwargs, points, jobs)
+        _run_phases(wf, journal, args, kwargs, points, jobs, park)
         kills = [
-            _judge(folder, target, dict(steps), usage, clean.get("result"), allow_repeat)
+            _judge(folder, target, dict(steps), usage, clean.get("result"), allow_repeat, kinds)
             for folder, _, target in points
             if target is not None
         ]
@@ -342,6 +433,7 @@ def _run_phases(
     kwargs: dict[str, Any],
     points: list[tuple[Path, str, tuple[str, str] | None]],
     jobs: int,
+    park: str = "answer",
 ) -> None:
     """Run each point's kill then resume (or just the clean run), ``jobs`` at a time."""
     todo = list(points)
@@ -350,7 +442,7 @@ def _run_phases(
     def start(folder: Path, run_id: str, target: tuple[str, str] | None, phase: str) -> None:
         kill = target if phase == "kill" else None
         pid = spawn(
-            lambda: _child(wf, url, run_id, args, kwargs, folder, phase, kill),
+            lambda: _child(wf, url, run_id, args, kwargs, folder, phase, kill, park),
             folder / f"{phase}.err",
         )
         active[pid] = (folder, run_id, target, phase)
@@ -380,6 +472,7 @@ def _judge(
     usage: dict[str, int],
     clean_result: Any,
     allow_repeat: frozenset[str],
+    kinds: dict[str, str] | None = None,
 ) -> KillOutcome:
     """Read one kill point's execution log and resume outcome; decide what ran twice."""
     pos, window = target
@@ -397,7 +490,7 @@ def _judge(
     repeats = []
     for p, runs in by_pos.items():
         if len(runs) > 1:
-            repeats.append(_repeat(p, runs, usage.get(p, 0), allow_repeat))
+            repeats.append(_repeat(p, runs, usage.get(p, 0), allow_repeat, kinds or {}))
     same = res.get("result") == clean_result if res["outcome"] == COMPLETED else None
     return KillOutcome(
         pos, names[pos], window, res["outcome"], same, repeats, sum(r.extra_tokens for r in repeats)
@@ -405,13 +498,20 @@ def _judge(
 
 
 def _repeat(
-    pos: str, runs: list[Execution], tokens: int, allow_repeat: frozenset[str]
+    pos: str,
+    runs: list[Execution],
+    tokens: int,
+    allow_repeat: frozenset[str],
+    kinds: dict[str, str],
 ) -> StepRepeat:
     first = runs[0]
     keys = [e.key for e in runs]
     same_key = keys[0] is not None and len(set(keys)) == 1
+    kind = kinds.get(first.name)
     if first.takes_key:
         verdict = "same key" if same_key else "different keys"
+    elif kind in REPEATABLE_KINDS:
+        verdict = f"{kind} tool, may repeat"
     elif first.reconcile:
         verdict = "reconciled, not done"
     elif tokens > 0:
@@ -421,3 +521,17 @@ def _repeat(
     else:
         verdict = UNKEYED
     return StepRepeat(pos, first.name, len(runs), keys, same_key, verdict, tokens * (len(runs) - 1))
+
+
+def tool_kinds(wf: Workflow) -> dict[str, str]:
+    """Step name -> tool kind for the ``@durably.tool`` steps ``wf`` reaches (read from
+    its source by ``durably audit``'s walk), and for the tools declared in the
+    workflow's module that the walk could not resolve (a list built at run time);
+    plain steps are not listed."""
+    from ..audit import audit_workflow
+    from ..tools._tool import KINDS, REGISTRY
+
+    module = getattr(wf.fn, "__module__", None)
+    kinds = {t.name: str(t.kind) for t in list(REGISTRY) if t.fn.__module__ == module}
+    kinds.update({e.name: e.kind for e in audit_workflow(wf) if e.kind in KINDS})
+    return kinds

@@ -8,7 +8,8 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 (``runs list|show|tail|why``), :mod:`.recovery` (``retry``, ``skip``, ``fork``),
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
-``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``).
+``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui`
+(``ui``, the dashboard), :mod:`.lint` (``lint``), :mod:`.audit` (``audit``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ COMMANDS: dict[str, str] = {
     "approvals": "durably.cli.approvals:approvals",
     "approve": "durably.cli.approvals:approve_cmd",
     "reject": "durably.cli.approvals:reject_cmd",
+    "ui": "durably.cli.ui:ui_cmd",
+    "lint": "durably.cli.lint:lint_cmd",
+    "audit": "durably.cli.audit:audit_cmd",
 }
 
 
@@ -51,6 +55,25 @@ class _LazyGroup(click.Group):
         module, attr = target.split(":")
         cmd: click.Command = getattr(importlib.import_module(module), attr)
         return cmd
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """An unknown command names the nearest ones (``durably run`` -> ``runs``), and
+        ``run`` says where a workflow is run from."""
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=2, cutoff=0.6)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            if name in ("run", "start"):
+                hint += (
+                    " A workflow runs from Python: engine.run(wf, ...) in this process, or"
+                    " engine.start(wf, ...) and `durably worker MODULE:ENGINE`."
+                )
+            ctx.fail(f"No such command {name!r}.{hint} `durably --help` lists the commands.")
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -34,13 +34,13 @@ ARGS_SHOWN_CHARS_MAX = 80
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
-@click.group("approvals")
+@click.group("approvals", short_help="List approval requests, then approve or reject one.")
 def approvals() -> None:
     """Approval requests of ctx.request_approval: list them, then `durably approve` or
     `durably reject` one."""
 
 
-@approvals.command("list")
+@approvals.command("list", short_help="List the requests waiting for a decision, with digests.")
 @click.option("--run", "run_id", default=None, metavar="RUN", help="Only this run's requests.")
 @db_option
 @click.option(
@@ -213,7 +213,7 @@ def _show(row: ApprovalRow) -> None:
         )
 
 
-@click.command("approve")
+@click.command("approve", short_help="Approve request REQUEST of run RUN, checked by --digest.")
 @click.argument("run_id", metavar="RUN")
 @click.argument("request_id", metavar="REQUEST")
 @click.option(

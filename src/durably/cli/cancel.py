@@ -10,7 +10,7 @@ from ..shell import command
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
 
-@click.command("cancel")
+@click.command("cancel", short_help="Cancel RUN_ID: a durable flag seen at its next step.")
 @click.argument("run_id")
 @click.option(
     "--reason",

@@ -65,13 +65,29 @@ def open_engine(db: str, as_json: bool = False) -> Any:
 
         path = Path(db[len("sqlite:///") :])
         if not path.exists():
-            raise CommandError(
-                f"no journal at {path} (from --db {db}); pass --db or set DURABLY_URL", as_json
-            )
+            raise CommandError(_no_journal(path, db), as_json)
     try:
         return Engine(db)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
+
+
+def _no_journal(path: Any, db: str) -> str:
+    """Why ``--db`` names no journal, and what to pass: a first run with neither ``--db``
+    nor ``DURABLY_URL`` looks for the default file in the current directory."""
+    import os
+
+    where = "" if path.is_absolute() else f" (relative to {os.getcwd()})"
+    fix = (
+        "pass --db with the URL your durably.Engine(...) opens (e.g. --db"
+        " sqlite:///agent.db) or set DURABLY_URL"
+    )
+    if db == DEFAULT_URL and not os.environ.get("DURABLY_URL"):
+        return (
+            f"no journal at {path}{where}: neither --db nor DURABLY_URL was given, so the"
+            f" default {DEFAULT_URL} was read; {fix}"
+        )
+    return f"no journal at {path}{where} (from --db {db}); check the path, or {fix}"
 
 
 def module_db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -108,7 +124,9 @@ def load_engine(target: str, db: str | None, as_json: bool = False) -> Any:
     try:
         engine = getattr(import_target(module_name), attr)
     except (ImportError, AttributeError, OSError, DurablyError) as exc:
-        raise CommandError(f"cannot load {target}: {exc}", as_json) from exc
+        raise CommandError(
+            f"cannot load {target}: {exc}{_load_advice(exc, module_name, attr)}", as_json
+        ) from exc
     except Exception as exc:
         # The module's own code failed while it was imported: say so, not a traceback.
         raise CommandError(
@@ -125,6 +143,19 @@ def load_engine(target: str, db: str | None, as_json: bool = False) -> Any:
             as_json,
         )
     return engine
+
+
+def _load_advice(exc: BaseException, module_name: str, attr: str) -> str:
+    """What to do about a MODULE:ENGINE that did not load: the module not found (where
+    it is looked for), or no such attribute on it (which name to give)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+        return (
+            "; run the command from the folder that holds the module (the current"
+            " directory is searched), or name the file: path/to/agents.py:ENGINE"
+        )
+    if isinstance(exc, AttributeError):
+        return f"; give the name the module binds its durably.Engine to, in place of {attr!r}"
+    return ""
 
 
 def run_json(run: RunRecord) -> dict[str, Any]:

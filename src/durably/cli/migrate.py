@@ -23,7 +23,7 @@ from ..store.sqlfiles import migrations
 from .common import CommandError, db_option
 
 
-@click.command()
+@click.command(short_help="Create or upgrade the journal schema at --db.")
 @db_option
 @click.option(
     "--idempotency",

@@ -48,7 +48,7 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     return progress, task
 
 
-@click.command()
+@click.command(short_help="SIGKILL an agent at every step boundary; count repeats.")
 @db_option
 @click.option(
     "--workflow",
@@ -70,6 +70,15 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     multiple=True,
     metavar="STEP",
     help="A step known to be safe to run twice (a read); repeatable.",
+)
+@click.option(
+    "--park",
+    type=click.Choice(["answer", "stop"]),
+    default="answer",
+    show_default=True,
+    help="With --workflow, a run that parks: answer it (approve each approval request as"
+    " 'durably chaos', send each awaited signal with null data, wait out a timer due"
+    " within 10 s) or stop it there with a message.",
 )
 @click.option("--detail", is_flag=True, help="Print every kill point, not just the summary.")
 @click.option(
@@ -94,6 +103,7 @@ def chaos(
     workflow_spec: str | None,
     args_json: str,
     allow_repeat: tuple[str, ...],
+    park: str,
     detail: bool,
     plot: Path | None,
     jobs: int | None,
@@ -108,7 +118,9 @@ def chaos(
 
     With --workflow module:function: the same sweep for your workflow, on a temporary
     journal (or --db); exits 1 when a step with no idempotency key and no reconcile ran
-    twice.
+    twice. Read and idempotent tools (@durably.tool) may repeat. A run that parks for an
+    approval, a signal or a short timer is answered or stopped (--park), never waited
+    for without end.
     """
     if workflow_spec is not None:
         explicit = ctx.get_parameter_source("db") is not ParameterSource.DEFAULT
@@ -120,6 +132,7 @@ def chaos(
             jobs,
             detail,
             as_json,
+            park,
         )
         return
     from ..chaos import matrix
@@ -196,6 +209,7 @@ def _chaos_workflow(
     jobs: int | None,
     detail: bool,
     as_json: bool,
+    park: str = "answer",
 ) -> None:
     from ..chaos import workflow_chaos as wc
 
@@ -215,7 +229,7 @@ def _chaos_workflow(
             err=True,
         )
         report = wc.run_workflow_chaos(
-            wf, args, kwargs, url=url, allow_repeat=allow_repeat, jobs=jobs
+            wf, args, kwargs, url=url, allow_repeat=allow_repeat, jobs=jobs, park=park
         )
     except wc.WorkflowLoadError as exc:
         raise CommandError(str(exc)) from exc
@@ -270,10 +284,11 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
             f"[bold red]UNSAFE[/]: step {term(repr(name))} ran twice after a crash and has no"
             " idempotency_key parameter and no reconcile: its side effect, if any,"
             " happened twice. Give it an idempotency_key (and make the receiver"
-            " honour it), declare @durably.step(effect=True, reconcile=...), or"
-            " pass --allow-repeat if it is a read."
+            " honour it), declare @durably.step(effect=True, reconcile=...), declare it"
+            " @durably.tool(kind='read') if it only reads, or pass --allow-repeat."
         )
     bad = [k for k in report.kills if k.outcome not in ("completed", "parked in doubt (safe)")]
+    # (a run stopped at a park, --park stop, is reported here with the reason)
     for k in bad:
         console.print(
             f"[bold red]NOT RESUMED[/]: kill at {term(k.position)} {k.window}: {term(k.outcome)}"
@@ -282,7 +297,7 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
         console.print("[green]every kill point resumed safely[/]")
 
 
-@click.command()
+@click.command(short_help="The Monte-Carlo crash experiment, on the real engine.")
 @click.option("--tasks", type=click.IntRange(1, sim.TASKS_MAX), default=20_000, show_default=True)
 @click.option("--seed", type=int, default=5, show_default=True)
 @click.option(

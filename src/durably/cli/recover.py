@@ -12,7 +12,7 @@ from ..redact import redact
 from .common import CommandError, inert, json_text, load_engine, module_db_option
 
 
-@click.command("recover")
+@click.command("recover", short_help="Resume the runs this host's dead processes left behind.")
 @click.argument("target", metavar="MODULE:ENGINE")
 @module_db_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object per run id.")

@@ -46,7 +46,7 @@ def runs() -> None:
     """Inspect runs and their journals."""
 
 
-@runs.command("list")
+@runs.command("list", short_help="List runs, newest first, with counts per status.")
 @db_option
 @click.option("--status", type=click.Choice(sorted(RUN_STATUSES)), help="Only this status.")
 @click.option("--workflow", help="Only runs of this workflow.")
@@ -137,7 +137,9 @@ def runs_list(
     table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
     cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
     for col in (*cols, "created", "updated"):
-        table.add_column(col)
+        # A run id or status cut to "…" cannot be read or copied into the next command:
+        # in a narrow terminal those fold onto more lines instead (--json for scripts).
+        table.add_column(col, overflow="fold" if col in ("run_id", "status") else "ellipsis")
     for run in rows:
         table.add_row(
             term(run.run_id),
@@ -194,7 +196,7 @@ def since_time(text: str, now: float, as_json: bool = False) -> float:
     return now - value if relative else value
 
 
-@runs.command("tail")
+@runs.command("tail", short_help="Print a run's event stream, one line per event.")
 @click.argument("run_id")
 @db_option
 @click.option(
@@ -311,7 +313,7 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     _console().print(out)
 
 
-@runs.command("show")
+@runs.command("show", short_help="Show one run: its status, spend and journal.")
 @click.argument("run_id")
 @db_option
 @click.option(
@@ -431,7 +433,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
         console.print(f"spend: {spend.text()}")
     table = Table()
     for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
-        table.add_column(col)
+        # A name or key cut to "…" cannot be read or copied: fold those instead.
+        table.add_column(col, overflow="fold" if col in ("name", "key") else "ellipsis")
     for s in steps:
         table.add_row(
             term(s.position),
@@ -463,7 +466,7 @@ def _console() -> Any:
 # -- durably runs why ----------------------------------------------------------------------
 
 
-@runs.command("why")
+@runs.command("why", short_help="Say in one sentence why RUN is where it is.")
 @click.argument("run_id")
 @db_option
 @click.option(

@@ -11,7 +11,7 @@ from ..errors import DurablyError
 from .common import CommandError, db_option, inert, json_text, open_engine
 
 
-@click.command("signal")
+@click.command("signal", short_help="Send signal NAME (with --data) to run RUN.")
 @click.argument("run_id", metavar="RUN")
 @click.argument("name")
 @click.option(

@@ -26,8 +26,8 @@ _AT_STEP = re.compile(r"^step ([0-9][0-9.g]*): history has ")
 CODE_SIDE = (
     "the code's side: the arguments today's code passes were never recorded (the step did"
     " not run with them), so they are not in the journal and cannot be shown here; the"
-    " lengths and sha256 prefixes above are all that was kept of them. To compare, print"
-    " them where the code runs."
+    " lengths in the reason above (and sha256 prefixes, for values of 16 characters or"
+    " more) are all that was kept of them. To compare, print them where the code runs."
 )
 
 

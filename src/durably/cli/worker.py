@@ -16,7 +16,7 @@ CONNECT_RETRY_FIRST_S = 0.5
 CONNECT_RETRY_MAX_S = 30.0
 
 
-@click.command("worker")
+@click.command("worker", short_help="Claim and drive runs of MODULE:ENGINE's workflows.")
 @click.argument("target", metavar="MODULE:ENGINE")
 @click.option(
     "--concurrency",

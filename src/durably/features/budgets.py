@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..budget import Budget
 from ..errors import ConfigError
 from ..replay.ops import Op, ReadSpend, SetBudget
+from ..steps import given_text
 
 if TYPE_CHECKING:
     from ..replay.kernel import RunCore
@@ -26,7 +27,7 @@ def set_budget(core: RunCore, budget: Budget) -> Generator[Op, Any, None]:
     no position and may be called after a halt (it records nothing in the history)."""
     core.guard(halt=False)
     if not isinstance(budget, Budget):
-        raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+        raise ConfigError(f"a budget is a durably.Budget, got {given_text(budget)}")
     core.budget = budget
     if core.checking:
         return  # replay --check writes nothing and never goes live

@@ -34,9 +34,9 @@ def compensate_begin(core: RunCore, positions: list[str], error: str) -> None:
         if rec.kind != COMPENSATE or rec.digest != digest:
             raise core.poison(
                 NonDeterminism(
-                    f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
+                    f"step {pos}: history has {rec.name!r}, code asked"
                     f" for a saga compensating the steps at {', '.join(positions)}"
-                    f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
+                    f" ({COMPENSATE_NAME}). The code no longer matches this"
                     " run's history: revert the change, or let old runs finish on workers"
                     " that serve their version first. The run is blocked; nothing recorded"
                     " was lost, and it resumes once the code matches."

@@ -36,7 +36,7 @@ from ..replay.streamops import (
     close_chunks,
     next_chunk,
 )
-from ..steps import StepSignature, Usage, signature_of
+from ..steps import StepSignature, Usage, given_text, signature_of
 
 if TYPE_CHECKING:
     from ..replay.kernel import RunCore
@@ -59,7 +59,9 @@ def step_stream(
     core.guard_replay()
     if not isinstance(name, str) or not name:
         raise core.poison(
-            ConfigError(f"ctx.step_stream: the step name must be a non-empty str, got {name!r}")
+            ConfigError(
+                f"ctx.step_stream: the step name must be a non-empty str, got {given_text(name)}"
+            )
         )
     for what, f in (("fn", fn), ("assemble", assemble), ("replay", replay)):
         if f is not None and not callable(f):

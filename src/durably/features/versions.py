@@ -12,6 +12,7 @@ from ..journal import codec
 from ..journal.keys import position_key
 from ..journal.records import HALT, PATCHED
 from ..journal.text import check_name
+from ..steps import given_text
 
 if TYPE_CHECKING:
     from ..replay.kernel import RunCore
@@ -54,7 +55,9 @@ def deprecate_patch(core: RunCore, change_id: str) -> None:
 def _check_change_id(core: RunCore, change_id: object, where: str) -> None:
     if not isinstance(change_id, str) or not change_id:
         raise core.poison(
-            ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
+            ConfigError(
+                f"{where}: the change id must be a non-empty str, got {given_text(change_id)}"
+            )
         )
     try:
         check_name(change_id, f"{where}: the change id")

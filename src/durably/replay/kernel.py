@@ -56,7 +56,7 @@ from ..journal.events import (
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX
-from ..steps import StepSignature, Usage
+from ..steps import StepSignature, Usage, given_text
 from .ops import Call as Call
 from .ops import Charge as Charge
 from .ops import Op as Op
@@ -75,6 +75,15 @@ from .setup import RunSetup as RunSetup
 
 if TYPE_CHECKING:
     import uuid as _uuid
+
+# Inputs that differ with no change of code: a value the workflow body computed from the
+# wall clock, a random draw or the environment (`durably lint` finds these statically).
+_INPUTS_ADVICE = (
+    "If the code did not change, an input was computed in the workflow body from the wall"
+    " clock, a random number or the environment, which differ on every run: take it from"
+    " ctx.now(), ctx.random() or ctx.uuid() (recorded), or compute it inside a step"
+    " (`durably lint` finds such lines)."
+)
 
 NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"})()
 """Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
@@ -399,10 +408,12 @@ class RunCore:
             what = "inputs differ" if same else "steps differ"
             detail = self._inputs_diff(rec, call) if same else ""
             parts = [
-                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                f" {name!r}({digest[:12]}) ({what}).",
+                # No digest: an unsalted sha256 of the arguments gives a short value
+                # back to anyone trying the candidates (see HASH_SHOWN_CHARS_MIN).
+                f"step {pos}: history has {rec.name!r}, code asked for {name!r} ({what}).",
                 detail,
                 self._prompt_note(),
+                _INPUTS_ADVICE if same else "",
                 "The code no longer matches this run's history: revert the change, or let"
                 " old runs finish on workers that serve their version first. The run is"
                 " blocked; nothing recorded was lost, and it resumes once the code matches.",
@@ -455,7 +466,7 @@ class RunCore:
             rec = self.history[left[0]]
             raise self.poison(
                 NonDeterminism(
-                    f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                    f"step {rec.position}: history has {rec.name!r}, code"
                     f" asked for nothing (the workflow returned with {len(left)} recorded"
                     " position(s) unused). The code no longer matches this run's history; the"
                     " run is blocked and nothing recorded was lost."
@@ -532,7 +543,7 @@ class RunCore:
         after a cancel (cleanup code may say what it does); not after a stop."""
         self.guard(halt=False)
         if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
+            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {given_text(kind)}")
         check_name(kind, "ctx.emit: the kind")
         if len(self.events) >= EVENTS_BUFFERED_MAX:
             raise ConfigError(
@@ -680,7 +691,7 @@ def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
     if rec.kind == GATHER:
         had = _gather_text(codec.loads(rec.output or "null"))
     else:
-        had = f"{rec.name!r}({rec.digest[:12]})"
+        had = repr(rec.name)
     return (
         f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
         " this run's history, and no branch of the gather ran: revert the change, or let old"

@@ -39,7 +39,7 @@ from ..journal.events import (
     STEP_STARTED,
 )
 from ..shell import command
-from ..steps import StepSignature, Usage, fn_text, signature_of, warn_untyped_result
+from ..steps import StepSignature, Usage, fn_text, given_text, signature_of, warn_untyped_result
 from .kernel import NOT_DONE, type_name
 from .ops import Call, Op, Outcome, Wait, Write
 from .park import Parked
@@ -56,7 +56,7 @@ def step(
     if not isinstance(name, str) or not name:
         raise core.poison(
             ConfigError(
-                f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                f"ctx.step: the step name must be a non-empty str, got {given_text(name)}; call"
                 " ctx.step('name', fn, *args)"
             )
         )
