@@ -30,7 +30,6 @@ only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import re
@@ -46,8 +45,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
-from ..approvals import ApprovalRequest, ApprovalRow
-from ..budget import Budget, Spend, SpendEntry
+from ..approvals import ApprovalRequest
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -60,43 +58,37 @@ from ..errors import (
     StoreError,
     StoreUnavailable,
 )
-from ..events import EventPage, NewEvent
-from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
+from ..events import NewEvent
+from ..history import RunRecord, StepRecord
 from ..redact import redact
 from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs, status_list
+from .approvals import Approvals
+from .base import Owner, Served, served_pairs
+from .events import Events
+from .fleet import Fleet
+from .history import History
+from .leases import Leases
 from .rules import (
-    CANCEL_ERROR_TYPE,
-    WORKERS_MAX,
     approval_params,
-    approval_row,
     blob_params,
-    blobs_from_rows,
-    budget_params,
-    cancel_not_found,
-    cancel_plan,
-    cancelled_at_once_note,
     check_claimable,
-    check_decidable,
-    check_requeueable,
-    check_signalable,
     dead_owners,
-    fork_conflict,
-    no_doubt_error,
     overwrite_error,
     park_waits,
     quarantined_error,
     record_params,
     run_from_row,
-    spend_from_row,
-    spend_params,
-    worker_params,
-    worker_rows,
 )
+from .runs import Runs
+from .signals import Signals
+from .spend import SpendLedger
 from .sqlfiles import load_queries, migrations
+from .tx import Tx
 
 APP_NAME = "durably"
 _Q = load_queries("postgres")
+# The queries that wake waiting workers themselves (they take the schema's channel).
+_NOTIFYING = frozenset(name for name, text in _Q.items() if "%(channel)s" in text)
 _RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
@@ -108,8 +100,12 @@ T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
 
 
-class PostgresStore:
+class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet):
     """A :class:`~durably.store.base.Store` on a PostgreSQL database.
+
+    The semantics are the role modules' (:mod:`durably.store.tx`); this class is the
+    backend: the pool, the fork gate, the retry after a lost connection, error
+    translation, LISTEN/NOTIFY, the owner-lock session, and the step path's own writes.
 
     ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
     active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
@@ -315,6 +311,30 @@ class PostgresStore:
                 raise self._translate(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # -- the transaction protocol (durably.store.tx) --------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return self.where
+
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+        """``op`` in one transaction on a pooled connection, run again once on a fresh
+        connection when the first died (``tx.retried``); ``atomic=False``: in autocommit,
+        one round trip per statement."""
+
+        def run(conn: Conn, retried: bool) -> T:
+            tx = _PgTx(conn, self, retried)
+            if not atomic:
+                return op(tx)
+            with conn.transaction():
+                return op(tx)
+
+        return self._call(run)
+
+    def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
+        """``op``'s reads in autocommit (``snapshot``: the op orders its reads instead)."""
+        return self._call(lambda conn, retried: op(_PgTx(conn, self, retried)))
+
     def _translate(self, exc: psycopg.Error) -> StoreError:
         """The driver's error as a durably error, transient or permanent (see
         :func:`classify`)."""
@@ -333,114 +353,6 @@ class PostgresStore:
         return StoreError(f"{self.where}: {_first_line(exc)}")
 
     # -- runs ----------------------------------------------------------------------------
-
-    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run unless it exists; return the row and whether it was created."""
-        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        params["channel"] = self._channel
-
-        def op(conn: Conn, retried: bool) -> tuple[RunRecord, bool]:
-            with conn.transaction():
-                created = conn.execute(_Q["insert_run"], params).rowcount == 1
-                if created:
-                    event = stream.created(new.workflow, new.queue, params["now"])
-                    self._write_events(conn, new.run_id, [event])
-                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-            assert row is not None, "a run row vanished inside its own transaction"
-            run = _run(row)
-            if retried and not created:
-                # The first attempt may have committed before its connection died: the
-                # row is ours when it carries this call's own creation time, unclaimed.
-                created = run.created_at == params["now"] and run.fencing_token == 0
-            return run, created
-
-        return self._call(op)
-
-    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
-        """Create the queued run ``new`` with ``records`` as its history, in one
-        transaction; raises ``RunConflict`` when the run id exists."""
-        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        params["channel"] = self._channel
-        rows = [record_params(new.run_id, r) for r in records]
-
-        def op(conn: Conn, retried: bool) -> RunRecord:
-            with conn.transaction():
-                created = conn.execute(_Q["insert_run"], params).rowcount == 1
-                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-                assert row is not None, "a run row vanished inside its own transaction"
-                run = _run(row)
-                # On a retry the first attempt may have committed: the row is ours when
-                # it carries this fork's own incarnation (drawn once, for this call).
-                if not created and not (retried and run.incarnation == new.incarnation):
-                    raise fork_conflict(new.run_id)
-                if created:
-                    for p in rows:
-                        conn.execute(_Q["insert_record"], p)
-                    event = stream.created(new.workflow, new.queue, params["now"])
-                    self._write_events(conn, new.run_id, [event])
-            return run
-
-        return self._call(op)
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run, or None."""
-        row = self._call(lambda c, _: c.execute(_Q["get_run"], {"run_id": run_id}).fetchone())
-        return _run(row) if row is not None else None
-
-    def list_runs(
-        self,
-        status: str | Sequence[str] | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        version: str | None = None,
-        since: float | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        """Runs, newest first, keyset-paged after ``after``."""
-        statuses = status_list(status)
-        params = {
-            "statuses": statuses,
-            "workflow": workflow,
-            "limit": limit,
-            "version": version,
-            "since": since,
-            "queue": queue,
-            "search": search,
-            "after_at": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-        }
-        rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
-        return [_run(r) for r in rows]
-
-    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
-        """Unfinished runs counted per (workflow, version, status)."""
-        rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
-        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
-
-    def count_runs(
-        self,
-        workflow: str | None = None,
-        since: float | None = None,
-        version: str | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-    ) -> dict[str, int]:
-        """How many runs have each status."""
-        params = {
-            "workflow": workflow,
-            "since": since,
-            "version": version,
-            "queue": queue,
-            "search": search,
-        }
-        rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
-        return {str(status): int(n) for status, n in rows}
 
     def claim(
         self,
@@ -638,63 +550,6 @@ class PostgresStore:
         if conn is not None:
             conn.close()
 
-    def requeue(
-        self,
-        run_id: str,
-        from_statuses: Sequence[str],
-        *,
-        drop_intents: bool = False,
-        drop_positions: Sequence[str] = (),
-        resolve: tuple[str, str] | None = None,
-    ) -> RunRecord:
-        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
-
-        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
-        ``from_statuses`` or ``resolve`` names a position without an intent.
-        """
-        now = self.clock.time()
-
-        def op(conn: Conn, _: bool) -> RunRecord:
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
-                run = _run(row[:_RUN_FIELDS])
-                # Also what a retry sees when the first attempt committed: the run is
-                # queued already, and saying so is accurate.
-                check_requeueable(run, from_statuses)
-                key = {"run_id": run_id, "generation": run.generation, "now": now}
-                if resolve is not None:
-                    n = conn.execute(
-                        _Q["resolve_intent"],
-                        {**key, "position": resolve[0], "output": resolve[1]},
-                    ).rowcount
-                    if n != 1:
-                        raise no_doubt_error(run_id, resolve[0])
-                if drop_intents:
-                    conn.execute(_Q["drop_intents"], {**key, "position": None})
-                for position in drop_positions:
-                    conn.execute(_Q["drop_record"], {**key, "position": position})
-                queued = conn.execute(
-                    _Q["requeue_run"],
-                    {
-                        "run_id": run_id,
-                        "now": now,
-                        "expected_token": run.fencing_token,
-                    },
-                ).fetchone()
-                conn.execute(_Q["notify_work"], {"channel": self._channel})
-                self._write_events(conn, run_id, [stream.resumed(run, resolve is not None, now)])
-            assert queued is not None, "requeue lost a row it held FOR UPDATE"
-            return _run(queued)
-
-        return self._call(op)
-
-    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
-        """Extend the lease; False when the token is stale."""
-        params = {"run_id": run_id, "token": token, "lease_expires_at": self.clock.time() + lease_s}
-        return self._call(lambda c, _: c.execute(_Q["renew_lease"], params).rowcount == 1)
-
     def release(
         self,
         run_id: str,
@@ -786,18 +641,6 @@ class PostgresStore:
 
     # -- history -------------------------------------------------------------------------
 
-    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
-        """All records of one generation, in one query, checked on the way out."""
-        params = {"run_id": run_id, "generation": generation}
-        rows = self._call(lambda c, _: c.execute(_Q["load_history"], params).fetchall())
-        try:
-            return [StepRecord(*r).check() for r in rows]
-        except CorruptRecord as exc:
-            raise NotADurablyDatabase(
-                f"{self.where}: run {run_id!r} has a corrupt history record ({exc}); restore"
-                " it from a backup"
-            ) from exc
-
     def append(
         self,
         run_id: str,
@@ -883,12 +726,6 @@ class PostgresStore:
                 return bool(current[1])
         raise overwrite_error(run_id, rec.position)
 
-    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
-        """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
-        params = {"digests": list(digests)}
-        rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
-        return blobs_from_rows(rows)
-
     def finish(
         self,
         run_id: str,
@@ -933,201 +770,6 @@ class PostgresStore:
 
         self._call(op)
 
-    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
-        """Ask for the run to be cancelled, under its row lock (see the Store protocol).
-        A parked run wakes now: waiting workers are NOTIFYed in the same transaction."""
-        now = self.clock.time()
-
-        def op(conn: Conn, _: bool) -> RunRecord:
-            why = reason
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise cancel_not_found(run_id, self.where)
-                run = _run(row[:_RUN_FIELDS])
-                # A retry after an unknown outcome finds the flag set (or the run ended):
-                # nothing more to do, and the run as it is now is the answer.
-                plan = cancel_plan(run, bool(row[_RUN_FIELDS]))
-                if plan is None:
-                    return run
-                events: list[NewEvent] = []
-                if run.cancel_requested_at is None:
-                    conn.execute(
-                        _Q["request_cancel"], {"run_id": run_id, "reason": why, "now": now}
-                    )
-                    events.append(stream.cancel_requested(why, now))
-                    if run.status == PARKED:
-                        conn.execute(_Q["notify_work"], {"channel": self._channel})
-                else:
-                    why = run.cancel_reason  # the first reason stays
-                if plan == "at_once":
-                    conn.execute(
-                        _Q["cancel_at_once"],
-                        {
-                            "run_id": run_id,
-                            "error_type": CANCEL_ERROR_TYPE,
-                            "error_message": why,
-                            "park_reason": cancelled_at_once_note(run),
-                            "now": now,
-                            "expected_token": run.fencing_token,
-                        },
-                    )
-                    events += stream.status_changed(
-                        CANCELLED,
-                        run.fencing_token + 1,
-                        now,
-                        error_type=CANCEL_ERROR_TYPE,
-                        error_message=why,
-                    )
-                self._write_events(conn, run_id, events)
-                found = conn.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-            assert found is not None, "a cancel lost a row it held locked"
-            return _run(found)
-
-        return self._call(op)
-
-    # -- signals -------------------------------------------------------------------------
-
-    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
-        """Store a signal for the run and return its per-run number (see the Store
-        protocol); not fenced: any process may signal. A retry after a lost connection
-        finds the first attempt's signal, if it committed, by the send's dedupe."""
-        now = self.clock.time()
-        dedupe = stream.signal_dedupe(send)
-        params = {
-            "run_id": run_id,
-            "name": name,
-            "data": data,
-            "now": now,
-            "dedupe": dedupe,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, _: bool) -> int:
-            with conn.transaction():
-                status = _scalar(conn, "lock_run_for_signal", params)
-                sent = _scalar(conn, "signal_sent", params)
-                if sent is not None:
-                    return stream.sent_seq(sent)  # this send, retried: already stored
-                check_signalable(run_id, status, self.where)
-                seq = int(_scalar(conn, "next_signal_seq", params))
-                conn.execute(_Q["insert_signal"], {**params, "seq": seq})
-                event = stream.signal_received(name, seq, now, dedupe)
-                self._write_events(conn, run_id, [event])
-                if conn.execute(_Q["wake_for_signal"], params).rowcount:
-                    # Delivered at commit: a worker in LISTEN claims the run at once.
-                    conn.execute(_Q["notify_work"], params)
-            return seq
-
-        return self._call(op)
-
-    def take_signal(
-        self, run_id: str, token: int, name: str, consumer: str
-    ) -> tuple[int, str] | None:
-        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
-        the Store protocol). A retry after a lost connection finds what the first attempt
-        consumed, if it committed, by ``consumer``."""
-        params = {"run_id": run_id, "name": name, "consumer": consumer}
-
-        def op(conn: Conn, _: bool) -> tuple[int, str] | None:
-            with conn.transaction():
-                # Under the run row's lock, so a claim cannot raise the token before commit.
-                if _scalar(conn, "lock_token", params) != token:
-                    raise LeaseLost(run_id, token)
-                conn.execute(_Q["release_renamed_signal"], params)
-                found = conn.execute(_Q["taken_signal"], params).fetchone()
-                if found is None:
-                    found = conn.execute(_Q["oldest_signal"], params).fetchone()
-                    if found is None:
-                        return None
-                    conn.execute(_Q["consume_signal"], {**params, "seq": found[0]})
-            return int(found[0]), str(found[1])
-
-        return self._call(op)
-
-    # -- approvals ------------------------------------------------------------------------
-
-    def pending_approvals(
-        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
-    ) -> list[ApprovalRow]:
-        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
-        params = {"run_id": run_id, "limit": limit}
-        rows = self._call(lambda c, _: c.execute(_Q["pending_approvals"], params).fetchall())
-        return [approval_row(r) for r in rows]
-
-    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
-        """The request at ``request_id`` of the run, or None."""
-        params = {"run_id": run_id, "request_id": request_id}
-        row = self._call(lambda c, _: c.execute(_Q["get_approval"], params).fetchone())
-        return None if row is None else approval_row(row)
-
-    def decide_approval(
-        self,
-        run_id: str,
-        request_id: str,
-        *,
-        digest: str,
-        outcome: str,
-        by: str | None,
-        note: str | None,
-    ) -> ApprovalRow:
-        """A person's decision, checked and written under the run's row lock in one
-        transaction (see the Store protocol)."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-
-        def op(conn: Conn, retried: bool) -> ApprovalRow:
-            with conn.transaction():
-                run = conn.execute(_Q["lock_run_status"], key).fetchone()
-                found = conn.execute(_Q["get_approval"], key).fetchone()
-                row = None if found is None else approval_row(found)
-                if retried and row is not None and _same_decision(row, digest, outcome, by, note):
-                    # The first attempt committed before its connection died: done. (Its
-                    # digest was checked then; a decision of the same words by someone
-                    # else, named by another digest, is not this one: checked below.)
-                    return row
-                row = check_decidable(
-                    run_id,
-                    request_id,
-                    None if run is None else run[0],
-                    row,
-                    digest,
-                    now,
-                    self.where,
-                    cancelling=run is not None and bool(run[1]),
-                )
-                params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
-                conn.execute(_Q["decide_approval"], params)
-                decided = dataclasses.replace(
-                    row, outcome=outcome, by=by, note=note, decided_at=now
-                )
-                self._write_events(conn, run_id, [stream.approval_decided(decided, now)])
-                conn.execute(
-                    _Q["wake_for_approval"], {**key, "now": now, "channel": self._channel}
-                ).fetchall()
-            return decided
-
-        return self._call(op)
-
-    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
-        """The request's row for its driver, expired first when due (fenced; see the Store
-        protocol)."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-
-        def op(conn: Conn, _: bool) -> ApprovalRow | None:
-            with conn.transaction():
-                if _scalar(conn, "lock_token", key) != token:
-                    raise LeaseLost(run_id, token)
-                expired = conn.execute(_Q["expire_approval"], {**key, "now": now}).rowcount
-                found = conn.execute(_Q["get_approval"], key).fetchone()
-                row = None if found is None else approval_row(found)
-                if expired == 1 and row is not None:
-                    self._write_events(conn, run_id, [stream.approval_decided(row, now)])
-            return row
-
-        return self._call(op)
-
     # -- the event stream -----------------------------------------------------------------
 
     def _write_events(self, conn: Conn, run_id: str, events: Sequence[NewEvent]) -> None:
@@ -1154,50 +796,6 @@ class PostgresStore:
             params[f"a{i}"] = e.at
             params[f"x{i}"] = e.dedupe
         return params
-
-    # -- the spend ledger and budgets ---------------------------------------------------
-
-    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
-        """Add one call's usage to the ledger once per entry; the run's spend after it."""
-        params = spend_params(run_id, entry, self.clock.time())
-
-        def op(conn: Conn, _: bool) -> Spend:
-            # The insert commits on its own (autocommit); its entry makes a retry a no-op.
-            conn.execute(_Q["insert_spend"], params)
-            return spend_from_row(conn.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
-
-        return self._call(op)
-
-    def get_spend(self, run_id: str) -> Spend:
-        """The run's spend and stored budget."""
-        return self._call(
-            lambda c, _: spend_from_row(c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
-        )
-
-    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
-        """Store the run's budget (fenced: LeaseLost on a stale token)."""
-        params = budget_params(run_id, token, budget, self.clock.time())
-
-        def op(conn: Conn, _: bool) -> None:
-            if conn.execute(_Q["set_budget"], params).rowcount != 1:
-                raise LeaseLost(run_id, token)
-
-        self._call(op)
-
-    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
-        """Events after ``after`` (see the Store protocol); None for an unknown run."""
-        params = {"run_id": run_id, "after": after, "limit": limit}
-
-        def op(conn: Conn, _: bool) -> tuple[str | None, list[tuple[Any, ...]]]:
-            # The status first: events are read after it, so a terminal status means the
-            # page holds every event (a run's events commit in cursor order).
-            status = _scalar(conn, "run_status", params)
-            if status is None:
-                return None, []
-            return str(status), conn.execute(_Q["read_events"], params).fetchall()
-
-        status, rows = self._call(op)
-        return None if status is None else stream.page(run_id, status, rows, after, limit)
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """Block until the run's events may have grown (a NOTIFY naming it) or
@@ -1292,27 +890,6 @@ class PostgresStore:
 
         return self._call(op) if wanted else set()
 
-    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
-        """Upsert this worker's row (see the Store protocol)."""
-        params = worker_params(owner, queues, self.clock.time(), ttl_s)
-
-        def op(conn: Conn, _: bool) -> None:
-            with conn.transaction():
-                conn.execute(_Q["prune_workers"], params)
-                conn.execute(_Q["beat_worker"], params)
-
-        self._call(op)
-
-    def drop_worker(self, owner: Owner) -> None:
-        """Remove this worker's row."""
-        self._call(lambda c, _: c.execute(_Q["drop_worker"], {"owner": str(owner)}))
-
-    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
-        """Workers whose last beat has not expired."""
-        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
-        rows = self._call(lambda c, _: c.execute(_Q["live_workers"], params).fetchall())
-        return worker_rows(rows)
-
     def db_time(self) -> float | None:
         """The server's clock (``clock_timestamp()``), in seconds since the epoch."""
         return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
@@ -1334,12 +911,36 @@ class PostgresStore:
         self._pool.close()
 
 
-def _same_decision(
-    row: ApprovalRow, digest: str, outcome: str, by: str | None, note: str | None
-) -> bool:
-    """Whether ``row`` holds exactly this decision, named by this digest (a retried
-    decide whose first attempt committed)."""
-    return row.digest == digest and (row.outcome, row.by, row.note) == (outcome, by, note)
+class _PgTx:
+    """:class:`~durably.store.tx.Tx` on one pooled connection."""
+
+    __slots__ = ("_conn", "_store", "retried")
+
+    def __init__(self, conn: Conn, store: PostgresStore, retried: bool) -> None:
+        self._conn = conn
+        self._store = store
+        self.retried = retried
+
+    def q(self, name: str, /, **params: Any) -> psycopg.Cursor[tuple[Any, ...]]:
+        if name in _NOTIFYING:
+            params["channel"] = self._store._channel
+        return self._conn.execute(_Q[name], params or None)
+
+    def one(self, name: str, /, **params: Any) -> Any:
+        return self.q(name, **params).fetchone()
+
+    def scalar(self, name: str, /, **params: Any) -> Any:
+        row = self.q(name, **params).fetchone()
+        return None if row is None else row[0]
+
+    def array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
+
+    def notify(self) -> None:
+        self._conn.execute(_Q["notify_work"], {"channel": self._store._channel})
+
+    def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        self._store._write_events(self._conn, run_id, events)
 
 
 def _close(conn: Conn | None) -> None:

@@ -160,6 +160,27 @@ WHERE s.run_id = :run_id AND s.position = :position;
 -- name: check_token
 SELECT fencing_token, cancel_requested_at FROM runs WHERE run_id = :run_id;
 
+-- name: lock_token
+-- The token of a run, and whether a cancel was asked for. SQLite's lock is the caller's
+-- BEGIN IMMEDIATE (the one writer), taken before this read: nothing moves the token until
+-- commit. (PostgreSQL's lock_token locks the row itself.)
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = :run_id;
+
+-- name: lock_run_for_signal
+-- The run's status, under the caller's BEGIN IMMEDIATE (signals of one run are numbered
+-- one at a time because the database has one writer).
+SELECT status FROM runs WHERE run_id = :run_id;
+
+-- name: lock_run_for_claim
+-- The run a claim or requeue decides on, with records_at_last_start last (the caller's
+-- BEGIN IMMEDIATE holds the lock).
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason,
+       records_at_last_start
+FROM runs WHERE run_id = :run_id;
+
 -- name: finish_run
 UPDATE runs
 SET status = :status, outcome = :outcome, error_type = :error_type,
@@ -206,7 +227,11 @@ SET status = 'queued', fencing_token = fencing_token + 1, owner = NULL,
     wait_signal = NULL, outcome = NULL, error_type = NULL, error_message = NULL,
     finished_at = NULL, cancel_requested_at = NULL, cancel_reason = NULL,
     updated_at = :now
-WHERE run_id = :run_id AND fencing_token = :expected_token;
+WHERE run_id = :run_id AND fencing_token = :expected_token
+RETURNING run_id, workflow, version, prompt_version, queue, input, input_digest,
+          codec_version, status, generation, fencing_token, owner, lease_expires_at, starts,
+          starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+          created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason;
 
 -- name: running_per_queue
 -- A run of a provably dead owner (:dead) holds no slot: a claim may take it over now.
@@ -429,9 +454,9 @@ WHERE a.outcome IS NULL
 ORDER BY a.requested_at, a.run_id, a.request_id
 LIMIT :limit;
 
--- name: decision_run
+-- name: lock_run_status
 -- The run a person decides for: its status and whether a cancel was asked for (its run
--- unwinds: nobody uses a decision).
+-- unwinds: nobody uses a decision). The caller's BEGIN IMMEDIATE holds the lock.
 SELECT status, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = :run_id;
 
 -- name: decide_approval
