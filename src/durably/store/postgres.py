@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,7 +49,6 @@ from ..errors import (
     ConfigError,
     LeaseLost,
     NotADurablyDatabase,
-    RunNotFound,
     SchemaTooNew,
     StoreBusy,
     StoreDiskFull,
@@ -60,7 +57,6 @@ from ..errors import (
 )
 from ..events import NewEvent
 from ..history import RunRecord, StepRecord
-from ..redact import redact
 from . import stream
 from .approvals import Approvals
 from .base import Owner, Served, served_pairs
@@ -68,15 +64,28 @@ from .events import Events
 from .fleet import Fleet
 from .history import History
 from .leases import Leases
+from .pg import (
+    _EVENTS_VALUES_MAX,
+    _close,
+    _first_line,
+    _has_input,
+    _record_params,
+    _refused_for_good,
+)
+from .pg import (
+    _describe as _describe,
+)
+from .pg import (
+    _events_sql as _events_sql,
+)
+from .pg import (
+    classify as classify,
+)
 from .rules import (
     approval_params,
     blob_params,
-    check_claimable,
-    dead_owners,
     overwrite_error,
     park_waits,
-    quarantined_error,
-    record_params,
     run_from_row,
 )
 from .runs import Runs
@@ -93,8 +102,6 @@ _RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
 _ATTEMPTS = 2
-CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
-OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 
 T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
@@ -354,156 +361,27 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
 
     # -- runs ----------------------------------------------------------------------------
 
-    def claim(
-        self,
-        run_id: str,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord:
-        """Take the lease with a new fencing token (see the Store protocol)."""
-        now = self.clock.time()
-
-        def op(conn: Conn, retried: bool) -> RunRecord | None:
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
-                run = _run(row[:_RUN_FIELDS])
-                if (
-                    retried
-                    and run.owner == str(owner)
-                    and run.updated_at == now
-                    and (run.lease_expires_at == now + lease_s)
-                ):
-                    # The first attempt committed before its connection died: this is
-                    # our own claim, stamped with this call's time; do not claim twice.
-                    return run
-                # One rule for both stores (shared so they cannot drift apart).
-                check_claimable(run, now, owner_dead)
-                return self._take(conn, row, owner, lease_s, max_starts, now)
-
-        run = self._call(op)
-        if run is None:
-            raise quarantined_error(run_id, max_starts)
-        return run
-
-    def claim_next(
-        self,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-        served: Served,
-        queues: Sequence[str],
-        queue_limits: dict[str, int] | None = None,
-    ) -> RunRecord | None:
-        """Claim the oldest runnable run a worker may take, or return None.
-
-        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the versions this
-        worker registers (None: the registration without a version); a run without a
-        version is served by any of them. ``queue_limits`` caps running runs per queue across all
-        workers. Many workers claim at once without waiting on each other (``FOR UPDATE
-        SKIP LOCKED``). Every filter is in the query; the owners of this host found dead
-        in Python go in as a list.
-        """
-        now = self.clock.time()
-        if not served or not queues:
-            return None
+    def _served_params(self, served: Served) -> dict[str, Any]:
+        """``served`` as two parallel arrays, workflow names and versions."""
         pairs = served_pairs(served)
-        filters: dict[str, Any] = {
+        return {
             "workflows": [name for name, _ in pairs],
             "versions": [version for _, version in pairs],
-            "now": now,
         }
 
-        def op(conn: Conn, _: bool) -> RunRecord | None:
-            with conn.transaction():
-                candidates = conn.execute(
-                    _Q["same_host_owners"],
-                    {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
-                ).fetchall()
-                filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
-                filters["queues"] = self._open_queues(
-                    conn, queues, queue_limits or {}, now, filters["dead"]
-                )
-                if not filters["queues"]:
-                    return None
-                # Each pass either claims or quarantines the run it locked (which then
-                # leaves the runnable set), so the bound only guards against a bug.
-                for _scan in range(CLAIM_SCAN_MAX):
-                    row = conn.execute(_Q["next_runnable"], filters).fetchone()
-                    if row is None:
-                        return None
-                    taken = self._take(conn, row, owner, lease_s, max_starts, now)
-                    if taken is not None:
-                        return taken
-                return None
-
-        return self._call(op)
-
     def _open_queues(
-        self,
-        conn: Conn,
-        queues: Sequence[str],
-        limits: dict[str, int],
-        now: float,
-        dead: list[str],
+        self, tx: Tx, queues: Sequence[str], limits: dict[str, int], now: float, dead: list[str]
     ) -> list[str]:
         """The queues with a free slot, holding each limited queue's lock until commit;
         runs of the ``dead`` owners hold no slot."""
         limited = sorted(q for q in set(queues) if q in limits)
         for q in limited:  # sorted, so two workers never wait on each other in a cycle
-            conn.execute(_Q["lock_queue"], {"queue": q})
+            tx.q("lock_queue", queue=q)
         busy: dict[str, int] = {}
         if limited:
-            params = {"now": now, "queues": limited, "dead": dead}
-            rows = conn.execute(_Q["running_per_queue"], params)
+            rows = tx.q("running_per_queue", now=now, queues=limited, dead=dead).fetchall()
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
-
-    def _take(
-        self,
-        conn: Conn,
-        row: Sequence[Any],
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-    ) -> RunRecord | None:
-        """Claim the run of ``row`` (locked, with records_at_last_start last) inside the open
-        transaction; None when it is quarantined instead."""
-        run = _run(row[:_RUN_FIELDS])
-        records = int(
-            _scalar(conn, "count_records", {"run_id": run.run_id, "generation": run.generation})
-        )
-        # Progress = results recorded since the previous start; a run that keeps dying at the
-        # same place stops being restarted after max_starts starts.
-        stalled = 1 if records > row[_RUN_FIELDS] else run.starts_without_progress + 1
-        if stalled > max_starts:
-            conn.execute(
-                _Q["quarantine_run"],
-                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
-            )
-            self._write_events(conn, run.run_id, [stream.quarantined(run, stalled - 1, now)])
-            return None
-        self._write_events(conn, run.run_id, stream.claimed(run, str(owner), lease_s, now))
-        claimed = conn.execute(
-            _Q["claim_run"],
-            {
-                "run_id": run.run_id,
-                "owner": str(owner),
-                "lease_expires_at": now + lease_s,
-                "starts_without_progress": stalled,
-                "records": records,
-                "now": now,
-                "expected_token": run.fencing_token,
-            },
-        ).fetchone()
-        assert claimed is not None, "a claim lost a row it held FOR UPDATE"
-        return _run(claimed)
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
@@ -549,43 +427,6 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         conn, self._listen_conn = self._listen_conn, None
         if conn is not None:
             conn.close()
-
-    def release(
-        self,
-        run_id: str,
-        token: int,
-        status: str | None = None,
-        park_reason: str | None = None,
-        wake_at: float | None = None,
-        events: Sequence[NewEvent] = (),
-        error_type: str | None = None,
-    ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing.
-        ``events`` (and the new status's own event) are written when the token holds."""
-        now = self.clock.time()
-        changed = [
-            *events,
-            *stream.status_changed(status, token, now, park_reason, error_type, wake_at=wake_at),
-        ]
-        params = {
-            "run_id": run_id,
-            "token": token,
-            "status": status,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            "now": now,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, _: bool) -> None:
-            if not changed:  # a plain give-back: one autocommit statement
-                conn.execute(_Q["release_run"], params)
-                return
-            with conn.transaction():
-                if conn.execute(_Q["release_run"], params).fetchone() is not None:
-                    self._write_events(conn, run_id, changed)
-
-        self._call(op)
 
     def park(
         self,
@@ -943,95 +784,6 @@ class _PgTx:
         self._store._write_events(self._conn, run_id, events)
 
 
-def _close(conn: Conn | None) -> None:
-    """Close ``conn`` (if any), quietly: it is dropped because it failed or is done."""
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass  # already dead
-
-
-_EVENTS_VALUES_MAX = 8
-"""Events written at most as a VALUES list (a step's two, plus a few emits); more go as
-arrays. Scalar parameters cost psycopg about half of what five arrays do, the row count
-is part of the query text (so a generic plan is exact), and each count is its own
-prepared statement: few counts, few statements."""
-
-_EVENTS_ROW = (
-    "(%(k{i})s::text, %(p{i})s::text, %(d{i})s::text, %(a{i})s::double precision,"
-    " %(x{i})s::text, {n})"
-)
-# The arrays go through scalar subqueries so that the planner estimates the same row count
-# with or without their values: the cached generic plan then costs what a custom one does
-# and is kept, instead of the statement being planned again at each call.
-_EVENTS_ARRAYS = (
-    "unnest((SELECT %(kinds)s::text[]), (SELECT %(positions)s::text[]),"
-    " (SELECT %(datas)s::text[]), (SELECT %(ats)s::double precision[]),"
-    " (SELECT %(dedupes)s::text[])) WITH ORDINALITY"
-)
-_events_queries: dict[tuple[str, int], str] = {}
-
-
-def _events_sql(name: str, count: int) -> str:
-    """Query ``name`` (write_events or append_with_events) for ``count`` events: its
-    ``{events}`` rows a VALUES list of ``count`` rows, or arrays past
-    ``_EVENTS_VALUES_MAX`` (the parameters :meth:`PostgresStore._event_params` makes)."""
-    key = (name, count if count <= _EVENTS_VALUES_MAX else 0)
-    query = _events_queries.get(key)
-    if query is None:
-        if count > _EVENTS_VALUES_MAX:
-            rows = _EVENTS_ARRAYS
-        else:
-            values = (_EVENTS_ROW.format(i=i, n=i + 1) for i in range(count))
-            rows = f"(VALUES {', '.join(values)})"
-        query = _events_queries[key] = _Q[name].replace("{events}", rows)
-    return query
-
-
-def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
-    """The named parameters of ``append_record`` for one record, checked on the way in."""
-    params = record_params(run_id, rec)
-    params["token"] = token
-    return params
-
-
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
-"""serialization failure, deadlock, admin/crash shutdown, cannot connect now, too many
-connections: the same call may succeed when tried again."""
-
-
-def classify(exc: psycopg.Error) -> type[StoreError]:
-    """``StoreDiskFull`` (SQLSTATE 53100), ``StoreUnavailable`` for errors that may pass
-    (a dropped or refused connection, a serialization failure, a deadlock, a shutdown), else
-    ``StoreError`` (permanent: a schema or data problem)."""
-    state = getattr(exc, "sqlstate", None)
-    if state == "53100":
-        return StoreDiskFull
-    if state in _TRANSIENT_SQLSTATES or (
-        isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith("08"))
-    ):
-        return StoreUnavailable
-    return StoreError
-
-
-def _refused_for_good(exc: psycopg.Error) -> bool:
-    """True when the server itself refused the connection for a reason that stays (a bad
-    role, password or database name), not because it is starting, stopping or full."""
-    text = str(exc)
-    passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
-    return "FATAL:" in text and not any(p in text for p in passing)
-
-
-def _has_input(conn: Conn) -> bool:
-    """True when the server sent something on the idle connection ``conn`` (or closed it)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True  # no usable socket: let the ping find out
-    return bool(readable)
-
-
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
     row = conn.execute(_Q[query], params).fetchone()
     return None if row is None else row[0]
@@ -1039,23 +791,3 @@ def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
 
 def _run(row: Sequence[Any]) -> RunRecord:
     return run_from_row(row)
-
-
-def _describe(url: str) -> str:
-    """``PostgreSQL host:port/db`` for messages; never the password."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(
-            f"bad PostgreSQL URL: {_first_line(exc, url)}; write postgresql://user@host:port/dbname"
-        ) from None  # libpq's own message may quote the password: never chain it
-    host = info.get("host") or "localhost"
-    port = info.get("port") or "5432"
-    return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"
-
-
-def _first_line(exc: BaseException, url: str | None = None) -> str:
-    """The first line of a driver message (libpq adds multi-line detail), with credentials
-    masked: libpq may echo the part of ``url`` it could not parse, password included."""
-    text = redact(str(exc).strip(), url=url)
-    return re.split(r"\r?\n", text, maxsplit=1)[0] if text else type(exc).__name__

@@ -28,7 +28,6 @@ from ..errors import (
     ConfigError,
     LeaseLost,
     NotADurablyDatabase,
-    RunNotFound,
     SchemaTooNew,
     StoreBusy,
     StoreDiskFull,
@@ -48,11 +47,8 @@ from .private import open_private
 from .rules import (
     approval_params,
     blob_params,
-    check_claimable,
-    dead_owners,
     overwrite_error,
     park_waits,
-    quarantined_error,
     record_params,
     run_from_row,
 )
@@ -63,8 +59,6 @@ from .sqlfiles import latest_version, load_queries, migrations
 from .tx import Tx
 
 APP_NAME = "durably"
-CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
-OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 OPEN_RETRY_S = 30.0  # how long opening retries a busy journal (another process migrating)
 # SQLite's primary result codes (the low byte of an extended code).
 _BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 10, 11, 13, 14, 26
@@ -371,148 +365,21 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
 
     # -- runs ----------------------------------------------------------------------------
 
-    def claim(
-        self,
-        run_id: str,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord:
-        """Take the lease with a new fencing token (see the Store protocol)."""
-        now = self.clock.time()
-        with self._tx() as c:
-            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-            if row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
-            run = _run(row)
-            check_claimable(run, now, owner_dead)
-            taken = self._take(c, run, owner, lease_s, max_starts, now)
-        if taken is None:
-            raise quarantined_error(run_id, max_starts)
-        return taken
+    def _served_params(self, served: Served) -> dict[str, Any]:
+        """``served`` as one JSON object (names to lists of versions) for json_each."""
+        return {"served": json.dumps(served_json(served))}
 
-    def claim_next(
-        self,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-        served: Served,
-        queues: Sequence[str],
-        queue_limits: dict[str, int] | None = None,
-    ) -> RunRecord | None:
-        """Claim the oldest runnable run a worker may take, or return None.
-
-        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the versions this
-        worker registers (None: the registration without a version); a run without a
-        version is served by any of them. ``queue_limits`` caps running runs per queue across all
-        workers.
-        """
-        now = self.clock.time()
-        with self._tx() as c:
-            candidates = c.execute(
-                _Q["same_host_owners"],
-                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
-            ).fetchall()
-            dead = json.dumps(dead_owners([r[0] for r in candidates], owner_dead))
-            busy = dict(c.execute(_Q["running_per_queue"], {"now": now, "dead": dead}).fetchall())
-            open_queues = [
-                q for q in queues if (queue_limits or {}).get(q, 1 << 30) > busy.get(q, 0)
-            ]
-            if not open_queues or not served:
-                return None
-            params = {
-                "queues": json.dumps(open_queues),
-                "served": json.dumps(served_json(served)),
-                "now": now,
-                "dead": dead,
-            }
-            # Each pass either claims or quarantines the run it found (which then leaves
-            # the runnable set), so the bound only guards against a bug looping forever.
-            for _scan in range(CLAIM_SCAN_MAX):
-                row = c.execute(_Q["next_runnable"], params).fetchone()
-                if row is None:
-                    return None
-                taken = self._take(c, _run(row), owner, lease_s, max_starts, now)
-                if taken is not None:
-                    return taken
-        return None
+    def _open_queues(
+        self, tx: Tx, queues: Sequence[str], limits: dict[str, int], now: float, dead: list[str]
+    ) -> list[str]:
+        """The queues with a free slot, counted under the one writer lock the claim's
+        ``BEGIN IMMEDIATE`` holds; runs of the ``dead`` owners hold no slot."""
+        busy = dict(tx.q("running_per_queue", now=now, dead=tx.array(dead)).fetchall())
+        return [q for q in queues if limits.get(q, 1 << 30) > busy.get(q, 0)]
 
     def wait_for_work(self, timeout_s: float) -> None:
         """SQLite has no notifications: workers poll, so this just waits."""
         time.sleep(timeout_s)
-
-    def _take(
-        self,
-        c: sqlite3.Connection,
-        run: RunRecord,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-    ) -> RunRecord | None:
-        """Claim ``run`` inside the open transaction; None when it gets quarantined."""
-        records = c.execute(
-            _Q["count_records"], {"run_id": run.run_id, "generation": run.generation}
-        ).fetchone()[0]
-        # Progress = results recorded since the previous start; a run that keeps dying at
-        # the same place stops being restarted after max_starts starts.
-        last = _records_at_last_start(c, run.run_id)
-        stalled = 1 if records > last else run.starts_without_progress + 1
-        if stalled > max_starts:
-            c.execute(
-                _Q["quarantine_run"],
-                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
-            )
-            self._write_events(c, run.run_id, [stream.quarantined(run, stalled - 1, now)])
-            return None
-        self._write_events(c, run.run_id, stream.claimed(run, str(owner), lease_s, now))
-        c.execute(
-            _Q["claim_run"],
-            {
-                "run_id": run.run_id,
-                "owner": str(owner),
-                "lease_expires_at": now + lease_s,
-                "starts_without_progress": stalled,
-                "records": records,
-                "now": now,
-                "expected_token": run.fencing_token,
-            },
-        )
-        return _run(c.execute(_Q["get_run"], {"run_id": run.run_id}).fetchone())
-
-    def release(
-        self,
-        run_id: str,
-        token: int,
-        status: str | None = None,
-        park_reason: str | None = None,
-        wake_at: float | None = None,
-        events: Sequence[NewEvent] = (),
-        error_type: str | None = None,
-    ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing.
-        ``events`` (and the new status's own event) are written when the token holds."""
-        now = self.clock.time()
-        with self._tx() as c:
-            n = c.execute(
-                _Q["release_run"],
-                {
-                    "run_id": run_id,
-                    "token": token,
-                    "status": status,
-                    "park_reason": park_reason,
-                    "wake_at": wake_at,
-                    "now": now,
-                },
-            ).rowcount
-            if n == 1:
-                changed = stream.status_changed(
-                    status, token, now, park_reason, error_type, wake_at=wake_at
-                )
-                self._write_events(c, run_id, [*events, *changed])
 
     def park(
         self,
@@ -762,11 +629,6 @@ def _exec_script(c: sqlite3.Connection, script: str) -> None:
             buf = ""
     if buf.strip():
         raise StoreError(f"incomplete SQL at the end of a migration: {buf[:80]!r}")
-
-
-def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
-    row = c.execute("SELECT records_at_last_start FROM runs WHERE run_id = ?", (run_id,))
-    return int(row.fetchone()[0])
 
 
 def _run(row: tuple[Any, ...]) -> RunRecord:
