@@ -43,7 +43,6 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
-from ..approvals import ApprovalRequest
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -57,7 +56,6 @@ from ..errors import (
 )
 from ..events import NewEvent
 from ..history import RunRecord, StepRecord
-from . import stream
 from .approvals import Approvals
 from .base import Owner, Served, served_pairs
 from .events import Events
@@ -82,10 +80,8 @@ from .pg import (
     classify as classify,
 )
 from .rules import (
-    approval_params,
     blob_params,
     overwrite_error,
-    park_waits,
     run_from_row,
 )
 from .runs import Runs
@@ -359,7 +355,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             )
         return StoreError(f"{self.where}: {_first_line(exc)}")
 
-    # -- runs ----------------------------------------------------------------------------
+    # -- leases and parking: the dialect's hooks and waits ---------------------------------
 
     def _served_params(self, served: Served) -> dict[str, Any]:
         """``served`` as two parallel arrays, workflow names and versions."""
@@ -382,6 +378,13 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             rows = tx.q("running_per_queue", now=now, queues=limited, dead=dead).fetchall()
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
+
+    def _lock_for_park(self, tx: Tx, run_id: str, token: int) -> None:
+        """The row lock first, in a statement of its own: a signal, decision or cancel
+        that held the row commits first, and park_run's fresh snapshot sees it (READ
+        COMMITTED takes a snapshot per statement)."""
+        if tx.scalar("lock_token", run_id=run_id) != token:
+            raise LeaseLost(run_id, token)
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
@@ -427,58 +430,6 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         conn, self._listen_conn = self._listen_conn, None
         if conn is not None:
             conn.close()
-
-    def park(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-        *,
-        kind: str,
-        park_reason: str,
-        wake_at: float | None,
-        wait_signals: Sequence[str] = (),
-        approvals: Sequence[ApprovalRequest] = (),
-    ) -> float | None:
-        """Write ``records`` and park the run in one fenced transaction; returns the
-        effective wake time (see the Store protocol). A run due at once wakes waiting
-        workers at commit."""
-        now = self.clock.time()
-        params = [_record_params(run_id, token, r) for r in records]
-        waits, requests = park_waits(wait_signals, approvals)
-        park = {
-            "run_id": run_id,
-            "token": token,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            **waits,
-            "now": now,
-        }
-
-        def op(conn: Conn, retried: bool) -> float | None:
-            with conn.transaction():
-                # The row lock first, in a statement of its own: a signal or cancel that
-                # held the row commits first, and park_run's fresh snapshot sees it.
-                if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
-                    raise LeaseLost(run_id, token)
-                self._append(conn, run_id, token, records, params, retried)
-                asked: list[NewEvent] = []
-                for req in requests:
-                    put = conn.execute(_Q["put_approval"], approval_params(run_id, req))
-                    if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                        asked.append(stream.approval_requested(req, now))
-                row = conn.execute(_Q["park_run"], park).fetchone()
-                if row is None:
-                    raise LeaseLost(run_id, token)
-                effective: float | None = row[0]
-                if effective is not None and effective <= now:
-                    conn.execute(_Q["notify_work"], {"channel": self._channel})
-                event = stream.parked(kind, park_reason, effective, token, now)
-                self._write_events(conn, run_id, [*events, *asked, event])
-            return effective
-
-        return self._call(op)
 
     # -- history -------------------------------------------------------------------------
 
@@ -548,6 +499,15 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
                 cancel = bool(row[0])
         return cancel
 
+    def _append_records(
+        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
+    ) -> bool:
+        """The history role's hook: :meth:`_append` on the transaction's connection,
+        knowing whether this is the retry after an unknown commit."""
+        assert isinstance(tx, _PgTx)
+        params = [_record_params(run_id, token, r) for r in records]
+        return self._append(tx._conn, run_id, token, records, params, tx.retried)
+
     def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
@@ -566,50 +526,6 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             if row is not None and StepRecord(*row) == rec:
                 return bool(current[1])
         raise overwrite_error(run_id, rec.position)
-
-    def finish(
-        self,
-        run_id: str,
-        token: int,
-        status: str,
-        records: Sequence[StepRecord],
-        outcome: str | None = None,
-        error_type: str | None = None,
-        error_message: str | None = None,
-        park_reason: str | None = None,
-        events: Sequence[NewEvent] = (),
-    ) -> None:
-        """Write the last records, ``events`` and the outcome (with its event) in one
-        fenced transaction."""
-        now = self.clock.time()
-        changed = [
-            *events,
-            *stream.status_changed(status, token, now, park_reason, error_type, error_message),
-        ]
-        params = [_record_params(run_id, token, r) for r in records]
-        finish = {
-            "run_id": run_id,
-            "token": token,
-            "status": status,
-            "outcome": outcome,
-            "error_type": error_type,
-            "error_message": error_message,
-            "park_reason": park_reason,
-            "finished_at": now,
-            "now": now,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, retried: bool) -> None:
-            with conn.transaction():
-                self._append(conn, run_id, token, records, params, retried)
-                # Re-running this update on a retry is harmless: the token is unchanged
-                # by it, so it matches again and writes the same values.
-                if conn.execute(_Q["finish_run"], finish).rowcount != 1:
-                    raise LeaseLost(run_id, token)
-                self._write_events(conn, run_id, changed)
-
-        self._call(op)
 
     # -- the event stream -----------------------------------------------------------------
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from .._fork import reset_after_fork
-from ..approvals import ApprovalRequest
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -36,7 +35,6 @@ from ..errors import (
 from ..events import NewEvent
 from ..history import RunRecord, StepRecord
 from ..redact import redact_url
-from . import stream
 from .approvals import Approvals
 from .base import Owner, Served, served_json
 from .events import Events
@@ -45,10 +43,8 @@ from .history import History
 from .leases import Leases
 from .private import open_private
 from .rules import (
-    approval_params,
     blob_params,
     overwrite_error,
-    park_waits,
     record_params,
     run_from_row,
 )
@@ -363,7 +359,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             return False
         return st.f_bavail * st.f_frsize < _DISK_NEARLY_FULL_BYTES
 
-    # -- runs ----------------------------------------------------------------------------
+    # -- leases and parking: the dialect's hooks and waits ---------------------------------
 
     def _served_params(self, served: Served) -> dict[str, Any]:
         """``served`` as one JSON object (names to lists of versions) for json_each."""
@@ -377,50 +373,13 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         busy = dict(tx.q("running_per_queue", now=now, dead=tx.array(dead)).fetchall())
         return [q for q in queues if limits.get(q, 1 << 30) > busy.get(q, 0)]
 
+    def _lock_for_park(self, tx: Tx, run_id: str, token: int) -> None:
+        """Nothing to take: the park's ``BEGIN IMMEDIATE`` has held the one writer lock
+        since its start, and park_run itself is fenced on ``token``."""
+
     def wait_for_work(self, timeout_s: float) -> None:
         """SQLite has no notifications: workers poll, so this just waits."""
         time.sleep(timeout_s)
-
-    def park(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-        *,
-        kind: str,
-        park_reason: str,
-        wake_at: float | None,
-        wait_signals: Sequence[str] = (),
-        approvals: Sequence[ApprovalRequest] = (),
-    ) -> float | None:
-        """Write ``records`` and park the run in one fenced transaction; returns the
-        effective wake time (see the Store protocol)."""
-        now = self.clock.time()
-        waits, requests = park_waits(wait_signals, approvals)
-        params = {
-            "run_id": run_id,
-            "token": token,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            **waits,
-            "now": now,
-        }
-        with self._tx() as c:
-            self._append(c, run_id, token, records)
-            asked: list[NewEvent] = []
-            for req in requests:
-                put = c.execute(_Q["put_approval"], approval_params(run_id, req))
-                if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                    asked.append(stream.approval_requested(req, now))
-            # fetchall: a RETURNING statement left unfinished would keep COMMIT from running.
-            rows = c.execute(_Q["park_run"], params).fetchall()
-            if not rows:
-                raise LeaseLost(run_id, token)
-            effective: float | None = rows[0][0]
-            event = stream.parked(kind, park_reason, effective, token, now)
-            self._write_events(c, run_id, [*events, *asked, event])
-        return effective
 
     # -- history -------------------------------------------------------------------------
 
@@ -501,6 +460,13 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
                 cancel = rows[0][0] is not None
         return cancel
 
+    def _append_records(
+        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
+    ) -> bool:
+        """The history role's hook: :meth:`_append` on the transaction's connection."""
+        assert isinstance(tx, _SQLiteTx)
+        return self._append(tx._c, run_id, token, records)
+
     def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
@@ -516,44 +482,6 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         if found is not None and StepRecord(*found) == rec:
             return row[1] is not None
         raise overwrite_error(run_id, rec.position)
-
-    def finish(
-        self,
-        run_id: str,
-        token: int,
-        status: str,
-        records: Sequence[StepRecord],
-        outcome: str | None = None,
-        error_type: str | None = None,
-        error_message: str | None = None,
-        park_reason: str | None = None,
-        events: Sequence[NewEvent] = (),
-    ) -> None:
-        """Write the last records, ``events`` and the outcome (with its event) in one
-        fenced transaction."""
-        now = self.clock.time()
-        with self._tx() as c:
-            self._append(c, run_id, token, records)
-            n = c.execute(
-                _Q["finish_run"],
-                {
-                    "run_id": run_id,
-                    "token": token,
-                    "status": status,
-                    "outcome": outcome,
-                    "error_type": error_type,
-                    "error_message": error_message,
-                    "park_reason": park_reason,
-                    "finished_at": now,
-                    "now": now,
-                },
-            ).rowcount
-            if n != 1:
-                raise LeaseLost(run_id, token)
-            changed = stream.status_changed(
-                status, token, now, park_reason, error_type, error_message
-            )
-            self._write_events(c, run_id, [*events, *changed])
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """SQLite has no notifications: followers poll, so this just waits."""
