@@ -55,7 +55,7 @@ from ..errors import (
     StoreUnavailable,
 )
 from ..events import NewEvent
-from ..history import RunRecord, StepRecord
+from ..history import StepRecord
 from .approvals import Approvals
 from .base import Owner, Served, served_pairs
 from .events import Events
@@ -82,7 +82,6 @@ from .pg import (
 from .rules import (
     blob_params,
     overwrite_error,
-    run_from_row,
 )
 from .runs import Runs
 from .signals import Signals
@@ -94,7 +93,6 @@ APP_NAME = "durably"
 _Q = load_queries("postgres")
 # The queries that wake waiting workers themselves (they take the schema's channel).
 _NOTIFYING = frozenset(name for name, text in _Q.items() if "%(channel)s" in text)
-_RUN_FIELDS = len(RunRecord.__slots__)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
 _ATTEMPTS = 2
@@ -703,7 +701,3 @@ class _PgTx:
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
     row = conn.execute(_Q[query], params).fetchone()
     return None if row is None else row[0]
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return run_from_row(row)

@@ -33,7 +33,7 @@ from ..errors import (
     StoreError,
 )
 from ..events import NewEvent
-from ..history import RunRecord, StepRecord
+from ..history import StepRecord
 from ..redact import redact_url
 from .approvals import Approvals
 from .base import Owner, Served, served_json
@@ -46,7 +46,6 @@ from .rules import (
     blob_params,
     overwrite_error,
     record_params,
-    run_from_row,
 )
 from .runs import Runs
 from .signals import Signals
@@ -308,13 +307,6 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
 
-    def _read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-        with self._lock:
-            try:
-                return self._live().execute(sql, params).fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise self._translate(exc) from exc
-
     def _translate(self, exc: sqlite3.DatabaseError) -> StoreError:
         """The driver's error as a durably error: transient (busy, locked, disk full, an
         I/O error) or permanent (corruption, not a database, a schema problem)."""
@@ -557,7 +549,3 @@ def _exec_script(c: sqlite3.Connection, script: str) -> None:
             buf = ""
     if buf.strip():
         raise StoreError(f"incomplete SQL at the end of a migration: {buf[:80]!r}")
-
-
-def _run(row: tuple[Any, ...]) -> RunRecord:
-    return run_from_row(row)
