@@ -159,12 +159,26 @@ def _plain(value: Any, where: str, depth: int = 0) -> Any:
     )
 
 
+def _given(value: object) -> str:
+    """A value passed where a name or option belongs, named by its type or qualified
+    name (as ``durably.steps.fn_text`` does; this module sits below it), never quoted:
+    the message leaves the process (a partial's repr lists the values bound into it)."""
+    if isinstance(value, str):
+        return repr(value[:100])
+    if callable(value):
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        if isinstance(name, str) and name:
+            return name
+        return f"a {type(value).__qualname__} object"
+    return f"a {type(value).__qualname__} value"
+
+
 def check_action(action: Any) -> str:
     """``action`` if it is a non-empty storable name, else ``ConfigError``."""
     if not isinstance(action, str) or not action:
         raise ConfigError(
             f"ctx.request_approval: the action must be a non-empty str naming what is to be"
-            f" approved (e.g. 'refund'), got {action!r:.200}"
+            f" approved (e.g. 'refund'), got {_given(action)}"
         )
     check_name(action, "ctx.request_approval: the action")
     return action
@@ -328,7 +342,7 @@ def check_on_timeout(action: str, timeout_s: Any, on_timeout: Any) -> None:
         raise ConfigError(
             f"ctx.request_approval({action!r}): on_timeout must be 'reject' (an expired"
             " decision), 'cancel' (cancel the run) or a function called with no arguments as"
-            f" a recorded step (a safe alternative), got {on_timeout!r:.100}. The run is"
+            f" a recorded step (a safe alternative), got {_given(on_timeout)}. The run is"
             " blocked; fix the code, then resume it."
         )
 

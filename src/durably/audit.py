@@ -144,8 +144,18 @@ def _ctx_name(tree: ast.AST) -> str | None:
 
 
 def _walk(workflow: str, fn: Callable[..., Any], seen: set[int], depth: int = 0) -> Iterator[Entry]:
+    if id(fn) in seen or depth > FOLLOW_DEPTH_MAX:
+        return
     found = _source(fn)
-    if found is None or id(fn) in seen or depth > FOLLOW_DEPTH_MAX:
+    if found is None:
+        # Made by exec, a functools.partial, a module shipped as bytecode: what it reaches
+        # cannot be read, so it is unknown, never silently left out of the audit.
+        seen.add(id(fn))
+        inner = getattr(fn, "func", fn)  # a functools.partial names its function
+        label = str(getattr(inner, "__qualname__", None) or type(fn).__name__)
+        module = getattr(inner, "__module__", None) or "(no module)"
+        unread = f"{module}: its source cannot be read"
+        yield Entry(workflow, "(its steps)", label, "unknown", "unknown", unread)
         return
     seen.add(id(fn))
     tree, path, first = found

@@ -534,6 +534,7 @@ class Context:
         """
         from .streaming import StepStream
 
+        fn = _streamed_fn(self._core, name, fn)
         return StepStream(
             self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, False
         )
@@ -718,6 +719,7 @@ class AsyncContext:
         step thread, so the loop never blocks."""
         from .streaming import AsyncStepStream
 
+        fn = _streamed_fn(self._core, name, fn)
         return AsyncStepStream(
             self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, True
         )
@@ -1356,6 +1358,18 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
         ) from None
 
 
+def _branch_text(branch: object) -> str:
+    """What was passed as a gather branch, named by its type (never its ``repr``: a value
+    passed by mistake is the value, and this message leaves the process)."""
+    if isinstance(branch, _Recording):
+        return f"{branch.label!r}, a recording call already awaited"
+    kind = type(branch)
+    if inspect.iscoroutine(branch):
+        return f"the coroutine {branch.__qualname__!r}, already started"
+    article = "an" if kind.__name__[:1].lower() in "aeiou" else "a"
+    return f"{article} {kind.__qualname__} ({kind.__module__}.{kind.__qualname__})"
+
+
 def _label(branch: object) -> str:
     """What a gather records for a branch; refuses what cannot be a fresh branch."""
     if isinstance(branch, _Recording):
@@ -1365,7 +1379,7 @@ def _label(branch: object) -> str:
         return branch.__qualname__
     raise ConfigError(
         "ctx.gather takes coroutines that have not started, e.g."
-        f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {branch!r}"
+        f" ctx.gather(ctx.step('a', fa), ctx.step('b', fb)); got {_branch_text(branch)}"
     )
 
 
@@ -1377,3 +1391,23 @@ def _dispose(branches: tuple[Awaitable[Any], ...]) -> None:
                 b.close()
         elif inspect.iscoroutine(b) and inspect.getcoroutinestate(b) == "CORO_CREATED":
             b.close()
+
+
+def _streamed_fn(core: Any, name: str, fn: Any) -> Any:
+    """What ``step_stream`` runs for ``fn``: ``fn`` itself, except that a
+    ``@durably.tool`` that asks a person first is refused (the run ends blocked): a
+    streamed step records the call alone, so its approval would be skipped and the tool
+    would run unapproved."""
+    if not getattr(type(fn), "__durably_tool__", False):
+        return fn
+    if fn.approval:
+        raise core.poison(
+            ConfigError(
+                f"ctx.step_stream({name!r}, ...): the tool {fn.name!r} asks for an approval,"
+                " which a streamed step does not request: call"
+                f" ctx.request_approval({fn.name!r}, ...) before it and pass {fn.name}.fn,"
+                " or declare the tool approval=False. The run is blocked; fix the code,"
+                " then resume it."
+            )
+        )
+    return fn

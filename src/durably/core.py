@@ -597,8 +597,9 @@ class RunCore:
             what = "inputs differ" if same else "steps differ"
             detail = self._inputs_diff(rec, call) if same else ""
             parts = [
-                f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked for"
-                f" {name!r}({digest[:12]}) ({what}).",
+                # No digest: an unsalted sha256 of the arguments gives a short value
+                # back to anyone trying the candidates (see HASH_SHOWN_CHARS_MIN).
+                f"step {pos}: history has {rec.name!r}, code asked for {name!r} ({what}).",
                 detail,
                 self._prompt_note(),
                 _INPUTS_ADVICE if same else "",
@@ -654,7 +655,7 @@ class RunCore:
             rec = self.history[left[0]]
             raise self.poison(
                 NonDeterminism(
-                    f"step {rec.position}: history has {rec.name!r}({rec.digest[:12]}), code"
+                    f"step {rec.position}: history has {rec.name!r}, code"
                     f" asked for nothing (the workflow returned with {len(left)} recorded"
                     " position(s) unused). The code no longer matches this run's history; the"
                     " run is blocked and nothing recorded was lost."
@@ -704,7 +705,7 @@ class RunCore:
         after a cancel (cleanup code may say what it does); not after a stop."""
         self.guard(halt=False)
         if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {kind!r}")
+            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {_given(kind)}")
         check_name(kind, "ctx.emit: the kind")
         if len(self.events) >= EVENTS_BUFFERED_MAX:
             raise ConfigError(
@@ -731,7 +732,7 @@ class RunCore:
         no position and may be called after a halt (it records nothing in the history)."""
         self.guard(halt=False)
         if not isinstance(budget, Budget):
-            raise ConfigError(f"a budget is a durably.Budget, got {budget!r:.100}")
+            raise ConfigError(f"a budget is a durably.Budget, got {_given(budget)}")
         self.budget = budget
         if self.checking:
             return  # replay --check writes nothing and never goes live
@@ -833,9 +834,9 @@ class RunCore:
             if rec.kind != COMPENSATE or rec.digest != digest:
                 raise self.poison(
                     NonDeterminism(
-                        f"step {pos}: history has {rec.name!r}({rec.digest[:12]}), code asked"
+                        f"step {pos}: history has {rec.name!r}, code asked"
                         f" for a saga compensating the steps at {', '.join(positions)}"
-                        f" ({COMPENSATE_NAME}({digest[:12]})). The code no longer matches this"
+                        f" ({COMPENSATE_NAME}). The code no longer matches this"
                         " run's history: revert the change, or let old runs finish on workers"
                         " that serve their version first. The run is blocked; nothing recorded"
                         " was lost, and it resumes once the code matches."
@@ -1071,7 +1072,9 @@ class RunCore:
     def _check_change_id(self, change_id: object, where: str) -> None:
         if not isinstance(change_id, str) or not change_id:
             raise self.poison(
-                ConfigError(f"{where}: the change id must be a non-empty str, got {change_id!r}")
+                ConfigError(
+                    f"{where}: the change id must be a non-empty str, got {_given(change_id)}"
+                )
             )
         try:
             check_name(change_id, f"{where}: the change id")
@@ -1337,7 +1340,7 @@ class RunCore:
         if not isinstance(name, str) or not name:
             raise self.poison(
                 ConfigError(
-                    f"ctx.step: the step name must be a non-empty str, got {name!r}; call"
+                    f"ctx.step: the step name must be a non-empty str, got {_given(name)}; call"
                     " ctx.step('name', fn, *args)"
                 )
             )
@@ -1687,7 +1690,9 @@ class RunCore:
         self.guard_replay()
         if not isinstance(name, str) or not name:
             raise self.poison(
-                ConfigError(f"ctx.step_stream: the step name must be a non-empty str, got {name!r}")
+                ConfigError(
+                    f"ctx.step_stream: the step name must be a non-empty str, got {_given(name)}"
+                )
             )
         for what, f in (("fn", fn), ("assemble", assemble), ("replay", replay)):
             if f is not None and not callable(f):
@@ -2014,7 +2019,7 @@ def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
     if rec.kind == GATHER:
         had = _gather_text(codec.loads(rec.output or "null"))
     else:
-        had = f"{rec.name!r}({rec.digest[:12]})"
+        had = repr(rec.name)
     return (
         f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
         " this run's history, and no branch of the gather ran: revert the change, or let old"
@@ -2051,6 +2056,14 @@ def _later(q: tuple[int, ...], p: tuple[int, ...]) -> bool:
         if j + 1 >= len(q) or q[j + 1] != p[j + 1]:
             return False  # the gather's marker, or a sibling branch
     return False
+
+
+def _given(value: object) -> str:
+    """What was passed where a name (or a Budget) belongs, for a message that leaves the
+    process: a str as its repr (cut to 100 characters), anything else by
+    :func:`fn_text`, never its repr (a ``functools.partial`` passed by mistake lists the
+    API key bound into it)."""
+    return repr(value[:100]) if isinstance(value, str) else fn_text(value)
 
 
 def _patch_digest(change_id: str) -> str:

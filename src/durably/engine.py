@@ -1128,8 +1128,9 @@ class Engine:
                 )
             if run.input_digest != digest:
                 raise RunConflict(
-                    f"run_id {run_id!r} was started with other input ({run.input_digest[:12]}"
-                    f" vs {digest[:12]} now); use a new run_id for new input, or"
+                    # No digests: a short input is found again from its sha256.
+                    f"run_id {run_id!r} was started with other input; use a new run_id for"
+                    " new input, or"
                     " engine.resume(run_id) to continue it with its recorded input"
                 )
         return run
@@ -1540,11 +1541,17 @@ def _final_outcome(w: Workflow, run: RunRecord) -> _Final | None:
     return None
 
 
+_CURSOR_MAX = 2**63 - 1
+"""Largest event cursor: the journals keep cursors as 64-bit integers (BIGINT)."""
+
+
 def _check_cursor(after: object, limit: object) -> None:
     """Refuse a cursor or limit that is not a non-negative int, saying what to pass."""
-    if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+    if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= _CURSOR_MAX:
+        shown = repr(after) if len(repr(after)) <= 40 else f"{repr(after)[:40]}..."
         raise ConfigError(
-            f"after must be an event cursor (an int >= 0, e.g. a page's .cursor), got {after!r}"
+            f"after must be an event cursor (an int from 0 to 2**63 - 1, e.g. a page's"
+            f" .cursor), got {shown}"
         )
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= EVENTS_PAGE_MAX:
         raise ConfigError(f"limit must be an int from 1 to {EVENTS_PAGE_MAX}, got {limit!r}")
@@ -1596,7 +1603,7 @@ def _decode_input(w: Workflow, run: RunRecord) -> tuple[list[Any], dict[str, Any
     if hashlib.sha256(run.input.encode("utf-8", "surrogatepass")).hexdigest() != run.input_digest:
         raise SerializationError(
             f"run {run.run_id!r}: its recorded input does not match the sha256 it was"
-            f" created with ({run.input_digest[:16]}...): the runs row was edited or"
+            " created with: the runs row was edited or"
             " damaged after the run was created, so the input is not used. The run is"
             " blocked and nothing recorded is changed: restore the row's input from a"
             f" backup, then `{command('retry', run.run_id)}`"

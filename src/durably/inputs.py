@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
@@ -35,6 +36,9 @@ FIELDS_SHOWN_MAX: Final = 3
 FIELD_DEPTH_MAX: Final = 4
 """How deep into nested objects a message looks for the differing field."""
 KEY_SHOWN_CHARS_MAX: Final = 40
+"""The longest dict key a diff names; longer ones are named by their length."""
+# The dict keys a diff names (see _key): shaped like a field name, not like data.
+_NAMED_KEY: Final = re.compile(r"\$?[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _sha(text: str) -> str:
@@ -208,8 +212,14 @@ def _change(old: Any, new: Any) -> str:
 
 
 def _key(k: Any) -> str:
+    """A dict key as a diff may name it: a key shaped like a field name ("role",
+    "Authorization", "X-Request-Id", a codec tag such as "$map") as it is, any other key
+    by its length only, since it is data (an e-mail address, a phone number, an account
+    id keying a map)."""
     text = str(k)
-    return text if len(text) <= KEY_SHOWN_CHARS_MAX else text[:KEY_SHOWN_CHARS_MAX] + "…"
+    if len(text) <= KEY_SHOWN_CHARS_MAX and _NAMED_KEY.fullmatch(text):
+        return text
+    return f"<a key of {len(text):,} chars>"
 
 
 def _fields(old: Any, new: Any, path: str, out: list[str], depth: int = 0) -> None:

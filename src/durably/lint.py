@@ -16,7 +16,10 @@ Nothing is imported or executed: the check reads source text only.
 from __future__ import annotations
 
 import ast
+import io
 import os
+import stat
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -314,6 +317,26 @@ def lint_source(source: str, path: str = "<string>") -> list[Finding]:
                 "fix the syntax error",
             )
         ]
+    except (RecursionError, MemoryError):  # the parser's own depth limit, or Python's
+        return [_too_deep(path)]
+    try:
+        return _check(tree, source, path)
+    except RecursionError:  # parsed, but deeper than the checker's recursion follows
+        return [_too_deep(path)]
+
+
+def _too_deep(path: str) -> Finding:
+    return Finding(
+        path,
+        1,
+        1,
+        "syntax",
+        "does not parse here (an expression is nested too deeply to check)",
+        "split the expression into smaller ones",
+    )
+
+
+def _check(tree: ast.Module, source: str, path: str) -> list[Finding]:
     imports = _imports(tree)
     lines = source.splitlines()
     found: list[Finding] = []
@@ -329,24 +352,62 @@ def lint_source(source: str, path: str = "<string>") -> list[Finding]:
     return sorted(set(found), key=lambda f: (f.path, f.line, f.col, f.rule))
 
 
+def _mode(path: Path) -> int:
+    try:
+        return path.stat().st_mode
+    except OSError:  # a dangling symlink
+        return 0
+
+
 def python_files(paths: Iterable[str]) -> Iterator[Path]:
     """The ``.py`` files under ``paths`` (files as given, folders walked in name order,
     skipping virtual environments, caches and hidden folders)."""
     for p in paths:
         path = Path(p)
-        if path.is_file():
+        if path.is_file() or not path.is_dir():
             yield path
             continue
         for root, dirs, files in os.walk(path):
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
             for f in sorted(files):
-                if f.endswith(".py"):
+                if f.endswith(".py") and stat.S_ISREG(_mode(Path(root) / f)):
                     yield Path(root) / f
+
+
+def _read_source(path: Path) -> str:
+    """A file's text in the encoding its coding line declares (PEP 263; UTF-8 without
+    one), bytes that do not decode replaced (the parser then names them)."""
+    data = path.read_bytes()
+    encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    return data.decode(encoding, errors="replace")
 
 
 def lint_paths(paths: Iterable[str]) -> list[Finding]:
     """The findings in every ``.py`` file under ``paths``."""
     found: list[Finding] = []
     for f in python_files(paths):
-        found.extend(lint_source(f.read_text(encoding="utf-8", errors="replace"), str(f)))
+        # Only regular files: a dangling symlink (an editor's ``.#x.py`` lock) is no
+        # source, and reading a named pipe would wait forever.
+        if not f.is_file():
+            continue
+        try:
+            source = _read_source(f)
+        except SyntaxError as exc:  # a coding cookie naming no codec
+            found.append(
+                Finding(str(f), 1, 1, "syntax", f"does not parse ({exc})", "fix the encoding line")
+            )
+            continue
+        except OSError as exc:
+            found.append(
+                Finding(
+                    str(f),
+                    1,
+                    1,
+                    "syntax",
+                    f"cannot be read ({exc.strerror or exc})",
+                    "make it readable, or leave it out of the paths",
+                )
+            )
+            continue
+        found.extend(lint_source(source, str(f)))
     return found

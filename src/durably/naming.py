@@ -21,7 +21,10 @@ def step_name(name: str) -> Iterator[None]:
     into ``ctx.gather`` branches and nests (the innermost wins). ``name`` is a non-empty
     str, else ``ConfigError``."""
     if not isinstance(name, str) or not name:
-        raise ConfigError(f"durably.step_name takes a non-empty str, got {name!r:.100}")
+        from .steps import fn_text  # on the error path only
+
+        shown = repr(name) if isinstance(name, str) else fn_text(name)
+        raise ConfigError(f"durably.step_name takes a non-empty str, got {shown}")
     token = _NAME.set(name)
     try:
         yield

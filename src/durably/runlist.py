@@ -115,6 +115,9 @@ def decode_cursor(after: object) -> tuple[float, str] | None:
             and not isinstance(value[0], bool)
             and math.isfinite(value[0])
             and isinstance(value[1], str)
+            # A cursor is base64 of JSON anyone can write: a run id no journal holds
+            # (a NUL, a lone surrogate) is no cursor list_runs returned.
+            and unstorable(value[1]) is None
         ):
             return float(value[0]), value[1]
     raise ConfigError(

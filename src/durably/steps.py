@@ -247,7 +247,7 @@ def warn_untyped_result(name: str, fn: Callable[..., Any], value: Any) -> None:
     _UNTYPED_WARNED.add((name, type_name))
     import warnings
 
-    fn_name = getattr(fn, "__qualname__", None) or repr(fn)
+    fn_name = fn_text(fn)  # never repr: a partial lists the values bound into it
     warnings.warn(
         f"step {name!r} returned a pydantic model ({type_name}) but {fn_name} has no return"
         " annotation, so its result is returned as a dict (live and on replay); add the"

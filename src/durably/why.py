@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events as ev_kinds
 from .budget import NEAR_FRACTION, Spend
+from .errors import ConfigError
 from .events import Event
 from .history import (
     APPROVAL,
@@ -147,7 +149,21 @@ class Explanation:
 def explain(engine: Engine, run_id: str, *, now: float | None = None) -> Explanation:
     """Why run ``run_id`` is where it is and what to do, as data: what ``durably runs
     why`` prints. ``now`` (epoch seconds) defaults to the engine's clock. Reads only
-    through the engine's public methods; raises ``RunNotFound`` for an unknown run."""
+    through the engine's public methods; raises ``RunNotFound`` for an unknown run, and
+    ``ConfigError`` for an ``engine`` that is no ``durably.Engine`` or a ``now`` that is
+    no time."""
+    if not all(hasattr(engine, a) for a in ("clock", "get_run", "history", "events")):
+        raise ConfigError(
+            "durably.explain takes a durably.Engine (durably.Engine(url)) and a run id, got"
+            f" {type(engine).__module__}.{type(engine).__qualname__} for the engine"
+        )
+    if now is not None and (
+        isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now)
+    ):
+        raise ConfigError(
+            f"durably.explain: now must be None (the engine's clock) or a time in epoch"
+            f" seconds, got {type(now).__name__} {now!r:.40}"
+        )
     at = engine.clock.time() if now is None else now
     why = explain_facts(gather(engine, run_id, at))
     values = why.facts

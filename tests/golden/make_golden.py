@@ -22,7 +22,7 @@ if __package__ in (None, ""):  # run as a script: make the repository's root imp
 
 import durably
 from tests.golden import journal
-from tests.golden.workflows import register
+from tests.golden.workflows import every_tagged_value, register
 
 HERE = Path(__file__).resolve().parent
 JOURNALS = HERE / "journals"
@@ -82,6 +82,13 @@ def scenario(name: str, url: str) -> None:
                 engine.resume(name)
             except durably.Cancelled:
                 pass
+        elif name == "budget_stop":
+            try:
+                engine.run(wf, run_id=name)
+            except durably.WorkflowFailed:
+                pass  # stopped by its budget: a recorded halt, the run failed
+        elif name == "values":
+            engine.run(wf, every_tagged_value(), run_id=name)
         elif name in ("legacy_keys", "legacy_gather_keys"):
             # A run whose row has no incarnation, as rows created before migration 0002
             # were: its keys are "<run_id>:<position>".
@@ -123,6 +130,8 @@ NAMES = (
     "halts",
     "legacy_keys",
     "legacy_gather_keys",
+    "values",
+    "budget_stop",
 )
 
 

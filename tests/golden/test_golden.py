@@ -2,11 +2,12 @@
 
 Each ``journals/*.json`` is a real run of a workflow in ``workflows.py`` (written by
 ``make_golden.py``), one per capability: steps, gather, timers, signals, approvals,
-sagas, budgets, patched, blobs/inputs, halts, and both legacy key formats. The test loads
-one into a fresh journal (SQLite and PostgreSQL), built at the schema version it was
-written at and migrated by opening it, and replays it with ``durably replay --check``'s
-machinery (``durably.replaycheck``): a real replay from the top through the recorded
-history, not the finished-run shortcut, which must
+sagas, budgets, patched, blobs/inputs, halts, both legacy key formats, a budget stop,
+and values (every type the codec writes with a ``$`` tag, as input, arguments and
+output). The test loads one into a fresh journal (SQLite and PostgreSQL), built at the
+schema version it was written at and migrated by opening it, and replays it with
+``durably replay --check``'s machinery (``durably.replaycheck``): a real replay from the
+top through the recorded history, not the finished-run shortcut, which must
 
 - report no NonDeterminism (no finding),
 - reach the workflow body's end with the value (or the halt) the run recorded,
@@ -52,6 +53,8 @@ CAPABILITIES = {
     "halts",
     "legacy_keys",
     "legacy_gather_keys",
+    "values",
+    "budget_stop",
 }
 LEGACY = {"legacy_keys", "legacy_gather_keys"}
 
@@ -79,15 +82,23 @@ def test_the_goldens_hold_what_they_pin() -> None:
     assert len(g["budgets"]["spend"]) == 2 and g["budgets"]["budgets"]
     assert ("patched", "ok") in kinds["patched"]
     assert ("halt", "ok") in kinds["halts"] and g["halts"]["runs"][0]["status"] == "cancelled"
+    assert [s["name"] for s in g["budget_stop"]["steps"] if s["kind"] == "halt"] == [
+        "durably.budget"
+    ]
     blobs = g["blobs"]
     assert any(len(b["data"]) > durably.limits.OUTPUT_INLINE_BYTES_MAX for b in blobs["blobs"])
     assert any(len(b["data"]) > durably.limits.INLINE_CHARS_MAX for b in blobs["blobs"])
     for name in LEGACY:
         assert g[name]["runs"][0]["incarnation"] is None
     assert ("gather", "ok") not in kinds["legacy_gather_keys"]  # from before gather markers
+    # Every type the codec tags, in the run's input, a step's inputs and its output: a
+    # renamed tag (or a changed form) stops old journals reading and fails here.
+    values = json.dumps(g["values"])
+    untagged = [tag for tag in codec._TAG_DECODERS if f'{{\\"{tag}\\":' not in values]
+    assert untagged == [], f"the values golden holds no {untagged}: regenerate it"
     for name, d in g.items():
         assert d["golden"] == name and len(d["runs"]) == 1, name
-        assert d["runs"][0]["status"] in ("completed", "cancelled"), name
+        assert d["runs"][0]["status"] in ("completed", "cancelled", "failed"), name
 
 
 def _data_version(url: str) -> sqlite3.Connection | None:
@@ -99,6 +110,8 @@ def _data_version(url: str) -> sqlite3.Connection | None:
 def _expected(name: str, run: durably.RunRecord) -> Any:
     if run.status == "cancelled":
         return f"cancelled: {run.cancel_reason}"
+    if run.status == "failed":  # stopped by its budget: the error it failed with
+        return f"{(run.error_type or '').rpartition('.')[2]}: {run.error_message}"
     assert run.outcome is not None
     return json.loads(run.outcome)
 
@@ -123,7 +136,7 @@ def test_golden_journal_replays_with_zero_writes(path: Path, journal_url: str) -
         reached_name, value = REACHED[0]
         assert reached_name == name
         # What the body computed on replay, encoded as the run's outcome was.
-        got = value if run.status == "cancelled" else json.loads(codec.dumps(value))
+        got = value if run.status != "completed" else json.loads(codec.dumps(value))
         assert got == _expected(name, run)
         assert journal.snapshot(journal_url) == before, f"{name}: the replay wrote rows"
         if watcher is not None:

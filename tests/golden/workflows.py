@@ -13,6 +13,9 @@ reaches its end, so a test sees that a replay went through the whole recorded hi
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
+from decimal import Decimal
 from typing import Any
 
 import durably
@@ -95,6 +98,33 @@ def refund_payment(order: str, amount: int, *, idempotency_key: str) -> dict[str
 def page(who: str) -> str:
     """A step after a park."""
     return f"paged {who}"
+
+
+def every_tagged_value() -> dict[str, Any]:
+    """One value of each type the codec writes with a ``$`` tag (``durably.codec``): the
+    ``values`` golden takes them as input and as step arguments, and records them as a
+    step's output, so renaming a tag or changing its form fails the golden test."""
+    return {
+        "bytes": b"\x00\xffdurably",
+        "tuple": (1, "a"),
+        "set": {3, 1, 2},
+        "frozenset": frozenset({"x"}),
+        "datetime": dt.datetime(2026, 11, 30, 9, 0, 15, 250, tzinfo=dt.UTC),
+        "date": dt.date(2026, 11, 30),
+        "time": dt.time(9, 30, 15),
+        "timedelta": dt.timedelta(days=1, seconds=2, microseconds=5),
+        "decimal": Decimal("12.340"),
+        "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "nan": float("nan"),
+        "inf": float("-inf"),
+        "map": {1: "one", (2, 3): "pair"},
+        "dollar": {"$ref": "a user key that only looks like a tag"},
+    }
+
+
+def echo_values(values: dict[str, Any]) -> dict[str, Any]:
+    """A step whose arguments and output hold every tagged type."""
+    return {"given": values, "made": every_tagged_value()}
 
 
 # --- The workflows ---------------------------------------------------------------------
@@ -234,6 +264,23 @@ def register(engine: durably.Engine) -> dict[str, durably.Workflow]:
         REACHED.append(("legacy_gather_keys", out))
         return out
 
+    @engine.workflow(name="golden.budget_stop")
+    def budget_stop(ctx: durably.Context) -> str:
+        ctx.budget(tokens=100)
+        ctx.step("draft", model_call, "draft", 120, 40)
+        try:
+            ctx.step("review", model_call, "review", 200, 60)  # a budget halt is recorded
+        except durably.BudgetExceeded as exc:
+            REACHED.append(("budget_stop", f"{type(exc).__name__}: {exc}"))
+            raise
+        return "not reached"
+
+    @engine.workflow(name="golden.values")
+    def values(ctx: durably.Context, given: dict[str, Any]) -> dict[str, Any]:
+        out = ctx.step("echo", echo_values, given)
+        REACHED.append(("values", out))
+        return out
+
     return {
         "steps": steps,
         "gather": gather,
@@ -247,4 +294,6 @@ def register(engine: durably.Engine) -> dict[str, durably.Workflow]:
         "halts": halts,
         "legacy_keys": legacy_keys,
         "legacy_gather_keys": legacy_gather_keys,
+        "values": values,
+        "budget_stop": budget_stop,
     }

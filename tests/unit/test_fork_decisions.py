@@ -204,3 +204,38 @@ def test_cli_fork_says_where_the_fork_goes_live(
     )
     assert data.exit_code == 0, data.output
     assert (json.loads(data.output)["at"], json.loads(data.output)["live_from"]) == (2, 0)
+
+
+def test_cli_fork_names_the_signals_it_copies(
+    engine: durably.Engine, journal_url: str, tmp_path: Path
+) -> None:
+    # A signal is data delivered to a run (DESIGN: only decided approvals are not
+    # copied), so a fork past a wait copies what it took and does not wait again. Gated
+    # on a signal named "approve", that repeats the refund with nobody approving: the
+    # fork's message names each signal it copies, so the person forking sees it.
+    world = World(tmp_path / "world.db")
+
+    @engine.workflow(name="signalled")
+    def flow(ctx: durably.Context) -> str:
+        ctx.wait_for_signal("approve")  # position 0
+        ctx.step("refund", world.refund, "A-17")  # position 1
+        return "done"
+
+    with pytest.raises(durably.RunParked):
+        engine.run(flow, run_id="orig")
+    engine.signal("orig", "approve", {"by": "ana"})
+    assert engine.run(flow, run_id="orig") == "done"
+    runner = CliRunner()
+    out = runner.invoke(cli, ["fork", "orig", "--at", "1", "--run-id", "f1", "--db", journal_url])
+    assert out.exit_code == 0, out.output
+    assert "copies what the signal wait(s) 'approve' at 0 took" in out.output
+    assert "ctx.request_approval" in out.output
+    data = runner.invoke(
+        cli, ["fork", "orig", "--at", "1", "--run-id", "f2", "--json", "--db", journal_url]
+    )
+    assert data.exit_code == 0, data.output
+    assert json.loads(data.output)["signals_copied"] == [{"position": "0", "name": "approve"}]
+    none = runner.invoke(
+        cli, ["fork", "orig", "--at", "0", "--run-id", "f3", "--json", "--db", journal_url]
+    )
+    assert json.loads(none.output)["signals_copied"] == []

@@ -112,3 +112,34 @@ def test_a_shared_idempotency_database_is_warned_about(
 def test_a_missing_folder_is_still_reported_by_the_store(tmp_path: Path) -> None:
     with pytest.raises(durably.StoreError, match="check that the folder exists"):
         durably.Engine(f"sqlite:///{tmp_path / 'nowhere' / 'j.db'}")
+
+
+def test_a_journal_path_that_is_a_symlink_to_no_file_yet_creates_its_target_0600(
+    tmp_path: Path,
+) -> None:
+    # journal.db -> data/agent.db, where agent.db does not exist yet (a deploy links the
+    # journal onto a volume; or another local user planted the link in a shared folder).
+    # Once, the exclusive create refused the link, nothing warned (the target could not
+    # be stat'ed) and SQLite created the target with the umask's 0644.
+    (tmp_path / "data").mkdir()
+    for name in ("journal.db", "idem.db"):
+        (tmp_path / name).symlink_to(tmp_path / "data" / f"target-{name}")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(tmp_path / "journal.db"),
+            str(tmp_path / "idem.db"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    modes = json.loads(out.stdout)
+    assert set(modes.values()) == {"0o600"}, modes
+    for name in ("journal.db", "idem.db"):
+        target = tmp_path / "data" / f"target-{name}"
+        assert (tmp_path / name).is_symlink() and target.exists()
+        assert stat.S_IMODE(os.stat(target).st_mode) == 0o600

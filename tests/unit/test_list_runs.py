@@ -7,6 +7,7 @@ known); the 100,000-run paging walk is in tests/unit/test_list_runs_scale.py.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -343,3 +344,20 @@ def test_nothing_above_the_engine_reads_engine_store() -> None:
             if name in ("engine", "e", "_engine"):
                 found.setdefault(rel, []).append(node.lineno)
     assert set(found) == STORE_READERS_LEFT, found
+
+
+@pytest.mark.parametrize("run_id", ["a\x00b", "\ud800"], ids=["nul", "lone-surrogate"])
+def test_a_forged_cursor_naming_a_run_id_no_journal_holds_is_refused_as_a_bad_cursor(
+    engine: durably.Engine, clock: Any, journal_url: str, run_id: str
+) -> None:
+    _start(engine, clock, ["a", "b", "c"])
+    # A cursor is base64 of JSON anyone can write: this one names a run id with a
+    # character neither database takes (PostgreSQL's text refuses NUL, UTF-8 a lone
+    # surrogate). Once, it reached the query: UnicodeEncodeError or a StoreError.
+    raw = json.dumps([1e9, run_id]).encode()
+    forged = "r1." + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    with pytest.raises(durably.ConfigError, match=r"the \.next cursor of a page"):
+        engine.list_runs(after=forged)
+    res = CliRunner().invoke(cli, ["runs", "list", "--db", journal_url, "--after", forged])
+    assert res.exit_code == 1, res.output
+    assert "the .next cursor" in res.stderr and "Traceback" not in res.output

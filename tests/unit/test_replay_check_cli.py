@@ -159,3 +159,20 @@ def test_a_module_that_fails_to_import_is_one_clear_error_json_under_json(
         assert f"cannot load {target}" in error and said in error
         text = _cli(tmp_path, url, *command, target)
         assert text.returncode == 1 and said in text.stderr and "Traceback" not in text.stderr
+
+
+def test_replay_check_prints_a_run_id_with_brackets_as_it_is(tmp_path: Path) -> None:
+    # replay --check writes plain text (click.echo), not rich markup: escaping a run id
+    # for rich printed "job\[b]1" for the run "job[b]1", an id no command then finds.
+    (tmp_path / "app.py").write_text(APP)
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with durably.Engine(url) as e:
+
+        @e.workflow(name="flow")
+        def flow(ctx: durably.Context, x: int) -> int:
+            return ctx.step("c", lambda v: v + 1, ctx.step("a", lambda v: v + 1, x))
+
+        e.run(flow, 1, run_id="job[b]1")
+    out = _cli(tmp_path, url, "replay", "--check", "app:engine", APP_INSERT="1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "DIVERGES job[b]1 (flow version=-, completed)" in out.stdout, out.stdout

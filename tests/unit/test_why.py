@@ -154,7 +154,8 @@ def test_blocked_by_nondeterminism(journal_url: str) -> None:
     got = why(journal_url, "nd")
     assert got["state"] == "blocked" and got["blocked_by"] == "NonDeterminism"
     assert got["sentence"].startswith(
-        "blocked: NonDeterminism at step 0: step 0: history has 'plan'("
+        "blocked: NonDeterminism at step 0: step 0: history has 'plan', code asked for"
+        " 'make_plan' (steps differ)"
     )
     assert got["sentence"].endswith(
         "— deploy the old code, or patch it (`ctx.patched`), then `durably retry nd`"

@@ -87,6 +87,11 @@ def load_workflow(spec: str) -> Workflow:
         raise WorkflowLoadError(
             f"--workflow {spec!r}: cannot import {module_name!r}: {exc}"
         ) from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise WorkflowLoadError(
+            f"--workflow {spec!r}: importing {module_name!r} raised {type(exc).__name__}:"
+            f" {exc}; fix the module (importing it in Python shows the traceback)"
+        ) from exc
     obj = getattr(module, attr, None)
     if not isinstance(obj, Workflow):
         raise WorkflowLoadError(
@@ -98,7 +103,19 @@ def load_workflow(spec: str) -> Workflow:
 
 def import_target(name: str) -> Any:
     """Import a module by name, or a Python file by path (``path/to/file.py``); the working
-    directory is importable, as under ``python -m``."""
+    directory is importable, as under ``python -m``. A module that ends the process while
+    imported (``sys.exit``) raises ``ImportError`` saying so: the command that imports it
+    must not end with that code as though it had checked anything."""
+    try:
+        return _import_target(name)
+    except SystemExit as exc:
+        raise ImportError(
+            f"importing {name} called sys.exit({exc.code!r}); guard the script's entry point"
+            ' with `if __name__ == "__main__":` so importing it only defines things'
+        ) from None
+
+
+def _import_target(name: str) -> Any:
     if name.endswith(".py") or os.sep in name:
         path = Path(name).resolve()
         mod_name = f"durably_chaos_target_{path.stem}"

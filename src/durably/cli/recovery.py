@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ..errors import DurablyError
-from ..history import RunRecord
+from ..history import OK, SIGNAL, RunRecord, StepRecord, top_level
 from ..reopen import first_decision, top_level_at
 from .common import CommandError, db_option, inert, json_text, open_engine, run_json
 
@@ -101,12 +101,15 @@ def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: boo
 
     A fork never carries a decision: when an approval request below --at was decided,
     the fork copies only the positions below that request and goes live there, so the
-    request waits for a new decision (durably approvals list).
+    request waits for a new decision (durably approvals list). A signal the original
+    took below that point is copied like a step's result (the fork does not wait for it
+    again): the fork's message names each one.
     """
     engine = open_engine(db, as_json)
     try:
         n = top_level_at(at)  # as typed: a gather's position (4.1.0) gets its own advice
-        decided = first_decision(engine.history(run_id))
+        history = engine.history(run_id)
+        decided = first_decision(history)
         handle = engine.fork(run_id, at=n, new_run_id=new_run_id)
         run = engine.get_run(handle.run_id)
     except DurablyError as exc:
@@ -114,8 +117,15 @@ def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: boo
     finally:
         engine.close()
     live = n if decided is None else min(n, decided)
+    signals = _copied_signals(history, live)
     if as_json:
-        data = {**run_json(run), "forked_from": run_id, "at": n, "live_from": live}
+        data = {
+            **run_json(run),
+            "forked_from": run_id,
+            "at": n,
+            "live_from": live,
+            "signals_copied": [{"position": p, "name": name} for p, name in signals],
+        }
         click.echo(json_text(data))
         return
     new, old = inert(run.run_id), inert(run_id)
@@ -126,9 +136,25 @@ def fork_cmd(run_id: str, at: str, new_run_id: str | None, db: str, as_json: boo
             f" decision: it goes live there, and the request waits for a new one"
             " (durably approvals list)."
         )
+    if signals:
+        listed = ", ".join(f"{inert(repr(name))} at {p}" for p, name in signals)
+        asked += (
+            f" It copies what the signal wait(s) {listed} took, as it copies a step's"
+            " result: the fork does not wait for them again (a person's decision that a"
+            " fork must ask again belongs in ctx.request_approval)."
+        )
     copied = f"positions 0..{live - 1} replay from {old}'s journal; " if live else ""
     click.echo(
         f"run {new} forked from {old} at position {n}: {copied}from {live} on it runs"
         f" live, and its effects from there happen again, under new idempotency keys.{asked}"
         f" It is queued: a worker runs it, or engine.resume({inert(repr(run.run_id))})."
     )
+
+
+def _copied_signals(history: list[StepRecord], live: int) -> list[tuple[str, str]]:
+    """The signal waits a fork live from ``live`` copies (position, signal name)."""
+    return [
+        (r.position, r.name.removeprefix("wait_for_signal:"))
+        for r in history
+        if r.kind == SIGNAL and r.status == OK and top_level(r.position) < live
+    ]

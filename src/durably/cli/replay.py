@@ -21,7 +21,6 @@ from .common import (
     load_engine,
     module_db_option,
     since_arg,
-    term,
 )
 
 RUNS_CHECKED_MAX = 10_000_000  # bounds --limit: a check reads one history per run
@@ -122,12 +121,14 @@ def _finding_json(f: Any) -> dict[str, Any]:
 def _print(checked: int, diverging: list[dict[str, Any]], unserved: list[dict[str, Any]]) -> None:
     for row in diverging:
         click.echo(
-            f"DIVERGES {term(row['run_id'])} ({term(row['workflow'])}"
-            f" version={term(row['version'] or '-')}, {row['status']}) at position"
+            # Plain text (click.echo): inert, not term, whose rich-markup escaping would
+            # print "job\\[b]1" for the run "job[b]1".
+            f"DIVERGES {inert(row['run_id'])} ({inert(row['workflow'])}"
+            f" version={inert(row['version'] or '-')}, {row['status']}) at position"
             f" {row['position'] or '-'}: {inert(row['reason'])}"
         )
     for row in unserved:
-        click.echo(f"not checked {term(row['run_id'])}: {inert(row['reason'])}")
+        click.echo(f"not checked {inert(row['run_id'])}: {inert(row['reason'])}")
     verdict = "FAIL" if diverging else "ok"
     click.echo(
         f"{verdict}: {checked} run(s) checked, {len(diverging)} would diverge,"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -61,12 +62,32 @@ def ui_cmd(
             err=True,
         )
     click.echo(f"durably ui on {redact_url(db)}: open {url}", err=True)
-    if open_browser:
-        import webbrowser
-
-        webbrowser.open(url)
+    opener = _open_in_browser(url) if open_browser else None
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
     finally:
         engine.close()
+        if opener is not None:
+            opener.unlink(missing_ok=True)
     sys.stderr.flush()
+
+
+def _open_in_browser(url: str) -> Path:
+    """Open ``url`` in a browser through a private file that forwards to it (returned,
+    for removal when the server stops): a browser's command line is readable by every
+    local user (``ps``), and the URL carries the token (Jupyter does the same)."""
+    import html
+    import os
+    import tempfile
+    import webbrowser
+
+    fd, name = tempfile.mkstemp(prefix="durably-ui-", suffix=".html")  # mode 0600
+    shown = html.escape(url)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(
+            f'<!doctype html><meta http-equiv="refresh" content="0;url={shown}">'
+            f'<title>durably ui</title><a href="{shown}">open durably ui</a>'
+        )
+    path = Path(name)
+    webbrowser.open(path.as_uri())
+    return path

@@ -24,12 +24,31 @@ from typing import Any, NoReturn
 from .. import AsyncContext, ConfigError, Context, SerializationError, StepTimeout, current_context
 from .. import step as step_options
 from .. import usage as report_usage
+from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
+from ..redact import MASK, redact
 
 # Call options that shape how a request travels, not what it asks: left out of the
 # digest (a changed timeout is not a changed call) and never recorded (headers carry
 # credentials).
 TRANSPORT: frozenset[str] = frozenset({"timeout", "extra_headers", "extra_query", "max_retries"})
+
+# Request headers whose values are no credential: an error quoting them keeps them.
+PLAIN_HEADERS: frozenset[str] = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "anthropic-version",
+        "connection",
+        "content-length",
+        "content-type",
+        "host",
+        "user-agent",
+    }
+)
+# A quoted value shorter than this is not masked where it appears on its own (masking
+# every "true" would garble the message); credentials are longer.
+SECRET_CHARS_MIN = 8
 
 # The longest wait a Retry-After may ask for (seconds); longer ones are cut to it.
 RETRY_AFTER_MAX_S = 60.0
@@ -179,6 +198,57 @@ class _Refusal:
         raise AssertionError("a refusal is never decoded")
 
 
+def _sent_secrets(exc: BaseException) -> set[str]:
+    """The credentials the failed request carried: the values of its headers (but for
+    :data:`PLAIN_HEADERS` and the client's ``x-stainless-*`` facts), the token of an
+    ``Authorization`` scheme, and its query parameters' values."""
+    request = getattr(exc, "request", None)
+    if request is None:
+        request = getattr(getattr(exc, "response", None), "request", None)
+    found: set[str] = set()
+    headers = getattr(request, "headers", None)
+    if headers is not None:
+        for name, value in headers.items():
+            name = str(name).lower()
+            if name in PLAIN_HEADERS or name.startswith("x-stainless-"):
+                continue
+            value = str(value)
+            found.add(value)
+            scheme, _, token = value.partition(" ")
+            if token and scheme.isalpha():
+                found.add(token.strip())
+    url = getattr(request, "url", None)
+    params = getattr(url, "params", None)
+    if params is not None:
+        found.update(str(v) for _, v in params.multi_items())
+    return {f for f in found if len(f) >= SECRET_CHARS_MIN}
+
+
+def scrub(exc: BaseException, client: Any) -> None:
+    """Mask in ``exc``'s message (in place) every credential of the request it failed:
+    a server or gateway may quote the ``Authorization`` or ``x-api-key`` header, a
+    custom header or a signed query back in its error body, which the client puts in
+    the message, and durably records a failed attempt's message (its record, its
+    ``step.retried``/``step.failed`` event, ``StepFailed``). The client's own key and a
+    URL's password are masked too."""
+    secrets = _sent_secrets(exc)
+    for attr in ("api_key", "auth_token"):
+        value = getattr(client, attr, None)
+        if isinstance(value, str) and len(value) >= SECRET_CHARS_MIN:
+            secrets.add(value)
+    args = exc.args
+    if not args or not isinstance(args[0], str):
+        return
+    text = redact(args[0])
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    if text == args[0]:
+        return
+    exc.args = (text, *args[1:])
+    if isinstance(getattr(exc, "message", None), str):
+        exc.message = text  # type: ignore[attr-defined]
+
+
 def retry_after_s(exc: BaseException) -> float | None:
     """The wait a rate-limit or overload response asks for (``retry-after-ms``,
     ``Retry-After`` in seconds or as an HTTP date), at most ``RETRY_AFTER_MAX_S``."""
@@ -315,6 +385,21 @@ class Client:
             ins, outs = m.tokens(data)
         except (KeyError, TypeError, AttributeError, ValueError):
             ins, outs = 0, 0
+        counts = {"input": ins, "output": outs}
+        for what, n in counts.items():
+            if not 0 <= n <= TOKENS_MAX:
+                # A server's "unknown" (-1) or garbage: the call was made and paid for,
+                # so its result is recorded and the count is left out, not the run failed.
+                counts[what] = 0
+                model = kwargs.get("model")
+                fields = sorted(data.get("usage") or {}) if isinstance(data, dict) else []
+                self.warn_once(
+                    ("usage", str(model), what),
+                    f"{m.step}: a response for model {model!r:.80} reports {n:,} {what}"
+                    f" tokens (usage fields {', '.join(fields)}), not a count from 0 to"
+                    f" {TOKENS_MAX:,}: counted as 0 in the run's spend and budget",
+                )
+        ins, outs = counts["input"], counts["output"]
         cost = 0.0
         prices = self.settings.prices
         if prices is not None:
@@ -332,7 +417,7 @@ class Client:
                     f" prices[{shown!r}] = (usd_per_million_input, usd_per_million_output)",
                 )
             else:
-                cost = ins * found[0] / 1e6 + outs * found[1] / 1e6
+                cost = min(COST_USD_MAX, ins * found[0] / 1e6 + outs * found[1] / 1e6)
         report_usage(input_tokens=ins, output_tokens=outs, cost_usd=cost)
 
     def options(self) -> Callable[[Any], Any]:
@@ -357,7 +442,11 @@ class Client:
             try:
                 resp = self.target(m.path)(**kwargs)
             except self.provider.retryable as exc:
+                scrub(exc, self.client)
                 state.failed(exc)
+                raise
+            except self.provider.status_error as exc:
+                scrub(exc, self.client)
                 raise
             data = dump(resp)
             self.spend(m, data, kwargs)
@@ -379,7 +468,11 @@ class Client:
             try:
                 resp = await self.target(m.path)(**kwargs)
             except self.provider.retryable as exc:
+                scrub(exc, self.client)
                 state.failed(exc)
+                raise
+            except self.provider.status_error as exc:
+                scrub(exc, self.client)
                 raise
             data = dump(resp)
             self.spend(m, data, kwargs)

@@ -6,7 +6,8 @@ would be readable by every local user (0644). A new database file is created her
 before SQLite opens it, and SQLite gives its ``-wal`` and ``-shm`` files the mode of the
 database file, so they are 0600 too. An existing file readable or writable by others is
 left as it is (its owner may share it with a group on purpose) and gets one warning per
-process on the ``durably`` logger, naming the ``chmod`` to run.
+process on the ``durably`` logger, naming the ``chmod`` to run. A path that is a symlink
+to a file not there yet gets its target created 0600 the same way.
 """
 
 from __future__ import annotations
@@ -35,14 +36,26 @@ def open_private(path: str, what: str = "journal") -> None:
     """
     if path == ":memory:" or not path or os.name == "nt":
         return
+    if not _create_private(path):
+        if os.path.islink(path) and not os.path.exists(path):
+            # A symlink to a file not there yet: the exclusive create refuses the link
+            # itself, and SQLite would create the target with the umask's mode.
+            target = os.path.realpath(path)
+            if target != path and _create_private(target):
+                return
+        _warn_if_shared(path, what)
+
+
+def _create_private(path: str) -> bool:
+    """Create ``path`` 0600 if nothing is there (not even a symlink); True if it did.
+    Other errors (a missing folder, a read-only one) are left for SQLite to report as
+    it opens the file, in the store's words."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        _warn_if_shared(path, what)
-        return
     except OSError:
-        return  # SQLite's own open says what is wrong, in the store's words
+        return False
     os.close(fd)
+    return True
 
 
 def _warn_if_shared(path: str, what: str) -> None:

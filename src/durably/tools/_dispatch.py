@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import codec
+from .. import approvals, codec
 from ..context import AsyncContext, Context
-from ..errors import ConfigError, StepFailed, ToolRejected
+from ..errors import ConfigError, SerializationError, StepFailed, ToolRejected
 from ._tool import Tool
 from .schema import validate
 
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from collections.abc import Coroutine
 
 Shape = Literal["openai-chat", "openai-responses", "anthropic"]
+
+ARGUMENTS_DEPTH_MAX = 64
+"""Deepest nesting of a model's tool-call arguments (objects and arrays) dispatch passes
+on; deeper is a tool error for the model (a step's encoder, and Python's recursion
+limit, would otherwise end the run on what the model made up)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +60,25 @@ def _decode(raw: Any) -> tuple[Any, str | None]:
             return json.loads(raw), None
         except json.JSONDecodeError as exc:
             return None, f"arguments are not valid JSON ({exc.msg} at character {exc.pos})"
+        except RecursionError:
+            return None, f"arguments are nested deeper than {ARGUMENTS_DEPTH_MAX} levels"
+        except ValueError:  # e.g. a number with more digits than Python converts
+            return None, "arguments hold a number too long to read"
     return raw, None
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether ``value`` nests objects/arrays deeper than ARGUMENTS_DEPTH_MAX (iterative:
+    no recursion on what the model sent)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= ARGUMENTS_DEPTH_MAX:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children)
+    return False
 
 
 def parse(response: Any) -> tuple[Shape, list[ToolCall]]:
@@ -143,10 +166,25 @@ def _prepare(call: ToolCall, tools: dict[str, Tool]) -> tuple[Tool, dict[str, An
         return f"error: there is no tool named {call.name!r} (the tools are: {known})"
     if call.bad_json is not None:
         return f"error: {call.bad_json}; call {call.name!r} again with a JSON object"
+    if _too_deep(call.arguments):
+        return (
+            f"error: arguments for {call.name!r} are nested deeper than"
+            f" {ARGUMENTS_DEPTH_MAX} levels; call it again with flatter arguments"
+        )
     try:
-        return tool, validate(tool, call.arguments)
+        kwargs = validate(tool, call.arguments)
     except ValueError as exc:
         return f"error: invalid arguments for {call.name!r}: {exc}"
+    # What the model sent, as the step (and an approval request) will encode it: a
+    # value they cannot hold is the model's mistake, told to the model, not a reason to
+    # end the run. (What validation made of it is the tool's own: not caught here.)
+    try:
+        codec.digest(tool.name, [], call.arguments, version=codec.CODEC_VERSION)
+        if tool.approval:
+            approvals.canonical_args(tool.name, call.arguments)
+    except (SerializationError, ConfigError, RecursionError) as exc:
+        return f"error: cannot use these arguments for {call.name!r}: {exc}"
+    return tool, kwargs
 
 
 def _failure_text(call: ToolCall, exc: Exception) -> str:

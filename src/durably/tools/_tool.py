@@ -6,7 +6,8 @@ a person first, how a crash in the middle of it is resolved (an ``idempotency_ke
 parameter or a ``reconcile`` function), and a schema for the model. It records itself
 as a step when called in a workflow's body (found through
 :func:`durably.current_context`), and is the plain function everywhere else: outside a
-workflow, in tests, and inside a running step (whose step is what is recorded).
+workflow, in tests, and inside a running step (whose step is what is recorded), where
+a tool that asks for an approval refuses to run (the step would skip its approval).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 
 from ..context import Context
-from ..current import current_context
+from ..current import current_context, current_step
 from ..errors import ConfigError, ToolRejected
 from ..steps import _ATTR as _STEP_ATTR
 from ..steps import DEFAULT_OPTIONS, StepOptions
@@ -159,6 +160,15 @@ class Tool:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         ctx = current_context()
         if ctx is None:
+            if self.approval and current_step() is not None:
+                # Inside a running step: the step records the call alone, so the
+                # approval would be skipped and the tool would run unapproved.
+                raise ConfigError(
+                    f"tool {self.name!r} asks for an approval, which a call inside a running"
+                    " step cannot request: call it from the workflow body (or"
+                    f" ctx.step({self.name!r}, {self.name}, ...)) so its approval comes"
+                    f" first, or call {self.name}.fn knowingly after ctx.request_approval"
+                )
             return self.fn(*args, **kwargs)
         return self.record(ctx, self.name, args, kwargs)
 

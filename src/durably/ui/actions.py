@@ -24,7 +24,7 @@ from durably import (
     RunNotFound,
 )
 
-from .auth import CSRF_FIELD, csrf_ok
+from .auth import CSRF_FIELD, csrf_ok, same_origin
 from .render import Renderer
 
 FORM_BYTES_MAX = 256 * 1024
@@ -45,6 +45,16 @@ async def read_form(request: Request) -> dict[str, str] | Response:
         fields = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
     except UnicodeDecodeError:
         return Response("the form is not UTF-8", status_code=400, media_type="text/plain")
+    h = request.headers
+    if not request.state.bearer and not same_origin(
+        h.get("host"), h.get("origin"), h.get("sec-fetch-site")
+    ):
+        return Response(
+            "refused: this POST was sent by a page of another site or origin (its Origin or"
+            " Sec-Fetch-Site header says so); decide from the dashboard's own pages",
+            status_code=403,
+            media_type="text/plain",
+        )
     if not request.state.bearer and not csrf_ok(request.state.csrf_cookie, fields.get(CSRF_FIELD)):
         return Response(
             "refused: this POST's CSRF field does not match its cookie (reload the page and"

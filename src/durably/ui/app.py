@@ -103,8 +103,13 @@ async def _login(scope: Scope, receive: Receive, send: Send, sid: str, query: st
     site, so the browser sends the SameSite=Strict cookie with it even when the printed
     URL was opened from another application.
     """
-    # Only a path of this site: "//host/..." would be another site's address.
-    path = scope["path"] if not scope["path"].startswith("//") else "/runs"
+    # Only a path of this site, quoted: a browser reads "//host", "/\\host" and
+    # "/<tab>/host" (it drops tabs and newlines) as another site's address.
+    from urllib.parse import quote
+
+    path = quote(scope["path"], safe="/-._~!$&'()*+,;=:@")
+    if path.startswith("//") or not path.startswith("/"):
+        path = "/runs"
     clean = path + (f"?{q}" if (q := strip_token(query)) else "")
     from html import escape
 

@@ -16,6 +16,11 @@ request is checked, on loopback too (Jupyter's model):
   (double-submit): a page on another site can neither read the cookie nor send it,
   so it cannot forge a decision. A request authenticated by a Bearer header needs no
   CSRF field (browsers never attach that header on their own).
+- **Origin.** A POST whose ``Origin`` is not this server's own, or whose
+  ``Sec-Fetch-Site`` says another site or page sent it, is refused before the CSRF
+  field is read: a page on another port of localhost is the same *site* (it gets the
+  SameSite=Strict session) and can set the CSRF cookie (cookies ignore ports), so the
+  double-submit alone would not stop it.
 - **Who decides.** The approver's name is the token's name, else ``--user``, else on
   loopback the local OS user; never a form field.
 """
@@ -109,11 +114,17 @@ class Security:
             return True
         if not host_header:
             return False
-        name = host_header.lower()
-        if name.startswith("["):
-            name = name[: name.find("]") + 1] if "]" in name else name
+        name = host_header.strip().lower()
+        if name.startswith("["):  # [v6]:port: nothing but a port after the bracket
+            end = name.find("]")
+            if end < 0:
+                return False
+            name, rest = name[: end + 1], name[end + 1 :]
         else:
-            name = name.rsplit(":", 1)[0]
+            name, sep, port = name.partition(":")
+            rest = sep + port
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return False
         return name in self.hosts
 
     def token_name(self, token: str) -> tuple[bool, str | None]:
@@ -205,6 +216,24 @@ def strip_token(query: str) -> str:
     """The query string without its ``token`` parameter."""
     kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "token"]
     return urlencode(kept)
+
+
+def same_origin(host: str | None, origin: str | None, fetch_site: str | None) -> bool:
+    """Whether a POST comes from this server's own pages: its ``Sec-Fetch-Site`` (when
+    sent) is ``same-origin`` or ``none`` and its ``Origin`` (when sent) is
+    ``http(s)://`` + the request's Host. A client that sends neither (a script, curl) is
+    not a browser page and passes on to the CSRF check."""
+    site = None if fetch_site is None else fetch_site.strip().lower()
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    if origin is None:
+        return True
+    if origin.strip().lower() == "null":
+        # A browser hides the origin of a form posted under some referrer policies;
+        # its Sec-Fetch-Site (which no page can set) then says where it came from.
+        return site == "same-origin"
+    own = (host or "").strip().lower()
+    return bool(own) and origin.strip().lower() in (f"http://{own}", f"https://{own}")
 
 
 def csrf_ok(cookie: str | None, submitted: str | None) -> bool:

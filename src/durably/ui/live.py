@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from durably import DurablyError, RunNotFound
@@ -36,6 +36,11 @@ def _cursor(request: Request) -> int | None:
     except ValueError:
         return None
     return value if value >= 0 else None
+
+
+def _plain(text: str, status: int) -> Response:
+    """An error as plain text a browser never sniffs as HTML (it may quote the run id)."""
+    return PlainTextResponse(text, status, headers={"X-Content-Type-Options": "nosniff"})
 
 
 def sse_event(event: Any) -> str:
@@ -74,13 +79,13 @@ def events_route(engine: Any) -> Route:
         run_id = request.query_params.get("id", "")
         after = _cursor(request)
         if after is None:
-            return Response("Last-Event-ID/after must be a cursor (0, 1, 2, ...)", 400)
+            return _plain("Last-Event-ID/after must be a cursor (0, 1, 2, ...)", 400)
         try:
             follow = engine.follow(run_id, after=after, poll_s=SSE_POLL_S)
         except RunNotFound:
-            return Response(f"no run {run_id!r}", 404)
+            return _plain(f"no run {run_id!r}", 404)
         except DurablyError as exc:
-            return Response(str(exc), 400)
+            return _plain(str(exc), 400)
         return StreamingResponse(
             _stream(follow),
             media_type="text/event-stream",
@@ -98,7 +103,7 @@ def fragment_route(engine: Any, r: Renderer) -> Route:
         try:
             view = pages.run_view(engine, run_id)
         except RunNotFound:
-            return Response(f"no run {run_id!r}", 404)
+            return _plain(f"no run {run_id!r}", 404)
         html = r.fragment("run_live.html", csrf=getattr(request.state, "csrf", ""), **view)
         return HTMLResponse(html, headers={"Cache-Control": "no-store"})
 

@@ -64,7 +64,7 @@ def pretty_json_text(text: str | None) -> str:
         return ""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return cut(seams.visible(text))
     if isinstance(value, str):
         return cut(seams.visible(value))
@@ -113,14 +113,19 @@ def model_call(position: str, name: str, output: str | None) -> ModelCall | None
         return None
     try:
         value = json.loads(output)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict):
         return None
     if not name.startswith(MODEL_PREFIXES) and not _marked(value):
         return None
     model = str(value.get("model", ""))
-    turns = _chat_completion(value) or _response(value) or _message(value)
+    try:
+        turns = _chat_completion(value) or _response(value) or _message(value)
+    except (TypeError, AttributeError, ValueError, RecursionError):
+        # Not the provider's shape after all (a gateway's own answer): the timeline
+        # shows the step's output as a value; the page never fails on it.
+        return None
     if turns is None:
         return None
     return ModelCall(position, name, model, turns)
@@ -136,7 +141,7 @@ def _args_text(arguments: Any) -> str:
     if isinstance(arguments, str):
         try:
             return pretty(json.loads(arguments))
-        except ValueError:
+        except (ValueError, RecursionError):
             return pretty(arguments)
     return pretty(arguments)
 
@@ -256,6 +261,8 @@ _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none';"
     " form-action 'self'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" with
+    # the page's own form posts, and the Origin check needs the real one.
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
