@@ -79,10 +79,8 @@ class NewRun:
     incarnation: str = field(default_factory=new_incarnation)
 
 
-class Store(Protocol):
-    """A journal database. Every method is safe to call from any thread."""
-
-    url: str
+class RunsStore(Protocol):
+    """The runs role: create, fork, read, list and count runs; requeue and cancel them."""
 
     def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
         """Insert the run unless it exists; return the row and whether it was created.
@@ -137,6 +135,45 @@ class Store(Protocol):
         (workflow, version, status), ordered by them: what each version's workers must
         still drive before they stop."""
         ...
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, in one transaction under its row lock; return
+        the run as it is after.
+
+        Raises ``RunNotFound``, and ``RunFinished`` for a run ``completed``, ``failed`` or
+        ``continued``. A run ``cancelled`` already, or whose cancel was asked for already,
+        is returned unchanged (the first reason stays). Otherwise sets
+        ``cancel_requested_at``/``cancel_reason`` and writes ``run.cancel_requested``; a
+        ``parked`` run wakes now (``wake_at`` = now; PostgreSQL NOTIFYs waiting workers in
+        the same transaction) so it unwinds. A run whose code cannot run again without a
+        person ends ``cancelled`` at once, in the same transaction (``run.cancelled``,
+        ``error_type`` ``durably.Cancelled``, the reason as ``error_message``, a note as
+        ``park_reason``): ``queued`` with no record in its current generation (nothing
+        ran), ``blocked``, ``quarantined``, ``in_doubt`` (their cleanup does not run; to
+        let it, retry the run first). That applies also when the flag was set already."""
+        ...
+
+    def requeue(
+        self,
+        run_id: str,
+        from_statuses: Sequence[str],
+        *,
+        drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
+        resolve: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """An operator's retry/skip of a stuck or failed run: optionally drop every
+        unresolved intent (``drop_intents``), or the intents and failures at
+        ``drop_positions`` (never a result), or resolve one intent with an output; clear a
+        failure outcome and a cancel request the run never acted on, reset the no-progress
+        count, raise the fencing token and queue the run, all in one transaction. The
+        incarnation (so every key) stays."""
+        ...
+
+
+class LeasesStore(Protocol):
+    """The leases role: claim a run (or the next runnable one), renew and release the
+    lease, wait for work."""
 
     def claim(
         self,
@@ -195,71 +232,10 @@ class Store(Protocol):
         ``run.blocked`` event so ``durably runs why`` can say what to fix."""
         ...
 
-    def park(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-        *,
-        kind: str,
-        park_reason: str,
-        wake_at: float | None,
-        wait_signals: Sequence[str] = (),
-        approvals: Sequence[ApprovalRequest] = (),
-    ) -> float | None:
-        """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
-        ``records`` (with their blobs) and ``events``, set the status ``parked`` with
-        ``park_reason``, ``wake_at`` and the signal names it waits for (``wait_signals``: a
-        signal of any of them wakes it), give up the lease (no owner), and write a
-        ``run.parked`` event (``kind``, the reason, the effective wake time). Each request
-        the run waits on (``approvals``; deciding any of them wakes it) gets its
-        ``approvals`` row in the same transaction, unless it has one. When a cancel was
-        asked for, or an unconsumed signal of a waited name is already there, or a request
-        waited on was already decided, the run wakes at once instead (wake_at = now):
-        whoever sent it found the run not yet parked. Returns the effective wake time
-        (None: no timer). PostgreSQL wakes waiting workers in the same transaction when
-        the run is due at once."""
-        ...
 
-    def pending_approvals(
-        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
-    ) -> list[ApprovalRow]:
-        """Undecided approval requests of runs not finished and not being cancelled (of
-        one run, or all), oldest request first, at most ``limit``."""
-        ...
-
-    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
-        """The approval request at ``request_id`` of the run (decided or not), or None."""
-        ...
-
-    def decide_approval(
-        self,
-        run_id: str,
-        request_id: str,
-        *,
-        digest: str,
-        outcome: str,
-        by: str | None,
-        note: str | None,
-    ) -> ApprovalRow:
-        """A person's decision (``outcome`` approved or rejected), under the run's row
-        lock, in one transaction: ``RunNotFound``, ``RunFinished`` (the run ended, or a
-        cancel was asked for: it unwinds and would never use the decision),
-        ``ApprovalNotFound`` (no request there), ``ApprovalMismatch`` (``digest`` is not
-        the request's) or ``ApprovalAlreadyDecided`` (decided, or past its expiry) change
-        nothing. Otherwise the decision is written with an ``approval.decided`` event and
-        a run parked on it is woken (wake_at = now; PostgreSQL NOTIFYs the workers).
-        Returns the decided row."""
-        ...
-
-    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
-        """For the run's driver (fenced by ``token``: ``LeaseLost``): the request's row,
-        after expiring it in the same transaction when it is undecided and past its
-        ``expires_at`` (outcome ``expired``, decided at ``expires_at``, with its
-        ``approval.decided`` event), so an expiry and a person's decision can never both
-        be taken. None when the run has no request there."""
-        ...
+class HistoryStore(Protocol):
+    """The history role: a generation's records and blobs; append, finish and park (the
+    fenced writes of a run's driver)."""
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation of a run, in one query."""
@@ -306,39 +282,36 @@ class Store(Protocol):
         one fenced transaction."""
         ...
 
-    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
-        """Ask for the run to be cancelled, in one transaction under its row lock; return
-        the run as it is after.
-
-        Raises ``RunNotFound``, and ``RunFinished`` for a run ``completed``, ``failed`` or
-        ``continued``. A run ``cancelled`` already, or whose cancel was asked for already,
-        is returned unchanged (the first reason stays). Otherwise sets
-        ``cancel_requested_at``/``cancel_reason`` and writes ``run.cancel_requested``; a
-        ``parked`` run wakes now (``wake_at`` = now; PostgreSQL NOTIFYs waiting workers in
-        the same transaction) so it unwinds. A run whose code cannot run again without a
-        person ends ``cancelled`` at once, in the same transaction (``run.cancelled``,
-        ``error_type`` ``durably.Cancelled``, the reason as ``error_message``, a note as
-        ``park_reason``): ``queued`` with no record in its current generation (nothing
-        ran), ``blocked``, ``quarantined``, ``in_doubt`` (their cleanup does not run; to
-        let it, retry the run first). That applies also when the flag was set already."""
-        ...
-
-    def requeue(
+    def park(
         self,
         run_id: str,
-        from_statuses: Sequence[str],
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
         *,
-        drop_intents: bool = False,
-        drop_positions: Sequence[str] = (),
-        resolve: tuple[str, str] | None = None,
-    ) -> RunRecord:
-        """An operator's retry/skip of a stuck or failed run: optionally drop every
-        unresolved intent (``drop_intents``), or the intents and failures at
-        ``drop_positions`` (never a result), or resolve one intent with an output; clear a
-        failure outcome and a cancel request the run never acted on, reset the no-progress
-        count, raise the fencing token and queue the run, all in one transaction. The
-        incarnation (so every key) stays."""
+        kind: str,
+        park_reason: str,
+        wake_at: float | None,
+        wait_signals: Sequence[str] = (),
+        approvals: Sequence[ApprovalRequest] = (),
+    ) -> float | None:
+        """Park the run in one fenced transaction (``LeaseLost`` on a stale token): write
+        ``records`` (with their blobs) and ``events``, set the status ``parked`` with
+        ``park_reason``, ``wake_at`` and the signal names it waits for (``wait_signals``: a
+        signal of any of them wakes it), give up the lease (no owner), and write a
+        ``run.parked`` event (``kind``, the reason, the effective wake time). Each request
+        the run waits on (``approvals``; deciding any of them wakes it) gets its
+        ``approvals`` row in the same transaction, unless it has one. When a cancel was
+        asked for, or an unconsumed signal of a waited name is already there, or a request
+        waited on was already decided, the run wakes at once instead (wake_at = now):
+        whoever sent it found the run not yet parked. Returns the effective wake time
+        (None: no timer). PostgreSQL wakes waiting workers in the same transaction when
+        the run is due at once."""
         ...
+
+
+class SignalsStore(Protocol):
+    """The signals role: send a signal to a run, take one in its driver."""
 
     def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
         """Store signal ``name`` with ``data`` (canonical JSON text) for the run and
@@ -367,6 +340,53 @@ class Store(Protocol):
         another name taken by ``consumer`` (never recorded; a deploy renamed the wait
         since) goes back, unconsumed."""
 
+
+class ApprovalsStore(Protocol):
+    """The approvals role: pending requests, a decision, the driver's fenced read of it."""
+
+    def pending_approvals(
+        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
+    ) -> list[ApprovalRow]:
+        """Undecided approval requests of runs not finished and not being cancelled (of
+        one run, or all), oldest request first, at most ``limit``."""
+        ...
+
+    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
+        """The approval request at ``request_id`` of the run (decided or not), or None."""
+        ...
+
+    def decide_approval(
+        self,
+        run_id: str,
+        request_id: str,
+        *,
+        digest: str,
+        outcome: str,
+        by: str | None,
+        note: str | None,
+    ) -> ApprovalRow:
+        """A person's decision (``outcome`` approved or rejected), under the run's row
+        lock, in one transaction: ``RunNotFound``, ``RunFinished`` (the run ended, or a
+        cancel was asked for: it unwinds and would never use the decision),
+        ``ApprovalNotFound`` (no request there), ``ApprovalMismatch`` (``digest`` is not
+        the request's) or ``ApprovalAlreadyDecided`` (decided, or past its expiry) change
+        nothing. Otherwise the decision is written with an ``approval.decided`` event and
+        a run parked on it is woken (wake_at = now; PostgreSQL NOTIFYs the workers).
+        Returns the decided row."""
+        ...
+
+    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
+        """For the run's driver (fenced by ``token``: ``LeaseLost``): the request's row,
+        after expiring it in the same transaction when it is undecided and past its
+        ``expires_at`` (outcome ``expired``, decided at ``expires_at``, with its
+        ``approval.decided`` event), so an expiry and a person's decision can never both
+        be taken. None when the run has no request there."""
+        ...
+
+
+class SpendStore(Protocol):
+    """The spend role: the ledger of model usage and the run's budget."""
+
     def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
         """Add one call's usage to the run's spend ledger, in one transaction, once per
         ``entry.entry`` (a write retried after an unknown outcome adds nothing), and
@@ -384,6 +404,10 @@ class Store(Protocol):
         stale token)."""
         ...
 
+
+class EventsStore(Protocol):
+    """The events role: read a run's event stream, wait for it to grow."""
+
     def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
         """Up to ``limit`` events of the run with cursor > ``after`` in cursor order, the
         cursor to read on from, and whether the run was terminal with nothing left past
@@ -394,6 +418,10 @@ class Store(Protocol):
         """Block until the run may have new events (a notification) or ``timeout_s``
         passed. SQLite has no notifications: it just sleeps."""
         ...
+
+
+class FleetStore(Protocol):
+    """The fleet role: owner liveness (the owner lock), the workers table, the database clock."""
 
     def hold_owner(self, owner: Owner) -> None:
         """Show the database that ``owner`` (this process) is alive, for as long as the
@@ -434,6 +462,25 @@ class Store(Protocol):
         """The database server's clock (seconds since the epoch), or None when the
         database has no clock of its own (SQLite runs on this host)."""
         ...
+
+
+class Store(
+    RunsStore,
+    LeasesStore,
+    HistoryStore,
+    SignalsStore,
+    ApprovalsStore,
+    SpendStore,
+    EventsStore,
+    FleetStore,
+    Protocol,
+):
+    """A journal database, every role at once. Every method is safe to call from any
+    thread. The roles' semantics are written once (:mod:`durably.store.tx`); the
+    backends are :class:`~durably.store.sqlite.SQLiteStore` and
+    :class:`~durably.store.postgres.PostgresStore`."""
+
+    url: str
 
     def close(self) -> None:
         """Release connections."""

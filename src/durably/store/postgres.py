@@ -30,11 +30,8 @@ only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
-import re
-import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,70 +43,70 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from .._fork import reset_after_fork
-from ..approvals import ApprovalRequest, ApprovalRow
-from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
     LeaseLost,
     NotADurablyDatabase,
-    RunNotFound,
     SchemaTooNew,
     StoreBusy,
     StoreDiskFull,
     StoreError,
     StoreUnavailable,
 )
-from ..events import EventPage, NewEvent
-from ..history import CANCELLED, PARKED, CorruptRecord, RunRecord, StepRecord
-from ..redact import redact
-from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_pairs, status_list
-from .rules import (
-    CANCEL_ERROR_TYPE,
-    WORKERS_MAX,
-    approval_params,
-    approval_row,
-    blob_params,
-    blobs_from_rows,
-    budget_params,
-    cancel_not_found,
-    cancel_plan,
-    cancelled_at_once_note,
-    check_claimable,
-    check_decidable,
-    check_requeueable,
-    check_signalable,
-    dead_owners,
-    fork_conflict,
-    no_doubt_error,
-    overwrite_error,
-    park_waits,
-    quarantined_error,
-    record_params,
-    run_from_row,
-    spend_from_row,
-    spend_params,
-    worker_params,
-    worker_rows,
+from ..events import NewEvent
+from ..history import StepRecord
+from .approvals import Approvals
+from .base import Owner, Served, served_pairs
+from .events import Events
+from .fleet import Fleet
+from .history import History
+from .leases import Leases
+from .pg import (
+    _EVENTS_VALUES_MAX,
+    _close,
+    _first_line,
+    _has_input,
+    _record_params,
+    _refused_for_good,
 )
+from .pg import (
+    _describe as _describe,
+)
+from .pg import (
+    _events_sql as _events_sql,
+)
+from .pg import (
+    classify as classify,
+)
+from .rules import (
+    blob_params,
+    overwrite_error,
+)
+from .runs import Runs
+from .signals import Signals
+from .spend import SpendLedger
 from .sqlfiles import load_queries, migrations
+from .tx import Tx
 
 APP_NAME = "durably"
 _Q = load_queries("postgres")
-_RUN_FIELDS = len(RunRecord.__slots__)
+# The queries that wake waiting workers themselves (they take the schema's channel).
+_NOTIFYING = frozenset(name for name, text in _Q.items() if "%(channel)s" in text)
 # One retry: enough to step over one dead pooled connection, few enough that a server
 # that is really gone surfaces quickly as a StoreError.
 _ATTEMPTS = 2
-CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
-OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 
 T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
 
 
-class PostgresStore:
+class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet):
     """A :class:`~durably.store.base.Store` on a PostgreSQL database.
+
+    The semantics are the role modules' (:mod:`durably.store.tx`); this class is the
+    backend: the pool, the fork gate, the retry after a lost connection, error
+    translation, LISTEN/NOTIFY, the owner-lock session, and the step path's own writes.
 
     ``pool_min``/``pool_max`` bound the connection pool (one connection per concurrently
     active thread is enough); ``connect_timeout_s`` bounds both opening a connection and
@@ -315,6 +312,30 @@ class PostgresStore:
                 raise self._translate(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # -- the transaction protocol (durably.store.tx) --------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return self.where
+
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+        """``op`` in one transaction on a pooled connection, run again once on a fresh
+        connection when the first died (``tx.retried``); ``atomic=False``: in autocommit,
+        one round trip per statement."""
+
+        def run(conn: Conn, retried: bool) -> T:
+            tx = _PgTx(conn, self, retried)
+            if not atomic:
+                return op(tx)
+            with conn.transaction():
+                return op(tx)
+
+        return self._call(run)
+
+    def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
+        """``op``'s reads in autocommit (``snapshot``: the op orders its reads instead)."""
+        return self._call(lambda conn, retried: op(_PgTx(conn, self, retried)))
+
     def _translate(self, exc: psycopg.Error) -> StoreError:
         """The driver's error as a durably error, transient or permanent (see
         :func:`classify`)."""
@@ -332,266 +353,36 @@ class PostgresStore:
             )
         return StoreError(f"{self.where}: {_first_line(exc)}")
 
-    # -- runs ----------------------------------------------------------------------------
+    # -- leases and parking: the dialect's hooks and waits ---------------------------------
 
-    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run unless it exists; return the row and whether it was created."""
-        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        params["channel"] = self._channel
-
-        def op(conn: Conn, retried: bool) -> tuple[RunRecord, bool]:
-            with conn.transaction():
-                created = conn.execute(_Q["insert_run"], params).rowcount == 1
-                if created:
-                    event = stream.created(new.workflow, new.queue, params["now"])
-                    self._write_events(conn, new.run_id, [event])
-                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-            assert row is not None, "a run row vanished inside its own transaction"
-            run = _run(row)
-            if retried and not created:
-                # The first attempt may have committed before its connection died: the
-                # row is ours when it carries this call's own creation time, unclaimed.
-                created = run.created_at == params["now"] and run.fencing_token == 0
-            return run, created
-
-        return self._call(op)
-
-    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
-        """Create the queued run ``new`` with ``records`` as its history, in one
-        transaction; raises ``RunConflict`` when the run id exists."""
-        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        params["channel"] = self._channel
-        rows = [record_params(new.run_id, r) for r in records]
-
-        def op(conn: Conn, retried: bool) -> RunRecord:
-            with conn.transaction():
-                created = conn.execute(_Q["insert_run"], params).rowcount == 1
-                row = conn.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-                assert row is not None, "a run row vanished inside its own transaction"
-                run = _run(row)
-                # On a retry the first attempt may have committed: the row is ours when
-                # it carries this fork's own incarnation (drawn once, for this call).
-                if not created and not (retried and run.incarnation == new.incarnation):
-                    raise fork_conflict(new.run_id)
-                if created:
-                    for p in rows:
-                        conn.execute(_Q["insert_record"], p)
-                    event = stream.created(new.workflow, new.queue, params["now"])
-                    self._write_events(conn, new.run_id, [event])
-            return run
-
-        return self._call(op)
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run, or None."""
-        row = self._call(lambda c, _: c.execute(_Q["get_run"], {"run_id": run_id}).fetchone())
-        return _run(row) if row is not None else None
-
-    def list_runs(
-        self,
-        status: str | Sequence[str] | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        version: str | None = None,
-        since: float | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        """Runs, newest first, keyset-paged after ``after``."""
-        statuses = status_list(status)
-        params = {
-            "statuses": statuses,
-            "workflow": workflow,
-            "limit": limit,
-            "version": version,
-            "since": since,
-            "queue": queue,
-            "search": search,
-            "after_at": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-        }
-        rows = self._call(lambda c, _: c.execute(_Q["list_runs"], params).fetchall())
-        return [_run(r) for r in rows]
-
-    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
-        """Unfinished runs counted per (workflow, version, status)."""
-        rows = self._call(lambda c, _: c.execute(_Q["runs_by_version"]).fetchall())
-        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
-
-    def count_runs(
-        self,
-        workflow: str | None = None,
-        since: float | None = None,
-        version: str | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-    ) -> dict[str, int]:
-        """How many runs have each status."""
-        params = {
-            "workflow": workflow,
-            "since": since,
-            "version": version,
-            "queue": queue,
-            "search": search,
-        }
-        rows = self._call(lambda c, _: c.execute(_Q["count_runs"], params).fetchall())
-        return {str(status): int(n) for status, n in rows}
-
-    def claim(
-        self,
-        run_id: str,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord:
-        """Take the lease with a new fencing token (see the Store protocol)."""
-        now = self.clock.time()
-
-        def op(conn: Conn, retried: bool) -> RunRecord | None:
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
-                run = _run(row[:_RUN_FIELDS])
-                if (
-                    retried
-                    and run.owner == str(owner)
-                    and run.updated_at == now
-                    and (run.lease_expires_at == now + lease_s)
-                ):
-                    # The first attempt committed before its connection died: this is
-                    # our own claim, stamped with this call's time; do not claim twice.
-                    return run
-                # One rule for both stores (shared so they cannot drift apart).
-                check_claimable(run, now, owner_dead)
-                return self._take(conn, row, owner, lease_s, max_starts, now)
-
-        run = self._call(op)
-        if run is None:
-            raise quarantined_error(run_id, max_starts)
-        return run
-
-    def claim_next(
-        self,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-        served: Served,
-        queues: Sequence[str],
-        queue_limits: dict[str, int] | None = None,
-    ) -> RunRecord | None:
-        """Claim the oldest runnable run a worker may take, or return None.
-
-        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the versions this
-        worker registers (None: the registration without a version); a run without a
-        version is served by any of them. ``queue_limits`` caps running runs per queue across all
-        workers. Many workers claim at once without waiting on each other (``FOR UPDATE
-        SKIP LOCKED``). Every filter is in the query; the owners of this host found dead
-        in Python go in as a list.
-        """
-        now = self.clock.time()
-        if not served or not queues:
-            return None
+    def _served_params(self, served: Served) -> dict[str, Any]:
+        """``served`` as two parallel arrays, workflow names and versions."""
         pairs = served_pairs(served)
-        filters: dict[str, Any] = {
+        return {
             "workflows": [name for name, _ in pairs],
             "versions": [version for _, version in pairs],
-            "now": now,
         }
 
-        def op(conn: Conn, _: bool) -> RunRecord | None:
-            with conn.transaction():
-                candidates = conn.execute(
-                    _Q["same_host_owners"],
-                    {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
-                ).fetchall()
-                filters["dead"] = dead_owners([r[0] for r in candidates], owner_dead)
-                filters["queues"] = self._open_queues(
-                    conn, queues, queue_limits or {}, now, filters["dead"]
-                )
-                if not filters["queues"]:
-                    return None
-                # Each pass either claims or quarantines the run it locked (which then
-                # leaves the runnable set), so the bound only guards against a bug.
-                for _scan in range(CLAIM_SCAN_MAX):
-                    row = conn.execute(_Q["next_runnable"], filters).fetchone()
-                    if row is None:
-                        return None
-                    taken = self._take(conn, row, owner, lease_s, max_starts, now)
-                    if taken is not None:
-                        return taken
-                return None
-
-        return self._call(op)
-
     def _open_queues(
-        self,
-        conn: Conn,
-        queues: Sequence[str],
-        limits: dict[str, int],
-        now: float,
-        dead: list[str],
+        self, tx: Tx, queues: Sequence[str], limits: dict[str, int], now: float, dead: list[str]
     ) -> list[str]:
         """The queues with a free slot, holding each limited queue's lock until commit;
         runs of the ``dead`` owners hold no slot."""
         limited = sorted(q for q in set(queues) if q in limits)
         for q in limited:  # sorted, so two workers never wait on each other in a cycle
-            conn.execute(_Q["lock_queue"], {"queue": q})
+            tx.q("lock_queue", queue=q)
         busy: dict[str, int] = {}
         if limited:
-            params = {"now": now, "queues": limited, "dead": dead}
-            rows = conn.execute(_Q["running_per_queue"], params)
+            rows = tx.q("running_per_queue", now=now, queues=limited, dead=dead).fetchall()
             busy = {q: int(n) for q, n in rows}
         return [q for q in queues if q not in limits or limits[q] > busy.get(q, 0)]
 
-    def _take(
-        self,
-        conn: Conn,
-        row: Sequence[Any],
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-    ) -> RunRecord | None:
-        """Claim the run of ``row`` (locked, with records_at_last_start last) inside the open
-        transaction; None when it is quarantined instead."""
-        run = _run(row[:_RUN_FIELDS])
-        records = int(
-            _scalar(conn, "count_records", {"run_id": run.run_id, "generation": run.generation})
-        )
-        # Progress = results recorded since the previous start; a run that keeps dying at the
-        # same place stops being restarted after max_starts starts.
-        stalled = 1 if records > row[_RUN_FIELDS] else run.starts_without_progress + 1
-        if stalled > max_starts:
-            conn.execute(
-                _Q["quarantine_run"],
-                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
-            )
-            self._write_events(conn, run.run_id, [stream.quarantined(run, stalled - 1, now)])
-            return None
-        self._write_events(conn, run.run_id, stream.claimed(run, str(owner), lease_s, now))
-        claimed = conn.execute(
-            _Q["claim_run"],
-            {
-                "run_id": run.run_id,
-                "owner": str(owner),
-                "lease_expires_at": now + lease_s,
-                "starts_without_progress": stalled,
-                "records": records,
-                "now": now,
-                "expected_token": run.fencing_token,
-            },
-        ).fetchone()
-        assert claimed is not None, "a claim lost a row it held FOR UPDATE"
-        return _run(claimed)
+    def _lock_for_park(self, tx: Tx, run_id: str, token: int) -> None:
+        """The row lock first, in a statement of its own: a signal, decision or cancel
+        that held the row commits first, and park_run's fresh snapshot sees it (READ
+        COMMITTED takes a snapshot per statement)."""
+        if tx.scalar("lock_token", run_id=run_id) != token:
+            raise LeaseLost(run_id, token)
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
@@ -638,165 +429,7 @@ class PostgresStore:
         if conn is not None:
             conn.close()
 
-    def requeue(
-        self,
-        run_id: str,
-        from_statuses: Sequence[str],
-        *,
-        drop_intents: bool = False,
-        drop_positions: Sequence[str] = (),
-        resolve: tuple[str, str] | None = None,
-    ) -> RunRecord:
-        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
-
-        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
-        ``from_statuses`` or ``resolve`` names a position without an intent.
-        """
-        now = self.clock.time()
-
-        def op(conn: Conn, _: bool) -> RunRecord:
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_claim"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise RunNotFound(f"no run {run_id!r} in {self.where}")
-                run = _run(row[:_RUN_FIELDS])
-                # Also what a retry sees when the first attempt committed: the run is
-                # queued already, and saying so is accurate.
-                check_requeueable(run, from_statuses)
-                key = {"run_id": run_id, "generation": run.generation, "now": now}
-                if resolve is not None:
-                    n = conn.execute(
-                        _Q["resolve_intent"],
-                        {**key, "position": resolve[0], "output": resolve[1]},
-                    ).rowcount
-                    if n != 1:
-                        raise no_doubt_error(run_id, resolve[0])
-                if drop_intents:
-                    conn.execute(_Q["drop_intents"], {**key, "position": None})
-                for position in drop_positions:
-                    conn.execute(_Q["drop_record"], {**key, "position": position})
-                queued = conn.execute(
-                    _Q["requeue_run"],
-                    {
-                        "run_id": run_id,
-                        "now": now,
-                        "expected_token": run.fencing_token,
-                    },
-                ).fetchone()
-                conn.execute(_Q["notify_work"], {"channel": self._channel})
-                self._write_events(conn, run_id, [stream.resumed(run, resolve is not None, now)])
-            assert queued is not None, "requeue lost a row it held FOR UPDATE"
-            return _run(queued)
-
-        return self._call(op)
-
-    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
-        """Extend the lease; False when the token is stale."""
-        params = {"run_id": run_id, "token": token, "lease_expires_at": self.clock.time() + lease_s}
-        return self._call(lambda c, _: c.execute(_Q["renew_lease"], params).rowcount == 1)
-
-    def release(
-        self,
-        run_id: str,
-        token: int,
-        status: str | None = None,
-        park_reason: str | None = None,
-        wake_at: float | None = None,
-        events: Sequence[NewEvent] = (),
-        error_type: str | None = None,
-    ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing.
-        ``events`` (and the new status's own event) are written when the token holds."""
-        now = self.clock.time()
-        changed = [
-            *events,
-            *stream.status_changed(status, token, now, park_reason, error_type, wake_at=wake_at),
-        ]
-        params = {
-            "run_id": run_id,
-            "token": token,
-            "status": status,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            "now": now,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, _: bool) -> None:
-            if not changed:  # a plain give-back: one autocommit statement
-                conn.execute(_Q["release_run"], params)
-                return
-            with conn.transaction():
-                if conn.execute(_Q["release_run"], params).fetchone() is not None:
-                    self._write_events(conn, run_id, changed)
-
-        self._call(op)
-
-    def park(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-        *,
-        kind: str,
-        park_reason: str,
-        wake_at: float | None,
-        wait_signals: Sequence[str] = (),
-        approvals: Sequence[ApprovalRequest] = (),
-    ) -> float | None:
-        """Write ``records`` and park the run in one fenced transaction; returns the
-        effective wake time (see the Store protocol). A run due at once wakes waiting
-        workers at commit."""
-        now = self.clock.time()
-        params = [_record_params(run_id, token, r) for r in records]
-        waits, requests = park_waits(wait_signals, approvals)
-        park = {
-            "run_id": run_id,
-            "token": token,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            **waits,
-            "now": now,
-        }
-
-        def op(conn: Conn, retried: bool) -> float | None:
-            with conn.transaction():
-                # The row lock first, in a statement of its own: a signal or cancel that
-                # held the row commits first, and park_run's fresh snapshot sees it.
-                if _scalar(conn, "lock_token", {"run_id": run_id}) != token:
-                    raise LeaseLost(run_id, token)
-                self._append(conn, run_id, token, records, params, retried)
-                asked: list[NewEvent] = []
-                for req in requests:
-                    put = conn.execute(_Q["put_approval"], approval_params(run_id, req))
-                    if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                        asked.append(stream.approval_requested(req, now))
-                row = conn.execute(_Q["park_run"], park).fetchone()
-                if row is None:
-                    raise LeaseLost(run_id, token)
-                effective: float | None = row[0]
-                if effective is not None and effective <= now:
-                    conn.execute(_Q["notify_work"], {"channel": self._channel})
-                event = stream.parked(kind, park_reason, effective, token, now)
-                self._write_events(conn, run_id, [*events, *asked, event])
-            return effective
-
-        return self._call(op)
-
     # -- history -------------------------------------------------------------------------
-
-    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
-        """All records of one generation, in one query, checked on the way out."""
-        params = {"run_id": run_id, "generation": generation}
-        rows = self._call(lambda c, _: c.execute(_Q["load_history"], params).fetchall())
-        try:
-            return [StepRecord(*r).check() for r in rows]
-        except CorruptRecord as exc:
-            raise NotADurablyDatabase(
-                f"{self.where}: run {run_id!r} has a corrupt history record ({exc}); restore"
-                " it from a backup"
-            ) from exc
 
     def append(
         self,
@@ -864,6 +497,15 @@ class PostgresStore:
                 cancel = bool(row[0])
         return cancel
 
+    def _append_records(
+        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
+    ) -> bool:
+        """The history role's hook: :meth:`_append` on the transaction's connection,
+        knowing whether this is the retry after an unknown commit."""
+        assert isinstance(tx, _PgTx)
+        params = [_record_params(run_id, token, r) for r in records]
+        return self._append(tx._conn, run_id, token, records, params, tx.retried)
+
     def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
@@ -882,251 +524,6 @@ class PostgresStore:
             if row is not None and StepRecord(*row) == rec:
                 return bool(current[1])
         raise overwrite_error(run_id, rec.position)
-
-    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
-        """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
-        params = {"digests": list(digests)}
-        rows = self._call(lambda c, _: c.execute(_Q["get_blobs"], params).fetchall())
-        return blobs_from_rows(rows)
-
-    def finish(
-        self,
-        run_id: str,
-        token: int,
-        status: str,
-        records: Sequence[StepRecord],
-        outcome: str | None = None,
-        error_type: str | None = None,
-        error_message: str | None = None,
-        park_reason: str | None = None,
-        events: Sequence[NewEvent] = (),
-    ) -> None:
-        """Write the last records, ``events`` and the outcome (with its event) in one
-        fenced transaction."""
-        now = self.clock.time()
-        changed = [
-            *events,
-            *stream.status_changed(status, token, now, park_reason, error_type, error_message),
-        ]
-        params = [_record_params(run_id, token, r) for r in records]
-        finish = {
-            "run_id": run_id,
-            "token": token,
-            "status": status,
-            "outcome": outcome,
-            "error_type": error_type,
-            "error_message": error_message,
-            "park_reason": park_reason,
-            "finished_at": now,
-            "now": now,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, retried: bool) -> None:
-            with conn.transaction():
-                self._append(conn, run_id, token, records, params, retried)
-                # Re-running this update on a retry is harmless: the token is unchanged
-                # by it, so it matches again and writes the same values.
-                if conn.execute(_Q["finish_run"], finish).rowcount != 1:
-                    raise LeaseLost(run_id, token)
-                self._write_events(conn, run_id, changed)
-
-        self._call(op)
-
-    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
-        """Ask for the run to be cancelled, under its row lock (see the Store protocol).
-        A parked run wakes now: waiting workers are NOTIFYed in the same transaction."""
-        now = self.clock.time()
-
-        def op(conn: Conn, _: bool) -> RunRecord:
-            why = reason
-            with conn.transaction():
-                row = conn.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
-                if row is None:
-                    raise cancel_not_found(run_id, self.where)
-                run = _run(row[:_RUN_FIELDS])
-                # A retry after an unknown outcome finds the flag set (or the run ended):
-                # nothing more to do, and the run as it is now is the answer.
-                plan = cancel_plan(run, bool(row[_RUN_FIELDS]))
-                if plan is None:
-                    return run
-                events: list[NewEvent] = []
-                if run.cancel_requested_at is None:
-                    conn.execute(
-                        _Q["request_cancel"], {"run_id": run_id, "reason": why, "now": now}
-                    )
-                    events.append(stream.cancel_requested(why, now))
-                    if run.status == PARKED:
-                        conn.execute(_Q["notify_work"], {"channel": self._channel})
-                else:
-                    why = run.cancel_reason  # the first reason stays
-                if plan == "at_once":
-                    conn.execute(
-                        _Q["cancel_at_once"],
-                        {
-                            "run_id": run_id,
-                            "error_type": CANCEL_ERROR_TYPE,
-                            "error_message": why,
-                            "park_reason": cancelled_at_once_note(run),
-                            "now": now,
-                            "expected_token": run.fencing_token,
-                        },
-                    )
-                    events += stream.status_changed(
-                        CANCELLED,
-                        run.fencing_token + 1,
-                        now,
-                        error_type=CANCEL_ERROR_TYPE,
-                        error_message=why,
-                    )
-                self._write_events(conn, run_id, events)
-                found = conn.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-            assert found is not None, "a cancel lost a row it held locked"
-            return _run(found)
-
-        return self._call(op)
-
-    # -- signals -------------------------------------------------------------------------
-
-    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
-        """Store a signal for the run and return its per-run number (see the Store
-        protocol); not fenced: any process may signal. A retry after a lost connection
-        finds the first attempt's signal, if it committed, by the send's dedupe."""
-        now = self.clock.time()
-        dedupe = stream.signal_dedupe(send)
-        params = {
-            "run_id": run_id,
-            "name": name,
-            "data": data,
-            "now": now,
-            "dedupe": dedupe,
-            "channel": self._channel,
-        }
-
-        def op(conn: Conn, _: bool) -> int:
-            with conn.transaction():
-                status = _scalar(conn, "lock_run_for_signal", params)
-                sent = _scalar(conn, "signal_sent", params)
-                if sent is not None:
-                    return stream.sent_seq(sent)  # this send, retried: already stored
-                check_signalable(run_id, status, self.where)
-                seq = int(_scalar(conn, "next_signal_seq", params))
-                conn.execute(_Q["insert_signal"], {**params, "seq": seq})
-                event = stream.signal_received(name, seq, now, dedupe)
-                self._write_events(conn, run_id, [event])
-                if conn.execute(_Q["wake_for_signal"], params).rowcount:
-                    # Delivered at commit: a worker in LISTEN claims the run at once.
-                    conn.execute(_Q["notify_work"], params)
-            return seq
-
-        return self._call(op)
-
-    def take_signal(
-        self, run_id: str, token: int, name: str, consumer: str
-    ) -> tuple[int, str] | None:
-        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
-        the Store protocol). A retry after a lost connection finds what the first attempt
-        consumed, if it committed, by ``consumer``."""
-        params = {"run_id": run_id, "name": name, "consumer": consumer}
-
-        def op(conn: Conn, _: bool) -> tuple[int, str] | None:
-            with conn.transaction():
-                # Under the run row's lock, so a claim cannot raise the token before commit.
-                if _scalar(conn, "lock_token", params) != token:
-                    raise LeaseLost(run_id, token)
-                conn.execute(_Q["release_renamed_signal"], params)
-                found = conn.execute(_Q["taken_signal"], params).fetchone()
-                if found is None:
-                    found = conn.execute(_Q["oldest_signal"], params).fetchone()
-                    if found is None:
-                        return None
-                    conn.execute(_Q["consume_signal"], {**params, "seq": found[0]})
-            return int(found[0]), str(found[1])
-
-        return self._call(op)
-
-    # -- approvals ------------------------------------------------------------------------
-
-    def pending_approvals(
-        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
-    ) -> list[ApprovalRow]:
-        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
-        params = {"run_id": run_id, "limit": limit}
-        rows = self._call(lambda c, _: c.execute(_Q["pending_approvals"], params).fetchall())
-        return [approval_row(r) for r in rows]
-
-    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
-        """The request at ``request_id`` of the run, or None."""
-        params = {"run_id": run_id, "request_id": request_id}
-        row = self._call(lambda c, _: c.execute(_Q["get_approval"], params).fetchone())
-        return None if row is None else approval_row(row)
-
-    def decide_approval(
-        self,
-        run_id: str,
-        request_id: str,
-        *,
-        digest: str,
-        outcome: str,
-        by: str | None,
-        note: str | None,
-    ) -> ApprovalRow:
-        """A person's decision, checked and written under the run's row lock in one
-        transaction (see the Store protocol)."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-
-        def op(conn: Conn, retried: bool) -> ApprovalRow:
-            with conn.transaction():
-                run = conn.execute(_Q["lock_run_status"], key).fetchone()
-                found = conn.execute(_Q["get_approval"], key).fetchone()
-                row = None if found is None else approval_row(found)
-                if retried and row is not None and _same_decision(row, digest, outcome, by, note):
-                    # The first attempt committed before its connection died: done. (Its
-                    # digest was checked then; a decision of the same words by someone
-                    # else, named by another digest, is not this one: checked below.)
-                    return row
-                row = check_decidable(
-                    run_id,
-                    request_id,
-                    None if run is None else run[0],
-                    row,
-                    digest,
-                    now,
-                    self.where,
-                    cancelling=run is not None and bool(run[1]),
-                )
-                params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
-                conn.execute(_Q["decide_approval"], params)
-                decided = dataclasses.replace(
-                    row, outcome=outcome, by=by, note=note, decided_at=now
-                )
-                self._write_events(conn, run_id, [stream.approval_decided(decided, now)])
-                conn.execute(
-                    _Q["wake_for_approval"], {**key, "now": now, "channel": self._channel}
-                ).fetchall()
-            return decided
-
-        return self._call(op)
-
-    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
-        """The request's row for its driver, expired first when due (fenced; see the Store
-        protocol)."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-
-        def op(conn: Conn, _: bool) -> ApprovalRow | None:
-            with conn.transaction():
-                if _scalar(conn, "lock_token", key) != token:
-                    raise LeaseLost(run_id, token)
-                expired = conn.execute(_Q["expire_approval"], {**key, "now": now}).rowcount
-                found = conn.execute(_Q["get_approval"], key).fetchone()
-                row = None if found is None else approval_row(found)
-                if expired == 1 and row is not None:
-                    self._write_events(conn, run_id, [stream.approval_decided(row, now)])
-            return row
-
-        return self._call(op)
 
     # -- the event stream -----------------------------------------------------------------
 
@@ -1154,50 +551,6 @@ class PostgresStore:
             params[f"a{i}"] = e.at
             params[f"x{i}"] = e.dedupe
         return params
-
-    # -- the spend ledger and budgets ---------------------------------------------------
-
-    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
-        """Add one call's usage to the ledger once per entry; the run's spend after it."""
-        params = spend_params(run_id, entry, self.clock.time())
-
-        def op(conn: Conn, _: bool) -> Spend:
-            # The insert commits on its own (autocommit); its entry makes a retry a no-op.
-            conn.execute(_Q["insert_spend"], params)
-            return spend_from_row(conn.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
-
-        return self._call(op)
-
-    def get_spend(self, run_id: str) -> Spend:
-        """The run's spend and stored budget."""
-        return self._call(
-            lambda c, _: spend_from_row(c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone())
-        )
-
-    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
-        """Store the run's budget (fenced: LeaseLost on a stale token)."""
-        params = budget_params(run_id, token, budget, self.clock.time())
-
-        def op(conn: Conn, _: bool) -> None:
-            if conn.execute(_Q["set_budget"], params).rowcount != 1:
-                raise LeaseLost(run_id, token)
-
-        self._call(op)
-
-    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
-        """Events after ``after`` (see the Store protocol); None for an unknown run."""
-        params = {"run_id": run_id, "after": after, "limit": limit}
-
-        def op(conn: Conn, _: bool) -> tuple[str | None, list[tuple[Any, ...]]]:
-            # The status first: events are read after it, so a terminal status means the
-            # page holds every event (a run's events commit in cursor order).
-            status = _scalar(conn, "run_status", params)
-            if status is None:
-                return None, []
-            return str(status), conn.execute(_Q["read_events"], params).fetchall()
-
-        status, rows = self._call(op)
-        return None if status is None else stream.page(run_id, status, rows, after, limit)
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """Block until the run's events may have grown (a NOTIFY naming it) or
@@ -1292,27 +645,6 @@ class PostgresStore:
 
         return self._call(op) if wanted else set()
 
-    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
-        """Upsert this worker's row (see the Store protocol)."""
-        params = worker_params(owner, queues, self.clock.time(), ttl_s)
-
-        def op(conn: Conn, _: bool) -> None:
-            with conn.transaction():
-                conn.execute(_Q["prune_workers"], params)
-                conn.execute(_Q["beat_worker"], params)
-
-        self._call(op)
-
-    def drop_worker(self, owner: Owner) -> None:
-        """Remove this worker's row."""
-        self._call(lambda c, _: c.execute(_Q["drop_worker"], {"owner": str(owner)}))
-
-    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
-        """Workers whose last beat has not expired."""
-        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
-        rows = self._call(lambda c, _: c.execute(_Q["live_workers"], params).fetchall())
-        return worker_rows(rows)
-
     def db_time(self) -> float | None:
         """The server's clock (``clock_timestamp()``), in seconds since the epoch."""
         return float(self._call(lambda c, _: _scalar(c, "db_time", {})))
@@ -1334,127 +666,38 @@ class PostgresStore:
         self._pool.close()
 
 
-def _same_decision(
-    row: ApprovalRow, digest: str, outcome: str, by: str | None, note: str | None
-) -> bool:
-    """Whether ``row`` holds exactly this decision, named by this digest (a retried
-    decide whose first attempt committed)."""
-    return row.digest == digest and (row.outcome, row.by, row.note) == (outcome, by, note)
+class _PgTx:
+    """:class:`~durably.store.tx.Tx` on one pooled connection."""
 
+    __slots__ = ("_conn", "_store", "retried")
 
-def _close(conn: Conn | None) -> None:
-    """Close ``conn`` (if any), quietly: it is dropped because it failed or is done."""
-    if conn is not None:
-        try:
-            conn.close()
-        except psycopg.Error:
-            pass  # already dead
+    def __init__(self, conn: Conn, store: PostgresStore, retried: bool) -> None:
+        self._conn = conn
+        self._store = store
+        self.retried = retried
 
+    def q(self, name: str, /, **params: Any) -> psycopg.Cursor[tuple[Any, ...]]:
+        if name in _NOTIFYING:
+            params["channel"] = self._store._channel
+        return self._conn.execute(_Q[name], params or None)
 
-_EVENTS_VALUES_MAX = 8
-"""Events written at most as a VALUES list (a step's two, plus a few emits); more go as
-arrays. Scalar parameters cost psycopg about half of what five arrays do, the row count
-is part of the query text (so a generic plan is exact), and each count is its own
-prepared statement: few counts, few statements."""
+    def one(self, name: str, /, **params: Any) -> Any:
+        return self.q(name, **params).fetchone()
 
-_EVENTS_ROW = (
-    "(%(k{i})s::text, %(p{i})s::text, %(d{i})s::text, %(a{i})s::double precision,"
-    " %(x{i})s::text, {n})"
-)
-# The arrays go through scalar subqueries so that the planner estimates the same row count
-# with or without their values: the cached generic plan then costs what a custom one does
-# and is kept, instead of the statement being planned again at each call.
-_EVENTS_ARRAYS = (
-    "unnest((SELECT %(kinds)s::text[]), (SELECT %(positions)s::text[]),"
-    " (SELECT %(datas)s::text[]), (SELECT %(ats)s::double precision[]),"
-    " (SELECT %(dedupes)s::text[])) WITH ORDINALITY"
-)
-_events_queries: dict[tuple[str, int], str] = {}
+    def scalar(self, name: str, /, **params: Any) -> Any:
+        row = self.q(name, **params).fetchone()
+        return None if row is None else row[0]
 
+    def array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
 
-def _events_sql(name: str, count: int) -> str:
-    """Query ``name`` (write_events or append_with_events) for ``count`` events: its
-    ``{events}`` rows a VALUES list of ``count`` rows, or arrays past
-    ``_EVENTS_VALUES_MAX`` (the parameters :meth:`PostgresStore._event_params` makes)."""
-    key = (name, count if count <= _EVENTS_VALUES_MAX else 0)
-    query = _events_queries.get(key)
-    if query is None:
-        if count > _EVENTS_VALUES_MAX:
-            rows = _EVENTS_ARRAYS
-        else:
-            values = (_EVENTS_ROW.format(i=i, n=i + 1) for i in range(count))
-            rows = f"(VALUES {', '.join(values)})"
-        query = _events_queries[key] = _Q[name].replace("{events}", rows)
-    return query
+    def notify(self) -> None:
+        self._conn.execute(_Q["notify_work"], {"channel": self._store._channel})
 
-
-def _record_params(run_id: str, token: int, rec: StepRecord) -> dict[str, Any]:
-    """The named parameters of ``append_record`` for one record, checked on the way in."""
-    params = record_params(run_id, rec)
-    params["token"] = token
-    return params
-
-
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "57P01", "57P02", "57P03", "53300"})
-"""serialization failure, deadlock, admin/crash shutdown, cannot connect now, too many
-connections: the same call may succeed when tried again."""
-
-
-def classify(exc: psycopg.Error) -> type[StoreError]:
-    """``StoreDiskFull`` (SQLSTATE 53100), ``StoreUnavailable`` for errors that may pass
-    (a dropped or refused connection, a serialization failure, a deadlock, a shutdown), else
-    ``StoreError`` (permanent: a schema or data problem)."""
-    state = getattr(exc, "sqlstate", None)
-    if state == "53100":
-        return StoreDiskFull
-    if state in _TRANSIENT_SQLSTATES or (
-        isinstance(exc, psycopg.OperationalError) and (state is None or state.startswith("08"))
-    ):
-        return StoreUnavailable
-    return StoreError
-
-
-def _refused_for_good(exc: psycopg.Error) -> bool:
-    """True when the server itself refused the connection for a reason that stays (a bad
-    role, password or database name), not because it is starting, stopping or full."""
-    text = str(exc)
-    passing = ("starting up", "shutting down", "too many", "recovery mode", "in recovery")
-    return "FATAL:" in text and not any(p in text for p in passing)
-
-
-def _has_input(conn: Conn) -> bool:
-    """True when the server sent something on the idle connection ``conn`` (or closed it)."""
-    try:
-        readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    except (OSError, ValueError, psycopg.Error):
-        return True  # no usable socket: let the ping find out
-    return bool(readable)
+    def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        self._store._write_events(self._conn, run_id, events)
 
 
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:
     row = conn.execute(_Q[query], params).fetchone()
     return None if row is None else row[0]
-
-
-def _run(row: Sequence[Any]) -> RunRecord:
-    return run_from_row(row)
-
-
-def _describe(url: str) -> str:
-    """``PostgreSQL host:port/db`` for messages; never the password."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigError(
-            f"bad PostgreSQL URL: {_first_line(exc, url)}; write postgresql://user@host:port/dbname"
-        ) from None  # libpq's own message may quote the password: never chain it
-    host = info.get("host") or "localhost"
-    port = info.get("port") or "5432"
-    return f"PostgreSQL {host}:{port}/{info.get('dbname') or info.get('user') or ''}"
-
-
-def _first_line(exc: BaseException, url: str | None = None) -> str:
-    """The first line of a driver message (libpq adds multi-line detail), with credentials
-    masked: libpq may echo the part of ``url`` it could not parse, password included."""
-    text = redact(str(exc).strip(), url=url)
-    return re.split(r"\r?\n", text, maxsplit=1)[0] if text else type(exc).__name__

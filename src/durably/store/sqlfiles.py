@@ -17,22 +17,32 @@ _SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-def load_queries(dialect: str) -> dict[str, str]:
-    """All named queries of ``sql/<dialect>/queries.sql``, without their comment lines.
+ROOMS = ("runs", "leases", "history", "events", "signals", "approvals", "spend", "fleet", "meta")
+"""The rooms of each dialect's named queries: ``sql/<dialect>/<room>.sql`` (a dialect
+may lack one: SQLite has no meta queries)."""
 
-    The comments stay in the file for readers; the driver never needs them, and on
+
+def load_queries(dialect: str) -> dict[str, str]:
+    """All named queries of ``sql/<dialect>/<room>.sql``, without their comment lines.
+
+    The comments stay in the files for readers; the driver never needs them, and on
     PostgreSQL they cost every execution: psycopg caches its parsing of a query only up
     to 4,096 bytes and parses a longer one again at each call (``append_with_events``,
-    on every step's path, is 4 KB with its comments and 2.5 KB without).
+    on every step's path, is 4 KB with its comments and 2.5 KB without). A name is
+    unique across a dialect's rooms.
     """
-    text = _read(dialect, "queries.sql")
-    parts = _NAME.split(text)
-    queries = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        # Whole-line comments only: no query holds a string literal over several lines,
-        # and a trailing "-- ..." after code is left as it is.
-        lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
-        queries[name] = "\n".join(lines).strip().rstrip(";")
+    queries: dict[str, str] = {}
+    for room in ROOMS:
+        if not os.path.exists(os.path.join(_SQL_DIR, dialect, f"{room}.sql")):
+            continue
+        parts = _NAME.split(_read(dialect, f"{room}.sql"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise AssertionError(f"query {name!r} is named twice in sql/{dialect}/")
+            # Whole-line comments only: no query holds a string literal over several
+            # lines, and a trailing "-- ..." after code is left as it is.
+            lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+            queries[name] = "\n".join(lines).strip().rstrip(";")
     return queries
 
 

@@ -12,7 +12,6 @@ cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import sqlite3
@@ -20,67 +19,48 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._fork import reset_after_fork
-from ..approvals import ApprovalRequest, ApprovalRow
-from ..budget import Budget, Spend, SpendEntry
 from ..clock import Clock
 from ..errors import (
     ConfigError,
     LeaseLost,
     NotADurablyDatabase,
-    RunNotFound,
     SchemaTooNew,
     StoreBusy,
     StoreDiskFull,
     StoreError,
 )
-from ..events import EventPage, NewEvent
-from ..history import CANCELLED, CorruptRecord, RunRecord, StepRecord
+from ..events import NewEvent
+from ..history import StepRecord
 from ..redact import redact_url
-from . import stream
-from .base import APPROVALS_LIST_MAX, NewRun, Owner, Served, served_json, status_list
+from .approvals import Approvals
+from .base import Owner, Served, served_json
+from .events import Events
+from .fleet import Fleet
+from .history import History
+from .leases import Leases
 from .private import open_private
 from .rules import (
-    CANCEL_ERROR_TYPE,
-    WORKERS_MAX,
-    approval_params,
-    approval_row,
     blob_params,
-    blobs_from_rows,
-    budget_params,
-    cancel_not_found,
-    cancel_plan,
-    cancelled_at_once_note,
-    check_claimable,
-    check_decidable,
-    check_requeueable,
-    check_signalable,
-    dead_owners,
-    fork_conflict,
-    no_doubt_error,
     overwrite_error,
-    park_waits,
-    quarantined_error,
     record_params,
-    run_from_row,
-    spend_from_row,
-    spend_params,
-    worker_params,
-    worker_rows,
 )
+from .runs import Runs
+from .signals import Signals
+from .spend import SpendLedger
 from .sqlfiles import latest_version, load_queries, migrations
+from .tx import Tx
 
 APP_NAME = "durably"
-CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
-OWNERS_SCAN_MAX = 1024  # live owners of this host judged per claim attempt
 OPEN_RETRY_S = 30.0  # how long opening retries a busy journal (another process migrating)
 # SQLite's primary result codes (the low byte of an extended code).
 _BUSY, _LOCKED, _IOERR, _CORRUPT, _FULL, _CANTOPEN, _NOTADB = 5, 6, 10, 11, 13, 14, 26
 # Free bytes below which an I/O error on the journal's disk is taken for a full disk.
 _DISK_NEARLY_FULL_BYTES = 1 << 20
 _Q = load_queries("sqlite")
+T = TypeVar("T")
 
 
 def sqlite_path(url: str) -> str:
@@ -103,8 +83,13 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-class SQLiteStore:
-    """A :class:`~durably.store.base.Store` on one SQLite database file."""
+class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet):
+    """A :class:`~durably.store.base.Store` on one SQLite database file.
+
+    The semantics are the role modules' (:mod:`durably.store.tx`); this class is the
+    backend: the connection and its pragmas, the fork gate, ``BEGIN IMMEDIATE`` write
+    transactions, error translation, and the step path's own writes.
+    """
 
     def __init__(
         self,
@@ -295,10 +280,30 @@ class SQLiteStore:
                     c.execute("ROLLBACK")
                 raise self._translate(exc) from exc
 
-    def _read(self, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    # -- the transaction protocol (durably.store.tx) --------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return self.path
+
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+        """``op`` in one ``BEGIN IMMEDIATE`` transaction: the database's one writer lock,
+        held from the start, is every run row's lock (``atomic`` changes nothing here)."""
+        with self._tx() as c:
+            return op(_SQLiteTx(c, self))
+
+    def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
+        """``op``'s reads, in autocommit or (``snapshot``) one deferred read transaction."""
         with self._lock:
             try:
-                return self._live().execute(sql, params).fetchall()
+                c = self._live()
+                if not snapshot:
+                    return op(_SQLiteTx(c, self))
+                c.execute("BEGIN")
+                try:
+                    return op(_SQLiteTx(c, self))
+                finally:
+                    c.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
 
@@ -346,295 +351,29 @@ class SQLiteStore:
             return False
         return st.f_bavail * st.f_frsize < _DISK_NEARLY_FULL_BYTES
 
-    # -- runs ----------------------------------------------------------------------------
+    # -- leases and parking: the dialect's hooks and waits ---------------------------------
 
-    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
-        """Insert the run unless it exists; return the row and whether it was created."""
-        params = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        with self._tx() as c:
-            created = c.execute(_Q["insert_run"], params).rowcount == 1
-            if created:
-                event = stream.created(new.workflow, new.queue, params["now"])
-                self._write_events(c, new.run_id, [event])
-            row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-        return _run(row), created
+    def _served_params(self, served: Served) -> dict[str, Any]:
+        """``served`` as one JSON object (names to lists of versions) for json_each."""
+        return {"served": json.dumps(served_json(served))}
 
-    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
-        """Create the queued run ``new`` with ``records`` as its history, in one
-        transaction; raises ``RunConflict`` when the run id exists."""
-        params = {f: getattr(new, f) for f in NewRun.__slots__}
-        params["now"] = self.clock.time()
-        with self._tx() as c:
-            if c.execute(_Q["insert_run"], params).rowcount != 1:
-                raise fork_conflict(new.run_id)
-            for rec in records:
-                c.execute(_Q["insert_record"], record_params(new.run_id, rec))
-            event = stream.created(new.workflow, new.queue, params["now"])
-            self._write_events(c, new.run_id, [event])
-            row = c.execute(_Q["get_run"], {"run_id": new.run_id}).fetchone()
-        return _run(row)
+    def _open_queues(
+        self, tx: Tx, queues: Sequence[str], limits: dict[str, int], now: float, dead: list[str]
+    ) -> list[str]:
+        """The queues with a free slot, counted under the one writer lock the claim's
+        ``BEGIN IMMEDIATE`` holds; runs of the ``dead`` owners hold no slot."""
+        busy = dict(tx.q("running_per_queue", now=now, dead=tx.array(dead)).fetchall())
+        return [q for q in queues if limits.get(q, 1 << 30) > busy.get(q, 0)]
 
-    def get_run(self, run_id: str) -> RunRecord | None:
-        """The run, or None."""
-        rows = self._read(_Q["get_run"], {"run_id": run_id})
-        return _run(rows[0]) if rows else None
-
-    def list_runs(
-        self,
-        status: str | Sequence[str] | None = None,
-        workflow: str | None = None,
-        limit: int = 100,
-        version: str | None = None,
-        since: float | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-        after: tuple[float, str] | None = None,
-    ) -> list[RunRecord]:
-        """Runs, newest first, keyset-paged after ``after``."""
-        statuses = status_list(status)
-        params = {
-            "statuses": json.dumps(statuses) if statuses is not None else None,
-            "workflow": workflow,
-            "limit": limit,
-            "version": version,
-            "since": since,
-            "queue": queue,
-            "search": search,
-            "after_at": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-        }
-        return [_run(r) for r in self._read(_Q["list_runs"], params)]
-
-    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
-        """Unfinished runs counted per (workflow, version, status)."""
-        return [(r[0], r[1], r[2], int(r[3])) for r in self._read(_Q["runs_by_version"], {})]
-
-    def count_runs(
-        self,
-        workflow: str | None = None,
-        since: float | None = None,
-        version: str | None = None,
-        *,
-        queue: str | None = None,
-        search: str | None = None,
-    ) -> dict[str, int]:
-        """How many runs have each status."""
-        params = {
-            "workflow": workflow,
-            "since": since,
-            "version": version,
-            "queue": queue,
-            "search": search,
-        }
-        return {str(status): int(n) for status, n in self._read(_Q["count_runs"], params)}
-
-    def claim(
-        self,
-        run_id: str,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-    ) -> RunRecord:
-        """Take the lease with a new fencing token (see the Store protocol)."""
-        now = self.clock.time()
-        with self._tx() as c:
-            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-            if row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
-            run = _run(row)
-            check_claimable(run, now, owner_dead)
-            taken = self._take(c, run, owner, lease_s, max_starts, now)
-        if taken is None:
-            raise quarantined_error(run_id, max_starts)
-        return taken
-
-    def claim_next(
-        self,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        owner_dead: Callable[[str], bool],
-        served: Served,
-        queues: Sequence[str],
-        queue_limits: dict[str, int] | None = None,
-    ) -> RunRecord | None:
-        """Claim the oldest runnable run a worker may take, or return None.
-
-        Runnable: queued; running with an expired lease, no owner, or a provably dead owner;
-        parked with a due wake-up. ``served`` maps workflow names to the versions this
-        worker registers (None: the registration without a version); a run without a
-        version is served by any of them. ``queue_limits`` caps running runs per queue across all
-        workers.
-        """
-        now = self.clock.time()
-        with self._tx() as c:
-            candidates = c.execute(
-                _Q["same_host_owners"],
-                {"now": now, "pattern": owner.host_pattern(), "limit": OWNERS_SCAN_MAX},
-            ).fetchall()
-            dead = json.dumps(dead_owners([r[0] for r in candidates], owner_dead))
-            busy = dict(c.execute(_Q["running_per_queue"], {"now": now, "dead": dead}).fetchall())
-            open_queues = [
-                q for q in queues if (queue_limits or {}).get(q, 1 << 30) > busy.get(q, 0)
-            ]
-            if not open_queues or not served:
-                return None
-            params = {
-                "queues": json.dumps(open_queues),
-                "served": json.dumps(served_json(served)),
-                "now": now,
-                "dead": dead,
-            }
-            # Each pass either claims or quarantines the run it found (which then leaves
-            # the runnable set), so the bound only guards against a bug looping forever.
-            for _scan in range(CLAIM_SCAN_MAX):
-                row = c.execute(_Q["next_runnable"], params).fetchone()
-                if row is None:
-                    return None
-                taken = self._take(c, _run(row), owner, lease_s, max_starts, now)
-                if taken is not None:
-                    return taken
-        return None
+    def _lock_for_park(self, tx: Tx, run_id: str, token: int) -> None:
+        """Nothing to take: the park's ``BEGIN IMMEDIATE`` has held the one writer lock
+        since its start, and park_run itself is fenced on ``token``."""
 
     def wait_for_work(self, timeout_s: float) -> None:
         """SQLite has no notifications: workers poll, so this just waits."""
         time.sleep(timeout_s)
 
-    def _take(
-        self,
-        c: sqlite3.Connection,
-        run: RunRecord,
-        owner: Owner,
-        lease_s: float,
-        max_starts: int,
-        now: float,
-    ) -> RunRecord | None:
-        """Claim ``run`` inside the open transaction; None when it gets quarantined."""
-        records = c.execute(
-            _Q["count_records"], {"run_id": run.run_id, "generation": run.generation}
-        ).fetchone()[0]
-        # Progress = results recorded since the previous start; a run that keeps dying at
-        # the same place stops being restarted after max_starts starts.
-        last = _records_at_last_start(c, run.run_id)
-        stalled = 1 if records > last else run.starts_without_progress + 1
-        if stalled > max_starts:
-            c.execute(
-                _Q["quarantine_run"],
-                {"run_id": run.run_id, "now": now, "expected_token": run.fencing_token},
-            )
-            self._write_events(c, run.run_id, [stream.quarantined(run, stalled - 1, now)])
-            return None
-        self._write_events(c, run.run_id, stream.claimed(run, str(owner), lease_s, now))
-        c.execute(
-            _Q["claim_run"],
-            {
-                "run_id": run.run_id,
-                "owner": str(owner),
-                "lease_expires_at": now + lease_s,
-                "starts_without_progress": stalled,
-                "records": records,
-                "now": now,
-                "expected_token": run.fencing_token,
-            },
-        )
-        return _run(c.execute(_Q["get_run"], {"run_id": run.run_id}).fetchone())
-
-    def renew(self, run_id: str, token: int, lease_s: float) -> bool:
-        """Extend the lease; False when the token is stale."""
-        with self._tx() as c:
-            n = c.execute(
-                _Q["renew_lease"],
-                {"run_id": run_id, "token": token, "lease_expires_at": self.clock.time() + lease_s},
-            )
-            return n.rowcount == 1
-
-    def release(
-        self,
-        run_id: str,
-        token: int,
-        status: str | None = None,
-        park_reason: str | None = None,
-        wake_at: float | None = None,
-        events: Sequence[NewEvent] = (),
-        error_type: str | None = None,
-    ) -> None:
-        """Give up the lease, optionally parking the run; a stale token changes nothing.
-        ``events`` (and the new status's own event) are written when the token holds."""
-        now = self.clock.time()
-        with self._tx() as c:
-            n = c.execute(
-                _Q["release_run"],
-                {
-                    "run_id": run_id,
-                    "token": token,
-                    "status": status,
-                    "park_reason": park_reason,
-                    "wake_at": wake_at,
-                    "now": now,
-                },
-            ).rowcount
-            if n == 1:
-                changed = stream.status_changed(
-                    status, token, now, park_reason, error_type, wake_at=wake_at
-                )
-                self._write_events(c, run_id, [*events, *changed])
-
-    def park(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-        *,
-        kind: str,
-        park_reason: str,
-        wake_at: float | None,
-        wait_signals: Sequence[str] = (),
-        approvals: Sequence[ApprovalRequest] = (),
-    ) -> float | None:
-        """Write ``records`` and park the run in one fenced transaction; returns the
-        effective wake time (see the Store protocol)."""
-        now = self.clock.time()
-        waits, requests = park_waits(wait_signals, approvals)
-        params = {
-            "run_id": run_id,
-            "token": token,
-            "park_reason": park_reason,
-            "wake_at": wake_at,
-            **waits,
-            "now": now,
-        }
-        with self._tx() as c:
-            self._append(c, run_id, token, records)
-            asked: list[NewEvent] = []
-            for req in requests:
-                put = c.execute(_Q["put_approval"], approval_params(run_id, req))
-                if put.rowcount == 1:  # the first park on it (a replay's keeps the row)
-                    asked.append(stream.approval_requested(req, now))
-            # fetchall: a RETURNING statement left unfinished would keep COMMIT from running.
-            rows = c.execute(_Q["park_run"], params).fetchall()
-            if not rows:
-                raise LeaseLost(run_id, token)
-            effective: float | None = rows[0][0]
-            event = stream.parked(kind, park_reason, effective, token, now)
-            self._write_events(c, run_id, [*events, *asked, event])
-        return effective
-
     # -- history -------------------------------------------------------------------------
-
-    def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
-        """All records of one generation, checked on the way out."""
-        rows = self._read(_Q["load_history"], {"run_id": run_id, "generation": generation})
-        try:
-            return [StepRecord(*r).check() for r in rows]
-        except CorruptRecord as exc:
-            raise NotADurablyDatabase(
-                f"{self.path}: run {run_id!r} has a corrupt history record ({exc}); restore"
-                " the file from a backup"
-            ) from exc
 
     def append(
         self,
@@ -713,6 +452,13 @@ class SQLiteStore:
                 cancel = rows[0][0] is not None
         return cancel
 
+    def _append_records(
+        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
+    ) -> bool:
+        """The history role's hook: :meth:`_append` on the transaction's connection."""
+        assert isinstance(tx, _SQLiteTx)
+        return self._append(tx._c, run_id, token, records)
+
     def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> bool:
         """Explain a refused upsert: a stale token, or a result already at the position.
 
@@ -728,269 +474,6 @@ class SQLiteStore:
         if found is not None and StepRecord(*found) == rec:
             return row[1] is not None
         raise overwrite_error(run_id, rec.position)
-
-    def get_blobs(self, digests: Sequence[str]) -> dict[str, str]:
-        """The stored blobs among ``digests``, as text by digest (missing ones left out)."""
-        rows = self._read(_Q["get_blobs"], {"digests": json.dumps(list(digests))})
-        return blobs_from_rows(rows)
-
-    def finish(
-        self,
-        run_id: str,
-        token: int,
-        status: str,
-        records: Sequence[StepRecord],
-        outcome: str | None = None,
-        error_type: str | None = None,
-        error_message: str | None = None,
-        park_reason: str | None = None,
-        events: Sequence[NewEvent] = (),
-    ) -> None:
-        """Write the last records, ``events`` and the outcome (with its event) in one
-        fenced transaction."""
-        now = self.clock.time()
-        with self._tx() as c:
-            self._append(c, run_id, token, records)
-            n = c.execute(
-                _Q["finish_run"],
-                {
-                    "run_id": run_id,
-                    "token": token,
-                    "status": status,
-                    "outcome": outcome,
-                    "error_type": error_type,
-                    "error_message": error_message,
-                    "park_reason": park_reason,
-                    "finished_at": now,
-                    "now": now,
-                },
-            ).rowcount
-            if n != 1:
-                raise LeaseLost(run_id, token)
-            changed = stream.status_changed(
-                status, token, now, park_reason, error_type, error_message
-            )
-            self._write_events(c, run_id, [*events, *changed])
-
-    def requeue(
-        self,
-        run_id: str,
-        from_statuses: Sequence[str],
-        *,
-        drop_intents: bool = False,
-        drop_positions: Sequence[str] = (),
-        resolve: tuple[str, str] | None = None,
-    ) -> RunRecord:
-        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
-
-        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
-        ``from_statuses`` or ``resolve`` names a position without an intent.
-        """
-        now = self.clock.time()
-        with self._tx() as c:
-            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-            if row is None:
-                raise RunNotFound(f"no run {run_id!r} in {self.path}")
-            run = _run(row)
-            check_requeueable(run, from_statuses)
-            key = {"run_id": run_id, "generation": run.generation, "now": now}
-            if resolve is not None:
-                n = c.execute(
-                    _Q["resolve_intent"], {**key, "position": resolve[0], "output": resolve[1]}
-                ).rowcount
-                if n != 1:
-                    raise no_doubt_error(run_id, resolve[0])
-            if drop_intents:
-                c.execute(_Q["drop_intents"], {**key, "position": None})
-            for position in drop_positions:
-                c.execute(_Q["drop_record"], {**key, "position": position})
-            c.execute(
-                _Q["requeue_run"],
-                {"run_id": run_id, "now": now, "expected_token": run.fencing_token},
-            )
-            self._write_events(c, run_id, [stream.resumed(run, resolve is not None, now)])
-            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-        return _run(row)
-
-    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
-        """Ask for the run to be cancelled, under its row lock (see the Store protocol)."""
-        now = self.clock.time()
-        with self._tx() as c:
-            row = c.execute(_Q["lock_run_for_cancel"], {"run_id": run_id}).fetchone()
-            if row is None:
-                raise cancel_not_found(run_id, self.path)
-            run = _run(row[:-1])
-            plan = cancel_plan(run, bool(row[-1]))
-            if plan is None:
-                return run
-            events: list[NewEvent] = []
-            if run.cancel_requested_at is None:
-                c.execute(_Q["request_cancel"], {"run_id": run_id, "reason": reason, "now": now})
-                events.append(stream.cancel_requested(reason, now))
-            else:
-                reason = run.cancel_reason  # the first reason stays
-            if plan == "at_once":
-                token = run.fencing_token + 1
-                c.execute(
-                    _Q["cancel_at_once"],
-                    {
-                        "run_id": run_id,
-                        "error_type": CANCEL_ERROR_TYPE,
-                        "error_message": reason,
-                        "park_reason": cancelled_at_once_note(run),
-                        "now": now,
-                        "expected_token": run.fencing_token,
-                    },
-                )
-                events += stream.status_changed(
-                    CANCELLED, token, now, error_type=CANCEL_ERROR_TYPE, error_message=reason
-                )
-            self._write_events(c, run_id, events)
-            row = c.execute(_Q["get_run"], {"run_id": run_id}).fetchone()
-        return _run(row)
-
-    # -- signals -------------------------------------------------------------------------
-
-    def send_signal(self, run_id: str, name: str, data: str, send: str | None = None) -> int:
-        """Store a signal for the run and return its per-run number (see the Store
-        protocol); not fenced: any process may signal."""
-        now = self.clock.time()
-        dedupe = stream.signal_dedupe(send)
-        params = {"run_id": run_id, "name": name, "data": data, "now": now, "dedupe": dedupe}
-        with self._tx() as c:  # BEGIN IMMEDIATE: the one writer, so the run's lock too
-            sent = c.execute(_Q["signal_sent"], params).fetchone()
-            if sent is not None:
-                return stream.sent_seq(sent[0])  # this send, retried: already stored
-            row = c.execute(_Q["run_status"], params).fetchone()
-            check_signalable(run_id, None if row is None else row[0], self.path)
-            seq = int(c.execute(_Q["next_signal_seq"], params).fetchone()[0])
-            c.execute(_Q["insert_signal"], {**params, "seq": seq})
-            self._write_events(c, run_id, [stream.signal_received(name, seq, now, dedupe)])
-            c.execute(_Q["wake_for_signal"], params)  # workers poll: no notification
-        return seq
-
-    def take_signal(
-        self, run_id: str, token: int, name: str, consumer: str
-    ) -> tuple[int, str] | None:
-        """Consume the oldest signal of ``name`` for ``consumer`` (fenced, idempotent; see
-        the Store protocol)."""
-        params = {"run_id": run_id, "name": name, "consumer": consumer}
-        with self._tx() as c:
-            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-            if row is None or row[0] != token:
-                raise LeaseLost(run_id, token)
-            c.execute(_Q["release_renamed_signal"], params)
-            found = c.execute(_Q["taken_signal"], params).fetchone()
-            if found is None:
-                found = c.execute(_Q["oldest_signal"], params).fetchone()
-                if found is None:
-                    return None
-                c.execute(_Q["consume_signal"], {**params, "seq": found[0]})
-        return int(found[0]), str(found[1])
-
-    # -- approvals ------------------------------------------------------------------------
-
-    def pending_approvals(
-        self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
-    ) -> list[ApprovalRow]:
-        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
-        rows = self._read(_Q["pending_approvals"], {"run_id": run_id, "limit": limit})
-        return [approval_row(r) for r in rows]
-
-    def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
-        """The request at ``request_id`` of the run, or None."""
-        rows = self._read(_Q["get_approval"], {"run_id": run_id, "request_id": request_id})
-        return approval_row(rows[0]) if rows else None
-
-    def decide_approval(
-        self,
-        run_id: str,
-        request_id: str,
-        *,
-        digest: str,
-        outcome: str,
-        by: str | None,
-        note: str | None,
-    ) -> ApprovalRow:
-        """A person's decision, checked and written in one transaction (see the Store
-        protocol); SQLite's single writer is the run's lock."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-        with self._tx() as c:
-            run = c.execute(_Q["decision_run"], {"run_id": run_id}).fetchone()
-            found = c.execute(_Q["get_approval"], key).fetchone()
-            row = check_decidable(
-                run_id,
-                request_id,
-                None if run is None else run[0],
-                None if found is None else approval_row(found),
-                digest,
-                now,
-                self.path,
-                cancelling=run is not None and bool(run[1]),
-            )
-            params = {**key, "outcome": outcome, "by": by, "note": note, "now": now}
-            c.execute(_Q["decide_approval"], params)
-            decided = dataclasses.replace(row, outcome=outcome, by=by, note=note, decided_at=now)
-            self._write_events(c, run_id, [stream.approval_decided(decided, now)])
-            c.execute(_Q["wake_for_approval"], {"run_id": run_id, "now": now})
-        return decided
-
-    def approval_decision(self, run_id: str, token: int, request_id: str) -> ApprovalRow | None:
-        """The request's row for its driver, expired first when due (fenced; see the Store
-        protocol)."""
-        now = self.clock.time()
-        key = {"run_id": run_id, "request_id": request_id}
-        with self._tx() as c:
-            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-            if row is None or row[0] != token:
-                raise LeaseLost(run_id, token)
-            if c.execute(_Q["expire_approval"], {**key, "now": now}).rowcount == 1:
-                expired = approval_row(c.execute(_Q["get_approval"], key).fetchone())
-                self._write_events(c, run_id, [stream.approval_decided(expired, now)])
-                return expired
-            found = c.execute(_Q["get_approval"], key).fetchone()
-        return None if found is None else approval_row(found)
-
-    # -- the event stream -----------------------------------------------------------------
-
-    # -- the spend ledger and budgets ---------------------------------------------------
-
-    def record_spend(self, run_id: str, entry: SpendEntry) -> Spend:
-        """Add one call's usage to the ledger once per entry; the run's spend after it."""
-        now = self.clock.time()
-        with self._tx() as c:
-            c.execute(_Q["insert_spend"], spend_params(run_id, entry, now))
-            row = c.execute(_Q["get_spend"], {"run_id": run_id}).fetchone()
-        return spend_from_row(row)
-
-    def get_spend(self, run_id: str) -> Spend:
-        """The run's spend and stored budget."""
-        rows = self._read(_Q["get_spend"], {"run_id": run_id})
-        return spend_from_row(rows[0] if rows else None)
-
-    def set_budget(self, run_id: str, token: int, budget: Budget) -> None:
-        """Store the run's budget (fenced: LeaseLost on a stale token)."""
-        params = budget_params(run_id, token, budget, self.clock.time())
-        with self._tx() as c:
-            if c.execute(_Q["set_budget"], params).rowcount != 1:
-                raise LeaseLost(run_id, token)
-
-    def read_events(self, run_id: str, after: int, limit: int) -> EventPage | None:
-        """Events after ``after`` (see the Store protocol); None for an unknown run."""
-        with self._lock:  # one read transaction: status and events from one snapshot
-            try:
-                c = self._live()
-                c.execute("BEGIN")
-                try:
-                    row = c.execute(_Q["run_status"], {"run_id": run_id}).fetchone()
-                    params = {"run_id": run_id, "after": after, "limit": limit}
-                    rows = c.execute(_Q["read_events"], params).fetchall() if row else []
-                finally:
-                    c.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                raise self._translate(exc) from exc
-        return None if row is None else stream.page(run_id, row[0], rows, after, limit)
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """SQLite has no notifications: followers poll, so this just waits."""
@@ -1009,23 +492,6 @@ class SQLiteStore:
         """All of them: SQLite has no lock that could show an owner alive."""
         return set(owners)
 
-    def beat_worker(self, owner: Owner, queues: Sequence[str], ttl_s: float) -> None:
-        """Upsert this worker's row (see the Store protocol)."""
-        params = worker_params(owner, queues, self.clock.time(), ttl_s)
-        with self._tx() as c:
-            c.execute(_Q["prune_workers"], params)
-            c.execute(_Q["beat_worker"], params)
-
-    def drop_worker(self, owner: Owner) -> None:
-        """Remove this worker's row."""
-        with self._tx() as c:
-            c.execute(_Q["drop_worker"], {"owner": str(owner)})
-
-    def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
-        """Workers whose last beat has not expired."""
-        params = {"now": self.clock.time(), "limit": WORKERS_MAX}
-        return worker_rows(self._read(_Q["live_workers"], params))
-
     def db_time(self) -> float | None:
         """None: the database file has no clock but this host's."""
         return None
@@ -1036,6 +502,36 @@ class SQLiteStore:
         with self._lock:
             if self._pid == os.getpid():
                 self._conn.close()
+
+
+class _SQLiteTx:
+    """:class:`~durably.store.tx.Tx` on the store's connection, inside ``_tx``."""
+
+    __slots__ = ("_c", "_store")
+    retried = False  # a SQLite commit's outcome is never unknown to its caller
+
+    def __init__(self, c: sqlite3.Connection, store: SQLiteStore) -> None:
+        self._c = c
+        self._store = store
+
+    def q(self, name: str, /, **params: Any) -> sqlite3.Cursor:
+        return self._c.execute(_Q[name], params)
+
+    def one(self, name: str, /, **params: Any) -> Any:
+        return self._c.execute(_Q[name], params).fetchone()
+
+    def scalar(self, name: str, /, **params: Any) -> Any:
+        row = self._c.execute(_Q[name], params).fetchone()
+        return None if row is None else row[0]
+
+    def array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    def notify(self) -> None:
+        """Nothing: SQLite's workers poll."""
+
+    def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        self._store._write_events(self._c, run_id, events)
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:
@@ -1053,12 +549,3 @@ def _exec_script(c: sqlite3.Connection, script: str) -> None:
             buf = ""
     if buf.strip():
         raise StoreError(f"incomplete SQL at the end of a migration: {buf[:80]!r}")
-
-
-def _records_at_last_start(c: sqlite3.Connection, run_id: str) -> int:
-    row = c.execute("SELECT records_at_last_start FROM runs WHERE run_id = ?", (run_id,))
-    return int(row.fetchone()[0])
-
-
-def _run(row: tuple[Any, ...]) -> RunRecord:
-    return run_from_row(row)

@@ -1,0 +1,232 @@
+"""The runs role, written once: create, fork, read, list and count runs, requeue, cancel.
+
+Over the :mod:`.tx` protocol; each dialect's queries and locks are its own (see there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import RunNotFound
+from ..events import NewEvent
+from ..history import CANCELLED, PARKED, RunRecord, StepRecord
+from . import stream
+from .base import NewRun, status_list
+from .rules import (
+    CANCEL_ERROR_TYPE,
+    cancel_not_found,
+    cancel_plan,
+    cancelled_at_once_note,
+    check_requeueable,
+    fork_conflict,
+    no_doubt_error,
+    record_params,
+    run_from_row,
+)
+from .tx import Backend, Tx
+
+RUN_FIELDS = len(RunRecord.__slots__)
+
+
+class Runs(Backend):
+    """Store methods of the runs role (see :class:`~durably.store.base.Store`)."""
+
+    def create_run(self, new: NewRun) -> tuple[RunRecord, bool]:
+        """Insert the run unless it exists; return the row and whether it was created."""
+        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
+        now = params["now"] = self.clock.time()
+
+        def op(tx: Tx) -> tuple[RunRecord, bool]:
+            created = tx.q("insert_run", **params).rowcount == 1
+            if created:
+                tx.events(new.run_id, [stream.created(new.workflow, new.queue, now)])
+            row = tx.one("get_run", run_id=new.run_id)
+            assert row is not None, "a run row vanished inside its own transaction"
+            run = run_from_row(row)
+            if tx.retried and not created:
+                # The first attempt may have committed before its connection died: the
+                # row is ours when it carries this call's own creation time, unclaimed.
+                created = run.created_at == now and run.fencing_token == 0
+            return run, created
+
+        return self._writing(op)
+
+    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+        """Create the queued run ``new`` with ``records`` as its history, in one
+        transaction; raises ``RunConflict`` when the run id exists."""
+        params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
+        now = params["now"] = self.clock.time()
+        rows = [record_params(new.run_id, r) for r in records]
+
+        def op(tx: Tx) -> RunRecord:
+            if tx.q("insert_run", **params).rowcount != 1:
+                found = tx.one("get_run", run_id=new.run_id)
+                # On a retry the first attempt may have committed: the row is ours when
+                # it carries this fork's own incarnation (drawn once, for this call).
+                if tx.retried and found is not None:
+                    run = run_from_row(found)
+                    if run.incarnation == new.incarnation:
+                        return run
+                raise fork_conflict(new.run_id)
+            for p in rows:
+                tx.q("insert_record", **p)
+            tx.events(new.run_id, [stream.created(new.workflow, new.queue, now)])
+            row = tx.one("get_run", run_id=new.run_id)
+            assert row is not None, "a run row vanished inside its own transaction"
+            return run_from_row(row)
+
+        return self._writing(op)
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run, or None."""
+        row = self._reading(lambda tx: tx.one("get_run", run_id=run_id))
+        return None if row is None else run_from_row(row)
+
+    def list_runs(
+        self,
+        status: str | Sequence[str] | None = None,
+        workflow: str | None = None,
+        limit: int = 100,
+        version: str | None = None,
+        since: float | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+        after: tuple[float, str] | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first, keyset-paged after ``after``."""
+        statuses = status_list(status)
+
+        def op(tx: Tx) -> list[Any]:
+            return tx.q(
+                "list_runs",
+                statuses=None if statuses is None else tx.array(statuses),
+                workflow=workflow,
+                limit=limit,
+                version=version,
+                since=since,
+                queue=queue,
+                search=search,
+                after_at=None if after is None else after[0],
+                after_id=None if after is None else after[1],
+            ).fetchall()
+
+        return [run_from_row(r) for r in self._reading(op)]
+
+    def runs_by_version(self) -> list[tuple[str, str | None, str, int]]:
+        """Unfinished runs counted per (workflow, version, status)."""
+        rows = self._reading(lambda tx: tx.q("runs_by_version").fetchall())
+        return [(r[0], r[1], r[2], int(r[3])) for r in rows]
+
+    def count_runs(
+        self,
+        workflow: str | None = None,
+        since: float | None = None,
+        version: str | None = None,
+        *,
+        queue: str | None = None,
+        search: str | None = None,
+    ) -> dict[str, int]:
+        """How many runs have each status."""
+        params = {
+            "workflow": workflow,
+            "since": since,
+            "version": version,
+            "queue": queue,
+            "search": search,
+        }
+        rows = self._reading(lambda tx: tx.q("count_runs", **params).fetchall())
+        return {str(status): int(n) for status, n in rows}
+
+    def requeue(
+        self,
+        run_id: str,
+        from_statuses: Sequence[str],
+        *,
+        drop_intents: bool = False,
+        drop_positions: Sequence[str] = (),
+        resolve: tuple[str, str] | None = None,
+    ) -> RunRecord:
+        """Queue a stuck or failed run again, in one transaction (see the Store protocol).
+
+        Raises ``RunNotFound``, or ``StoreError`` when the run's status is not one of
+        ``from_statuses`` or ``resolve`` names a position without an intent.
+        """
+        now = self.clock.time()
+
+        def op(tx: Tx) -> RunRecord:
+            row = tx.one("lock_run_for_claim", run_id=run_id)
+            if row is None:
+                raise RunNotFound(f"no run {run_id!r} in {self._where}")
+            run = run_from_row(row[:RUN_FIELDS])
+            # Also what a retry sees when the first attempt committed: the run is queued
+            # already, and saying so is accurate.
+            check_requeueable(run, from_statuses)
+            key = {"run_id": run_id, "generation": run.generation, "now": now}
+            if resolve is not None:
+                n = tx.q("resolve_intent", **key, position=resolve[0], output=resolve[1])
+                if n.rowcount != 1:
+                    raise no_doubt_error(run_id, resolve[0])
+            if drop_intents:
+                tx.q("drop_intents", **key, position=None)
+            for position in drop_positions:
+                tx.q("drop_record", **key, position=position)
+            # fetchall: a RETURNING statement left unfinished keeps SQLite from committing.
+            queued = tx.q(
+                "requeue_run", run_id=run_id, now=now, expected_token=run.fencing_token
+            ).fetchall()
+            tx.notify()
+            tx.events(run_id, [stream.resumed(run, resolve is not None, now)])
+            assert queued, "requeue lost a row it held locked"
+            return run_from_row(queued[0])
+
+        return self._writing(op)
+
+    def request_cancel(self, run_id: str, reason: str | None) -> RunRecord:
+        """Ask for the run to be cancelled, under its row lock (see the Store protocol).
+        A parked run wakes now: waiting workers are notified in the same transaction."""
+        now = self.clock.time()
+
+        def op(tx: Tx) -> RunRecord:
+            why = reason
+            row = tx.one("lock_run_for_cancel", run_id=run_id)
+            if row is None:
+                raise cancel_not_found(run_id, self._where)
+            run = run_from_row(row[:RUN_FIELDS])
+            # A retry after an unknown outcome finds the flag set (or the run ended):
+            # nothing more to do, and the run as it is now is the answer.
+            plan = cancel_plan(run, bool(row[RUN_FIELDS]))
+            if plan is None:
+                return run
+            events: list[NewEvent] = []
+            if run.cancel_requested_at is None:
+                tx.q("request_cancel", run_id=run_id, reason=why, now=now)
+                events.append(stream.cancel_requested(why, now))
+                if run.status == PARKED:
+                    tx.notify()
+            else:
+                why = run.cancel_reason  # the first reason stays
+            if plan == "at_once":
+                tx.q(
+                    "cancel_at_once",
+                    run_id=run_id,
+                    error_type=CANCEL_ERROR_TYPE,
+                    error_message=why,
+                    park_reason=cancelled_at_once_note(run),
+                    now=now,
+                    expected_token=run.fencing_token,
+                )
+                events += stream.status_changed(
+                    CANCELLED,
+                    run.fencing_token + 1,
+                    now,
+                    error_type=CANCEL_ERROR_TYPE,
+                    error_message=why,
+                )
+            tx.events(run_id, events)
+            found = tx.one("get_run", run_id=run_id)
+            assert found is not None, "a cancel lost a row it held locked"
+            return run_from_row(found)
+
+        return self._writing(op)

@@ -1,0 +1,115 @@
+"""The small transaction protocol the store's semantics are written over.
+
+The role modules (:mod:`.runs`, :mod:`.signals`, :mod:`.approvals`, :mod:`.spend`,
+:mod:`.events`, :mod:`.fleet`) say *what* each store operation does once, in terms of
+named queries run inside one :class:`Tx`; :class:`~durably.store.sqlite.SQLiteStore` and
+:class:`~durably.store.postgres.PostgresStore` say *how*: the connection, the pragmas or
+the pool, the fork gate, error translation, LISTEN/NOTIFY. (procrastinate's manager is
+written the same way over its connector.)
+
+What a backend provides (:class:`Backend`):
+
+- ``_writing(op, atomic=True)``: run ``op(tx)`` as one write transaction. SQLite opens it
+  with ``BEGIN IMMEDIATE``, so the database's single writer lock is held from the first
+  statement (every "lock the run row" below is that lock). PostgreSQL runs it on a pooled
+  connection inside ``conn.transaction()`` and runs it again, once, on a fresh connection
+  when the first one died (``tx.retried`` then says the first attempt's outcome is
+  unknown). ``atomic=False`` is a promise that ``op`` is one statement, or statements
+  each safe on their own: PostgreSQL then runs them in autocommit (one round trip each),
+  SQLite still in one transaction.
+- ``_reading(op, snapshot=False)``: run ``op(tx)`` for reads; ``snapshot=True`` asks for
+  all its reads from one snapshot where the dialect gives that cheaply (SQLite's deferred
+  ``BEGIN``; PostgreSQL reads in autocommit and the op orders its reads instead).
+- ``_where``: the journal as error messages name it.
+
+Lock ordering stays each dialect's own and explicit: the queries named ``lock_*`` take the
+run row's lock on PostgreSQL (``FOR UPDATE`` / ``FOR NO KEY UPDATE``) and are plain reads
+on SQLite, where ``BEGIN IMMEDIATE`` already holds the whole database. Operations whose
+statement order differs between the dialects (a park takes ``lock_token`` in a statement
+of its own on PostgreSQL before anything else; the tuned one-round-trip append) stay
+written per backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ..clock import Clock
+from ..events import NewEvent
+
+T = TypeVar("T")
+
+
+class Result(Protocol):
+    """What running one named query gives back (a DB-API cursor)."""
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement changed (or, for a PostgreSQL ``SELECT``, returned)."""
+        ...
+
+    def fetchone(self) -> Any:
+        """The next row, or None."""
+        ...
+
+    def fetchall(self) -> list[Any]:
+        """Every row left (a RETURNING statement on SQLite must be read to its end)."""
+        ...
+
+
+class Tx(Protocol):
+    """One open transaction (or, for ``atomic=False``, one autocommit session)."""
+
+    retried: bool
+    """True on PostgreSQL's second attempt, after the first one's connection died with
+    its commit outcome unknown (the op must then recognise its own committed work). Always
+    False on SQLite, whose commit outcome is never unknown to the caller."""
+
+    def q(self, name: str, /, **params: Any) -> Result:
+        """Run the named query of this dialect's ``sql/`` files with ``params``."""
+        ...
+
+    def one(self, name: str, /, **params: Any) -> Any:
+        """The first row of the named query, or None (the rest is read and dropped)."""
+        ...
+
+    def scalar(self, name: str, /, **params: Any) -> Any:
+        """The first column of the first row of the named query, or None."""
+        ...
+
+    def array(self, values: Sequence[Any]) -> Any:
+        """``values`` as this dialect passes a list parameter (a JSON text on SQLite, an
+        array on PostgreSQL)."""
+        ...
+
+    def notify(self) -> None:
+        """Wake the workers waiting for work when this transaction commits (PostgreSQL's
+        NOTIFY, delivered at commit so never before the change it announces); nothing on
+        SQLite, whose workers poll."""
+        ...
+
+    def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
+        """Number ``events`` after the run's newest and insert them in this transaction
+        (one already stored, by its dedupe, is skipped)."""
+        ...
+
+
+class Backend:
+    """What the role modules need from a store backend (see the module docstring): the
+    store classes inherit the roles, and each backend overrides these."""
+
+    clock: Clock
+
+    @property
+    def _where(self) -> str:
+        """The journal as error messages name it (a file path, a server and schema)."""
+        raise NotImplementedError
+
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+        """Run ``op`` as one write transaction (see the module docstring)."""
+        raise NotImplementedError
+
+    def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
+        """Run ``op`` for reads (see the module docstring)."""
+        raise NotImplementedError
