@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -21,6 +21,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     ToolCallPart,
+    ToolReturn,
     ToolReturnPart,
     UserPromptPart,
 )
@@ -107,6 +108,34 @@ def test_a_bad_name_or_a_sync_workflow_is_refused(tmp_path: Path) -> None:
         DurableAgent(Agent(TestModel()))
     with pytest.raises(durably.ConfigError, match="stable name"):
         DurableAgent(calc_agent(), name="has space")
+    durable = DurableAgent(calc_agent())
+    engine = engine_at(tmp_path)
+
+    @engine.workflow(name="sync")
+    def sync(ctx: durably.Context) -> str:
+        return asyncio.run(durable.run("add")).output
+
+    @durably.tool(kind="write")
+    def charge(cents: int, idempotency_key: str) -> str:
+        """Charge a card."""
+        return "charged"
+
+    keyed = DurableAgent(Agent(TestModel(), name="pay", tools=[charge]))
+
+    @engine.workflow(name="keyed")
+    async def keyed_wf(ctx: durably.AsyncContext) -> str:
+        return (await keyed.run("pay")).output
+
+    try:
+        # Refused through a step: the run is blocked (fix the code, retry), not failed.
+        with pytest.raises(durably.ConfigError, match="async workflow"):
+            engine.run(sync, run_id="s-1")
+        assert engine.get_run("s-1").status == "blocked"
+        with pytest.raises(durably.ConfigError, match="idempotency_key"):
+            asyncio.run(engine.run_async(keyed_wf, run_id="k-1"))
+        assert engine.get_run("k-1").status == "blocked"
+    finally:
+        engine.close()
 
 
 async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
@@ -221,3 +250,118 @@ def test_digests_leave_out_generated_ids_and_timestamps() -> None:
     # What a request travels with is not what it asks; headers are never recorded.
     asked = model_request("m", first, {"temperature": 0.1, "extra_headers": {"x": "k"}}, None)
     assert asked["settings"] == {"temperature": 0.1}
+
+
+def test_a_rejected_approval_tool_call_goes_back_to_the_model_as_its_denial(
+    tmp_path: Path,
+) -> None:
+    ran: list[int] = []
+    asked: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(len(messages))
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("refund", {"amount": 30})])
+        return ModelResponse(parts=[TextPart(str(messages[-1].parts[0].content))])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="shop")
+
+    @agent.tool_plain(requires_approval=True)
+    def refund(amount: int) -> str:
+        ran.append(amount)
+        return "refunded"
+
+    durable = DurableAgent(agent)
+    engine = engine_at(tmp_path, park_wait_s=0)
+
+    @engine.workflow(name="shop")
+    async def shop(ctx: durably.AsyncContext) -> str:
+        return (await durable.run("refund it")).output
+
+    try:
+        with pytest.raises(durably.RunParked):
+            asyncio.run(engine.run_async(shop, run_id="r-1"))
+        [pending] = engine.pending_approvals()
+        assert pending.action == "pydantic_ai.shop.tool.refund"
+        engine.reject("r-1", pending.request_id, digest=pending.digest, by="ana", reason="no")
+        out = asyncio.run(engine.run_async(shop, run_id="r-1"))
+        assert out == "The tool call was rejected by ana: no"
+        assert ran == [] and asked == [1, 3]  # the first turn replayed, not asked again
+    finally:
+        engine.close()
+
+
+def test_a_streamed_turn_replays_from_its_record(tmp_path: Path) -> None:
+    streamed: list[int] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        streamed.append(len(messages))
+        async for word in _stream(messages, info):
+            yield word
+
+    agent: Agent[None, str] = Agent(FunctionModel(stream_function=stream), name="talk")
+    durable = DurableAgent(agent)
+    engine = engine_at(tmp_path, park_wait_s=0)
+
+    @engine.workflow(name="talk")
+    async def talk(ctx: durably.AsyncContext) -> Any:
+        async with durable.run_stream("speak") as result:
+            chunks = [c async for c in result.stream_text(delta=True, debounce_by=None)]
+        go = await ctx.wait_for_signal("go")  # parks; the wake replays from the top
+        return [chunks, go]
+
+    try:
+        with pytest.raises(durably.RunParked):
+            asyncio.run(engine.run_async(talk, run_id="s-1"))
+        engine.signal("s-1", "go", "now")
+        chunks, go = asyncio.run(engine.run_async(talk, run_id="s-1"))
+        # The replayed stream gives the caller the same fragments; the model streamed once.
+        assert (chunks, go) == (["The", " answer", " is", " 42."], "now")
+        assert streamed == [1]
+    finally:
+        engine.close()
+
+
+def test_model_retry_and_tool_return_replay_as_they_ran(tmp_path: Path) -> None:
+    ran: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = sum(isinstance(m, ModelResponse) for m in messages)
+        if turn < 2:
+            return ModelResponse(parts=[ToolCallPart("flaky", {"x": turn + 1})])
+        return ModelResponse(parts=[TextPart(str(messages[-1].parts[0].content))])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="retry")
+
+    @agent.tool_plain(retries=2)
+    def flaky(x: int) -> ToolReturn[str]:
+        ran.append(x)
+        if x == 1:
+            raise ModelRetry("x must be 2")
+        return ToolReturn(return_value=f"x={x}", metadata={"seen": x})
+
+    durable = DurableAgent(agent)
+    engine = engine_at(tmp_path, park_wait_s=0)
+
+    @engine.workflow(name="retry")
+    async def wf(ctx: durably.AsyncContext) -> Any:
+        result = await durable.run("go")
+        await ctx.wait_for_signal("go")
+        retried = [
+            p.content
+            for m in result.all_messages()
+            for p in m.parts
+            if isinstance(p, ToolReturnPart) and p.outcome == "retried"
+        ]
+        return [result.output, retried]
+
+    try:
+        with pytest.raises(durably.RunParked):
+            asyncio.run(engine.run_async(wf, run_id="m-1"))
+        engine.signal("m-1", "go")
+        # The replay raised the recorded ModelRetry again (so the next request's digest
+        # matched) and rebuilt the ToolReturn; the tool ran twice in all, live.
+        assert asyncio.run(engine.run_async(wf, run_id="m-1")) == ["x=2", ["x must be 2"]]
+        assert ran == [1, 2]
+    finally:
+        engine.close()

@@ -1,8 +1,8 @@
 """A ``requires_approval=True`` tool under ``DurableAgent``: the run parks as a durably
 approval bound to the tool's step name and arguments (whatever the agent's
 ``output_type``: here plain ``str``, no ``DeferredToolRequests``), ``durably approve``
-from another process wakes it, and the tool runs once; ``durably reject`` sends the
-model the denial instead, and the tool never runs."""
+from another process wakes it, and the tool runs once. (A rejection, which sends the
+model the denial: test_agent.py, in one process.)"""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-import pytest
 
 from .test_crash import APP, model_turns, rows
 
@@ -28,10 +26,7 @@ def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("decision", ["approve", "reject"])
-def test_an_approval_tool_parks_and_runs_once_after_the_decision(
-    tmp_path: Path, decision: str
-) -> None:
+def test_an_approval_tool_parks_and_runs_once_after_durably_approve(tmp_path: Path) -> None:
     agent = subprocess.Popen(
         [
             sys.executable,
@@ -60,14 +55,13 @@ def test_an_approval_tool_parks_and_runs_once_after_the_decision(
         assert rows(tmp_path, "SELECT * FROM attempts") == []  # parked before the tool
         decided = cli(
             tmp_path,
-            decision,
+            "approve",
             "refund-1",
             str(request["request_id"]),
             "--digest",
             str(request["digest"])[:8],
             "--by",
             "ana",
-            *(["--reason", "not this one"] if decision == "reject" else []),
         )
         assert decided.returncode == 0, decided.stderr
         out, err = agent.communicate(timeout=60)
@@ -75,12 +69,7 @@ def test_an_approval_tool_parks_and_runs_once_after_the_decision(
         agent.kill()
     assert agent.returncode == 0, err
     answer = json.loads(out)
-    attempts = rows(tmp_path, "SELECT tool, item FROM attempts")
-    if decision == "approve":
-        assert attempts == [("refund", "30")]
-        assert answer == "done: refund 30 ok"
-    else:
-        assert attempts == []
-        assert answer == "done: The tool call was rejected by ana: not this one"
+    assert rows(tmp_path, "SELECT tool, item FROM attempts") == [("refund", "30")]
+    assert answer == "done: refund 30 ok"
     # The parked run was replayed on wake: the model's first turn was not asked again.
     assert model_turns(tmp_path) == [1, 2]

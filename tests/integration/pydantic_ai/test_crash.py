@@ -8,6 +8,7 @@ run once each at the positions of an uncrashed run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import sqlite3
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .agent_app import build
 
 APP = Path(__file__).with_name("agent_app.py")
 
@@ -54,14 +57,20 @@ def tail(key: str) -> str:
 
 @pytest.fixture(scope="module")
 def control(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Uncrashed runs of both scenarios: their answers and the positions of their keys."""
+    """Uncrashed runs of both scenarios (the same app, in this process): their answers
+    and the positions of their keys."""
     out: dict[str, Any] = {}
     for scenario in ("single", "parallel"):
         tmp = tmp_path_factory.mktemp(scenario)
-        done = app(tmp, scenario)
-        assert done.returncode == 0, done.stderr
+        engine, shop = build(
+            f"sqlite:///{tmp / 'journal.db'}", str(tmp / "world.db"), scenario, None
+        )
+        try:
+            answer = asyncio.run(engine.run_async(shop, "order please", run_id="shop-1"))
+        finally:
+            engine.close()
         keys = rows(tmp, "SELECT item, key FROM attempts ORDER BY item")
-        out[scenario] = (json.loads(done.stdout), [(i, tail(k)) for i, k in keys])
+        out[scenario] = (answer, [(i, tail(k)) for i, k in keys])
         assert model_turns(tmp) == [1, 2]
     return out
 

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from pydantic_ai.agent import AbstractAgent, AgentRun, WrapperAgent
 
 from ... import AsyncContext, ConfigError, Context, current_context
+from .. import refuse
 from ._capability import DurablyCapability
 
 DepsT = TypeVar("DepsT")
@@ -66,17 +67,22 @@ class DurableAgent(WrapperAgent[DepsT, OutputT], Generic[DepsT, OutputT]):
         """The wrapped agent's ``iter``; inside an async workflow with durably's
         capability added to the run (``run`` and ``run_stream`` go through here)."""
         ctx = current_context()
+        step = f"pydantic_ai.{self._durable_name}.run"
         if isinstance(ctx, Context):
-            raise ConfigError(
+            refuse(
+                ctx,
+                step,
                 f"DurableAgent {self._durable_name!r} runs in an async workflow (async def,"
                 " await durable.run(...)): Pydantic AI is async, and a sync workflow would"
-                " block on it"
+                " block on it",
             )
         if isinstance(ctx, AsyncContext):
             if kwargs.get("cancellation_token") is not None:
-                raise ConfigError(
+                refuse(
+                    ctx,
+                    step,
                     "DurableAgent: a CancellationToken fires at a point durably did not"
-                    " record; cancel the run with engine.cancel(run_id) instead"
+                    " record; cancel the run with engine.cancel(run_id) instead",
                 )
             extra: Sequence[Any] = kwargs.pop("capabilities", None) or ()
             kwargs["capabilities"] = [*extra, DurablyCapability(self._durable_name, ctx)]

@@ -20,14 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import TypeAdapter
 from pydantic_ai import ApprovalRequired, CallDeferred, ModelRetry, RunContext
+from pydantic_ai.messages import ToolReturn
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from ... import AsyncContext, ConfigError, ToolRejected, current_context
+from ... import AsyncContext, ToolRejected, current_context
 from ...tools import Tool as DurablyTool
+from .. import refuse
 from . import _digest
 from ._turns import Turns
+
+_TOOL_RETURN: TypeAdapter[ToolReturn[Any]] = TypeAdapter(ToolReturn[Any])
 
 
 def _flow(exc: BaseException) -> dict[str, Any]:
@@ -39,9 +44,19 @@ def _flow(exc: BaseException) -> dict[str, Any]:
     return {"$flow": "deferred", "metadata": _digest.jsonable(exc.metadata)}
 
 
+def _result(value: Any) -> dict[str, Any]:
+    """A tool's result as the step records it: JSON data, or a ``ToolReturn`` (a value
+    for the model with content and metadata besides) in its own JSON form."""
+    if isinstance(value, ToolReturn):
+        return {"tool_return": _TOOL_RETURN.dump_python(value, mode="json")}
+    return {"value": _digest.jsonable(value)}
+
+
 def _raise_flow(value: Any) -> Any:
-    """The tool's result, or the control-flow exception it raised, again."""
+    """The tool's recorded result, or the control-flow exception it raised, again."""
     if not (isinstance(value, dict) and "$flow" in value):
+        if isinstance(value, dict) and "tool_return" in value:
+            return _TOOL_RETURN.validate_python(value["tool_return"])
         return value["value"] if isinstance(value, dict) and "value" in value else value
     flow = value["$flow"]
     if flow == "retry":
@@ -102,7 +117,7 @@ class RecordedToolset(WrapperToolset[Any]):
                     value = await wrapped.call_tool(name, tool_args, ctx, tool)
                 except (ModelRetry, ApprovalRequired, CallDeferred) as exc:
                     return _flow(exc)
-                return {"value": _digest.jsonable(value)}
+                return _result(value)
 
             args = _digest.jsonable(tool_args)
             return _raise_flow(await wf.step(step, run, tool=name, args=args))
@@ -117,11 +132,13 @@ class RecordedToolset(WrapperToolset[Any]):
     ) -> Any:
         tool, takes_ctx = kind
         if takes_ctx or tool.takes_key:
-            raise ConfigError(
+            refuse(
+                wf,
+                step,
                 f"tool {name!r} is a @durably.tool used by Pydantic AI with"
                 f" {'a RunContext' if takes_ctx else 'an idempotency_key'} parameter: Pydantic"
                 " AI would ask the model for it. Drop the parameter; read the key from"
-                " durably.current_step().idempotency_key inside the tool"
+                " durably.current_step().idempotency_key inside the tool",
             )
         try:
             value = await tool.record(wf, step, (), tool_args)
