@@ -99,7 +99,7 @@ def main() -> None:
                     return
                 engine.approve(RUN_ID, pending.request_id, digest=pending.digest, by="example")
         for step in engine.history(RUN_ID):
-            print(f"  {step.position:>3}  {step.name}")
+            print(f"  {step.position:>5}  {step.name}")
     finally:
         engine.close()
 

@@ -17,7 +17,8 @@ database (``model_calls``), which is also where the tool writes, keyed by
 ``KILL_AT``: ``after-model`` (SIGKILL at the tool's start: turn 1 is recorded, the
 write is not done), ``after-write`` (SIGKILL inside the tool right after its write),
 ``between`` (``parallel``: the call for "b" waits until the call for "a" is recorded,
-then SIGKILLs the process before its own write). Prints the agent's output as JSON.
+then SIGKILLs the process before its own write; the call for "a" waits for "b" to have
+started, so the two are in flight at once). Prints the agent's output as JSON.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ def world(path: str) -> sqlite3.Connection:
         "CREATE TABLE IF NOT EXISTS model_calls (turn INTEGER, pid INTEGER);"
         "CREATE TABLE IF NOT EXISTS attempts (tool TEXT, item TEXT, key TEXT, pid INTEGER);"
         "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, tool TEXT, item TEXT);"
+        "CREATE TABLE IF NOT EXISTS started (item TEXT, pid INTEGER);"
     )
     return w
 
@@ -104,6 +106,11 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None) -> Any:
         assert info is not None, "a recorded tool runs inside its step"
         if kill_at == "after-model":
             os.kill(os.getpid(), signal.SIGKILL)
+        if scenario == "parallel":
+            with closing(world(world_db)) as w:
+                w.execute("INSERT INTO started VALUES (?, ?)", (item, os.getpid()))
+            if item == "a":  # both calls are in flight at once: Pydantic AI's own tasks
+                wait_started(world_db, "b")
         if kill_at == "between" and item == "b":
             wait_recorded(engine, info.run_id, "pydantic_ai.shop.tool.record_order")
             os.kill(os.getpid(), signal.SIGKILL)
@@ -121,8 +128,8 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None) -> Any:
         return f"{tool} {item} ok"
 
     @agent.tool_plain
-    async def record_order(item: str) -> str:
-        """Record an order for ``item``."""
+    def record_order(item: str) -> str:
+        """Record an order for ``item`` (a plain def: Pydantic AI runs it in a thread)."""
         return write("record_order", item)
 
     @agent.tool_plain(requires_approval=True)
@@ -141,6 +148,19 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None) -> Any:
         return result.output
 
     return engine, shop
+
+
+def wait_started(world_db: str, item: str) -> None:
+    """Until the tool call for ``item`` has started in this process."""
+    deadline = time.monotonic() + WAIT_S_MAX
+    while time.monotonic() < deadline:
+        with closing(world(world_db)) as w:
+            if w.execute(
+                "SELECT 1 FROM started WHERE item = ? AND pid = ?", (item, os.getpid())
+            ).fetchone():
+                return
+        time.sleep(0.01)
+    raise TimeoutError(f"the call for {item!r} never started while the other ran")
 
 
 def wait_recorded(engine: durably.Engine, run_id: str, name: str) -> None:

@@ -92,10 +92,11 @@ def test_steps_names_and_usage_in_the_spend(tmp_path: Path) -> None:
 
     try:
         _, ins, outs = asyncio.run(engine.run_async(calc, run_id="c-1"))
-        assert [s.name for s in engine.history("c-1")] == [
-            "pydantic_ai.calc-1.model.request",
-            "pydantic_ai.calc-1.tool.add",
-            "pydantic_ai.calc-1.model.request",
+        assert [(s.position, s.name) for s in engine.history("c-1")] == [
+            ("0", "pydantic_ai.calc-1.model.request"),
+            ("1", "durably.gather"),  # the turn's tool calls: one ordered branch each
+            ("1.0.0", "pydantic_ai.calc-1.tool.add"),
+            ("2", "pydantic_ai.calc-1.model.request"),
         ]
         spend = engine.spend("c-1")
         assert (spend.input_tokens, spend.output_tokens) == (ins, outs) and ins > 0

@@ -72,6 +72,8 @@ def control(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         keys = rows(tmp, "SELECT item, key FROM attempts ORDER BY item")
         out[scenario] = (answer, [(i, tail(k)) for i, k in keys])
         assert model_turns(tmp) == [1, 2]
+    # The calls' positions follow the order the model listed them (branch 0, then 1).
+    assert out["parallel"][1] == [("a", "1.0.0"), ("b", "1.1.0")]
     return out
 
 

@@ -29,12 +29,16 @@ def test_the_example_parks_then_refunds_once(
     example.main()
     out = capsys.readouterr().out
     assert "Done: refunded 4000 cents on A-17 (key refund-A-17:" in out
-    names = [line.split()[-1] for line in out.splitlines() if line.startswith("  ")]
-    assert names == [
-        "pydantic_ai.support.model.request",
-        "pydantic_ai.support.tool.lookup_order",
-        "pydantic_ai.support.model.request",
-        "request_approval:pydantic_ai.support.tool.refund",
-        "pydantic_ai.support.tool.refund",
-        "pydantic_ai.support.model.request",
+    steps = [tuple(line.split()) for line in out.splitlines() if line.startswith("  ")]
+    # Each turn's tool calls in a group of ordered branches; an approval and its call
+    # in the call's own branch.
+    assert steps == [
+        ("0", "pydantic_ai.support.model.request"),
+        ("1", "durably.gather"),
+        ("1.0.0", "pydantic_ai.support.tool.lookup_order"),
+        ("2", "pydantic_ai.support.model.request"),
+        ("3", "durably.gather"),
+        ("3.0.0", "request_approval:pydantic_ai.support.tool.refund"),
+        ("3.0.1", "pydantic_ai.support.tool.refund"),
+        ("4", "pydantic_ai.support.model.request"),
     ]

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 from pydantic_ai.messages import ModelResponse
 
-from ... import AsyncContext
+from ... import AsyncContext, Branches
 
 
 class Turns:
@@ -29,7 +28,7 @@ class Turns:
         self.ctx = ctx
         self._response: ModelResponse | None = None
         self._ids: list[str] = []
-        self._group: Any = None
+        self._group: Branches | None = None
 
     def model_answered(self, response: ModelResponse) -> None:
         """A model request returned ``response`` (live or from the record): its tool
@@ -45,9 +44,6 @@ class Turns:
         if tool_call_id is None or tool_call_id not in self._ids:
             # A call the last response did not list (a tool called from outside the
             # graph): it records on the run's own scope, in program order.
-            yield
-            return
-        if not hasattr(self.ctx, "branches"):  # TEMP until ordered lands
             yield
             return
         if self._group is None:
