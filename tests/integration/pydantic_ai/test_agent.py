@@ -366,3 +366,30 @@ def test_model_retry_and_tool_return_replay_as_they_ran(tmp_path: Path) -> None:
         assert ran == [1, 2]
     finally:
         engine.close()
+
+
+def test_the_run_budget_stops_the_agent_at_its_next_step(tmp_path: Path) -> None:
+    ran: list[int] = []
+    agent: Agent[None, str] = Agent(TestModel(), name="calc")
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        ran.append(a + b)
+        return a + b
+
+    durable = DurableAgent(agent)
+    engine = engine_at(tmp_path)
+
+    @engine.workflow(name="calc")
+    async def calc(ctx: durably.AsyncContext) -> str:
+        await ctx.budget(tokens=20)
+        return (await durable.run("add")).output
+
+    try:
+        # The first model turn's tokens pass the budget: the tool's step never starts.
+        with pytest.raises(durably.WorkflowFailed, match="BudgetExceeded"):
+            asyncio.run(engine.run_async(calc, run_id="b-1"))
+        assert ran == [] and engine.spend("b-1").tokens > 20
+    finally:
+        engine.close()
