@@ -393,3 +393,37 @@ def test_the_run_budget_stops_the_agent_at_its_next_step(tmp_path: Path) -> None
         assert ran == [] and engine.spend("b-1").tokens > 20
     finally:
         engine.close()
+
+
+def test_a_destructive_durably_tool_that_also_requires_approval_asks_once(
+    tmp_path: Path,
+) -> None:
+    @durably.tool(kind="destructive")
+    def wipe(disk: str) -> str:
+        """Wipe a disk."""
+        return f"wiped {disk}"
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("wipe", {"disk": "d1"})])
+        return ModelResponse(parts=[TextPart(str(messages[-1].parts[0].content))])
+
+    agent: Agent[None, str] = Agent(FunctionModel(model), name="ops")
+    agent.tool_plain(requires_approval=True)(wipe)
+    durable = DurableAgent(agent)
+    engine = engine_at(tmp_path, park_wait_s=0)
+
+    @engine.workflow(name="ops")
+    async def ops(ctx: durably.AsyncContext) -> str:
+        return (await durable.run("wipe it")).output
+
+    try:
+        with pytest.raises(durably.RunParked):
+            asyncio.run(engine.run_async(ops, run_id="w-2"))
+        [pending] = engine.pending_approvals()
+        engine.approve("w-2", pending.request_id, digest=pending.digest, by="ana")
+        assert asyncio.run(engine.run_async(ops, run_id="w-2")) == "wiped d1"
+        kinds = [s.name.split(":")[0] for s in engine.history("w-2")]
+        assert kinds.count("request_approval") == 1
+    finally:
+        engine.close()

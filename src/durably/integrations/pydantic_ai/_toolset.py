@@ -109,7 +109,7 @@ class RecordedToolset(WrapperToolset[Any]):
         with self.turns.call(ctx.tool_call_id):
             kind = self.kinds.get(name)
             if kind is not None:
-                return await self._durably_tool(wf, step, name, kind, tool_args)
+                return await self._durably_tool(wf, step, name, kind, tool_args, ctx)
             wrapped = self.wrapped
 
             async def run(**_: Any) -> Any:
@@ -129,6 +129,7 @@ class RecordedToolset(WrapperToolset[Any]):
         name: str,
         kind: tuple[DurablyTool, bool],
         tool_args: dict[str, Any],
+        ctx: RunContext[Any],
     ) -> Any:
         tool, takes_ctx = kind
         if takes_ctx or tool.takes_key:
@@ -140,6 +141,10 @@ class RecordedToolset(WrapperToolset[Any]):
                 " AI would ask the model for it. Drop the parameter; read the key from"
                 " durably.current_step().idempotency_key inside the tool",
             )
+        if tool.approval and ctx.tool_call_approved:
+            # Approved already (requires_approval=True on the Pydantic AI side, decided
+            # in this call's branch): one person's decision, not two requests.
+            return await wf.step(step, tool.step_function, **tool_args)
         try:
             value = await tool.record(wf, step, (), tool_args)
         except ToolRejected as exc:
