@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import codec, inputs
+from .. import inputs
 from ..budget import Budget, Spend, SpendEntry, exceeded_message
 from ..errors import (
     BudgetExceeded,
@@ -30,29 +30,17 @@ from ..errors import (
     SerializationError,
     Unwind,
 )
-from ..history import (
-    ERROR_MESSAGE_CHARS_MAX,
-    FAILED,
-    GATHER,
-    HALT,
-    NOW,
-    OK,
-    OUTPUT_INLINE_BYTES_MAX,
-    RANDOM,
-    STEP_OUTPUT_BYTES_MAX,
-    UUID,
-    WAITING,
-    StepRecord,
-    check_name,
-    idempotency_key,
-    storable_text,
-)
+from ..journal import codec
 from ..journal.events import (
     EVENT_DATA_BYTES_MAX,
     USER,
     NewEvent,
     new_event,
 )
+from ..journal.keys import idempotency_key
+from ..journal.records import FAILED, GATHER, HALT, NOW, OK, RANDOM, UUID, WAITING, StepRecord
+from ..journal.text import check_name, storable_text
+from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX, STEP_OUTPUT_BYTES_MAX
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .. import codec, inputs
+from .. import inputs
 from ..current import StepInfo as CurrentStep
 from ..errors import (
     ConfigError,
@@ -19,25 +19,17 @@ from ..errors import (
     SerializationError,
     StepFailed,
 )
-from ..history import (
-    ERROR_MESSAGE_CHARS_MAX,
-    FAILED,
-    INTENT,
-    OK,
-    STEP,
-    STEP_OUTPUT_BYTES_MAX,
-    StepRecord,
-    check_name,
-    describe_error,
-    idempotency_key,
-    storable_text,
-)
+from ..journal import codec
 from ..journal.events import (
     STEP_COMPLETED,
     STEP_FAILED,
     STEP_RETRIED,
     STEP_STARTED,
 )
+from ..journal.keys import idempotency_key
+from ..journal.records import FAILED, INTENT, OK, STEP, StepRecord
+from ..journal.text import check_name, describe_error, storable_text
+from ..limits import ERROR_MESSAGE_CHARS_MAX, STEP_OUTPUT_BYTES_MAX
 from ..shell import command
 from ..steps import StepSignature, Usage, fn_text, given_text, signature_of, warn_untyped_result
 from .kernel import NOT_DONE, type_name

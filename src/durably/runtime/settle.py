@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
+from ..journal.records import APPROVAL, SIGNAL, SLEEP, WAITING
 from ..limits import SETTLE_TURNS_MAX
 from ..replay.kernel import (
     RunCore,
