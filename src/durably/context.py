@@ -24,10 +24,10 @@ from .current import in_step, outside_step
 from .errors import (
     ConfigError,
 )
-from .features import approvals, budgets, signals, timers, versions
+from .features import approvals, budgets, emits, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from .replay import stepping
+from .replay import gathers, stepping
 from .replay.kernel import (
     SCOPE,
     RunCore,
@@ -182,7 +182,7 @@ class Context:
         costs no commit of its own (it rides with the next recorded step); an emit that
         replays after a crash is not stored twice."""
         with self._ex.hold():
-            self._core.emit(kind, data)
+            emits.emit(self._core, kind, data)
 
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
@@ -374,7 +374,7 @@ class AsyncContext:
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
         not awaited: it does no I/O."""
-        self._core.emit(kind, data)
+        emits.emit(self._core, kind, data)
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""
@@ -485,7 +485,7 @@ class AsyncContext:
 
         try:
             labels = [_label(b) for b in branches]
-            scope, pos = self._core.gather_begin(labels)
+            scope, pos = gathers.gather_begin(self._core, labels)
         except BaseException:
             _dispose(branches)  # the error is the story, not their "never awaited"
             raise
@@ -521,7 +521,7 @@ class AsyncContext:
             failed = False
             return list(results)
         finally:
-            core.gather_end(scope, pos, failed)
+            gathers.gather_end(core, scope, pos, failed)
             _dispose(branches)
 
     async def _branch(self, prefix: str, aw: Awaitable[T]) -> T:
@@ -539,13 +539,13 @@ class AsyncContext:
             if scope.stream is not None:  # a streamed step left open ends with its branch
                 scope.stream.finish(f"the end of branch {prefix[:-1]}")
         except BaseException as exc:
-            parked = core.branch_parks.get(prefix)
+            parked = core.gathers.parks.get(prefix)
             if parked is not None and exc is not parked:
                 # The branch parked, then its code caught the park (a bare except) and
                 # raised something else: the park still decides, as a latched stop would.
                 raise parked.with_traceback(None) from exc
             raise
-        parked = core.branch_parks.get(prefix)
+        parked = core.gathers.parks.get(prefix)
         if parked is not None:
             raise parked.with_traceback(None)  # it caught its own park and returned
         return result

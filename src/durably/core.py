@@ -6,8 +6,8 @@ module keeps every name it had working (``durably.core.fault_step``,
 
 from __future__ import annotations
 
+from .replay.gathers import GATHER_NAME as GATHER_NAME
 from .replay.kernel import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
-from .replay.kernel import GATHER_NAME as GATHER_NAME
 from .replay.kernel import HALT_NAMES as HALT_NAMES
 from .replay.kernel import NOT_DONE as NOT_DONE
 from .replay.kernel import SCOPE as SCOPE

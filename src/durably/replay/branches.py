@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .scope import Scope
 
 if TYPE_CHECKING:
     from .kernel import RunCore
-    from .scope import Scope
 
 
 class BranchGroup:
@@ -68,8 +68,6 @@ class BranchGroup:
             )
         scope = self.scopes.get(index)
         if scope is None:
-            from .scope import Scope
-
             scope = Scope(core, f"{self.pos}.{index}.")
             scope.member = self
             self.scopes[index] = scope
@@ -87,8 +85,9 @@ class BranchGroup:
             scope.stream.finish(f"the end of branch {self.pos}.{index}")
         if failed:
             prefix = f"{self.pos}."
-            if prefix not in self.core.failed_gathers:
-                self.core.failed_gathers.append(prefix)
+            failed_groups = self.core.gathers.failed
+            if prefix not in failed_groups:
+                failed_groups.append(prefix)
 
     def close(self, parent: Scope) -> None:
         """The parent scope takes its next position: the group ends. A branch still in a

@@ -77,7 +77,7 @@ def step(
         # the next position: the effect in flight completes under its key first.
         raise core.latch(ReplayEnd(pos))
     # Its inputs are kept with its records (built only here: replay never pays for it).
-    core.manifests[pos] = inputs.build(args, kwargs, core.known_blobs, core.item_hashes)
+    core.manifests[pos] = inputs.build(args, kwargs, core.blobs.known, core.item_hashes)
     # Live from here on, and the driver may run other code meanwhile: the scope is
     # busy until this step is recorded (a replayed step never yields, so it never is).
     scope.busy = f"step {pos} {name!r}"
@@ -416,7 +416,7 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 
 def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
-        text = inputs.resolve_output(text, core.fetch_blobs)
+        text = inputs.resolve_output(text, core.blobs.fetch)
     except SerializationError as exc:
         # A missing blob, or one whose bytes no longer match its sha256: the recorded
         # output is unknown, so the run stops here, blocked and unchanged, never failed.

@@ -86,7 +86,7 @@ class Recording(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if not self._used and self._core.dropped is None:
             call = self._call()
-            self._core.dropped = (
+            self._core.drop(
                 f"{call} was never awaited: in an async workflow it returns an awaitable that"
                 f" records nothing until awaited; write `await {call}` (or pass it to"
                 " ctx.gather). The run is blocked; fix the code, then resume it."

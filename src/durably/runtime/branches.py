@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..replay import gathers
 from ..replay.scope import SCOPE
 from .lock import RunLock
 
@@ -96,7 +97,7 @@ def open_branches(core: RunCore, ex: Executor, labels: object, is_async: bool) -
         # From now on the run's branches may record from several threads.
         ex.lock = RunLock()
     with ex.hold():
-        group = core.branches_begin(checked)
+        group = gathers.branches_begin(core, checked)
     return Branches(group, ex, loop_thread)
 
 

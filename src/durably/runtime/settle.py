@@ -61,7 +61,7 @@ async def siblings_first(ex: Executor) -> None:
 
     core, gathers = ex.core, ex.gathers
     prefix = core.scope().prefix
-    core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
+    core.mark_live(prefix)  # siblings settling in turn need not wait for this one
     gathers.settling.add(prefix)
     try:
         for _ in range(SETTLE_TURNS_MAX):
@@ -98,7 +98,7 @@ def siblings_settled(ex: Executor, prefix: str) -> bool:
                 and (
                     branch_failed(ex.core, task)
                     if task.done()
-                    else not any(p.startswith(branch) for p in ex.core.went_live)
+                    else not any(p.startswith(branch) for p in ex.core.gathers.went_live)
                 )
             ):
                 # Running its replay still, or ended with a failure: its gather is about
