@@ -31,7 +31,8 @@ from .errors import CompensationFailed, ConfigError, SerializationError, StepFai
 from .features import sagas
 from .history import check_name, describe_error, position_key
 from .replay import stepping
-from .replay.kernel import Op, RunCore, type_name
+from .replay.kernel import RunCore, type_name
+from .replay.ops import Op
 from .runtime.awaitables import Recording
 from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
 from .steps import fn_text, signature_of

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .current import StepInfo
 from .errors import ConfigError
 from .features import stream
-from .replay.kernel import Call, Outcome
+from .replay.ops import Call, Outcome
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 

@@ -43,15 +43,12 @@ from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX
 from ..steps import StepSignature, Usage
-from .ops import Call as Call
+
+# Operations replaycheck.py still imports from here (its lane moves them to replay.ops).
 from .ops import Charge as Charge
-from .ops import Op as Op
-from .ops import Outcome as Outcome
-from .ops import ReadDecision as ReadDecision
+from .ops import Op
 from .ops import ReadSpend as ReadSpend
 from .ops import SetBudget as SetBudget
-from .ops import TakeSignal as TakeSignal
-from .ops import Wait as Wait
 from .ops import Write as Write
 from .park import Parked
 from .scope import SCOPE as SCOPE

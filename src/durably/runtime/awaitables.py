@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from ..errors import ConfigError
 from ..features import approvals, signals
 from ..replay import stepping
-from ..replay.kernel import Op, RunCore
+from ..replay.kernel import RunCore
+from ..replay.ops import Op
 from ..replay.park import Parked
 from .drive import Executor, drive_async
 from .settle import keep_branch_wait, parked_before, siblings_first

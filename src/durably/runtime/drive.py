@@ -29,19 +29,18 @@ from ..errors import (
     StoreFailed,
 )
 from ..limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from ..replay.kernel import (
+from ..replay.kernel import RunCore, cancelled_error
+from ..replay.ops import (
     Call,
     Charge,
     Op,
     Outcome,
     ReadDecision,
     ReadSpend,
-    RunCore,
     SetBudget,
     TakeSignal,
     Wait,
     Write,
-    cancelled_error,
 )
 from ..steps import USAGE, Usage, fn_text
 from ..store import retry

@@ -5,20 +5,14 @@ branch unwinds the others (sparing a saga's compensations).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ..journal.records import APPROVAL, SIGNAL, SLEEP, WAITING
 from ..limits import SETTLE_TURNS_MAX
-from ..replay.kernel import (
-    RunCore,
-    Wait,
-    Write,
-)
+from ..replay.kernel import RunCore
+from ..replay.ops import Wait, Write
 from ..replay.park import Parked
 from .drive import COMPENSATING_TASKS, Executor, wait_async
-
-if TYPE_CHECKING:
-    pass
 
 
 async def keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
