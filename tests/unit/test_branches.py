@@ -193,7 +193,14 @@ def test_threads_of_branches_run_their_steps_at_the_same_time(engine: durably.En
         def call(i: int) -> int:
             with group.branch(i):
                 ctx.now()  # a value call from the thread too
-                return ctx.step("meet", lambda: barrier.wait() * 0 + i)
+
+                def meet() -> int:
+                    barrier.wait()
+                    info = durably.current_step()
+                    assert info is not None and info.position == f"0.{i}.1"
+                    return i
+
+                return ctx.step("meet", meet)
 
         with ThreadPoolExecutor(max_workers=3) as pool:
             futures = [pool.submit(contextvars.copy_context().run, call, i) for i in (2, 1, 0)]
@@ -425,3 +432,20 @@ def test_many_threads_recording_at_once_lose_no_record(engine: durably.Engine) -
     assert {r.position for r in engine.history("r")} == want
     emitted = [e for e in engine.events("r", limit=1000).events if e.kind == "user"]
     assert len(emitted) == n * k
+
+
+@pytest.mark.parametrize("how", ["asyncio", "threads"])
+def test_replay_check_replays_a_run_with_branches_and_finds_a_changed_list(
+    engine: durably.Engine, how: str
+) -> None:
+    from durably.replaycheck import check_run
+
+    tools = Tools()
+    labels = ["search", "fetch"]
+    agent = AGENTS[how](engine, tools, labels)
+    engine.run(agent, run_id="r")
+    assert check_run(engine, engine.get_run("r")) is None  # replays to the end unchanged
+    labels.reverse()
+    finding = check_run(engine, engine.get_run("r"))
+    assert finding is not None and "2 branches ['search', 'fetch']" in str(finding)
+    assert tools.calls["search"] == 1  # the check never runs a step
