@@ -449,3 +449,48 @@ def test_replay_check_replays_a_run_with_branches_and_finds_a_changed_list(
     finding = check_run(engine, engine.get_run("r"))
     assert finding is not None and "2 branches ['search', 'fetch']" in str(finding)
     assert tools.calls["search"] == 1  # the check never runs a step
+
+
+def test_a_failed_branch_cancelling_its_siblings_replays_in_any_cancel_timing(
+    engine: durably.Engine,
+) -> None:
+    # Live, the sibling's first step is recorded before the framework cancels it; on
+    # replay the failure comes back at once and the sibling may be cancelled before it
+    # asks for that position again: no sign of changed code (as under a failed gather).
+    tools = Tools()
+    tools.delay = {"fetch_more": 5}
+    tools.crash_after = True
+
+    async def bad() -> str:
+        await asyncio.sleep(0.1)  # live only: a replay raises the recorded failure at once
+        raise ValueError("the tool failed")
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["bad", "fetch"])
+
+        async def failing() -> None:
+            with group.branch(0):
+                await ctx.step("bad", bad)
+
+        async def fetching() -> None:
+            with group.branch(1):
+                await asyncio.sleep(0.02)  # the framework's own work before the call
+                await ctx.step("fetch", tools.aio("fetch"))
+                await ctx.step("fetch_more", tools.aio("fetch_more"))
+
+        tasks = [asyncio.create_task(failing()), asyncio.create_task(fetching())]
+        try:
+            await asyncio.gather(*tasks)
+        except durably.StepFailed:
+            for t in tasks:  # the framework gives up on the turn's other calls
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return str(await ctx.step("after", tools.after))
+
+    with pytest.raises(Crash):
+        engine.run(w, run_id="r")
+    assert {r.position for r in engine.history("r")} >= {"0", "0.0.0", "0.1.0"}
+    tools.crash_after = False
+    assert engine.run(w, run_id="r") == "after"
+    assert tools.calls == Counter({"fetch": 1})
