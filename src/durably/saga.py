@@ -270,7 +270,8 @@ class Saga:
         self._ex = executor
 
     def __enter__(self) -> Saga:
-        self._saga.open()
+        with self._ex.hold():  # a ctx.branches branch may open one in its own thread
+            self._saga.open()
         return self
 
     def __exit__(self, typ: object, exc: BaseException | None, tb: object) -> None:

@@ -494,3 +494,44 @@ def test_a_failed_branch_cancelling_its_siblings_replays_in_any_cancel_timing(
     tools.crash_after = False
     assert engine.run(w, run_id="r") == "after"
     assert tools.calls == Counter({"fetch": 1})
+
+
+def test_streamed_steps_in_thread_branches_record_in_their_branches(
+    engine: durably.Engine,
+) -> None:
+    # Each stream waits for the other between its chunks: they finish only if the run's
+    # lock is let go while a chunk is pulled.
+    barrier = threading.Barrier(2, timeout=10)
+
+    def chunks(name: str) -> Iterator[str]:
+        for k in range(3):
+            if k:
+                barrier.wait()
+            yield f"{name}{k}"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> list[list[str]]:
+        group = ctx.branches(["a", "b"])
+
+        def call(i: int, name: str) -> list[str]:
+            with group.branch(i):
+                got = list(ctx.step_stream(name, chunks, name))
+                ctx.step(f"{name}_done", lambda: 1)
+                return got
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, call, i, n)
+                for i, n in enumerate(["a", "b"])
+            ]
+            return [f.result() for f in futures]
+
+    want = [["a0", "a1", "a2"], ["b0", "b1", "b2"]]
+    assert engine.run(w, run_id="r") == want
+    assert [(p, n) for p, _, n in layout(engine, "r")] == [
+        ("0", "durably.gather"),
+        ("0.0.0", "a"),
+        ("0.0.1", "a_done"),
+        ("0.1.0", "b"),
+        ("0.1.1", "b_done"),
+    ]
