@@ -27,7 +27,7 @@ from .errors import (
 from .features import approvals, budgets, emits, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from .replay import gathers, stepping
+from .replay import gathers, stepping, values
 from .replay.kernel import (
     SCOPE,
     RunCore,
@@ -187,17 +187,17 @@ class Context:
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
         with self._ex.hold():
-            return self._core.now()
+            return values.now(self._core)
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
         with self._ex.hold():
-            return self._core.random()
+            return values.random(self._core)
 
     def uuid(self) -> uuid.UUID:
         """A random UUID, recorded."""
         with self._ex.hold():
-            return self._core.uuid()
+            return values.uuid(self._core)
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
@@ -386,19 +386,17 @@ class AsyncContext:
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""
-        return Recording(
-            self._core, "durably.now", "ctx.now()", run_value, self._core, self._core.now
-        )
+        return Recording(self._core, "durably.now", "ctx.now()", run_value, self._core, values.now)
 
     def random(self) -> Coroutine[Any, Any, float]:
         """A random float in [0, 1), recorded: ``await ctx.random()``."""
         core = self._core
-        return Recording(core, "durably.random", "ctx.random()", run_value, core, core.random)
+        return Recording(core, "durably.random", "ctx.random()", run_value, core, values.random)
 
     def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
         """A random UUID, recorded: ``await ctx.uuid()``."""
         return Recording(
-            self._core, "durably.uuid", "ctx.uuid()", run_value, self._core, self._core.uuid
+            self._core, "durably.uuid", "ctx.uuid()", run_value, self._core, values.uuid
         )
 
     def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime as dt
-import random as _random
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,9 +34,9 @@ from ..journal.events import (
     new_event,
 )
 from ..journal.keys import idempotency_key
-from ..journal.records import FAILED, HALT, NOW, OK, RANDOM, UUID, WAITING, StepRecord
+from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord
 from ..journal.text import storable_text
-from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX, STEP_OUTPUT_BYTES_MAX
+from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX
@@ -58,7 +56,7 @@ from .setup import RunSetup as RunSetup
 from .slots import BlobState, BudgetState, EmitState, GatherState
 
 if TYPE_CHECKING:
-    import uuid as _uuid
+    pass
 
 # Inputs that differ with no change of code: a value the workflow body computed from the
 # wall clock, a random draw or the environment (`durably lint` finds these statically).
@@ -549,55 +547,10 @@ class RunCore:
         if how is not None:
             self.request_halt(BudgetExceeded(exceeded_message(self.run_id, how)))
 
-    # -- deterministic values ------------------------------------------------------------
-
-    def value(self, kind: str, produce: Callable[[], Any]) -> Any:
-        """``now``/``random``/``uuid``: recorded once, replayed after."""
-        self.guard()
-        pos = self.take()
-        name = f"durably.{kind}"
-        digest = _KIND_DIGESTS[kind]
-        rec = self.recorded(pos, kind, name, digest)
-        try:
-            if rec is not None and rec.output is not None:
-                return codec.loads(rec.output)
-            self.live(pos)
-            text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
-            value = codec.loads(text)
-        except SerializationError as exc:
-            raise self.poison(
-                SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
-            ) from None
-        self.record_marker(pos, kind, name, digest, text)
-        return value
-
-    def now(self) -> dt.datetime:
-        """The recorded current time, UTC."""
-        value: dt.datetime = self.value(
-            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC)
-        )
-        return value
-
-    def random(self) -> float:
-        """A recorded float in [0, 1)."""
-        return float(self.value(RANDOM, _random.random))
-
-    def uuid(self) -> _uuid.UUID:
-        """A recorded random UUID."""
-        import uuid as _uuid  # imported on first use: it pulls in platform (slow)
-
-        value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
-        return value
-
 
 def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
 
-
-GATHER_NAME = "durably.gather"
-
-
-_KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

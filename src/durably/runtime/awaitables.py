@@ -163,10 +163,11 @@ def run_approval(
     return drive_async(ex, approvals.request_approval(core, action, args, timeout_s, on_timeout))
 
 
-def run_value(core: RunCore, produce: Callable[[], T]) -> Coroutine[Any, Any, T]:
-    """``await ctx.now()`` and co.: recorded at once (no I/O)."""
+def run_value(core: RunCore, produce: Callable[[RunCore], T]) -> Coroutine[Any, Any, T]:
+    """``await ctx.now()`` and co. (``produce`` is ``replay.values.now`` and co.):
+    recorded at once (no I/O)."""
     core.check_dropped()
-    return at_once(produce())
+    return at_once(produce(core))
 
 
 def run_signal(
