@@ -2,9 +2,10 @@
 
 The core does no I/O. Each recording call is a generator that yields operations
 (:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
-receives their results; ``durably.context`` holds the one sync and the one async driver
-(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
-So there is a single implementation of replay semantics for sync and async workflows.
+receives their results; :mod:`durably.runtime.drive` holds the one sync and the one
+async driver (``drive_sync``, ``drive_async``) under the thin ``Context``/``AsyncContext``
+facades. So there is a single implementation of replay semantics for sync and async
+workflows.
 """
 
 from __future__ import annotations
