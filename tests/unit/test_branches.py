@@ -535,3 +535,23 @@ def test_streamed_steps_in_thread_branches_record_in_their_branches(
         ("0.1.0", "b"),
         ("0.1.1", "b_done"),
     ]
+
+
+def test_returning_while_a_branch_is_still_entered_blocks_the_run(
+    engine: durably.Engine,
+) -> None:
+    kept: list[asyncio.Task[None]] = []
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["slow"])
+
+        async def slow() -> None:
+            with group.branch(0):
+                await asyncio.sleep(5)
+
+        kept.append(asyncio.create_task(slow()))
+        await asyncio.sleep(0.01)
+        return "done"  # the framework forgot its task
+
+    _run_blocked(engine, w, "r", r"returned while 1 ctx.branches branch\(es\) were still entered")

@@ -72,6 +72,7 @@ class BranchGroup:
             scope.member = self
             self.scopes[index] = scope
         self.entered.add(index)
+        core.gathers.entered += 1
         return scope
 
     def leave(self, index: int, failed: bool) -> None:
@@ -79,7 +80,9 @@ class BranchGroup:
         failed may have stopped (been cancelled by the framework) at another point than
         a replay will: what it recorded and a replay does not ask for again is no sign
         of changed code (as for a gather that failed)."""
-        self.entered.discard(index)
+        if index in self.entered:
+            self.entered.discard(index)
+            self.core.gathers.entered -= 1
         scope = self.scopes.get(index)
         if scope is not None and scope.stream is not None:
             scope.stream.finish(f"the end of branch {self.pos}.{index}")

@@ -437,6 +437,16 @@ class RunCore:
         if self.root.stream is not None:
             self.root.stream.finish("the end of the workflow")
         self.check_dropped()
+        if self.gathers.entered:
+            raise self.poison(
+                ConfigError(
+                    f"the workflow returned while {self.gathers.entered} ctx.branches"
+                    " branch(es) were still entered (a task or thread of the framework still"
+                    " running): what they record would come after the run's end. Await the"
+                    " tasks (join the threads) before returning. The run is blocked; fix the"
+                    " code, then resume it."
+                )
+            )
         left = sorted(set(self.history) - self.consumed, key=_pos_key)
         if left and self.gathers.failed:
             exempt = tuple(self.gathers.failed)

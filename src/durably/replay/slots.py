@@ -31,6 +31,9 @@ class GatherState:
     went_live: set[str] = field(default_factory=set)
     """The gather-branch prefixes whose code has gone live: a wait that parked in an
     earlier attempt lets its sibling branches replay first (runtime/settle.py)."""
+    entered: int = 0
+    """How many ``ctx.branches`` branches are entered now: one still entered when the
+    workflow returns is code still recording behind the run's end."""
     legacy: frozenset[str] | None = None
     """Positions of gathers whose branches are recorded but which have no record of their
     own (journals from before gathers were recorded), computed on first need."""
