@@ -97,7 +97,7 @@ def check_runs(engine: Engine, runs: Iterable[RunRecord]) -> Report:
 
 def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> Finding | None:
     """Replay one run; a :class:`Finding` when it would not replay cleanly."""
-    from .engine import _decode_input
+    from .engine.facade import _decode_input
 
     try:
         w = engine._for_run(run)

@@ -23,20 +23,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
-from . import codec, reopen, runlist
-from ._fork import reset_after_fork
-from .approvals import (
+from .. import codec, reopen, runlist
+from .._fork import reset_after_fork
+from ..approvals import (
     APPROVED,
     REJECTED,
     ApprovalRow,
     Decision,
     PendingApproval,
 )
-from .approvals import check_text as check_approval_text
-from .budget import Budget, Spend
-from .clock import Clock, SystemClock
-from .context import AsyncContext, Context, workflow_body
-from .errors import (
+from ..approvals import check_text as check_approval_text
+from ..budget import Budget, Spend
+from ..clock import Clock, SystemClock
+from ..context import AsyncContext, Context, workflow_body
+from ..errors import (
     Cancelled,
     CompensationFailed,
     ConfigError,
@@ -57,9 +57,9 @@ from .errors import (
     WorkflowFailed,
     WorkflowNotRegistered,
 )
-from .events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
-from .features import budgets
-from .history import (
+from ..events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
+from ..features import budgets
+from ..history import (
     BLOCKED,
     CANCEL_REASON_CHARS_MAX,
     CANCELLED,
@@ -87,27 +87,27 @@ from .history import (
     storable_text,
     unstorable,
 )
-from .journal.text import utc_text as utc_text
-from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
-from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
-from .ownership import (
+from ..journal.text import utc_text as utc_text
+from ..limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
+from ..limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
+from ..ownership import (
     LeaseWait,
     describe_owner,
     lease_wait,
     orphans_of_this_host,
     owner_dead,
 )
-from .redact import redact_url
-from .replay.kernel import FaultHook, RunCore, cancelled_error, type_name
-from .replay.park import Parked
-from .replay.setup import RunSetup
-from .runlist import LiveWorker, RunPage
-from .runtime.drive import Executor, drive_async, drive_sync, recording
-from .shell import command
-from .store import retry
-from .store.base import NewRun, Owner, Store
-from .store.open import open_store
-from .store.rules import CANCEL_ERROR_TYPE, check_requeueable
+from ..redact import redact_url
+from ..replay.kernel import FaultHook, RunCore, cancelled_error, type_name
+from ..replay.park import Parked
+from ..replay.setup import RunSetup
+from ..runlist import LiveWorker, RunPage
+from ..runtime.drive import Executor, drive_async, drive_sync, recording
+from ..shell import command
+from ..store import retry
+from ..store.base import NewRun, Owner, Store
+from ..store.open import open_store
+from ..store.rules import CANCEL_ERROR_TYPE, check_requeueable
 
 T = TypeVar("T")
 
@@ -178,7 +178,7 @@ def _refuse_misspelt_options(options: dict[str, Any]) -> None:
     alone, which leaves out the engine's own options."""
     import difflib
 
-    from .store.open import STORE_OPTIONS
+    from ..store.open import STORE_OPTIONS
 
     params = inspect.signature(Engine.__init__).parameters
     own = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
@@ -1629,13 +1629,13 @@ def park_reason(parked: Parked) -> str:
 
 
 def _failure_type(exc: BaseException) -> str:
-    from .errors import StepFailed
+    from ..errors import StepFailed
 
     return exc.type_name if isinstance(exc, StepFailed) else type_name(exc)
 
 
 def _failure_message(exc: BaseException) -> str:
-    from .errors import StepFailed
+    from ..errors import StepFailed
 
     text = exc.message if isinstance(exc, StepFailed) else describe_error(exc)
     return storable_text(text, ERROR_MESSAGE_CHARS_MAX)
