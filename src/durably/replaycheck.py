@@ -97,10 +97,10 @@ def check_runs(engine: Engine, runs: Iterable[RunRecord]) -> Report:
 
 def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> Finding | None:
     """Replay one run; a :class:`Finding` when it would not replay cleanly."""
-    from .engine.facade import _decode_input
+    from .engine.attempt import decode_input as _decode_input
 
     try:
-        w = engine._for_run(run)
+        w = engine._registry.for_run(run)
     except WorkflowNotRegistered as exc:
         return Finding(run, UNSERVED, None, str(exc))
     history = engine.store.load_history(run.run_id, run.generation)

@@ -151,14 +151,14 @@ class Worker:
             return
         self._next_beat = time.monotonic() + self.engine.lease_s / 3
         try:
-            me = self.engine._owner_now()
+            me = self.engine._leases.owner_now()
             self.engine.store.beat_worker(me, self.queues, self.engine.lease_s)
         except DurablyError as exc:
             log.warning("durably worker: cannot record this worker as alive (%s)", exc)
 
     def _unregister(self) -> None:
         try:
-            self.engine.store.drop_worker(self.engine._owner_now())
+            self.engine.store.drop_worker(self.engine._leases.owner_now())
         except DurablyError as exc:  # its row expires instead
             log.warning("durably worker: cannot remove this worker's row (%s)", exc)
 
@@ -176,7 +176,7 @@ class Worker:
     def _claim(self) -> RunRecord | None:
         full = frozenset(
             q
-            for q, lim in self.engine._queue_limits.items()
+            for q, lim in self.engine._queues.limits().items()
             if lim.worker_concurrency is not None and self._per_queue[q] >= lim.worker_concurrency
         )
         try:

@@ -65,14 +65,14 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
         assert in_b.wait(WAIT_S)
         store = engine.store
         assert isinstance(store, PostgresStore) and store._owner_conn is not None
-        me = str(engine._owner_now())
+        me = str(engine._leases.owner_now())
         assert store.owners_without_lock([me]) == set()  # held: alive
         backend = store._owner_conn.info.backend_pid
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         # The server frees the lock when the terminated backend has exited, a moment later.
         _wait(lambda: store.owners_without_lock([me]) == {me}, "the lock to be free")
-        core = engine._active["r"].core
+        core = engine._attempts.active["r"].core
         _wait(lambda: core.lease_lost, "the lease keeper to notice the lost lock")
     finally:
         release_b.set()
@@ -86,13 +86,13 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
         return int(ctx.step("one", lambda: 1))
 
     assert engine.run(again, run_id="r2") == 1
-    assert engine.store.owners_without_lock([str(engine._owner_now())]) == set()
+    assert engine.store.owners_without_lock([str(engine._leases.owner_now())]) == set()
     engine.close()
 
 
 def _terminate_owner_session(engine: durably.Engine, pg_url: str) -> str:
     """Kill the engine's owner-lock session as an operator would; returns the owner."""
-    me = str(engine._owner_now())  # holds the lock (a claim does this first)
+    me = str(engine._leases.owner_now())  # holds the lock (a claim does this first)
     store = engine.store
     assert isinstance(store, PostgresStore) and store._owner_conn is not None
     assert store.owners_without_lock([me]) == set()
@@ -112,7 +112,7 @@ def test_a_lock_session_killed_while_idle_is_taken_again_before_the_next_claim(
 
         @engine.workflow(name="wf")
         def wf(ctx: durably.Context) -> str:
-            me = str(engine._owner_now())
+            me = str(engine._leases.owner_now())
             held.append(ctx.step("held", lambda: not engine.store.owners_without_lock([me])))
             # Long enough for the keeper to beat while the run is driven.
             ctx.step("nap", lambda: time.sleep(2 * engine.heartbeat_s) or 1)
@@ -146,7 +146,7 @@ def test_a_claim_after_the_lock_session_died_stops_the_runs_driven_then(pg_url: 
         assert in_b.wait(WAIT_S)
         me = _terminate_owner_session(engine, pg_url)
         assert engine.run(quick, run_id="r2") == 1
-        assert engine._active["r1"].core.lease_lost
+        assert engine._attempts.active["r1"].core.lease_lost
         assert engine.store.owners_without_lock([me]) == set()  # held again
     finally:
         release_b.set()
@@ -190,7 +190,7 @@ def test_two_engines_of_one_process_both_hold_its_owner_lock(pg_url: str) -> Non
             )
         t.join(WAIT_S)
     assert not hung and out == [1]
-    me = str(first._owner_now())
+    me = str(first._leases.owner_now())
     first.close()
     # The process still shows alive: the second engine holds the lock too.
     assert second.store.owners_without_lock([me]) == set()
@@ -263,7 +263,7 @@ def test_the_lock_session_is_named_apart_from_the_pool(pg_url: str) -> None:
     with durably.Engine(f"{pg_url}&application_name={app}") as engine:
         store = engine.store
         assert isinstance(store, PostgresStore)
-        store.hold_owner(engine._owner_now())
+        store.hold_owner(engine._leases.owner_now())
         with psycopg.connect(pg_url, autocommit=True) as admin:
             names = {
                 row[0]

@@ -190,7 +190,7 @@ def test_a_run_finished_elsewhere_since_we_looked_returns_its_outcome(
         calls.append(1)
         return "first"
 
-    stale = engine._prepare(w, (), {}, "r")  # what a second caller read before the end
+    stale = engine._create.prepare(w, (), {}, "r")  # what a second caller read before the end
     assert engine.run(w, run_id="r") == "first"
-    assert engine._drive_sync(w, stale) == "first"  # not run again, not reopened
+    assert engine._driver.drive_sync(w, stale) == "first"  # not run again, not reopened
     assert calls == [1] and engine.get_run("r").status == "completed"
