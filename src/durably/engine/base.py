@@ -45,11 +45,13 @@ class Base:
             raise self.not_found(run_id)
         return run
 
-    def history(self, run_id: str) -> list[StepRecord]:
-        """The run's current history in program order; raises ``RunNotFound``."""
+    def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
+        """The run's history in program order (of ``generation``, default the current
+        one); raises ``RunNotFound``."""
         run = self.get_run(run_id)
+        gen = run.generation if generation is None else generation
         return sorted(
-            self.store.load_history(run_id, run.generation),
+            self.store.load_history(run_id, gen),
             key=lambda r: position_key(r.position),
         )
 

@@ -32,7 +32,7 @@ from ..store import retry
 from ..store.base import Store
 from ..store.open import open_store
 from .admin import Admin
-from .attempt import Attempts, park_reason
+from .attempt import Attempts, decode_input, park_reason
 from .base import Base
 from .create import Creator
 from .drive import Driver
@@ -242,9 +242,11 @@ class Engine:
         budget; raises ``RunNotFound``."""
         return self._reads.spend(run_id)
 
-    def history(self, run_id: str) -> list[StepRecord]:
-        """The run's current history in program order."""
-        return self._base.history(run_id)
+    def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
+        """The run's history in program order: its current generation's, or
+        ``generation``'s (an earlier one, before a ``continue_as_new``, until pruned).
+        Raises ``RunNotFound``."""
+        return self._base.history(run_id, generation)
 
     def list_runs(
         self,
@@ -445,6 +447,49 @@ class Engine:
         deadline): their cores stop at the next step and their leases are released so
         another worker takes them at once. Returns the run ids."""
         return self._queues.abandon_active()
+
+    def queue_limits(self) -> dict[str, QueueLimits]:
+        """The limits set with :meth:`queue`, per queue name (a copy), for workers: a
+        worker claims no run of a queue whose ``worker_concurrency`` it has reached."""
+        return self._queues.limits()
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Block until new work may be runnable (PostgreSQL: a NOTIFY from a run created,
+        released, woken or requeued) or ``timeout_s`` passed (SQLite: a plain wait), for
+        a worker that found nothing to claim."""
+        self._queues.wait_for_work(timeout_s)
+
+    def beat_worker(self, queues: Sequence[str]) -> None:
+        """Record this process in the journal's workers table as a live worker serving
+        ``queues``, for one lease (``lease_s``); a worker beats every third of a lease,
+        and its row expires a lease after its last beat (``engine.live_workers()``)."""
+        self._queues.beat_worker(queues)
+
+    def drop_worker(self) -> None:
+        """Remove this process's row from the workers table (a worker that stops)."""
+        self._queues.drop_worker()
+
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the database's and warn (``durably`` logger)
+        past ``durably.limits.CLOCK_SKEW_WARN_S``: leases and key expiry compare times
+        written by different hosts. Returns the skew in seconds (positive: this host is
+        ahead), or None when the database has no clock of its own (SQLite)."""
+        return self._queues.check_clock()
+
+    # -- for tools replaying a run (durably replay --check) ------------------------------
+
+    def registration_for(self, run: RunRecord) -> Workflow:
+        """The registration that drives ``run``: the version it recorded (a run without
+        one: the registration without a version, else the newest). Raises
+        ``WorkflowNotRegistered`` naming the version when this engine lacks it."""
+        return self._registry.for_run(run)
+
+    def recorded_input(self, run: RunRecord) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments ``run`` was started with, decoded and typed for its
+        registration (:meth:`registration_for`) as a resume sees them. Raises
+        ``SerializationError`` when they cannot be (the input does not match the sha256
+        it was created with, or no longer fits the workflow's parameters)."""
+        return decode_input(self._registry.for_run(run), run)
 
     # -- operator actions ----------------------------------------------------------------
 

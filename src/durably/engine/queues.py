@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
 from ..history import RunRecord, check_text
-from ..ownership import owner_dead
+from ..ownership import check_clock, owner_dead
 from .attempt import ActiveRuns
 from .base import Base
 from .create import Creator
@@ -88,6 +89,23 @@ class Queues:
             open_queues,
             limits,
         )
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Block until new work may be runnable or ``timeout_s`` passed."""
+        self._base.store.wait_for_work(timeout_s)
+
+    def beat_worker(self, queues: Sequence[str]) -> None:
+        """Write (or renew) this process's row in the workers table for one lease."""
+        store = self._base.store
+        store.beat_worker(self._leases.owner_now(), list(queues), self._base.opts.lease_s)
+
+    def drop_worker(self) -> None:
+        """Remove this process's row from the workers table."""
+        self._base.store.drop_worker(self._leases.owner_now())
+
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the database's (a warning past the bound)."""
+        return check_clock(self._base.store, self._base.opts.clock)
 
     def abandon_active(self) -> list[str]:
         """Give back every run this process is driving; returns their ids."""
