@@ -208,3 +208,21 @@ def test_runs_list_shows_a_crafted_owner_as_text(engine: durably.Engine, journal
     out = CliRunner().invoke(main, ["runs", "list", "--db", journal_url], env={"COLUMNS": "250"})
     assert out.exit_code == 0, out.output
     assert "[/link][bold]x:1" in out.output
+
+
+def test_recover_pages_through_every_running_run(
+    engine: durably.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scan of one query used to stop at RECOVER_SCAN_MAX (10,000) running runs, so a
+    # host with more orphans than that recovered only the newest ones: a page of 2 here
+    # stands for it, with live runs in between so the dead ones straddle the pages.
+    import durably.ownership
+
+    monkeypatch.setattr(durably.ownership, "RECOVER_SCAN_MAX", 2)
+    me = Owner.current()
+    dead = [f"dead-{i}" for i in range(5)]
+    for i, run_id in enumerate(dead):
+        held_by(engine, Owner(me.host, gone_pid(), "1", me.host_id), run_id)
+        held_by(engine, me, f"alive-{i}")
+    assert engine.recover() == dict.fromkeys(dead, 42)
+    assert {engine.get_run(r).status for r in dead} == {"completed"}
