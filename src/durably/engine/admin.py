@@ -141,7 +141,7 @@ class Admin:
             try:
                 # A run that parks stays parked (RunParked in the results): recovery does
                 # not wait out timers; a worker or a later call resumes it when due.
-                results[run.run_id] = self._driver.resume(run.run_id, wait=False)
+                results[run.run_id] = self._driver.resume(run.run_id, wait=False, live=False)
             except RunLeased:
                 continue  # a worker took it meanwhile: it is being driven
             except DurablyError as exc:

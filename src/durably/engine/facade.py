@@ -95,9 +95,11 @@ class Engine:
     dropped connection, disk full) before the run stops, resumable, and the ``StoreError``
     reaches the caller. ``fault_hook`` is the
     fault-injection hook used by ``durably chaos`` (off by default, free when off).
-    ``wait_for_lease`` (default True): when ``run`` finds its run leased by an owner on
-    another host that looks dead, it logs why and waits for the lease to expire; False
-    raises ``RunLeased`` at once instead. A live owner on this host always raises at once.
+    ``wait_for_lease`` (default True): when ``run`` finds its run leased by another
+    owner, it follows that run and returns (or raises) its outcome as soon as it ends: a
+    live owner's run to its end, a dead-looking owner on another host's until its lease
+    expires (logging why), then takes it over; False raises ``RunLeased`` at once
+    instead.
     ``park_wait_s`` bounds how long ``run``/``run_async``/``resume`` wait in this process
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 
 from .._fork import reset_after_fork
 from ..clock import Clock
-from ..errors import DurablyError, RunLeased, StoreError
+from ..errors import DurablyError, StoreError
 from ..history import RunRecord
-from ..limits import LEASE_WAIT_MAX_S
-from ..ownership import LeaseWait, lease_wait, owner_dead
+from ..ownership import owner_dead
 from ..replay.kernel import RunCore
 from ..store.base import Owner, Store
 from .base import Base
@@ -28,8 +27,6 @@ from .base import Base
 # Runs this process stopped driving but could not release (the store failed): its own
 # claim may take them over at once instead of waiting lease_s for its own lease.
 _UNRELEASED: set[tuple[str, str]] = set()
-
-LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 
 _log = logging.getLogger("durably")
 
@@ -59,8 +56,8 @@ class Leases:
         return self._owner[1]
 
     def claim(self, run_id: str) -> RunRecord:
-        """Claim the run; when a dead-looking owner on another host holds its lease, wait
-        for the lease once (logging why and until when) unless ``wait_for_lease`` is off."""
+        """Claim the run (retrying a transient store error); ``RunLeased`` while another
+        owner holds its lease (the drive loop follows that owner's run)."""
         base = self._base
         opts = base.opts
         me, where = str(self.owner_now()), (opts.url, run_id)
@@ -83,25 +80,9 @@ class Leases:
                 unknown = True
                 raise
 
-        waited: LeaseWait | None = None
-        while True:
-            try:
-                run = base.call(claim)
-                _UNRELEASED.discard(where)
-                return run
-            except RunLeased:
-                held = base.store.get_run(run_id)
-                if held is None or not opts.wait_for_lease:
-                    raise
-                waited = lease_wait(base.store, held, waited)
-                if waited is None:
-                    raise
-                if not waited.until - opts.clock.time() <= max(LEASE_WAIT_MAX_S, opts.lease_s):
-                    # No lease durably writes ends that far ahead (or never: inf, NaN):
-                    # a hand-edited row, not an owner to wait for.
-                    raise
-                _log.warning("%s", waited.message())
-                opts.clock.sleep(max(0.0, waited.until - opts.clock.time()) + LEASE_WAIT_SLACK_S)
+        run = base.call(claim)
+        _UNRELEASED.discard(where)
+        return run
 
     def give_back(self, run_id: str, token: int) -> None:
         """Release the lease if the store lets us, in one attempt; else it expires."""
