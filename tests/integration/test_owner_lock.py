@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 import durably
+import durably.store.owner
 from durably.clock import FakeClock
 from durably.ownership import CLOCK_SKEW_WARN_S, check_clock
 from durably.store.postgres import PostgresStore
@@ -88,6 +89,40 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
     assert engine.run(again, run_id="r2") == 1
     assert engine.store.owners_without_lock([str(engine._leases.owner_now())]) == set()
     engine.close()
+
+
+def test_losing_the_owner_lock_gives_back_the_leases_of_the_runs_it_stops(pg_url: str) -> None:
+    """The runs stopped by a lost owner lock are given back at once, while their steps
+    still run here: another process takes them without waiting out a lease (60 s here)
+    that nobody in this process will use."""
+    engine = durably.Engine(pg_url, lease_s=60.0, heartbeat_s=0.2)
+    other = durably.Engine(pg_url)
+    in_b, release_b = threading.Event(), threading.Event()
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("b", lambda: in_b.set() or release_b.wait(WAIT_S))
+        return "done"
+
+    outcome: list[BaseException | str] = []
+    t = threading.Thread(target=lambda: _drive(engine, wf, "r", outcome))
+    t.start()
+    try:
+        assert in_b.wait(WAIT_S)
+        _terminate_owner_session(engine, pg_url)
+        deadline = time.monotonic() + 10  # the keeper beats every 0.2 s
+        while engine.get_run("r").owner is not None:
+            assert time.monotonic() < deadline, "the stopped run's lease was kept"
+            time.sleep(0.05)
+        rival = durably.store.owner.Owner.current()
+        taken = other.store.claim("r", rival, 60.0, 10, lambda _: False)
+        assert taken.owner == str(rival)  # at once: no lease left to wait for
+    finally:
+        release_b.set()
+        t.join(WAIT_S)
+        engine.close()
+        other.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], durably.StaleLease), outcome
 
 
 def _terminate_owner_session(engine: durably.Engine, pg_url: str) -> str:

@@ -5,7 +5,8 @@ cannot vouch for (its release failed, or the reply of the claim that took it was
 has no live driver: this process's own next claim takes it over at once (raising the
 token fences any driver it could still have). One background thread per engine renews
 the leases of every run the engine drives; when the connection holding this process's
-owner lock (PostgreSQL) dies, every run it drives stops as if its lease were lost.
+owner lock (PostgreSQL) dies, every run it drives stops as if its lease were lost, and
+their leases are given back at once so another process need not wait for them.
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ class LeaseKeeper:
         """When the connection holding this process's owner lock (PostgreSQL) died, others
         may see the lock free and judge this process dead-looking: every run it drives
         counts as having lost its lease (latched in the core, so it stops at its next
-        step). Runs claimed later take the lock again on a new connection."""
+        step), and their leases are given back at once. Runs claimed later take the lock
+        again on a new connection."""
         try:
             lost = self._store.owner_lock_lost(ping)
         except DurablyError:
@@ -172,6 +174,15 @@ class LeaseKeeper:
             for core in cores:
                 core.lose_lease()
                 self.remove(core)
+            for core in cores:
+                # Given back now (fenced by its token): nobody here will use the lease, and
+                # another process would otherwise wait for it to expire. A step still
+                # running here finishes unrecorded; the next owner runs it again under
+                # the same key, as after a crash.
+                try:
+                    self._store.release(core.run_id, core.token)
+                except DurablyError as exc:  # its lease expires instead
+                    _log.warning("durably: cannot release run %s (%s)", core.run_id, exc)
         return lost
 
     def remove(self, core: RunCore) -> None:
