@@ -4,9 +4,10 @@ figures side by side: ``python bench/ab.py [--rounds N] A_SRC B_SRC bench/x.py [
 Each round runs the script once with ``PYTHONPATH=A_SRC`` and once with ``B_SRC``
 (alternating which goes first), so drift in the machine's load or the disk's fsync
 latency hits both alike. Every line the script prints that holds a number is matched by
-its label (the text before the number) across runs; the table shows the median of each
-side's first number on that line and B/A. Make a tree of another commit with ``git
-worktree add --detach /tmp/main main`` and pass ``/tmp/main/src``.
+its label (the text before its first number; later numbers on the line are ``label
+[2]``, ...) across runs; the table shows the median of each side's figure and B/A.
+Make a tree of another commit with ``git worktree add --detach /tmp/main main`` and
+pass ``/tmp/main/src``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ _NUMBER = re.compile(r"(?<![\w.+])-?\d[\d,]*\.?\d*")
 
 
 def _figures(output: str) -> dict[str, float]:
-    """label -> first number of each line that holds one (labels are the text before)."""
+    """label -> number, for every number of every line: a line's label is the text
+    before its first number, and its later numbers are ``label [2]``, ``label [3]``..."""
     out: dict[str, float] = {}
     for line in output.splitlines():
-        m = _NUMBER.search(line)
-        if m is None:
+        found = list(_NUMBER.finditer(line))
+        if not found:
             continue
-        label = line[: m.start()].strip() or line.strip()
-        if label and label not in out:
-            out[label] = float(m.group(0).replace(",", ""))
+        label = line[: found[0].start()].strip() or line.strip()
+        for i, m in enumerate(found, start=1):
+            key = label if i == 1 else f"{label} [{i}]"
+            if key not in out:
+                out[key] = float(m.group(0).replace(",", ""))
     return out
 
 
