@@ -36,6 +36,7 @@ from .common import (
     term,
     ts,
 )
+from .tables import Column, console, print_table
 
 DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
 LIST_LIMIT_MAX = 100_000  # runs one `runs list` prints (read LIST_RUNS_LIMIT_MAX a page)
@@ -96,7 +97,10 @@ def runs_list(
 ) -> None:
     """List runs, newest first, with a count of runs per status under the table
     (``--by-version``: unfinished runs per version instead). When more runs match than
-    --limit shows, the last line gives the cursor to pass as --after for the next page."""
+    --limit shows, the last line gives the cursor to pass as --after for the next page.
+
+    Run ids are never cut: a terminal too narrow for the table, and any pipe, get plain
+    aligned columns instead (--json for scripts)."""
     if by_version and (queue, search, after) != (None, None, None):
         raise CommandError(
             "--by-version counts per workflow version: it takes --workflow, --version and"
@@ -131,17 +135,14 @@ def runs_list(
         if cursor is not None:
             click.echo(f"next page: --after {cursor}", err=True)
         return
-    from rich.table import Table
-
     where = term(redact_url(db))
-    table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
-    cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
-    for col in (*cols, "created", "updated"):
-        # A run id or status cut to "…" cannot be read or copied into the next command:
-        # in a narrow terminal those fold onto more lines instead (--json for scripts).
-        table.add_column(col, overflow="fold" if col in ("run_id", "status") else "ellipsis")
-    for run in rows:
-        table.add_row(
+    # A run id is what the next command takes: never cut or folded (cli/tables.py).
+    cols = [Column("run_id", whole=True)]
+    for col in ("workflow", "version", "status", "owner", "lease until", "starts"):
+        cols.append(Column(col))
+    cols += [Column("created"), Column("updated")]
+    rows_shown = [
+        [
             term(run.run_id),
             term(run.workflow),
             term(run.version or ""),
@@ -151,9 +152,11 @@ def runs_list(
             str(run.starts),
             ts(run.created_at),
             ts(run.updated_at),
-        )
+        ]
+        for run in rows
+    ]
     console = _console()
-    console.print(table)
+    print_table(console, cols, rows_shown, f"runs in {where}" if rows else f"no runs in {where}")
     shown = {k: n for k, n in per_status.items() if n}  # the line names statuses with runs
     console.print(count_line(shown, len(rows)))
     if cursor is not None:
@@ -302,15 +305,19 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     if as_json:
         click.echo(json_text(rows))
         return
-    from rich.table import Table
-
-    out = Table(title="unfinished runs per version" if rows else "no unfinished runs")
-    for col in ("workflow", "version", "in flight", "by status"):
-        out.add_column(col)
-    for row in rows:
-        by = ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items()))
-        out.add_row(term(row["workflow"]), term(row["version"] or "-"), str(row["in_flight"]), by)
-    _console().print(out)
+    cols = [Column("workflow", whole=True), Column("version", whole=True)]
+    cols += [Column("in flight"), Column("by status")]
+    shown = [
+        [
+            term(row["workflow"]),
+            term(row["version"] or "-"),
+            str(row["in_flight"]),
+            ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items())),
+        ]
+        for row in rows
+    ]
+    title = "unfinished runs per version" if rows else "no unfinished runs"
+    print_table(_console(), cols, shown, title)
 
 
 @runs.command("show", short_help="Show one run: its status, spend and journal.")
@@ -404,8 +411,6 @@ def spend_json(spend: Spend) -> dict[str, Any]:
 
 
 def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
-    from rich.table import Table
-
     console = _console()
     console.print(
         f"[bold]{term(run.run_id)}[/]  workflow={term(run.workflow)}"
@@ -431,12 +436,11 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
     if spend.entries or spend.budget is not None:
         # The ledger's sums: every call that reported usage, repeated calls included.
         console.print(f"spend: {spend.text()}")
-    table = Table()
-    for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
-        # A name or key cut to "…" cannot be read or copied: fold those instead.
-        table.add_column(col, overflow="fold" if col in ("name", "key") else "ellipsis")
-    for s in steps:
-        table.add_row(
+    # The key is what a receiving service is asked about: never cut or folded.
+    cols = [Column("seq", whole=True), Column("name"), Column("status"), Column("duration")]
+    cols += [Column("key", whole=True), Column("attempts"), Column("tokens"), Column("cost")]
+    rows = [
+        [
             term(s.position),
             term(s.name),
             term(s.status),
@@ -445,8 +449,10 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
             str(s.attempts),
             "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
             "" if s.usage_cost_usd is None else f"${s.usage_cost_usd:,.4f}",
-        )
-    console.print(table)
+        ]
+        for s in steps
+    ]
+    print_table(console, cols, rows, "" if rows else "journal: no step recorded yet")
     for s in steps:
         if s.error_message is not None:
             console.print(
@@ -457,10 +463,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
 
 
 def _console() -> Any:
-    """A console that prints text as given: no ``:emoji:`` codes, no guessed highlighting."""
-    from rich.console import Console
-
-    return Console(emoji=False, highlight=False)
+    """The console of these commands (:func:`.tables.console`)."""
+    return console()
 
 
 # -- durably runs why ----------------------------------------------------------------------
