@@ -34,6 +34,7 @@ from .common import (
     status_text,
     step_json,
     term,
+    term_lines,
     ts,
 )
 from .tables import Column, console, print_table
@@ -432,7 +433,7 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
             f"cancel requested at {ts(run.cancel_requested_at)}{said}; unwinding at its next step"
         )
     if run.park_reason:
-        console.print(f"why: {term(run.park_reason)}")
+        console.print(f"why: {term_lines(run.park_reason)}")
     if spend.entries or spend.budget is not None:
         # The ledger's sums: every call that reported usage, repeated calls included.
         console.print(f"spend: {spend.text()}")
@@ -519,6 +520,6 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
             json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
         )
         return
-    _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)
+    _console().print(f"{term(run_id)}: {term_lines(why.sentence)}", soft_wrap=True)
     if values is not None:
         click.echo(values)  # inert already, line breaks kept; not through rich markup
