@@ -27,6 +27,7 @@ from .errors import (
 from .features import approvals, budgets, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .misuse import async_step_in_sync
 from .replay import stepping
 from .replay.kernel import (
     SCOPE,
@@ -118,6 +119,9 @@ class Context:
         if tool:  # a @durably.tool: its kind applies (an approval first, effect options)
             tool_result: T = fn.record(self, name, args, kwargs)  # type: ignore[attr-defined]
             return tool_result
+        misuse = async_step_in_sync(fn)
+        if misuse is not None:
+            raise self._core.poison(misuse)  # the run blocks: a fix of the code resumes it
         result: T = drive_sync(self._ex, stepping.step(self._core, name, fn, args, kwargs))
         return result
 

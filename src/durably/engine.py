@@ -90,6 +90,7 @@ from .history import (
 from .journal.text import utc_text as utc_text
 from .limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
 from .limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
+from .misuse import check_workflow_fn
 from .ownership import (
     LeaseWait,
     describe_owner,
@@ -309,6 +310,7 @@ class Engine:
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
             check_name(wf_name, "the workflow name")
+            check_workflow_fn(fn, wf_name)
             _check_version(version, "version")
             _check_version(prompt_version, "prompt_version")
             versions = self._workflows.setdefault(wf_name, {})

@@ -7,6 +7,7 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -19,12 +20,14 @@ from ..budget import Spend
 from ..errors import DurablyError
 from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
+from ..journal.text import utc_text
 from ..redact import redact_url
 from ..runlist import LIST_RUNS_LIMIT_MAX
 from .common import (
     CommandError,
     db_option,
     duration,
+    inert,
     json_text,
     lease_text,
     open_engine,
@@ -40,6 +43,7 @@ from .common import (
 from .tables import Column, console, print_table
 
 DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
+TAIL_WAIT_POLL_S = 0.2  # `runs tail --follow` polling for a journal or run not there yet
 LIST_LIMIT_MAX = 100_000  # runs one `runs list` prints (read LIST_RUNS_LIMIT_MAX a page)
 
 
@@ -221,9 +225,14 @@ def since_time(text: str, now: float, as_json: bool = False) -> float:
 )
 def runs_tail(run_id: str, db: str, follow: bool, after: int, as_json: bool) -> None:
     """Print a run's event stream, one line per event: cursor, time (UTC), kind,
-    position, data. With --follow, keep printing as the run goes on (Ctrl-C to stop)."""
-    engine = open_engine(db, as_json)
+    position, data. With --follow, keep printing as the run goes on (Ctrl-C to stop);
+    a journal or a run that does not exist yet is waited for (a note on stderr), so the
+    tail can start before the agent does."""
     console = None if as_json else _console()
+    try:
+        engine = _open_when_there(db, run_id, as_json) if follow else open_engine(db, as_json)
+    except KeyboardInterrupt:
+        return  # stopped while waiting for the journal or the run: not an error
     try:
         events: Iterable[Event] = (
             engine.follow(run_id, after=after) if follow else _pages(engine, run_id, after)
@@ -239,6 +248,40 @@ def runs_tail(run_id: str, db: str, follow: bool, after: int, as_json: bool) -> 
         pass  # a person stopped following: not an error
     finally:
         engine.close()
+
+
+def _open_when_there(db: str, run_id: str, as_json: bool) -> Any:
+    """An engine on ``db`` once its journal and ``run_id`` exist (``runs tail --follow``
+    started before the agent): polled every :data:`TAIL_WAIT_POLL_S`, with one note on
+    stderr for each thing waited for. It never creates the journal: opening one that
+    is not there would make an empty file with this process's permissions."""
+    from pathlib import Path
+
+    from ..errors import RunNotFound
+
+    said: set[str] = set()
+
+    def note(what: str, text: str) -> None:
+        if what not in said:
+            said.add(what)
+            click.echo(f"{text} (Ctrl-C to stop)", err=True)
+
+    path = Path(db[len("sqlite:///") :]) if db.startswith("sqlite:///") else None
+    while True:
+        if path is not None and db != "sqlite:///:memory:" and not path.exists():
+            note("journal", f"waiting for the journal {path} to be created")
+        else:
+            engine = open_engine(db, as_json)
+            try:
+                engine.get_run(run_id)
+                return engine
+            except RunNotFound:
+                engine.close()
+                note("run", f"waiting for run {inert(run_id)!r} to be created")
+            except BaseException:
+                engine.close()
+                raise
+        time.sleep(TAIL_WAIT_POLL_S)
 
 
 def _pages(engine: Any, run_id: str, after: int) -> Iterator[Event]:
@@ -272,11 +315,22 @@ def event_line(event: Event) -> str:
         data = {"data": data.get("data")}
     else:
         kind = event.kind
-    body = " ".join(f"{term(k)}={term(_short(v))}" for k, v in data.items())
+    body = " ".join(f"{term(k)}={term(_short(_time_as_text(k, v)))}" for k, v in data.items())
     return (
         f"[dim]{event.cursor:>6}  {clock}[/]  [bold]{term(kind):<16}[/]"
         f" {term(event.position or '-'):>6}  {body}"
     )
+
+
+def _time_as_text(key: str, value: Any) -> Any:
+    """A time in an event's data (``wake_at``, ``expires_at``, ...: seconds since the
+    epoch) as the reasons on the same line write it, ``2026-11-30T10:00:00Z``; ``--json``
+    keeps the number."""
+    timed = key.endswith("_at") or key == "deadline"
+    if timed and isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError, OSError, ValueError):  # a hand-edited row
+            return utc_text(value)
+    return value
 
 
 def _short(value: Any) -> str:
