@@ -23,6 +23,7 @@ from .budget import Budget
 from .current import in_step, outside_step
 from .errors import (
     ConfigError,
+    clause,
 )
 from .features import approvals, budgets, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
@@ -533,7 +534,9 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
         return Budget(tokens, cost_usd)
     except ConfigError as exc:
         raise core.poison(
-            ConfigError(f"ctx.budget: {exc}. The run is blocked; fix the code, then resume it.")
+            ConfigError(
+                f"ctx.budget: {clause(exc)}. The run is blocked; fix the code, then resume it."
+            )
         ) from None
 
 

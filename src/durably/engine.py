@@ -56,6 +56,7 @@ from .errors import (
     StoreFailed,
     WorkflowFailed,
     WorkflowNotRegistered,
+    clause,
 )
 from .events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
 from .features import budgets
@@ -600,9 +601,7 @@ class Engine:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
             # exc's message ends with a full stop already.
-            raise SerializationError(
-                f"{str(exc).rstrip('.')}. Nothing was sent to run {run_id!r}"
-            ) from None
+            raise SerializationError(f"{clause(exc)}. Nothing was sent to run {run_id!r}") from None
         import uuid  # imported on first use: it pulls in platform (slow)
 
         # One name for this send across the retries below: a retry after an unknown
@@ -1348,7 +1347,7 @@ class Engine:
                 # Blocked, not failed: return storable data and resume; recorded steps replay.
                 raise core.poison(
                     SerializationError(
-                        f"{exc}. The run is blocked: change the workflow to return storable"
+                        f"{clause(exc)}. The run is blocked: change the workflow to return storable"
                         f" data, then `{command('retry', run_id)}` (recorded steps replay)"
                     )
                 ) from None

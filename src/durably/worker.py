@@ -188,14 +188,16 @@ class Worker:
             return None
 
     def _start(self, pool: ThreadPoolExecutor, run: RunRecord) -> None:
-        # starts > 1: an earlier start ended without finishing (a crash, a lost lease, a
-        # drain), so this claim takes the run over and resumes it from its journal.
+        # starts > 1: an earlier start ended before the run did. Mostly a park (a timer, a
+        # signal) that is due now, an ordinary resume: "taking over" would read as a crash.
+        # A takeover from a dead or stalled owner is in the run's own lease.expired /
+        # lease.lost events (`durably runs tail RUN`).
         log.info(
             "durably worker: claimed run %s (%s, start %d%s)",
             run.run_id,
             run.workflow,
             run.starts,
-            ", taking over an earlier start" if run.starts > 1 else "",
+            ", resuming from its journal" if run.starts > 1 else "",
         )
         with self._lock:
             self.stats.claimed += 1
