@@ -96,9 +96,9 @@ from .ownership import (
     LeaseWait,
     describe_owner,
     lease_wait,
-    orphans_of_this_host,
     owner_dead,
 )
+from .recovery import recover_runs
 from .redact import redact_url
 from .replay.kernel import FaultHook, RunCore, cancelled_error, type_name
 from .replay.park import Parked
@@ -919,23 +919,17 @@ class Engine:
         at startup, like DBOS's recovery): runs of the workflow versions this engine
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
-        earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
-        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
-        another process takes first is left to it.
+        earlier boot of this machine; and parked runs whose wake-up is due (a process
+        that died waiting in ``engine.run`` leaves them parked, with no owner). A resumed
+        run that parks on a wake-up due within ``durably.limits.RECOVER_WAIT_S`` is
+        waited for and resumed. Returns each resumed run id mapped to its result, or to
+        the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one left parked on a later wake-up). A run another process
+        takes first is left to it (see :mod:`durably.recovery`).
         """
-        results: dict[str, Any] = {}
-        for run in orphans_of_this_host(self.store, self.served()):
-            _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
-            try:
-                # A run that parks stays parked (RunParked in the results): recovery does
-                # not wait out timers; a worker or a later call resumes it when due.
-                results[run.run_id] = self._resume(run.run_id, wait=False)
-            except RunLeased:
-                continue  # a worker took it meanwhile: it is being driven
-            except DurablyError as exc:
-                results[run.run_id] = exc
-        return results
+        return recover_runs(
+            self.store, self.served(), self.clock, lambda run_id: self._resume(run_id, False)
+        )
 
     def close(self) -> None:
         """Stop lease keeping and close the store's connections."""

@@ -193,6 +193,10 @@ APPROVALS_LIST_MAX: Final = 1000
 RECOVER_SCAN_MAX: Final = 10_000
 """Running runs one ``engine.recover()`` looks at: a bounded scan at startup."""
 
+RECOVER_WAIT_S: Final = 10.0
+"""How far ahead ``engine.recover()`` waits for a resumed run's wake-up (a short timer)
+and resumes it again, instead of leaving it parked; later wake-ups stay parked."""
+
 WORKER_CONCURRENCY_MAX: Final = 256
 """Largest ``concurrency`` of a worker (runs driven at once by one process)
 (``durably.worker.CONCURRENCY_MAX``)."""
