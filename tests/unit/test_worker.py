@@ -114,3 +114,18 @@ def test_a_resume_after_a_park_is_not_logged_as_a_takeover(
     claims = [r.getMessage() for r in caplog.records if "claimed run n" in r.getMessage()]
     assert len(claims) == 2 and "start 2, resuming from its journal" in claims[1]
     assert not any("taking over" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("journal_url", ["sqlite", "postgres"], indirect=True)
+def test_an_idle_worker_with_a_long_poll_stops_at_once(journal_url: str) -> None:
+    """stop() (SIGTERM) is seen within a fraction of a second, not after the poll: one
+    long wait for work (LISTEN on PostgreSQL) kept it idle for the whole 30 s."""
+    with durably.Engine(journal_url) as engine:
+        engine.workflow(name="w")(lambda ctx: None)
+        worker = Worker(engine, concurrency=1, poll_interval_s=30)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        time.sleep(0.5)  # idle in its wait for work
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive(), "the worker went on waiting for its 30 s poll"
