@@ -191,7 +191,8 @@ APPROVALS_LIST_MAX: Final = 1000
 """Most pending approval requests one listing returns (``engine.pending_approvals``)."""
 
 RECOVER_SCAN_MAX: Final = 10_000
-"""Running runs one ``engine.recover()`` looks at: a bounded scan at startup."""
+"""Running runs one query of ``engine.recover()``'s scan reads: it pages through every
+running run, this many at a time."""
 
 RECOVER_WAIT_S: Final = 10.0
 """How far ahead ``engine.recover()`` waits for a resumed run's wake-up (a short timer)

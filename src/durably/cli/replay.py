@@ -85,7 +85,7 @@ def replay_cmd(
     code does not register are listed as not checked. Finished runs are checked only
     with --finished (or --status naming one): they replay only when forked or retried.
     """
-    from ..replaycheck import check_runs, runs_to_check
+    from ..inspect.replaycheck import check_runs, runs_to_check
 
     if not check:
         raise click.UsageError("say --check: durably replay --check MODULE:ENGINE")
