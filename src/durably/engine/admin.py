@@ -28,7 +28,6 @@ from .drive import Driver
 from .registry import Registry, Workflow, unregistered
 
 
-
 class Admin:
     """retry, skip, cancel, fork and recover (see the facade's docstrings)."""
 

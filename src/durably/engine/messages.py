@@ -33,9 +33,7 @@ class Messages:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
             # exc's message ends with a full stop already.
-            raise SerializationError(
-                f"{clause(exc)}. Nothing was sent to run {run_id!r}"
-            ) from None
+            raise SerializationError(f"{clause(exc)}. Nothing was sent to run {run_id!r}") from None
         import uuid  # imported on first use: it pulls in platform (slow)
 
         # One name for this send across the retries below: a retry after an unknown
