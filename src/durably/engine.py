@@ -107,7 +107,7 @@ from .shell import command
 from .store import retry
 from .store.base import NewRun, Owner, Store
 from .store.open import open_store
-from .store.rules import CANCEL_ERROR_TYPE, check_requeueable
+from .store.runs import CANCEL_ERROR_TYPE, check_requeueable
 
 T = TypeVar("T")
 

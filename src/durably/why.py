@@ -416,7 +416,7 @@ def _in_doubt(f: Facts) -> _Built:
 
 
 # How a blob or a run input whose bytes changed after they were written is refused
-# (store.rules.blobs_from_rows, engine._decode_input).
+# (store.history.blobs_from_rows, engine._decode_input).
 _CHANGED_ROW = re.compile(r"does not match (its|the) sha256")
 
 
