@@ -79,7 +79,7 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
     journal_url: str,
 ) -> None:
     worker = spawn_worker(lease_s=1.5, concurrency=1)
-    engine.start("pause", 2.0, run_id="p")
+    engine.start("pause", 1.0, run_id="p")
     # Its result recorded too, so the stop lands between the two steps as meant: a stop
     # while the worker was still writing it would hold SQLite's write lock through the
     # pause (the rescuer's claim then waits for ever), or leave the write to be refused
@@ -93,11 +93,11 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
         "the first step recorded",
     )
     worker.send_signal(signal.SIGSTOP)  # between two steps: a GC pause, a stopped VM...
-    time.sleep(3.0)  # past its lease, and past the pause it was in
+    time.sleep(2.0)  # past its 1.5 s lease, and past the 1 s pause it was in
     taken = engine.store.claim("p", Owner("rescuer", 1, "1"), 30, 10, lambda _: False)
     with run_row_locked(journal_url, "p"):
         worker.send_signal(signal.SIGCONT)
-        time.sleep(3.0)  # its heartbeat waits on the lock; its own deadline has passed
+        time.sleep(2.0)  # its heartbeat waits on the lock; its own deadline has passed
     wait_until(lambda: log_says(tmp_path, "lost run p"), 60, "the worker to give up")
     # The log says why: its own deadline, not "another worker" (it cannot know that).
     assert log_says(tmp_path, "past its lease deadline"), (tmp_path / "worker-0.log").read_text()
