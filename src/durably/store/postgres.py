@@ -34,6 +34,7 @@ import hashlib
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -58,6 +59,7 @@ from ..events import NewEvent
 from ..history import StepRecord
 from .approvals import Approvals
 from .base import Owner, Served, served_pairs
+from .durability import EFFECTS, POWER, PROCESS, check_mode, needs_sync
 from .events import Events
 from .fleet import Fleet
 from .history import History
@@ -123,7 +125,12 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5,
+        durability: str | None = None,
     ) -> None:
+        self.durability = check_mode(durability) or POWER
+        # Effects mode: the pooled connections whose session has synchronous_commit off
+        # now (a pure step's append switched it; the next other use switches it back).
+        self._async_sessions: weakref.WeakSet[Conn] = weakref.WeakSet()
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
                 f"pool_min={pool_min}, pool_max={pool_max}: need 0 <= pool_min <= pool_max"
@@ -249,7 +256,30 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             timeout=self.connect_timeout_s,
             name="durably",
             open=False,
+            configure=self._configure if self.durability == PROCESS else None,
         )
+
+    def _configure(self, conn: Conn) -> None:
+        """Process mode: no commit of this session waits for its WAL flush (the server
+        still writes it out within a few hundred ms; a crash of this process loses
+        nothing acknowledged, a crash of the server or its host may lose the last
+        commits, never consistency)."""
+        conn.execute("SET synchronous_commit = off")
+
+    def _commit_level(self, conn: Conn, durable: bool) -> None:
+        """Effects mode: a pure step's append commits with ``synchronous_commit`` off; any
+        other use of the connection puts the session's setting back first (a synchronous
+        commit waits for the WAL up to it, so it carries every commit before it too).
+        Switches only when the session is not already so: a run of pure steps costs one
+        extra round trip at its start, not one per step."""
+        if self.durability != EFFECTS:
+            return
+        if durable and conn in self._async_sessions:
+            conn.execute("RESET synchronous_commit")
+            self._async_sessions.discard(conn)
+        elif not durable and conn not in self._async_sessions:
+            conn.execute("SET synchronous_commit = off")
+            self._async_sessions.add(conn)
 
     def _after_fork_in_child(self) -> None:
         """Fresh locks in a forked child: a parent thread may have held them at the fork.
@@ -280,17 +310,19 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             self._pool.open(wait=False)
             self._pid = os.getpid()
 
-    def _call(self, op: Callable[[Conn, bool], T]) -> T:
+    def _call(self, op: Callable[[Conn, bool], T], durable: bool = True) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
 
         ``op`` must be one transaction (or one autocommit statement), so a retry never
         sees half of a previous attempt; ``retried`` tells it that the first attempt's
-        outcome is unknown.
+        outcome is unknown. ``durable`` False (effects mode: a pure step's append) lets
+        its commit return before its WAL flush.
         """
         self._check_fork()
         for attempt in range(_ATTEMPTS):
             try:
                 with self._pool.connection() as conn:
+                    self._commit_level(conn, durable)
                     return op(conn, attempt > 0)
             except PoolTimeout as exc:
                 raise StoreBusy(
@@ -471,7 +503,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
                 self._write_events(conn, run_id, events)
             return cancel
 
-        return self._call(op)
+        return self._call(op, needs_sync(self.durability, records))
 
     def _append(
         self,

@@ -1,12 +1,14 @@
 """The embedded journal: one SQLite file, WAL mode, fsync'd commits.
 
-Durability: ``synchronous=FULL`` (the default) fsyncs the WAL at every commit, so a
-recorded step survives power loss as well as process death. ``synchronous="NORMAL"``
-fsyncs only at checkpoints: a commit survives a process crash (SIGKILL) but the last
-commits may be lost on power loss or an OS crash; it is several times faster on slow
-disks. On macOS ``fullfsync`` is set, because plain fsync there stops at the drive's
-cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
-``busy_timeout_s`` for another process to finish.
+Durability (:mod:`durably.store.durability`): in ``durability="power"`` (the default,
+``synchronous=FULL``) every commit fsyncs the WAL, so a recorded step survives power
+loss as well as process death. ``"process"`` (``synchronous=NORMAL``) fsyncs only at
+checkpoints: a commit survives a process crash (SIGKILL) but the last commits may be
+lost on power loss or an OS crash; it is several times faster on slow disks.
+``"effects"`` commits pure steps at NORMAL and every other write at FULL. On macOS
+``fullfsync`` is set, because plain fsync there stops at the drive's cache. Writers take
+the lock up front with ``BEGIN IMMEDIATE`` and wait up to ``busy_timeout_s`` for another
+process to finish.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..history import StepRecord
 from ..redact import redact_url
 from .approvals import Approvals
 from .base import Owner, Served, served_json
+from .durability import EFFECTS, needs_sync, sqlite_mode
 from .events import Events
 from .fleet import Fleet
 from .history import History
@@ -96,15 +99,13 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         url: str,
         clock: Clock,
         *,
-        synchronous: str = "FULL",
+        synchronous: str | None = None,
         busy_timeout_s: float = 5.0,
         create: bool = True,
+        durability: str | None = None,
     ) -> None:
-        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
-            raise ConfigError(
-                f"synchronous={synchronous!r}: choose FULL (default, survives power loss),"
-                " EXTRA, or NORMAL (survives process crashes only)"
-            )
+        # The mode's synchronous setting, or a ConfigError for one that contradicts it.
+        self.durability, sync = sqlite_mode(durability, synchronous)
         self.url = url
         self.path = sqlite_path(url)
         self.clock = clock
@@ -113,7 +114,8 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         open_private(self.path)  # a new journal is created 0600: it holds prompts and secrets
-        self._synchronous = synchronous.upper()
+        self._synchronous = sync
+        self._level = sync  # the connection's synchronous setting now (effects mode moves it)
         self._inherited: list[sqlite3.Connection] = []
         self._open()
 
@@ -198,6 +200,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         if mode.lower() not in ("wal", "memory"):
             raise StoreError(f"{self.path}: could not switch to WAL (journal_mode={mode})")
         c.execute(f"PRAGMA synchronous = {synchronous}")
+        self._level = synchronous
         c.execute("PRAGMA foreign_keys = ON")
         if sys.platform == "darwin":
             # macOS fsync stops at the drive's cache; F_FULLFSYNC reaches the medium.
@@ -252,12 +255,27 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             if not tables:
                 c.execute("INSERT INTO durably_meta (key, value) VALUES ('app', ?)", (APP_NAME,))
 
+    def _commit_level(self, c: sqlite3.Connection, durable: bool) -> None:
+        """In effects mode, switch the connection to fsync (FULL) the commit of a durable
+        write and to leave a pure step's to the next one (NORMAL). A FULL commit fsyncs
+        the whole WAL file, so it carries every commit before it to the disk too. Other
+        modes never switch. Runs outside a transaction, under the store's lock."""
+        if self.durability != EFFECTS:
+            return
+        level = "FULL" if durable else "NORMAL"
+        if level != self._level:
+            c.execute(f"PRAGMA synchronous = {level}")
+            self._level = level
+
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding the database lock from its start."""
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the database lock from its start; ``durable``
+        False (effects mode only: a pure step's records) leaves its fsync to the next
+        durable commit."""
         with self._lock:
             c = self._live()
             try:
+                self._commit_level(c, durable)
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
@@ -385,16 +403,19 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         """Write records (their blobs, and the events that describe them) in one fenced
         transaction; raises LeaseLost on a stale token. Returns whether a cancel was
         asked for (read by the same statements)."""
+        durable = needs_sync(self.durability, records)
         if len(records) == 1 and not events and not records[0].blobs:
             # The common case, one step result: the fenced upsert is a single statement,
             # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
             # around it would only add two round trips through the library.
             with self._lock:
                 try:
-                    return self._append(self._live(), run_id, token, records)
+                    c = self._live()
+                    self._commit_level(c, durable)
+                    return self._append(c, run_id, token, records)
                 except sqlite3.DatabaseError as exc:
                     raise self._translate(exc) from exc
-        with self._tx() as c:
+        with self._tx(durable) as c:
             if not records:
                 # Events alone (a step's retry): fenced by the token check instead.
                 row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
