@@ -42,6 +42,7 @@ from .base import Owner, Served, served_json
 from .durability import EFFECTS, needs_sync, sqlite_mode
 from .events import Events
 from .fleet import Fleet
+from .groupcommit import Append, GroupCommit
 from .history import History
 from .leases import Leases
 from .private import open_private
@@ -117,6 +118,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         self._synchronous = sync
         self._level = sync  # the connection's synchronous setting now (effects mode moves it)
         self._inherited: list[sqlite3.Connection] = []
+        self._group = GroupCommit(self._append_one, self._append_many)
         self._open()
 
     def _open(self) -> None:
@@ -192,6 +194,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         """A fresh lock (the old one is the forking thread's, in a process where nothing
         else runs). The connection is swapped by :meth:`_live` on first use."""
         self._lock = threading.RLock()
+        self._group.reset()
 
     def _configure(self, synchronous: str) -> None:
         c = self._conn
@@ -402,29 +405,57 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     ) -> bool:
         """Write records (their blobs, and the events that describe them) in one fenced
         transaction; raises LeaseLost on a stale token. Returns whether a cancel was
-        asked for (read by the same statements)."""
+        asked for (read by the same statements). Appends of other threads made at the
+        same time share the transaction and its fsync (:mod:`.groupcommit`)."""
         durable = needs_sync(self.durability, records)
-        if len(records) == 1 and not events and not records[0].blobs:
+        return self._group.submit(Append(run_id, token, records, events, durable))
+
+    def _append_one(self, item: Append) -> bool:
+        """One append in a transaction of its own (group commit's lone writer)."""
+        run_id, token, records = item.run_id, item.token, item.records
+        if len(records) == 1 and not item.events and not records[0].blobs:
             # The common case, one step result: the fenced upsert is a single statement,
             # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
             # around it would only add two round trips through the library.
             with self._lock:
                 try:
                     c = self._live()
-                    self._commit_level(c, durable)
+                    self._commit_level(c, item.durable)
                     return self._append(c, run_id, token, records)
                 except sqlite3.DatabaseError as exc:
                     raise self._translate(exc) from exc
-        with self._tx(durable) as c:
-            if not records:
-                # Events alone (a step's retry): fenced by the token check instead.
-                row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-                if row is None or row[0] != token:
-                    raise LeaseLost(run_id, token)
-                cancel = row[1] is not None
-            else:
-                cancel = self._append(c, run_id, token, records)
-            self._write_events(c, run_id, events)
+        with self._tx(item.durable) as c:
+            return self._append_in_tx(c, item)
+
+    def _append_many(self, items: Sequence[Append]) -> None:
+        """Several runs' appends in one transaction and one commit (group commit). Each
+        is fenced on its own inside a savepoint: a stale token or an overwrite rolls
+        back that append alone and is its caller's error; a database error fails the
+        transaction, so every caller's."""
+        with self._tx(any(i.durable for i in items)) as c:
+            for item in items:
+                c.execute("SAVEPOINT append")
+                try:
+                    item.result = self._append_in_tx(c, item)
+                except sqlite3.DatabaseError:
+                    raise
+                except (LeaseLost, StoreError) as exc:  # a stale token, an overwrite
+                    c.execute("ROLLBACK TO append")
+                    item.error = exc
+                c.execute("RELEASE append")
+
+    def _append_in_tx(self, c: sqlite3.Connection, item: Append) -> bool:
+        """One append's statements inside an open transaction (see :meth:`_append_one`)."""
+        run_id, token, records = item.run_id, item.token, item.records
+        if not records:
+            # Events alone (a step's retry): fenced by the token check instead.
+            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
+            if row is None or row[0] != token:
+                raise LeaseLost(run_id, token)
+            cancel = row[1] is not None
+        else:
+            cancel = self._append(c, run_id, token, records)
+        self._write_events(c, run_id, item.events)
         return cancel
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
