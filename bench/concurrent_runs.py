@@ -7,11 +7,16 @@ STEPS trivial steps through one engine (steps per second, all runs together), an
 the medians, their ratio and how many appends the shared commits carried.
 
     python bench/concurrent_runs.py [--runs 100] [--steps 20] [--rounds 5] [--mode power]
+        [--pg postgresql://...]
+
+With ``--pg`` the journal is a throwaway schema of that server, and the raw rate is one
+psycopg INSERT + COMMIT per row with ``synchronous_commit`` on.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -23,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import durably
-from durability_modes import raw_sqlite_s
+from durability_modes import raw_pg_s, raw_sqlite_s
 
 
 def trivial(i: int) -> dict[str, int]:
@@ -70,19 +75,28 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--mode", default="power", choices=("power", "process", "effects"))
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--pg", default=None, help="a PostgreSQL server URL")
     args = parser.parse_args()
     raw, rate, batch = [], [], []
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp, contextlib.ExitStack() as stack:
+        pg = None
+        if args.pg:
+            from pg_step_overhead import throwaway_schema
+
+            pg = stack.enter_context(throwaway_schema(args.pg))
         for r in range(args.rounds):
-            raw.append(1 / raw_sqlite_s(Path(tmp) / f"raw-{r}.db", "FULL", 500))
-            steps, per = concurrent_steps_per_s(
-                f"sqlite:///{Path(tmp) / f'j-{r}.db'}", args.runs, args.steps, args.mode
-            )
+            if pg:
+                raw.append(1 / raw_pg_s(pg, "on", 500))
+                url = pg
+            else:
+                raw.append(1 / raw_sqlite_s(Path(tmp) / f"raw-{r}.db", "FULL", 500))
+                url = f"sqlite:///{Path(tmp) / f'j-{r}.db'}"
+            steps, per = concurrent_steps_per_s(url, args.runs, args.steps, args.mode)
             rate.append(steps)
             batch.append(per)
     raw_m, rate_m = statistics.median(raw), statistics.median(rate)
     print(f"medians of {args.rounds} interleaved rounds ({args.mode} mode)")
-    print(f"  raw single-commit rate (sqlite FULL)   {raw_m:8.0f} commits/s")
+    print(f"  raw single-commit rate ({'pg' if pg else 'sqlite FULL'})   {raw_m:8.0f} commits/s")
     print(f"  {args.runs} concurrent runs x {args.steps} steps   {rate_m:8.0f} steps/s")
     print(f"  appends per shared commit (batches)     {statistics.median(batch):8.1f}")
     print(f"  ratio (target >= 3 in power mode)       {rate_m / raw_m:8.2f}x")

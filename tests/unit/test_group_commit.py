@@ -7,13 +7,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import Any
 
 from durably.clock import FakeClock
 from durably.errors import LeaseLost, StoreBusy
 from durably.events import new_event
 from durably.store.groupcommit import Append, GroupCommit
-from durably.store.sqlite import SQLiteStore
+from durably.store.open import open_store
 
 from ..contract.test_store_contract import ME, alive, new_run, rec
 
@@ -101,12 +101,8 @@ def test_a_failed_transaction_is_every_queued_callers_error() -> None:
     assert held.group.submit(_item("r9")) is False  # the queue works on afterwards
 
 
-def _store(tmp_path: Path) -> SQLiteStore:
-    return SQLiteStore(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
-
-
-def test_sqlite_batch_fences_each_record_alone(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+def test_a_batch_fences_each_record_alone(journal_url: str) -> None:
+    store: Any = open_store(journal_url, FakeClock())
     tokens = {}
     for run_id in ("a", "b", "c"):
         store.create_run(new_run(run_id))
@@ -130,8 +126,8 @@ def test_sqlite_batch_fences_each_record_alone(tmp_path: Path) -> None:
     store.close()
 
 
-def test_sqlite_concurrent_appends_commit_every_record(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+def test_concurrent_appends_commit_every_record(journal_url: str) -> None:
+    store = open_store(journal_url, FakeClock())
     runs = [f"r{k}" for k in range(16)]
     tokens = {}
     for run_id in runs:

@@ -62,6 +62,7 @@ from .base import Owner, Served, served_pairs
 from .durability import EFFECTS, POWER, PROCESS, check_mode, needs_sync
 from .events import Events
 from .fleet import Fleet
+from .groupcommit import Append, GroupCommit
 from .history import History
 from .leases import Leases
 from .pg import (
@@ -131,6 +132,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         # Effects mode: the pooled connections whose session has synchronous_commit off
         # now (a pure step's append switched it; the next other use switches it back).
         self._async_sessions: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._group = GroupCommit(self._append_one, self._append_many)
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
                 f"pool_min={pool_min}, pool_max={pool_max}: need 0 <= pool_min <= pool_max"
@@ -288,6 +290,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         self._events_lock = threading.Lock()
         self._owner_lock = threading.Lock()
         self._fork_lock = threading.Lock()
+        self._group.reset()
 
     def _check_fork(self) -> None:
         """A forked child gets a pool and listener of its own. The inherited ones are kept
@@ -475,35 +478,66 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         asked for (read by the same statements, no extra round trip)."""
         if not records and not events:
             return False
-        params = [_record_params(run_id, token, r) for r in records]
+        durable = needs_sync(self.durability, records)
+        return self._group.submit(Append(run_id, token, records, events, durable))
 
-        def op(conn: Conn, retried: bool) -> bool:
-            if not records:
-                # Events alone (a step's retry): fenced by the token, read under the run
-                # row's lock so that a claim (FOR UPDATE) cannot raise it before commit.
-                with conn.transaction():
-                    row = conn.execute(_Q["lock_token"], {"run_id": run_id}).fetchone()
-                    if row is None or row[0] != token:
-                        raise LeaseLost(run_id, token)
-                    self._write_events(conn, run_id, events)
-                return bool(row[1])
-            if len(params) == 1 and not events and not records[0].blobs:
-                # One autocommit statement is its own transaction: one round trip.
-                return self._append(conn, run_id, token, records, params, retried)
-            if len(params) == 1 and not records[0].blobs:
-                # The common write, a step's record and its events: one statement too. A
-                # record with blobs takes the transaction below (its blobs go first).
-                p = {**params[0], **self._event_params(run_id, events)}
-                found = conn.execute(_events_sql("append_with_events", len(events)), p).fetchone()
-                if found is None or found[0] != 1:
-                    return self._refused(conn, run_id, token, records[0], retried)
-                return bool(found[2])
+    def _append_one(self, item: Append) -> bool:
+        """One append in a transaction (or statement) of its own: group commit's lone
+        writer."""
+        return self._call(lambda conn, retried: self._append_on(conn, item, retried), item.durable)
+
+    def _append_many(self, items: Sequence[Append]) -> None:
+        """Several runs' appends in one transaction and one commit (group commit), in
+        run order (two batches never take two runs' row locks in opposite orders; one
+        run's appends keep their order). Each is fenced on its own inside a savepoint: a
+        stale token, an overwrite or a refused row rolls back that append alone and is
+        its caller's error; any other error fails the transaction, so every caller's
+        (run again once on a fresh connection when the first died, like every write)."""
+        ordered = sorted(items, key=lambda i: i.run_id)
+
+        def op(conn: Conn, retried: bool) -> None:
             with conn.transaction():
-                cancel = self._append(conn, run_id, token, records, params, retried)
-                self._write_events(conn, run_id, events)
-            return cancel
+                for item in ordered:
+                    item.error = None
+                    try:
+                        with conn.transaction():  # a savepoint
+                            item.result = self._append_on(conn, item, retried)
+                    except (LeaseLost, StoreError) as exc:
+                        item.error = exc
+                    except psycopg.IntegrityError as exc:
+                        item.error = self._translate(exc)
 
-        return self._call(op, needs_sync(self.durability, records))
+        self._call(op, any(i.durable for i in items))
+
+    def _append_on(self, conn: Conn, item: Append, retried: bool) -> bool:
+        """One append's statements on ``conn`` (autocommit, or inside a batch's
+        transaction, where each ``conn.transaction()`` below is a savepoint)."""
+        run_id, token, records, events = item.run_id, item.token, item.records, item.events
+        params = [_record_params(run_id, token, r) for r in records]
+        if not records:
+            # Events alone (a step's retry): fenced by the token, read under the run
+            # row's lock so that a claim (FOR UPDATE) cannot raise it before commit.
+            with conn.transaction():
+                row = conn.execute(_Q["lock_token"], {"run_id": run_id}).fetchone()
+                if row is None or row[0] != token:
+                    raise LeaseLost(run_id, token)
+                self._write_events(conn, run_id, events)
+            return bool(row[1])
+        if len(params) == 1 and not events and not records[0].blobs:
+            # One autocommit statement is its own transaction: one round trip.
+            return self._append(conn, run_id, token, records, params, retried)
+        if len(params) == 1 and not records[0].blobs:
+            # The common write, a step's record and its events: one statement too. A
+            # record with blobs takes the transaction below (its blobs go first).
+            p = {**params[0], **self._event_params(run_id, events)}
+            found = conn.execute(_events_sql("append_with_events", len(events)), p).fetchone()
+            if found is None or found[0] != 1:
+                return self._refused(conn, run_id, token, records[0], retried)
+            return bool(found[2])
+        with conn.transaction():
+            cancel = self._append(conn, run_id, token, records, params, retried)
+            self._write_events(conn, run_id, events)
+        return cancel
 
     def _append(
         self,
