@@ -97,7 +97,9 @@ def main() -> None:
     raw_m, rate_m = statistics.median(raw), statistics.median(rate)
     print(f"medians of {args.rounds} interleaved rounds ({args.mode} mode)")
     print(f"  raw single-commit rate ({'pg' if pg else 'sqlite FULL'})   {raw_m:8.0f} commits/s")
-    print(f"  {args.runs} concurrent runs x {args.steps} steps   {rate_m:8.0f} steps/s")
+    print(
+        f"  concurrent runs, steps/s               {rate_m:8.0f} ({args.runs} x {args.steps} steps)"
+    )
     print(f"  appends per shared commit (batches)     {statistics.median(batch):8.1f}")
     print(f"  ratio (target >= 3 in power mode)       {rate_m / raw_m:8.2f}x")
 
