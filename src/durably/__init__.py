@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     )
     from .events import Event, EventPage, Follow
     from .history import RunRecord, StepRecord
+    from .inspect.why import Explanation, Fact, explain
     from .naming import step_name
     from .replay.kernel import NOT_DONE, FaultStepInfo
     from .runlist import LiveWorker, RunPage
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     from .steps import step, usage
     from .streaming import AsyncStepStream, StepStream
     from .tools import tool
-    from .why import Explanation, Fact, explain
 
 # Every public name is imported on first use (PEP 562), never by ``import durably``
 # itself: a process that only resumes a run, a worker, or the CLI's ``--help`` pays for
@@ -123,6 +123,9 @@ _LAZY: dict[str, str] = {
     "Follow": ".events",
     "RunRecord": ".history",
     "StepRecord": ".history",
+    "Explanation": ".inspect.why",
+    "Fact": ".inspect.why",
+    "explain": ".inspect.why",
     "step_name": ".naming",
     "NOT_DONE": ".replay.kernel",
     "FaultStepInfo": ".replay.kernel",
@@ -134,9 +137,6 @@ _LAZY: dict[str, str] = {
     "AsyncStepStream": ".streaming",
     "StepStream": ".streaming",
     "tool": ".tools",
-    "Explanation": ".why",
-    "Fact": ".why",
-    "explain": ".why",
 }
 
 

@@ -39,18 +39,13 @@ from ..history import StepRecord
 from ..redact import redact_url
 from .approvals import Approvals
 from .base import Owner, Served, served_json
-from .durability import EFFECTS, needs_sync, sqlite_mode
+from .durability import EFFECTS, sqlite_mode
 from .events import Events
 from .fleet import Fleet
-from .groupcommit import Append, GroupCommit
-from .history import History
+from .groupcommit import GroupCommit
+from .history import History, record_params
 from .leases import Leases
 from .private import open_private
-from .rules import (
-    blob_params,
-    overwrite_error,
-    record_params,
-)
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
@@ -307,10 +302,11 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     def _where(self) -> str:
         return self.path
 
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
         """``op`` in one ``BEGIN IMMEDIATE`` transaction: the database's one writer lock,
-        held from the start, is every run row's lock (``atomic`` changes nothing here)."""
-        with self._tx() as c:
+        held from the start, is every run row's lock (``atomic`` changes nothing here);
+        ``durable`` False (effects mode) commits it at NORMAL."""
+        with self._tx(durable) as c:
             return op(_SQLiteTx(c, self))
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
@@ -395,69 +391,32 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         time.sleep(timeout_s)
         return False
 
-    # -- history -------------------------------------------------------------------------
+    # -- the step path's tuned append ---------------------------------------------------
 
-    def append(
+    def _append_quick(
         self,
         run_id: str,
         token: int,
         records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-    ) -> bool:
-        """Write records (their blobs, and the events that describe them) in one fenced
-        transaction; raises LeaseLost on a stale token. Returns whether a cancel was
-        asked for (read by the same statements). Appends of other threads made at the
-        same time share the transaction and its fsync (:mod:`.groupcommit`)."""
-        durable = needs_sync(self.durability, records)
-        return self._group.submit(Append(run_id, token, records, events, durable))
-
-    def _append_one(self, item: Append) -> bool:
-        """One append in a transaction of its own (group commit's lone writer)."""
-        run_id, token, records = item.run_id, item.token, item.records
-        if len(records) == 1 and not item.events and not records[0].blobs:
-            # The common case, one step result: the fenced upsert is a single statement,
-            # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
-            # around it would only add two round trips through the library.
-            with self._lock:
-                try:
-                    c = self._live()
-                    self._commit_level(c, item.durable)
-                    return self._append(c, run_id, token, records)
-                except sqlite3.DatabaseError as exc:
-                    raise self._translate(exc) from exc
-        with self._tx(item.durable) as c:
-            return self._append_in_tx(c, item)
-
-    def _append_many(self, items: Sequence[Append]) -> None:
-        """Several runs' appends in one transaction and one commit (group commit). Each
-        is fenced on its own inside a savepoint: a stale token or an overwrite rolls
-        back that append alone and is its caller's error; a database error fails the
-        transaction, so every caller's."""
-        with self._tx(any(i.durable for i in items)) as c:
-            for item in items:
-                c.execute("SAVEPOINT append")
-                try:
-                    item.result = self._append_in_tx(c, item)
-                except sqlite3.DatabaseError:
-                    raise
-                except (LeaseLost, StoreError) as exc:  # a stale token, an overwrite
-                    c.execute("ROLLBACK TO append")
-                    item.error = exc
-                c.execute("RELEASE append")
-
-    def _append_in_tx(self, c: sqlite3.Connection, item: Append) -> bool:
-        """One append's statements inside an open transaction (see :meth:`_append_one`)."""
-        run_id, token, records = item.run_id, item.token, item.records
-        if not records:
-            # Events alone (a step's retry): fenced by the token check instead.
-            row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-            if row is None or row[0] != token:
-                raise LeaseLost(run_id, token)
-            cancel = row[1] is not None
-        else:
-            cancel = self._append(c, run_id, token, records)
-        self._write_events(c, run_id, item.events)
-        return cancel
+        events: Sequence[NewEvent],
+        durable: bool = True,
+    ) -> bool | None:
+        """The common case, one step result without blobs or events: the fenced upsert is
+        a single statement, so in autocommit mode it is its own atomic transaction (BEGIN
+        and COMMIT around it would only add two round trips through the library). None
+        for any other append, or when the upsert was refused and wrote nothing."""
+        if len(records) != 1 or events or records[0].blobs:
+            return None
+        params = {**record_params(run_id, records[0]), "token": token}
+        with self._lock:
+            try:
+                # fetchall: an unfinished RETURNING statement would keep its write pending.
+                c = self._live()
+                self._commit_level(c, durable)
+                rows = c.execute(_Q["append_record"], params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._translate(exc) from exc
+        return bool(rows[0][0]) if rows else None
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number ``events`` after the run's newest and insert them, inside the open write
@@ -484,49 +443,6 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             added += c.execute(_Q["insert_event"], params).rowcount
         if added:
             c.execute(_Q["advance_last_event"], {"run_id": run_id, "added": added})
-
-    def _append(
-        self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> bool:
-        """Upsert ``records`` (fenced); returns whether a cancel was asked for."""
-        now = self.clock.time()
-        cancel = False
-        for rec in records:
-            params = record_params(run_id, rec)
-            # The record's blobs first, in its transaction: no record names a missing blob.
-            if rec.blobs:
-                c.executemany(_Q["put_blob"], blob_params(rec, now))
-            params["token"] = token
-            # fetchall: an unfinished RETURNING statement would keep its write pending.
-            rows = c.execute(_Q["append_record"], params).fetchall()
-            if len(rows) != 1:
-                cancel = self._refused(c, run_id, token, rec)
-            else:
-                cancel = rows[0][0] is not None
-        return cancel
-
-    def _append_records(
-        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> bool:
-        """The history role's hook: :meth:`_append` on the transaction's connection."""
-        assert isinstance(tx, _SQLiteTx)
-        return self._append(tx._c, run_id, token, records)
-
-    def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> bool:
-        """Explain a refused upsert: a stale token, or a result already at the position.
-
-        A stored record equal to ``rec`` is this very write, retried after an error whose
-        commit outcome was unknown: that is success, not a conflict (returns whether a
-        cancel was asked for).
-        """
-        row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-        if row is None or row[0] != token:
-            raise LeaseLost(run_id, token)
-        stored = c.execute(_Q["load_record"], {"run_id": run_id, "position": rec.position})
-        found = stored.fetchone()
-        if found is not None and StepRecord(*found) == rec:
-            return row[1] is not None
-        raise overwrite_error(run_id, rec.position)
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """SQLite has no notifications: followers poll, so this just waits."""
@@ -577,6 +493,9 @@ class _SQLiteTx:
         row = self._c.execute(_Q[name], params).fetchone()
         return None if row is None else row[0]
 
+    def many(self, name: str, rows: Sequence[dict[str, Any]], /) -> None:
+        self._c.executemany(_Q[name], rows)
+
     def array(self, values: Sequence[Any]) -> str:
         return json.dumps(list(values))
 
@@ -585,6 +504,21 @@ class _SQLiteTx:
 
     def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
         self._store._write_events(self._c, run_id, events)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._c.execute("SAVEPOINT part")
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:  # a row refused: this part's error alone
+            self._c.execute("ROLLBACK TO part")
+            self._c.execute("RELEASE part")
+            raise self._store._translate(exc) from exc
+        except (Exception, LeaseLost):
+            self._c.execute("ROLLBACK TO part")
+            self._c.execute("RELEASE part")
+            raise
+        self._c.execute("RELEASE part")
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:

@@ -25,14 +25,18 @@ What a backend provides (:class:`Backend`):
 Lock ordering stays each dialect's own and explicit: the queries named ``lock_*`` take the
 run row's lock on PostgreSQL (``FOR UPDATE`` / ``FOR NO KEY UPDATE``) and are plain reads
 on SQLite, where ``BEGIN IMMEDIATE`` already holds the whole database. Operations whose
-statement order differs between the dialects (a park takes ``lock_token`` in a statement
-of its own on PostgreSQL before anything else; the tuned one-round-trip append) stay
-written per backend.
+statement order differs between the dialects say so through a named hook of the backend:
+``_lock_for_park`` (PostgreSQL takes ``lock_token`` in a statement of its own before
+anything else; SQLite has held its one writer lock since ``BEGIN IMMEDIATE``) and
+``_append_quick`` (the step path's tuned append: one autocommit statement where the
+dialect can write a step's record, or on PostgreSQL a record and its events, in one round
+trip; the transaction written once in :mod:`.history` decides everything else).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from ..clock import Clock
@@ -78,6 +82,11 @@ class Tx(Protocol):
         """The first column of the first row of the named query, or None."""
         ...
 
+    def many(self, name: str, rows: Sequence[dict[str, Any]], /) -> None:
+        """Run the named query once per parameter set of ``rows`` (the driver's
+        ``executemany``: one prepared statement, no per-row round trip through Python)."""
+        ...
+
     def array(self, values: Sequence[Any]) -> Any:
         """``values`` as this dialect passes a list parameter (a JSON text on SQLite, an
         array on PostgreSQL)."""
@@ -94,6 +103,13 @@ class Tx(Protocol):
         (one already stored, by its dedupe, is skipped)."""
         ...
 
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A savepoint inside this transaction: an exception leaving the block rolls back
+        what the block wrote (and goes on; a database error the dialect rejected a row
+        with comes out as a ``StoreError``), the transaction goes on (group commit: one
+        append of a batch that fails alone)."""
+        ...
+
 
 class Backend:
     """What the role modules need from a store backend (see the module docstring): the
@@ -106,8 +122,9 @@ class Backend:
         """The journal as error messages name it (a file path, a server and schema)."""
         raise NotImplementedError
 
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
-        """Run ``op`` as one write transaction (see the module docstring)."""
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
+        """Run ``op`` as one write transaction (see the module docstring); ``durable``
+        False (effects mode, a pure step's append) lets its commit skip the fsync."""
         raise NotImplementedError
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
