@@ -67,17 +67,28 @@ class GroupCommit:
     def submit(self, item: Append) -> bool:
         """Write ``item`` (alone, or with the appends queued beside it) and return once the
         commit that carries it is done: its cancel flag, or its own error raised."""
-        with self._cond:
-            if self._busy:
+        cond = self._cond
+        with cond:
+            if not self._busy:
+                self._busy = True
+                batch = None
+            else:
                 self._queue.append(item)
                 while self._busy and not item.done:
-                    self._cond.wait()
+                    cond.wait()
                 if item.done:
                     return _outcome(item)
+                self._busy = True
                 batch, self._queue = self._queue, []  # the next leader: take them all
-            else:
-                batch = [item]
-            self._busy = True
+        if batch is None:
+            # Alone: exactly the write without group commit (the step path's own cost).
+            try:
+                return self._write_one(item)
+            finally:
+                with cond:
+                    self._busy = False
+                    if self._queue:  # callers that queued meanwhile: one of them leads
+                        cond.notify_all()
         try:
             if len(batch) == 1:
                 item.result = self._write_one(item)
@@ -90,11 +101,11 @@ class GroupCommit:
                 if queued.error is None:
                     queued.error = exc
         finally:
-            with self._cond:
+            with cond:
                 for queued in batch:
                     queued.done = True
                 self._busy = False
-                self._cond.notify_all()
+                cond.notify_all()
         return _outcome(item)
 
 
