@@ -212,6 +212,11 @@ class RecordedModel(WrapperModel):
 
 
 def _delta_emitter(ctx: AsyncContext) -> Any:
+    """The ``on_chunk`` hook that reports each live chunk's fragments as ``model.delta``
+    (a ``ctx.emit`` user event: it rides with the step's record). The stream-only writer
+    of issue 23 replaces it with ``ctx.step_stream(..., deltas=deltas)``, which writes
+    them as they arrive, named by (generation, position, fencing token, attempt, index)."""
+
     def emit(chunk: Any, index: int, info: Any) -> None:
         for data in deltas(chunk):
             ctx.emit("model.delta", {**data, "position": info.position, "index": index})
