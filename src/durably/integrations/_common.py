@@ -27,6 +27,7 @@ from .. import usage as report_usage
 from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
 from ..redact import MASK, redact
+from ._streams import StreamSpec, open_stream
 
 # Call options that shape how a request travels, not what it asks: left out of the
 # digest (a changed timeout is not a changed call) and never recorded (headers carry
@@ -86,6 +87,11 @@ class Method:
     rebuild: Callable[[Any, Mapping[str, Any]], Any]
     # response JSON -> (input tokens, output tokens)
     tokens: Callable[[Any], tuple[int, int]]
+    # How a streamed call of this method is recorded (stream=True, or always for a
+    # method that only streams: Anthropic's messages.stream); None: streaming refused.
+    stream: StreamSpec | None = None
+    # The method only streams (it takes no stream argument).
+    streams_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +329,12 @@ class Client:
         return f"client.{'.'.join(m.path)}(...)"
 
     def prepare(
-        self, ctx: Context | AsyncContext, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ctx: Context | AsyncContext,
+        m: Method,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        streaming: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """The step name and the arguments its digest covers, or a refusal."""
         name = current_step_name() or m.step
@@ -352,13 +363,13 @@ class Client:
                 name,
                 f"{self.call_name(m)} takes keyword arguments only; got {len(args)} positional",
             )
-        if kwargs.get("stream") is True:
+        if kwargs.get("stream") is True and not streaming:
             refuse(
                 ctx,
                 name,
-                f"{self.call_name(m)} with stream=True is not recorded yet inside a"
-                " workflow: call it without stream=True (the recorded step returns the"
-                " whole response), or stream inside a plain step (ctx.step)",
+                f"{self.call_name(m)} has no streamed form durably records: call it"
+                " without stream=True (the recorded step returns the whole response), or"
+                " stream inside a plain step (ctx.step)",
             )
         body: dict[str, Any] = {}
         for key, value in kwargs.items():
@@ -455,6 +466,32 @@ class Client:
         data = ctx.step(name, self.options()(call), **body)
         return m.rebuild(data, kwargs)
 
+    def record_stream(
+        self,
+        ctx: Context | AsyncContext,
+        m: Method,
+        spec: StreamSpec,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """A streamed call: the caller's stream object for a sync workflow, an awaitable
+        of it for an async one (``await client...create(stream=True)``), except for a
+        method that only streams (its manager is returned as it is, not awaited)."""
+        name, body = self.prepare(ctx, m, args, kwargs, streaming=True)
+        for key in sorted(spec.refused):
+            if kwargs.get(key) is not None and not isinstance(kwargs[key], self.provider.sentinels):
+                refuse(
+                    ctx,
+                    name,
+                    f"{self.call_name(m)}: {key}= is not recorded by durably in a streamed"
+                    " call yet; call it without streaming, or stream inside a plain step"
+                    " (ctx.step)",
+                )
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        if isinstance(ctx, AsyncContext) and not m.streams_only:
+            return _opened(lambda: open_stream(self, ctx, m, spec, name, body, kwargs))
+        return open_stream(self, ctx, m, spec, name, body, kwargs)
+
     async def record_async(
         self, ctx: AsyncContext, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
@@ -480,6 +517,13 @@ class Client:
 
         data = await ctx.step(name, self.options()(call), **body)
         return m.rebuild(data, kwargs)
+
+
+async def _opened(open_: Callable[[], Any]) -> Any:
+    """The stream ``open_()`` makes, once awaited (the client's async
+    ``create(stream=True)`` is awaited for its stream; like every awaited call, it takes
+    its position when awaited)."""
+    return open_()
 
 
 class _Attempts:
@@ -576,6 +620,8 @@ def _recorded(root: Client, m: Method, bound: Callable[..., Any]) -> Callable[..
         ctx = _context()
         if ctx is None:
             return bound(*args, **kwargs)
+        if m.stream is not None and (m.streams_only or kwargs.get("stream") is True):
+            return root.record_stream(ctx, m, m.stream, args, kwargs)
         if isinstance(ctx, AsyncContext) and root.is_async:
             return root.record_async(ctx, m, args, kwargs)
         if isinstance(ctx, Context) and not root.is_async:
