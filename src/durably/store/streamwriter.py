@@ -218,9 +218,15 @@ def write_batch(tx: Tx, batch: Sequence[Pending]) -> None:
     # opposite orders (no deadlock between processes on PostgreSQL).
     for run_id in sorted(by_run):
         token = tx.scalar("stream_token", run_id=run_id)
-        events = [e for p in by_run[run_id] if p.token == token for e in p.events]
-        if events:
-            tx.events(run_id, events)
+        # A repeat within the batch is written once: one statement cannot skip its own
+        # earlier row by dedupe (PostgreSQL's write_events checks the stored rows).
+        once: dict[str, NewEvent] = {}
+        for p in by_run[run_id]:
+            if p.token == token:
+                for e in p.events:
+                    once.setdefault(e.dedupe, e)
+        if once:
+            tx.events(run_id, list(once.values()))
 
 
 _CREATE_LOCK = threading.Lock()
