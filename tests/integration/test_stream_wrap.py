@@ -15,9 +15,11 @@ import anthropic
 import openai
 import pytest
 from anthropic.types import RawMessageStreamEvent
+from click.testing import CliRunner
 from openai.types.chat import ChatCompletionChunk
 
 import durably
+from durably.cli import main as cli
 from durably.integrations import anthropic as anthropic_wrap
 from durably.integrations import openai as openai_wrap
 
@@ -317,6 +319,13 @@ def test_emit_inside_the_loop_and_outside_a_workflow(
     assert n > 3
     user = [e for e in lite.events("e1").events if e.kind == "user"]
     assert [e.data for e in user] == [{"kind": "progress", "data": {"chunks": 3}}]
+    # `durably runs tail --follow` prints the tokens (one event a line, as they come).
+    lite.store.flush_stream(5)
+    out = CliRunner().invoke(cli, ["runs", "tail", "e1", "--follow", "--json", "--db", lite.url])
+    assert out.exit_code == 0, out.output
+    lines = [json.loads(line) for line in out.output.splitlines()]
+    text = "".join(e["data"].get("text", "") for e in lines if e["kind"] == "model.delta")
+    assert text == TEXT
     # Outside a workflow the wrapped client is the client: its own Stream type.
     raw = client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
     assert isinstance(raw, openai.Stream)
