@@ -330,3 +330,63 @@ def test_emit_inside_the_loop_and_outside_a_workflow(
     raw = client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
     assert isinstance(raw, openai.Stream)
     assert _chat_text_and_tool(list(raw))[0] == TEXT
+
+
+def test_async_responses_and_anthropic_create_streams(
+    lite: durably.Engine, server: SSEServer
+) -> None:
+    oai = openai_wrap.wrap(openai.AsyncOpenAI(api_key="sk-test", base_url=f"{server.url}/v1"))
+    ant = anthropic_wrap.wrap(anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=server.url))
+    seen: list[tuple[str, Any]] = []
+    crash = [True]
+
+    @lite.workflow(name="both")
+    async def both(ctx: durably.AsyncContext) -> str:
+        stream = await oai.responses.create(model="gpt-test", input="hi", stream=True)
+        async with stream:
+            events = [e async for e in stream]
+        raw = await ant.messages.create(
+            model="claude-test", max_tokens=100, messages=MESSAGES, stream=True
+        )
+        got = _anthropic_text_and_tool([e async for e in raw])
+        seen.append((events[-1].response.output_text, got))
+        if crash[0]:
+            raise Crash
+        return got[0]
+
+    with pytest.raises(Crash):
+        asyncio.run(lite.run_async(both, run_id="b1"))
+    crash[0] = False
+    assert asyncio.run(lite.run_async(both, run_id="b1")) == TEXT
+    assert server.count() == 2
+    assert seen[0] == seen[1] == (TEXT, (TEXT, TOOL[1]))
+    assert lite.spend("b1").entries == 2
+
+
+def test_a_stream_stopped_early_records_what_arrived(
+    lite: durably.Engine, server: SSEServer
+) -> None:
+    client = _oai(server)
+    seen: list[str] = []
+    crash = [True]
+
+    @lite.workflow(name="early")
+    def early(ctx: durably.Context) -> str:
+        text = ""
+        with client.chat.completions.create(
+            model="gpt-test", messages=MESSAGES, stream=True
+        ) as stream:
+            for chunk in stream:
+                text += chunk.choices[0].delta.content or ""
+                if len(text) >= 8:
+                    break
+        seen.append(text)
+        if crash[0]:
+            raise Crash
+        return text
+
+    with pytest.raises(Crash):
+        lite.run(early, run_id="x1")
+    crash[0] = False
+    assert lite.run(early, run_id="x1") == seen[0] == TEXT[:8]
+    assert server.count() == 1
