@@ -17,6 +17,8 @@ from durably.events import MODEL_DELTA, new_event
 from durably.store import streamwriter
 from durably.store.owner import Owner
 
+from ..forking import run_in_child
+
 
 @pytest.fixture
 def engine(journal_url: str) -> Iterator[durably.Engine]:
@@ -97,5 +99,26 @@ def test_a_database_that_cannot_keep_up_drops_events_and_never_blocks(
         assert writer is not None and writer.dropped > 0
         stored = [e for e in engine.events("w3").events if e.kind == MODEL_DELTA]
         assert len(stored) == 40 - writer.dropped
+    finally:
+        engine.close()
+
+
+def test_a_forked_child_writes_through_a_writer_of_its_own(tmp_path: object) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path}/fork.db")
+    try:
+        store = engine.store
+        token = _claimed(engine, "w4", Owner("here", 4, "0", ""))
+        store.publish("w4", token, _deltas(token, 0, 2))  # the parent's writer thread runs
+        assert store.flush_stream(10)
+
+        def child() -> None:  # the parent's thread and connection are not here
+            store.publish("w4", token, _deltas(token, 2, 2))
+            assert store.flush_stream(10)
+
+        run_in_child(child)
+        store.publish("w4", token, _deltas(token, 4, 2))  # the parent's writer still works
+        assert store.flush_stream(10)
+        texts = [e.data["text"] for e in engine.events("w4").events if e.kind == MODEL_DELTA]
+        assert texts == [f"t{i}" for i in range(6)]
     finally:
         engine.close()

@@ -16,8 +16,10 @@ from openai.types.responses import (
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
     ResponseCreatedEvent,
+    ResponseFailedEvent,
     ResponseFunctionCallArgumentsDeltaEvent,
     ResponseFunctionCallArgumentsDoneEvent,
+    ResponseIncompleteEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseTextDeltaEvent,
@@ -214,7 +216,12 @@ def responses_replay(data: Any, _: Mapping[str, Any]) -> list[Any]:
             out.append(build(ResponseFunctionCallArgumentsDoneEvent, fin))
         done = _ev("response.output_item.done", seq, output_index=oi, item=item)
         out.append(build(ResponseOutputItemDoneEvent, done))
-    out.append(build(ResponseCompletedEvent, _ev("response.completed", seq, response=data)))
+    # The terminal event the stream ended with, by the recorded status.
+    ending: Any = {
+        "incomplete": ("response.incomplete", ResponseIncompleteEvent),
+        "failed": ("response.failed", ResponseFailedEvent),
+    }.get(str(data.get("status")), ("response.completed", ResponseCompletedEvent))
+    out.append(build(ending[1], _ev(ending[0], seq, response=data)))
     return out
 
 
