@@ -3,7 +3,8 @@ formats the real clients read: OpenAI chat completions (``data:`` chunks, ``[DON
 OpenAI Responses (typed events) and Anthropic Messages (typed events). It holds the
 stream open between chunks (``delay_s``), can stop after the first chunks until told to
 go on (``hold``: a follower reads deltas of a call that is not recorded yet; a test
-SIGKILLs the streaming process meanwhile), and counts the requests of each turn.
+SIGKILLs the streaming process meanwhile), can close every stream early (``cut_after``
+frames), and counts the requests of each turn.
 
 A turn is :class:`Turn` (text, then optionally one tool call), chosen by ``script`` from
 the request body. The text goes out in pieces of ``piece_chars`` characters and the tool
@@ -58,8 +59,10 @@ class SSEServer:
         delay_s: float = 0.01,
         piece_chars: int = 4,
         hold: Hold | None = None,
+        cut_after: int | None = None,
     ) -> None:
         self.script = script
+        self.cut_after = cut_after  # close each stream after this many frames
         self.delay_s = delay_s
         self.piece_chars = piece_chars
         self.hold = hold
@@ -119,6 +122,8 @@ class SSEServer:
             events = _anthropic(turn, self.piece_chars)
         try:
             for i, frame in enumerate(events):
+                if self.cut_after is not None and i >= self.cut_after:
+                    return  # the connection closes mid-stream
                 if i == 0:
                     with self._lock:
                         self.first_chunk_at.append(time.time())

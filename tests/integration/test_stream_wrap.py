@@ -390,3 +390,68 @@ def test_a_stream_stopped_early_records_what_arrived(
     crash[0] = False
     assert lite.run(early, run_id="x1") == seen[0] == TEXT[:8]
     assert server.count() == 1
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_stream_cut_before_its_final_event_is_never_recorded(
+    provider: str, lite: durably.Engine
+) -> None:
+    server = SSEServer(_turn, delay_s=0, cut_after=5)
+    try:
+        if provider == "openai":
+            client: Any = _oai(server)
+
+            def call() -> Any:
+                return client.chat.completions.create(
+                    model="gpt-test", messages=MESSAGES, stream=True
+                )
+        else:
+            client = _ant(server)
+
+            def call() -> Any:
+                return client.messages.create(
+                    model="claude-test", max_tokens=10, messages=MESSAGES, stream=True
+                )
+
+        @lite.workflow(name="cut")
+        def cut(ctx: durably.Context) -> str:
+            got = 0
+            try:
+                for _ in call():
+                    got += 1
+            except durably.StepFailed as exc:
+                return f"{got} {exc.type_name}"
+            return "recorded"
+
+        assert lite.run(cut, run_id="cut1") == "5 durably.integrations.StreamCut"
+        # Events had reached the caller: no retry (one request), a failure, not a record.
+        assert server.count() == 1
+        [rec] = lite.history("cut1")
+        assert rec.status == "failed" and rec.error_type == "durably.integrations.StreamCut"
+    finally:
+        server.close()
+
+
+def test_a_stream_cut_before_any_event_reached_the_caller_is_retried(
+    lite: durably.Engine,
+) -> None:
+    server = SSEServer(_turn, delay_s=0, cut_after=0)
+    try:
+        client = openai_wrap.wrap(
+            openai.OpenAI(api_key="sk-test", base_url=f"{server.url}/v1"), retries=1
+        )
+
+        @lite.workflow(name="cut0")
+        def cut0(ctx: durably.Context) -> str:
+            try:
+                list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+            except durably.StepFailed as exc:
+                return exc.type_name
+            return "recorded"
+
+        assert lite.run(cut0, run_id="c0") == "durably.integrations.StreamCut"
+        assert server.count() == 2  # the first attempt and its one retry
+        kinds = [e.kind for e in lite.events("c0").events]
+        assert kinds.count("step.retried") == 1
+    finally:
+        server.close()

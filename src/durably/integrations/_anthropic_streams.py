@@ -62,6 +62,10 @@ def assemble(events: list[Any]) -> Any:
     return data
 
 
+def ending(event: Any) -> bool:
+    return getattr(event, "type", "") == "message_stop"
+
+
 def final(event: Any) -> bool:
     # message_delta carries the cumulative usage of the whole message.
     return getattr(event, "type", "") == "message_delta"
@@ -203,6 +207,7 @@ CREATE = StreamSpec(
     assemble=assemble,
     replay=replay,
     final=final,
+    ending=ending,
 )
 
 STREAM = StreamSpec(
@@ -211,6 +216,7 @@ STREAM = StreamSpec(
     assemble=assemble,
     replay=replay,
     final=final,
+    ending=ending,
     present=_present,
     # output_format makes the SDK parse the text into a type (not recorded yet).
     refused=frozenset({"output_format"}),

@@ -27,7 +27,7 @@ from .. import usage as report_usage
 from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
 from ..redact import MASK, redact
-from ._streams import StreamSpec, open_stream
+from ._streams import StreamCut, StreamSpec, open_stream
 
 # Call options that shape how a request travels, not what it asks: left out of the
 # digest (a changed timeout is not a changed call) and never recorded (headers carry
@@ -438,7 +438,7 @@ class Client:
                 retries=self.settings.retries,
                 backoff=0.0,  # the wait is in the call: Retry-After, else exponential
                 timeout_s=self.settings.timeout_s,
-                retry_on=(*self.provider.retryable, StepTimeout),
+                retry_on=(*self.provider.retryable, StepTimeout, StreamCut),
             )
         return self._options
 

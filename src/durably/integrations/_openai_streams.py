@@ -115,12 +115,17 @@ def chat_replay(data: Any, _: Mapping[str, Any]) -> list[Any]:
     return out
 
 
+def chat_ending(chunk: Any) -> bool:
+    return any(c.finish_reason for c in getattr(chunk, "choices", None) or ())
+
+
 CHAT = StreamSpec(
     target=("chat", "completions", "create"),
     deltas=chat_deltas,
     assemble=chat_assemble,
     replay=chat_replay,
     final=chat_final,
+    ending=chat_ending,
 )
 
 # -- responses.create(stream=True) ----------------------------------------------------------
@@ -235,4 +240,5 @@ RESPONSES = StreamSpec(
     assemble=responses_assemble,
     replay=responses_replay,
     final=responses_final,
+    ending=responses_final,
 )

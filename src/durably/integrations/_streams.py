@@ -44,6 +44,19 @@ class StreamSpec:
     present: Callable[[StepStream | AsyncStepStream, Mapping[str, Any]], Any] | None = None
     # Arguments this stream cannot record yet: a call with one is refused (blocked).
     refused: frozenset[str] = frozenset()
+    # event -> whether it is one the provider sends only at a stream's end (a finish
+    # reason, message_stop, response.completed): a stream that ends without one was cut.
+    ending: Callable[[Any], bool] = lambda _: True
+
+
+class StreamCut(Exception):
+    """A provider's stream ended before its final event (the connection closed early):
+    what arrived is not a whole message, so it is never recorded. Before any event
+    reached the caller the call is retried; after, it is the step's final failure
+    (``durably.StepFailed`` naming ``StreamCut``), since an event cannot be taken back."""
+
+
+StreamCut.__module__ = "durably.integrations"  # its public home (the name errors show)
 
 
 class DurableStream:
@@ -113,20 +126,30 @@ def _metered(root: Client, m: Method, spec: StreamSpec, raw: Any, kwargs: Any) -
     """The provider's events as they arrive; the final usage reported once (inside the
     pull that brought it, so it is this attempt's spend), its errors scrubbed."""
     seen: list[Any] = []
-    reported = False
+    reported = ended = False
     try:
         for event in _scrubbed(root, raw):
             seen.append(event)
+            ended = ended or spec.ending(event)
             if not reported and spec.final(event):
                 root.spend(m, spec.assemble(seen), kwargs)
                 reported = True
             yield event
         if not reported:  # no usage event (e.g. no include_usage): the call still counts
             root.spend(m, spec.assemble(seen), kwargs)
+        if not ended:
+            raise _cut(m, len(seen))
     finally:
         close = getattr(raw, "close", None)
         if callable(close):
             close()
+
+
+def _cut(m: Method, n: int) -> StreamCut:
+    return StreamCut(
+        f"{m.step}: the provider's stream ended after {n} event(s) without its final one"
+        " (the connection closed early); nothing was recorded"
+    )
 
 
 def _scrubbed(root: Client, raw: Any) -> Iterator[Any]:
@@ -151,7 +174,7 @@ async def _ametered(
     from ._common import scrub
 
     seen: list[Any] = []
-    reported = False
+    reported = ended = False
     it = raw.__aiter__()
     try:
         while True:
@@ -163,12 +186,15 @@ async def _ametered(
                 scrub(exc, root.client)
                 raise
             seen.append(event)
+            ended = ended or spec.ending(event)
             if not reported and spec.final(event):
                 root.spend(m, spec.assemble(seen), kwargs)
                 reported = True
             yield event
         if not reported:
             root.spend(m, spec.assemble(seen), kwargs)
+        if not ended:
+            raise _cut(m, len(seen))
     finally:
         close = getattr(raw, "close", None)
         if callable(close):
