@@ -245,6 +245,7 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
             "tool": "which tool call the fragment belongs to, by its index (if any)",
             "name": "the tool's name, on the tool call's first fragment (if any)",
             "arguments": "the tool call's argument fragment, JSON text in pieces (if any)",
+            "choice": "the choice it belongs to when a call asked for several (if any)",
             "attempt": "the execution number of its series",
             "token": "the fencing token of its series",
             "index": "its place in the series, from 0",
