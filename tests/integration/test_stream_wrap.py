@@ -455,3 +455,36 @@ def test_a_stream_cut_before_any_event_reached_the_caller_is_retried(
         assert kinds.count("step.retried") == 1
     finally:
         server.close()
+
+
+def test_the_demo_model_server_streams_to_the_wrapped_clients(lite: durably.Engine) -> None:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "examples" / "model_server.py"
+    spec = importlib.util.spec_from_file_location("demo_model_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.STREAM_GAP_S = 0
+    demo = module.ModelServer()
+    try:
+        oai = openai_wrap.wrap(openai.OpenAI(api_key="sk-test", base_url=f"{demo.url}/v1"))
+        ant = anthropic_wrap.wrap(anthropic.Anthropic(api_key="sk-test", base_url=demo.url))
+        ask = [{"role": "user", "content": "refund order B-7"}]
+
+        @lite.workflow(name="demo")
+        def demo_agent(ctx: durably.Context) -> list[Any]:
+            chunks = list(oai.chat.completions.create(model="m", messages=ask, stream=True))
+            with ant.messages.stream(model="m", max_tokens=50, messages=ask) as stream:
+                text = "".join(stream.text_stream)
+                final = stream.get_final_message()
+            return [_chat_text_and_tool(chunks)[2], text, final.content[1].input]
+
+        assert lite.run(demo_agent, run_id="demo") == [
+            '{"order_id": "B-7"}',
+            "Calling lookup_order.",
+            {"order_id": "B-7"},
+        ]
+    finally:
+        demo.close()
