@@ -20,11 +20,12 @@ from durably.store import (
     signals,
     spend,
     sqlfiles,
+    streamwriter,
 )
 from durably.store.base import Store
 from durably.store.sqlite import SQLiteStore
 
-ROLES = (runs, leases, history, signals, approvals, spend, events, fleet)
+ROLES = (runs, leases, history, signals, approvals, spend, events, fleet, streamwriter)
 QUERY_CALLS = {"q", "one", "scalar"}
 # The store methods each backend still writes itself: dialect mechanics (polling or
 # LISTEN, the owner-lock session, the server clock, closing) and append, the step path
@@ -81,9 +82,10 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         spend.SpendLedger,
         events.Events,
         fleet.Fleet,
+        streamwriter.StreamTier,  # publish, flush_stream: the stream writer's tier
     ]
     written_once = protocol - PER_BACKEND
-    assert len(written_once) == 29
+    assert len(written_once) == 31
     for name in sorted(written_once):
         assert [c.__name__ for c in classes if name in vars(c)] != [], name
         assert len([c for c in classes if name in vars(c)]) == 1, name
