@@ -11,6 +11,9 @@ chunk. Two figures, measured now, in this run:
 - **caller's time to first chunk**: from calling ``create(stream=True)`` to holding the
   first text chunk, the wrapped client inside a workflow against the bare client,
   alternating calls (median of each, and their ratio).
+- **the caller's cost of the deltas**: microseconds per chunk of ``ctx.step_stream``
+  with ``deltas=`` (each chunk a ``model.delta`` handed to the stream writer) against
+  without (5,000 chunks, alternating rounds): what "never slows the caller" costs.
 
     python bench/model_stream.py [--pg postgresql://...] [--calls 20] [--gap-ms 20]
 """
@@ -181,6 +184,35 @@ def first_chunk(url: str, srv: Server, calls: int) -> tuple[list[float], list[fl
     return bare, wrapped
 
 
+def per_chunk_cost(url: str, chunks: int, rounds: int) -> tuple[float, float]:
+    """Microseconds per chunk of ``ctx.step_stream`` without and with ``deltas=`` (every
+    chunk a ``model.delta`` handed to the stream writer), alternating rounds, medians."""
+    engine = durably.Engine(url)
+    words = [f"w{i} " for i in range(chunks)]
+
+    @engine.workflow(name="per_chunk")
+    def per_chunk(ctx: durably.Context, with_deltas: bool) -> int:
+        deltas = (lambda c: [{"text": c}]) if with_deltas else None
+        t0 = time.perf_counter()
+        n = sum(1 for _ in ctx.step_stream("s", lambda: iter(words), deltas=deltas))
+        marks.append((time.perf_counter() - t0) / n * 1e6)
+        return n
+
+    marks: list[float] = []
+    plain, published = [], []
+    try:
+        for r in range(rounds):
+            for with_deltas, out in ((False, plain), (True, published)):
+                engine.run(
+                    per_chunk, with_deltas, run_id=f"p-{r}-{with_deltas}-{uuid.uuid4().hex[:6]}"
+                )
+                out.append(marks[-1])
+        engine.store.flush_stream(30)
+    finally:
+        engine.close()
+    return statistics.median(plain), statistics.median(published)
+
+
 def _row(name: str, ms: list[float]) -> str:
     q = statistics.quantiles(ms, n=10) if len(ms) >= 2 else ms * 9
     return f"{name:<44} median {statistics.median(ms):7.1f} ms   p90 {q[8]:7.1f} ms"
@@ -207,6 +239,11 @@ def main() -> int:
         print(_row("first chunk, wrapped client in a workflow", wrapped))
         ratio = statistics.median(wrapped) / statistics.median(bare)
         print(f"time to first chunk, wrapped / bare: {ratio:.2f}x")
+        plain, published = per_chunk_cost(sqlite_url, 5_000, 3)
+        print(
+            f"ctx.step_stream per chunk: {plain:.1f} us without deltas, {published:.1f} us"
+            f" with a model.delta each ({published / plain:.2f}x)"
+        )
     slow = [n for n, ms in results.items() if ms >= 100]
     if slow:
         print(f"over the 100 ms target: {', '.join(slow)}")

@@ -25,6 +25,14 @@ What the stream-only tier promises:
 
 The backend supplies :data:`Transact`: run ``op(tx)`` as one write transaction on a
 connection owned by the writer thread (opened on first use, reopened after an error).
+
+How group commit extends it: a durable write becomes a queue item that carries its
+records and a completion the caller waits on; the thread takes every durable item queued
+while the previous commit ran, writes them (and the stream items of the same runs, in
+order) in one transaction on a connection that does flush, then completes them all. The
+queue, the batching, the fork handling and the per-run ordering here stay as they are;
+the stream tier is the case of items no one waits for, on a connection that does not
+flush.
 """
 
 from __future__ import annotations
