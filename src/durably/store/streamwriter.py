@@ -108,6 +108,7 @@ class StreamWriter:
             if self._queued + len(events) > STREAM_QUEUE_MAX:
                 self.dropped += len(events)
                 return
+            idle = not self._queue
             self._queue.append(Pending(run_id, token, tuple(events)))
             self._queued += len(events)
             self._published += len(events)
@@ -116,7 +117,8 @@ class StreamWriter:
                     target=self._loop, name=f"durably-stream-writer {self._name}", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if idle:  # a queue with items in it was announced already: the writer drains it
+                self._cond.notify()
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until every event published before this call is written (or given up),
