@@ -132,20 +132,21 @@ class _Stream:
             restart = {"name": self._name, "attempt": attempt, "token": token}
             out.append(new_event(MODEL_RESTART, pos, restart, now, f"restart:{series}"))
         try:
-            pieces = list(self._deltas(chunk)) if self._deltas is not None else []
-        except Exception as exc:
+            for data in self._deltas(chunk) if self._deltas is not None else ():
+                if self._sent >= MODEL_DELTAS_MAX:
+                    break  # followers see no more of this attempt; the record is whole
+                fields = {**data, "attempt": attempt, "token": token, "index": self._sent}
+                dedupe = f"delta:{series}:{self._sent}"
+                out.append(new_event(MODEL_DELTA, pos, fields, now, dedupe))
+                self._sent += 1
+        except Exception as exc:  # not JSON data in a mapping, or deltas itself raised
             raise core.poison(
                 ConfigError(
-                    f"streamed step {pos} {self._name!r}: deltas(chunk) raised"
-                    f" {type(exc).__name__}: {exc}; the run is blocked until it is fixed"
+                    f"streamed step {pos} {self._name!r}: deltas(chunk) gave no events"
+                    f" ({type(exc).__name__}: {exc}); return a list of dicts of JSON data."
+                    " The run is blocked until it is fixed"
                 )
             ) from exc
-        for data in pieces:
-            if self._sent >= MODEL_DELTAS_MAX:
-                break  # followers see no more of this attempt; the record is whole
-            fields = {**data, "attempt": attempt, "token": token, "index": self._sent}
-            out.append(new_event(MODEL_DELTA, pos, fields, now, f"delta:{series}:{self._sent}"))
-            self._sent += 1
         if out:
             self._ex.store.publish(core.run_id, token, out)
             self._unflushed = True

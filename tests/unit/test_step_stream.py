@@ -662,3 +662,19 @@ def test_deltas_are_bounded_per_attempt_and_never_made_on_replay(
         assert sum(k == "model.restart" for k, _ in kinds) == 1  # the replay made none
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("bad", [lambda c: [c], lambda c: [{"x": object()}], lambda c: 1 / 0])
+def test_deltas_that_are_not_json_dicts_block_the_run(tmp_path: Path, bad: Any) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'bad.db'}")
+
+    @engine.workflow(name="bad_deltas")
+    def bad_deltas(ctx: durably.Context) -> list[Any]:
+        return list(ctx.step_stream("s", lambda: iter(["a"]), deltas=bad))
+
+    try:
+        with pytest.raises(durably.ConfigError, match="deltas"):
+            engine.run(bad_deltas, run_id="b")
+        assert engine.get_run("b").status == "blocked"
+    finally:
+        engine.close()
