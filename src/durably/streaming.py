@@ -129,6 +129,11 @@ class _Stream:
         out: list[NewEvent] = []
         if index == 0:
             self._sent = 0
+            # The stream-only events waiting for the next durable write (this step's
+            # step.started, emits before it) go first, so a follower reads them before
+            # the tokens; the durable write that carries them later skips them by their
+            # dedupe names.
+            out.extend(core.events)
             restart = {"name": self._name, "attempt": attempt, "token": token}
             out.append(new_event(MODEL_RESTART, pos, restart, now, f"restart:{series}"))
         try:

@@ -131,6 +131,9 @@ def test_openai_chat_stream_live_then_replayed_without_a_request(
     assert "".join(d.get("arguments", "") for d in deltas if "tool" in d) == json.dumps(TOOL[1])
     assert [d["index"] for d in deltas] == list(range(len(deltas)))
     assert kinds.count("model.restart") == 1  # the replay published nothing
+    # The step's step.started went ahead of its tokens, and was stored once.
+    assert kinds.count("step.started") == 1
+    assert kinds.index("step.started") < kinds.index("model.restart")
 
 
 def test_openai_async_chat_stream(lite: durably.Engine, server: SSEServer) -> None:
