@@ -18,7 +18,7 @@ from .errors import ConfigError
 from .events import MODEL_DELTA, MODEL_RESTART, NewEvent, new_event
 from .features import stream
 from .limits import MODEL_DELTAS_MAX, STREAM_FLUSH_S
-from .replay.kernel import Call, Outcome
+from .replay.ops import Call, Outcome
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 
@@ -92,7 +92,8 @@ class _Stream:
             core, name, fn, args, kwargs, assemble, replay, self, in_async
         )
         # Takes the position now, in program order (a mismatch raises here).
-        first = self._gen.send(None)
+        with ex.hold():  # a ctx.branches branch may stream in its own thread
+            first = self._gen.send(None)
         assert isinstance(first, Begun), first
         self._pos = first.position
         self._idle = True  # paused at a Begun/Deliver: the next reply may be sent
@@ -123,7 +124,8 @@ class _Stream:
         token, attempt, index), so a retry or a re-run after a crash is a fresh series,
         opened by a ``model.restart`` that tells readers to drop what they showed."""
         core = self._core
-        gen, pos, token, attempt = core.generation, info.position, info.fencing_token, info.attempt
+        gen, pos, token = core.setup.generation, info.position, info.fencing_token
+        attempt = info.attempt
         series = f"g{gen}:{pos}:t{token}:a{attempt}"
         now = core.clock.time()
         out: list[NewEvent] = []
@@ -199,28 +201,29 @@ class _Stream:
         self._idle = False
         reply: Any = STOP
         try:
-            while True:
-                try:
-                    op = self._gen.send(reply)
-                except StopIteration as stop:
-                    self._over(stop.value, state)
-                    return
-                if isinstance(op, Deliver):  # a replay hands out no more after a STOP
-                    reply = STOP
-                    continue
-                if self._flush_before(op):
-                    self._ex.store.flush_stream(STREAM_FLUSH_S)
-                reply = self._finish_op(op)
+            with self._ex.hold():
+                while True:
+                    try:
+                        op = self._gen.send(reply)
+                    except StopIteration as stop:
+                        self._over(stop.value, state)
+                        return
+                    if isinstance(op, Deliver):  # a replay hands out no more after a STOP
+                        reply = STOP
+                        continue
+                    if self._flush_before(op):
+                        _flush_held(self._ex)
+                    reply = self._finish_op(op)
         except BaseException:
             self._abandon()
             raise
 
     def _finish_op(self, op: Any) -> Any:
-        from .runtime.drive import op_sync
+        from .runtime.drive import op_sync_held
 
         if isinstance(op, Call) and op.is_async:
             return Outcome()  # an async iterator's aclose needs the loop: its finalizer
-        return op_sync(self._ex, op)
+        return op_sync_held(self._ex, op)
 
     def _abandon(self) -> None:
         """Give up the stream without recording (a stop of the run, an error)."""
@@ -245,25 +248,28 @@ class StepStream(_Stream, Iterator[Any]):
             raise self._core.poison(self._ended_error())
         if self._state == _DONE:
             raise StopIteration
-        from .runtime.drive import op_sync
+        from .runtime.drive import op_sync_held
 
         self._idle = False
         reply: Any = None
         try:
-            while True:
-                try:
-                    op = self._gen.send(reply)
-                except StopIteration as stop:
-                    self._over(stop.value, _DONE)
-                    break
-                if isinstance(op, Deliver):
-                    return self._delivered(op)
-                if self._flush_before(op):
-                    self._ex.store.flush_stream(STREAM_FLUSH_S)
-                reply = op_sync(self._ex, op)
+            with self._ex.hold():  # the chunk is pulled (a Call) with the lock let go
+                while True:
+                    try:
+                        op = self._gen.send(reply)
+                    except StopIteration as stop:
+                        self._over(stop.value, _DONE)
+                        break
+                    if isinstance(op, Deliver):
+                        break
+                    if self._flush_before(op):
+                        _flush_held(self._ex)
+                    reply = op_sync_held(self._ex, op)
         except BaseException:
             self._abandon()
             raise
+        if self._state == _OPEN:
+            return self._delivered(op)  # the caller's hook runs outside the run's lock
         raise StopIteration
 
     def close(self) -> None:
@@ -362,6 +368,17 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
             self._abandon()
         else:
             await self.aclose()
+
+
+def _flush_held(ex: Executor) -> None:
+    """``flush_stream`` from inside ``ex.hold()``: the run's lock (when branches may
+    record from other threads) is let go while the writer catches up."""
+    lock = ex.lock
+    if lock is None:
+        ex.store.flush_stream(STREAM_FLUSH_S)
+        return
+    with lock.released():
+        ex.store.flush_stream(STREAM_FLUSH_S)
 
 
 async def _flush_async(ex: Executor) -> None:
