@@ -491,3 +491,42 @@ def test_the_demo_model_server_streams_to_the_wrapped_clients(lite: durably.Engi
         ]
     finally:
         demo.close()
+
+
+def test_streamed_calls_in_branches_on_threads(lite: durably.Engine, server: SSEServer) -> None:
+    import contextvars
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = _oai(server)
+    seen: list[list[str]] = []
+    crash = [True]
+
+    @lite.workflow(name="threads")
+    def threads(ctx: durably.Context) -> list[str]:
+        group = ctx.branches(["a", "b"])
+
+        def one(i: int) -> str:
+            with group.branch(i):
+                stream = client.chat.completions.create(
+                    model=f"gpt-{i}", messages=MESSAGES, stream=True
+                )
+                return _chat_text_and_tool(list(stream))[0]
+
+        with ThreadPoolExecutor(2) as pool:
+            jobs = [pool.submit(contextvars.copy_context().run, one, i) for i in range(2)]
+            texts = [j.result() for j in jobs]
+        seen.append(texts)
+        if crash[0]:
+            raise Crash
+        return texts
+
+    with pytest.raises(Crash):
+        lite.run(threads, run_id="t1")
+    crash[0] = False
+    assert lite.run(threads, run_id="t1") == [TEXT, TEXT]
+    assert server.count() == 2 and seen[0] == seen[1]
+    events = _deltas(lite, "t1")
+    for pos in ("0.0.0", "0.1.0"):
+        mine = [e for e in events if e.position == pos]
+        assert mine[0].kind == "model.restart"
+        assert "".join(e.data.get("text", "") for e in mine) == TEXT
