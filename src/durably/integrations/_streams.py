@@ -18,12 +18,28 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import AsyncContext, AsyncStepStream, Context, StepStream
+from ._attempts import Attempts, scrub
 
-if TYPE_CHECKING:
-    from ._common import Client, Method
+
+class Method(Protocol):
+    """What a stream needs to know of its method (``_common.Method``)."""
+
+    @property
+    def step(self) -> str: ...
+
+
+class Client(Protocol):
+    """What a stream needs of the wrapped client's root (``_common.Client``)."""
+
+    provider: Any
+    client: Any
+
+    def spend(self, m: Any, data: Any, kwargs: Mapping[str, Any]) -> None: ...
+    def target(self, path: tuple[str, ...]) -> Any: ...
+    def options(self) -> Callable[[Any], Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +176,6 @@ def _scrubbed(root: Client, raw: Any) -> Iterator[Any]:
         except StopIteration:
             return
         except root.provider.status_error as exc:
-            from ._common import scrub
-
             scrub(exc, root.client)
             raise
         yield event
@@ -171,8 +185,6 @@ async def _ametered(
     root: Client, m: Method, spec: StreamSpec, raw: Any, kwargs: Any
 ) -> AsyncIterator[Any]:
     """:func:`_metered` for an async client's stream."""
-    from ._common import scrub
-
     seen: list[Any] = []
     reported = ended = False
     it = raw.__aiter__()
@@ -212,9 +224,7 @@ def open_stream(
 ) -> Any:
     """The streamed call as one ``ctx.step_stream`` (its position taken now, in program
     order), presented to the caller as the client's own stream type would be."""
-    from ._common import _Attempts, scrub
-
-    state = _Attempts()
+    state = Attempts()
     call_kwargs = {**kwargs, "stream": True}
 
     def replay(value: Any) -> list[Any]:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from ..events import NewEvent
 from ..limits import STREAM_BATCH_MAX, STREAM_QUEUE_MAX
-from .tx import Tx
+from .tx import Backend, Tx
 
 _log = logging.getLogger("durably.store")
 
@@ -242,16 +242,12 @@ def write_batch(tx: Tx, batch: Sequence[Pending]) -> None:
 _CREATE_LOCK = threading.Lock()
 
 
-class StreamTier:
+class StreamTier(Backend):
     """The stream tier of a store backend (a base class of both stores): ``publish`` and
     ``flush_stream`` of the Store protocol, over the backend's :meth:`_stream_transact`
-    and :meth:`_stream_close_conn` (the writer's own connection)."""
+    and :meth:`_stream_close_conn` hooks (the writer's own connection)."""
 
     _stream_writer: StreamWriter | None = None
-
-    @property
-    def _where(self) -> str:
-        raise NotImplementedError
 
     def _stream_transact(self, op: Callable[[Tx], None]) -> None:
         """Run ``op(tx)`` as one write transaction on the writer's own connection."""
