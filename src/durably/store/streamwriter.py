@@ -1,8 +1,8 @@
-"""The store's writer: one thread with a connection of its own that writes what is handed
-to it in batches. Today it carries the stream-only tier written at once (a streamed
-model call's ``model.delta`` and ``model.restart`` events, docs/events.md "Durability
-tiers"); it is built as the store's single writer, so group commit (issue 28) adds a
-durable tier to the same queue and thread rather than a second writer.
+"""The store's stream writer: one thread with a connection of its own that writes what
+is handed to it in batches: the stream-only tier written at once (a streamed model
+call's ``model.delta`` and ``model.restart`` events, docs/events.md "Durability
+tiers"). Durable appends are batched apart, on the callers' threads and the store's
+connection (:mod:`durably.store.groupcommit`).
 
 What the stream-only tier promises:
 
@@ -26,13 +26,12 @@ What the stream-only tier promises:
 The backend supplies :data:`Transact`: run ``op(tx)`` as one write transaction on a
 connection owned by the writer thread (opened on first use, reopened after an error).
 
-How group commit extends it: a durable write becomes a queue item that carries its
-records and a completion the caller waits on; the thread takes every durable item queued
-while the previous commit ran, writes them (and the stream items of the same runs, in
-order) in one transaction on a connection that does flush, then completes them all. The
-queue, the batching, the fork handling and the per-run ordering here stay as they are;
-the stream tier is the case of items no one waits for, on a connection that does not
-flush.
+Why a thread of its own rather than group commit's leader/follower queue: a stream-only
+event has no caller waiting for its commit, so nobody would lead its batch; and its
+commits must not flush, which a connection shared with durable appends cannot promise.
+The queue, the batching, the fork handling and the per-run ordering here would carry a
+durable tier too (items with a completion, on a flushing connection) if the store ever
+moves to one writer thread.
 """
 
 from __future__ import annotations
