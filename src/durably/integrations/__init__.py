@@ -7,5 +7,6 @@ docs/integrations.md."""
 from __future__ import annotations
 
 from ._common import IntegrationWarning, WrappedClient, WrapRefused, refuse
+from ._streams import StreamCut
 
-__all__ = ["IntegrationWarning", "WrapRefused", "WrappedClient", "refuse"]
+__all__ = ["IntegrationWarning", "StreamCut", "WrapRefused", "WrappedClient", "refuse"]

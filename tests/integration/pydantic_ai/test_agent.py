@@ -173,20 +173,21 @@ def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path) -> N
         text = asyncio.run(engine.run_async(talk, run_id="t-1"))
         follower.join(30)
         assert text == "The answer is 42."
-        deltas = [delta_data(e) for e in seen if delta_data(e) is not None]
+        deltas = [d for d in map(delta_data, seen) if d is not None]
         assert "".join(d["text"] for d in deltas) == text
         assert {d["position"] for d in deltas} == {"0"}
+        # Live: every fragment was written before the model request's step was recorded.
+        [recorded] = [e.cursor for e in seen if e.kind == "step.completed" and e.position == "0"]
+        assert max(e.cursor for e in seen if e.kind == "model.delta") < recorded
     finally:
         engine.close()
 
 
 def delta_data(e: durably.Event) -> dict[str, Any] | None:
-    """The data of a ``model.delta`` event, else None."""
-    if e.kind == "model.delta":
-        return dict(e.data)
-    if e.kind == "user" and e.data.get("kind") == "model.delta":
-        return dict(e.data["data"])
-    return None
+    """The data of a ``model.delta`` event, with its position; else None."""
+    if e.kind != "model.delta":
+        return None
+    return {**e.data, "position": e.position}
 
 
 def test_a_durably_tool_keeps_its_kind(tmp_path: Path) -> None:

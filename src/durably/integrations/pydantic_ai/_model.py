@@ -194,7 +194,7 @@ class RecordedModel(WrapperModel):
             stream,
             assemble=_assemble,
             replay=_replay,
-            on_chunk=_delta_emitter(ctx),
+            deltas=deltas,
             **inputs,
         ) as chunks:
             async for chunk in chunks:
@@ -209,16 +209,3 @@ class RecordedModel(WrapperModel):
         yield CompletedStreamedResponse(
             response, model_request_parameters=model_request_parameters, replay_events=events
         )
-
-
-def _delta_emitter(ctx: AsyncContext) -> Any:
-    """The ``on_chunk`` hook that reports each live chunk's fragments as ``model.delta``
-    (a ``ctx.emit`` user event: it rides with the step's record). The stream-only writer
-    of issue 23 replaces it with ``ctx.step_stream(..., deltas=deltas)``, which writes
-    them as they arrive, named by (generation, position, fencing token, attempt, index)."""
-
-    def emit(chunk: Any, index: int, info: Any) -> None:
-        for data in deltas(chunk):
-            ctx.emit("model.delta", {**data, "position": info.position, "index": index})
-
-    return emit
