@@ -9,13 +9,49 @@ from typing import Any
 from agents import Agent, Model, MultiProvider, RunConfig, Runner, RunResult, RunResultStreaming
 from agents.run_state import RunState
 
-from ... import AsyncContext, Context, current_context
+from ... import (
+    AsyncContext,
+    BudgetExceeded,
+    Cancelled,
+    ConfigError,
+    Context,
+    HistoryTooLarge,
+    NonDeterminism,
+    SerializationError,
+    StoreError,
+    current_context,
+)
 from .._common import refuse
 from ._agents import Views
 from ._model import DurableModelProvider, durable_model
 from ._turns import Turns
 
 STEP = "openai_agents.run"
+
+# durably's own stops: the SDK wraps an exception from a tool (UserError "Error running
+# tool ...") or a model; these are never the agent's failure, so the run sees them as
+# they are (a budget, a cancel, a non-determinism, a store error keep their meaning).
+DURABLY_STOPS: tuple[type[BaseException], ...] = (
+    BudgetExceeded,
+    Cancelled,
+    NonDeterminism,
+    ConfigError,
+    SerializationError,
+    HistoryTooLarge,
+    StoreError,
+)
+
+
+def _durably_stop(exc: BaseException) -> BaseException | None:
+    """The durably stop ``exc`` wraps (its cause chain), if any."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, DURABLY_STOPS):
+            return found
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return None
 
 
 def _config(run_config: Any, turns: Turns) -> tuple[RunConfig, MultiProvider | None]:
@@ -89,6 +125,11 @@ class DurableRunner:
         agent = Views(turns).agent(starting_agent)
         try:
             return await Runner.run(agent, input, run_config=config, **kwargs)
+        except Exception as exc:
+            stop = _durably_stop(exc)
+            if stop is None or stop is exc:
+                raise
+            raise stop from None
         finally:
             if owned is not None:
                 await owned.aclose()

@@ -62,7 +62,9 @@ def plain(value: Any) -> Any:
 
 def _without_generated(item: Any) -> Any:
     if isinstance(item, dict):
-        return {k: v for k, v in item.items() if k not in GENERATED_KEYS}
+        # A None field and an absent one ask the model the same (a client leaves unset
+        # fields out of the items it sends back).
+        return {k: v for k, v in item.items() if k not in GENERATED_KEYS and v is not None}
     return item
 
 
@@ -139,9 +141,11 @@ def request_body(
 
 
 def dump_response(response: ModelResponse) -> dict[str, Any]:
-    """A ``ModelResponse`` as JSON (its output items, usage and ids)."""
+    """A ``ModelResponse`` as JSON (its output items, usage and ids). Items keep only
+    the fields that were set (``exclude_unset``), so an item rebuilt from the record
+    is sent back to the model as the live one is (the SDK dumps items the same way)."""
     return {
-        "output": [item.model_dump(mode="json") for item in response.output],
+        "output": [item.model_dump(mode="json", exclude_unset=True) for item in response.output],
         "usage": serialize_usage(response.usage),
         "response_id": response.response_id,
         "request_id": response.request_id,
@@ -172,11 +176,17 @@ def load_response(data: Mapping[str, Any]) -> ModelResponse:
 def assemble_stream(events: list[Any]) -> dict[str, Any]:
     """What a streamed turn records: the finished output items (``output_item.done``)
     and the terminal event, as JSON; the deltas went to the caller and followers."""
-    done = [e.item.model_dump(mode="json") for e in events if e.type == "response.output_item.done"]
+    done = [
+        e.item.model_dump(mode="json", exclude_unset=True)
+        for e in events
+        if e.type == "response.output_item.done"
+    ]
     terminal = next((e for e in reversed(events) if e.type in TERMINAL_EVENTS), None)
     return {
         "done_items": done,
-        "terminal": None if terminal is None else terminal.model_dump(mode="json"),
+        "terminal": None
+        if terminal is None
+        else terminal.model_dump(mode="json", exclude_unset=True),
     }
 
 
