@@ -37,7 +37,7 @@ class Turns:
         group is made on first use, at the next position of the run's scope). A call
         the last response did not list (none is expected) records on the run's scope."""
         index = self._index.get(call_id) if call_id is not None else None
-        if index is None or not hasattr(self.ctx, "branches"):
+        if index is None:
             yield
             return
         if self._group is None:
