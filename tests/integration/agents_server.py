@@ -14,6 +14,7 @@ Scripts (tool calls the model makes until their outputs are in the conversation)
 - ``parallel``: ``refund(...)`` and ``notify(customer="ana", text="refunded")`` in one
   turn, then ``done: <output 1> | <output 2>``.
 - ``approve``: ``close_account(user="bob")``, then ``done: <its output>``.
+- ``mixed``: ``refund(...)`` and ``close_account(...)`` in one turn.
 - ``triage``: hands off (``transfer_to_billing``); the billing agent runs ``refund``.
 """
 
@@ -33,6 +34,10 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
         ("notify", {"customer": "ana", "text": "refunded"}),
     ],
     "approve": [("close_account", {"user": "bob"})],
+    "mixed": [
+        ("refund", {"order_id": "A-1", "cents": 500}),
+        ("close_account", {"user": "bob"}),
+    ],
     "triage": [("transfer_to_billing", {})],
 }
 

@@ -254,3 +254,43 @@ def test_digests_leave_out_generated_ids_and_timestamps() -> None:
     assert one == two
     assert body([{"role": "user", "content": "hi"}, call], "Other.") != one
     assert body([{"role": "user", "content": "ho"}, call]) != one
+
+
+def test_an_approval_in_one_of_parallel_calls_parks_the_run(
+    tmp_path: Path, server: AgentsModelServer
+) -> None:
+    """One turn calls refund and close_account (needs_approval) at once: the run parks
+    at the approval; once approved it resumes by replay, the refund under the key it
+    had (branch 0) and close_account after its approval (branch 1). A rejection in the
+    same place sends the model the SDK's rejection text instead of running the tool."""
+
+    async def run_agent() -> str:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            result = await DurableRunner.run(make_agent(client, "mixed"), "refund, close")
+            return str(result.final_output)
+
+    with durably.Engine(f"sqlite:///{tmp_path / 'journal.db'}", park_wait_s=0) as engine:
+
+        @engine.workflow(name="mixed")
+        async def mixed(ctx: durably.AsyncContext) -> str:
+            return await run_agent()
+
+        for run_id, decide in (("yes", engine.approve), ("no", engine.reject)):
+            CALLS.clear()
+            with pytest.raises(durably.RunParked):
+                engine.run(mixed, run_id=run_id)
+            [request] = engine.pending_approvals()
+            assert (request.action, request.request_id) == ("close_account", "1.1.0")
+            decide(run_id, request.request_id, digest=request.digest, by="ana")
+            answer = engine.run(mixed, run_id=run_id)
+            refunds = [k for k in CALLS if k != "close_account"]
+            assert refunds and {k.rsplit(":", 1)[1] for k in refunds} == {"1.0.0"}
+            assert len(set(refunds)) == 1  # re-run after the park, if at all, same key
+            if run_id == "yes":
+                assert answer == "done: refunded 500 cents on A-1 | closed bob"
+                assert CALLS.count("close_account") == 1
+            else:
+                assert answer == (
+                    "done: refunded 500 cents on A-1 | Tool execution was not approved."
+                )
+                assert "close_account" not in CALLS
