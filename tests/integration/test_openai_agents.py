@@ -22,6 +22,7 @@ from agents import (
     Runner,
     SQLiteSession,
     function_tool,
+    handoff,
     set_tracing_disabled,
 )
 from openai import AsyncOpenAI
@@ -294,3 +295,40 @@ def test_an_approval_in_one_of_parallel_calls_parks_the_run(
                     "done: refunded 500 cents on A-1 | Tool execution was not approved."
                 )
                 assert "close_account" not in CALLS
+
+
+def test_a_handoff_and_a_second_run_replay_in_order(
+    engine: durably.Engine, server: AgentsModelServer
+) -> None:
+    """Two DurableRunner.run calls in one workflow (the second continues the first's
+    conversation: its items carry the server's generated ids), the first through a
+    Handoff object: a fork at the last model turn replays everything before it (no
+    NonDeterminism, no request) and asks the model once."""
+
+    async def conversation() -> list[str]:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            billing = make_agent(client, "refund").clone(name="billing")
+            triage = make_agent(client, "triage", handoffs=[handoff(billing)])
+            first = await DurableRunner.run(triage, "refund A-1")
+            more = [*first.to_input_list(), {"role": "user", "content": "thanks"}]
+            second = await DurableRunner.run(billing, more)
+            return [str(first.final_output), str(second.final_output), first.last_agent.name]
+
+    @engine.workflow(name="two")
+    async def two(ctx: durably.AsyncContext) -> list[str]:
+        return await conversation()
+
+    expected = ["done: refunded 500 cents on A-1"] * 2 + ["billing"]
+    assert engine.run(two, run_id="two") == expected
+    names = [(s.position, s.name) for s in engine.history("two") if s.kind == "step"]
+    assert names == [
+        ("0", "openai_agents.model"),  # triage: hands off
+        ("1", "openai_agents.model"),  # billing: calls refund
+        ("2.0.0", "refund"),
+        ("3", "openai_agents.model"),  # billing: the answer
+        ("4", "openai_agents.model"),  # the second run
+    ]
+    before = server.requests
+    fork = engine.fork("two", at=4)
+    assert engine.resume(fork.run_id) == expected
+    assert server.requests - before == 1
