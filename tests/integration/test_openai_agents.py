@@ -143,13 +143,20 @@ def test_inside_a_step_it_passes_through(engine: durably.Engine, server: AgentsM
     assert [s.name for s in engine.history("s")] == ["agent"]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "run_streamed"])
 def test_usage_goes_to_the_spend_and_a_budget_stops_the_run(
-    engine: durably.Engine, server: AgentsModelServer
+    engine: durably.Engine, server: AgentsModelServer, stream: bool
 ) -> None:
     async def run_agent(budget: int | None) -> str:
         async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
-            result = await DurableRunner.run(make_agent(client, "refund"), "refund A-1")
-            return str(result.final_output)
+            agent = make_agent(client, "refund")
+            if not stream:
+                result = await DurableRunner.run(agent, "refund A-1")
+                return str(result.final_output)
+            streamed = DurableRunner.run_streamed(agent, "refund A-1")
+            async for _ in streamed.stream_events():
+                pass
+            return str(streamed.final_output)
 
     @engine.workflow(name="spend")
     async def spend(ctx: durably.AsyncContext, budget: int | None) -> str:

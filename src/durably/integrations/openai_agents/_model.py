@@ -134,6 +134,10 @@ class DurableModel(Model):
                 yield event
         self.turns.saw(_wire.response_of_stream(stream.result))
 
+    def get_retry_advice(self, request: Any) -> Any:
+        """The inner model's retry advice (the SDK's retries of a failed turn)."""
+        return self.inner.get_retry_advice(request)
+
     async def close(self) -> None:
         """Close the inner model."""
         await self.inner.close()

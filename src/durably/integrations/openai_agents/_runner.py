@@ -4,6 +4,7 @@ async durably workflow, and exactly the SDK's own calls everywhere else."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agents import Agent, Model, MultiProvider, RunConfig, Runner, RunResult, RunResultStreaming
@@ -148,4 +149,20 @@ class DurableRunner:
         turns = Turns(ctx)
         config, _ = _config(kwargs.pop("run_config", None), turns)
         agent = Views(turns).agent(starting_agent)
-        return Runner.run_streamed(agent, input, run_config=config, **kwargs)
+        result = Runner.run_streamed(agent, input, run_config=config, **kwargs)
+        events = result.stream_events
+
+        async def stream_events() -> AsyncIterator[Any]:
+            try:
+                async for event in events():
+                    yield event
+            except Exception as exc:
+                stop = _durably_stop(exc)
+                if stop is None or stop is exc:
+                    raise
+                raise stop from None
+
+        # An instance attribute over the method, as for run(): durably's stops reach the
+        # workflow as themselves, not as the SDK's wrapper of them.
+        object.__setattr__(result, "stream_events", stream_events)
+        return result
