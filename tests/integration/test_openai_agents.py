@@ -339,3 +339,30 @@ def test_a_handoff_and_a_second_run_replay_in_order(
     fork = engine.fork("two", at=4)
     assert engine.resume(fork.run_id) == expected
     assert server.requests - before == 1
+
+
+def test_a_cancel_while_parked_at_an_approval_ends_the_run_cancelled(
+    tmp_path: Path, server: AgentsModelServer
+) -> None:
+    """durably's Cancelled reaches the workflow as itself through the SDK's tool
+    machinery: the run ends cancelled, the tool never ran."""
+
+    async def run_agent() -> str:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            result = await DurableRunner.run(make_agent(client, "approve"), "close bob")
+            return str(result.final_output)
+
+    with durably.Engine(f"sqlite:///{tmp_path / 'journal.db'}", park_wait_s=0) as engine:
+
+        @engine.workflow(name="closing")
+        async def closing(ctx: durably.AsyncContext) -> str:
+            return await run_agent()
+
+        CALLS.clear()
+        with pytest.raises(durably.RunParked):
+            engine.run(closing, run_id="c")
+        engine.cancel("c", reason="customer changed their mind")
+        with pytest.raises(durably.Cancelled):
+            engine.run(closing, run_id="c")
+        assert engine.get_run("c").status == "cancelled"
+        assert CALLS == []
