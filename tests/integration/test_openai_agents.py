@@ -18,7 +18,9 @@ pytest.importorskip("agents", reason="the OpenAI Agents SDK: pip install 'durabl
 from agents import (
     Agent,
     ModelSettings,
+    OpenAIProvider,
     OpenAIResponsesModel,
+    RunConfig,
     Runner,
     SQLiteSession,
     function_tool,
@@ -366,3 +368,30 @@ def test_a_cancel_while_parked_at_an_approval_ends_the_run_cancelled(
             engine.run(closing, run_id="c")
         assert engine.get_run("c").status == "cancelled"
         assert CALLS == []
+
+
+def test_a_model_named_through_the_run_configs_provider_is_recorded(
+    engine: durably.Engine, server: AgentsModelServer
+) -> None:
+    """An agent whose model is a name (resolved by RunConfig(model_provider=...)) gets
+    the recorded model too: a second run of the same run id replays (no request)."""
+
+    async def run_agent() -> str:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            agent = Agent(name="support", model="refund", tools=[refund])
+            config = RunConfig(model_provider=OpenAIProvider(openai_client=client))
+            result = await DurableRunner.run(agent, "refund A-1", run_config=config)
+            return str(result.final_output)
+
+    @engine.workflow(name="named")
+    async def named(ctx: durably.AsyncContext) -> str:
+        return await run_agent()
+
+    before = server.requests
+    assert engine.run(named, run_id="n") == "done: refunded 500 cents on A-1"
+    assert server.requests - before == 2
+    steps = [s.name for s in engine.history("n") if s.kind == "step"]
+    assert steps == ["openai_agents.model", "refund", "openai_agents.model"]
+    fork = engine.fork("n", at=2)
+    assert engine.resume(fork.run_id) == "done: refunded 500 cents on A-1"
+    assert server.requests - before == 3  # the fork replayed turn 1 and the tool

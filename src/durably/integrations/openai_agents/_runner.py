@@ -147,7 +147,7 @@ class DurableRunner:
         _check(ctx, "run_streamed", input, kwargs)
         assert isinstance(ctx, AsyncContext)
         turns = Turns(ctx)
-        config, _ = _config(kwargs.pop("run_config", None), turns)
+        config, owned = _config(kwargs.pop("run_config", None), turns)
         agent = Views(turns).agent(starting_agent)
         result = Runner.run_streamed(agent, input, run_config=config, **kwargs)
         events = result.stream_events
@@ -161,6 +161,9 @@ class DurableRunner:
                 if stop is None or stop is exc:
                     raise
                 raise stop from None
+            finally:
+                if owned is not None:
+                    await owned.aclose()
 
         # An instance attribute over the method, as for run(): durably's stops reach the
         # workflow as themselves, not as the SDK's wrapper of them.
