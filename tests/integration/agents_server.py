@@ -16,6 +16,7 @@ Scripts (tool calls the model makes until their outputs are in the conversation)
 - ``approve``: ``close_account(user="bob")``, then ``done: <its output>``.
 - ``mixed``: ``refund(...)`` and ``close_account(...)`` in one turn.
 - ``triage``: hands off (``transfer_to_billing``); the billing agent runs ``refund``.
+- ``leaky``: a 400 whose message quotes the request's ``Authorization`` header.
 """
 
 from __future__ import annotations
@@ -269,7 +270,10 @@ class AgentsModelServer:
                     outer.requests += 1
                     model = str(body.get("model"))
                     outer.by_model[model] = outer.by_model.get(model, 0) + 1
-                if self.path.endswith("/responses"):
+                if model == "leaky":  # a gateway quoting the request's credential back
+                    auth = self.headers.get("authorization", "")
+                    self._json(400, {"error": {"message": f"bad credential {auth!r}"}})
+                elif self.path.endswith("/responses"):
                     reply = responses_reply(body)
                     if body.get("stream"):
                         self._sse(responses_events(reply))

@@ -263,6 +263,22 @@ def test_digests_leave_out_generated_ids_and_timestamps() -> None:
     two = body([{"role": "user", "content": "hi"}, {**call, "id": "fc_2", "status": None}])
     assert one == two
     assert body([{"role": "user", "content": "hi"}, call], "Other.") != one
+    # Request headers (credentials) and transport options are never in a step's inputs.
+    secret = ModelSettings(extra_headers={"Authorization": "Bearer sk-secret"}, timeout=3.0)
+    sent = request_body(
+        model="m",
+        system_instructions="Help.",
+        input=[{"role": "user", "content": "hi"}, call],
+        model_settings=secret,
+        tools=[refund],
+        output_schema=None,
+        handoffs=[],
+        previous_response_id=None,
+        conversation_id=None,
+        prompt=None,
+    )
+    assert sent == body([{"role": "user", "content": "hi"}, call])
+    assert "sk-secret" not in repr(sent)
     assert body([{"role": "user", "content": "ho"}, call]) != one
 
 
@@ -395,3 +411,25 @@ def test_a_model_named_through_the_run_configs_provider_is_recorded(
     fork = engine.fork("n", at=2)
     assert engine.resume(fork.run_id) == "done: refunded 500 cents on A-1"
     assert server.requests - before == 3  # the fork replayed turn 1 and the tool
+
+
+def test_a_failed_turn_is_recorded_without_the_credential_it_quoted(
+    engine: durably.Engine, server: AgentsModelServer
+) -> None:
+    key = "sk-test-credential-1234567890"
+
+    async def run_agent() -> str:
+        async with AsyncOpenAI(base_url=server.url, api_key=key, max_retries=0) as client:
+            result = await DurableRunner.run(make_agent(client, "leaky"), "hi")
+            return str(result.final_output)
+
+    @engine.workflow(name="leaky")
+    async def leaky(ctx: durably.AsyncContext) -> str:
+        return await run_agent()
+
+    with pytest.raises(durably.WorkflowFailed) as failed:
+        engine.run(leaky, run_id="l")
+    [turn] = engine.history("l")
+    assert turn.status == "failed" and turn.error_type == "openai.BadRequestError"
+    assert "bad credential" in str(turn.error_message)
+    assert key not in str(turn.error_message) and key not in str(failed.value)

@@ -11,6 +11,7 @@ from agents import Model, ModelProvider, ModelResponse, ModelSettings, ModelTrac
 
 from ... import AsyncContext, current_context
 from ... import usage as report_usage
+from .._common import scrub
 from . import _wire
 from ._deltas import DeltaHook
 from ._turns import Turns
@@ -74,7 +75,11 @@ class DurableModel(Model):
             return await self.inner.get_response(*args, **kwargs)
 
         async def call(**_: Any) -> dict[str, Any]:
-            response = await self.inner.get_response(*args, **kwargs)
+            try:
+                response = await self.inner.get_response(*args, **kwargs)
+            except Exception as exc:
+                scrub(exc, None)  # its message is recorded: no credential in it
+                raise
             _report(response.usage.input_tokens, response.usage.output_tokens)
             return _wire.dump_response(response)
 
@@ -118,6 +123,9 @@ class DurableModel(Model):
                 async for event in self.inner.stream_response(*args, **kwargs):
                     seen.append(event)
                     yield event
+            except Exception as exc:
+                scrub(exc, None)
+                raise
             finally:
                 _report(*_wire.usage_of_stream(seen))
 

@@ -95,10 +95,18 @@ def handoff_for_digest(handoff: Any) -> dict[str, Any]:
     }
 
 
+# Model settings that shape how a request travels, not what it asks: out of the digest
+# (a changed timeout is not a changed call) and never recorded (headers and a query may
+# carry credentials), as for the wrapped clients.
+TRANSPORT_SETTINGS: frozenset[str] = frozenset(
+    {"extra_headers", "extra_query", "timeout", "retry", "preserve_raw_usage"}
+)
+
+
 def settings_for_digest(settings: ModelSettings) -> dict[str, Any]:
-    """The model settings that shape the request (unset ones left out)."""
+    """The model settings that shape the request (unset and transport ones left out)."""
     data = settings.to_json_dict()
-    return {k: v for k, v in data.items() if v is not None}
+    return {k: v for k, v in data.items() if v is not None and k not in TRANSPORT_SETTINGS}
 
 
 def schema_for_digest(output_schema: Any) -> Any:
