@@ -48,9 +48,10 @@ def server() -> Iterator[AgentsModelServer]:
     srv.close()
 
 
-# The suite runs each kill point on one API (its time is scarce): the kill after a
-# model turn on Chat Completions, the kill inside a tool on the Responses API. The other
-# pairings are the same code paths; DURABLY_TORTURE_AGENTS=1 runs them too.
+# The suite runs each kill point once (its time is scarce): the kill after a model turn
+# on Chat Completions, the kill inside a tool on the Responses API's streamed run through
+# a handoff (test_streamed_..., which checks everything the plain kill inside a tool
+# does). The other pairings are the same code paths; DURABLY_TORTURE_AGENTS=1 runs them.
 OTHER_API = pytest.mark.skipif(
     os.environ.get("DURABLY_TORTURE_AGENTS") != "1",
     reason="the other API for this kill point: set DURABLY_TORTURE_AGENTS=1 to run it",
@@ -151,7 +152,10 @@ def test_killed_after_the_first_model_turn_is_recorded(
 
 @pytest.mark.parametrize(
     "api",
-    ["responses", pytest.param("chat", marks=[pytest.mark.torture, OTHER_API])],
+    [
+        pytest.param("responses", marks=[pytest.mark.torture, OTHER_API]),
+        pytest.param("chat", marks=[pytest.mark.torture, OTHER_API]),
+    ],
 )
 def test_killed_inside_the_tool_after_its_write(
     tmp_path: Path, server: AgentsModelServer, api: str
@@ -239,11 +243,12 @@ def test_needs_approval_parks_and_runs_once_after_approve(
     assert tool == "close_account" and position(key) == "1.0.1"
 
 
-def test_streamed_handoff_run_delivers_model_deltas_to_a_follower(
+def test_streamed_handoff_run_killed_inside_the_tool_delivers_deltas_to_a_follower(
     tmp_path: Path, server: AgentsModelServer
 ) -> None:
-    """run_streamed through a handoff, killed inside the billing agent's tool: the
-    resumed run replays the two recorded streamed turns (no second request), the caller
+    """run_streamed through a handoff, killed inside the billing agent's tool after its
+    write: the resumed run replays the two recorded streamed turns (no second request),
+    the tool runs again under the same key (the world holds its write once), the caller
     iterates the replayed streams and gets the final text's deltas, and a follower of
     the run reads the model.delta events: the crashed attempt's tool-call fragments and
     the resumed attempt's text."""
@@ -252,7 +257,11 @@ def test_streamed_handoff_run_delivers_model_deltas_to_a_follower(
     start = server.requests
     killed(o, "support-1")
     assert server.requests - start == 2  # triage's turn and billing's, both recorded
+    [(_, key_before, pid)] = attempts(o)
     result = run_here(o, "support-1")
+    again = attempts(o)
+    assert [(t, k) for t, k, _ in again] == [("refund", key_before)] * 2
+    assert again[1][2] != pid
     assert result == base["result"]
     assert "".join(result["deltas"]) == result["final"] == "done: refunded 500 cents on A-1"
     assert server.requests - start == base["requests"] == 3
