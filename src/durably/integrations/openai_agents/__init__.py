@@ -17,8 +17,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in dev a
         " pip install 'durably[openai-agents]'"
     ) from exc
 
-from ._model import DurableModel, DurableModelProvider
 from ._runner import DurableRunner
 from ._tools import function_tool
 
-__all__ = ["DurableModel", "DurableModelProvider", "DurableRunner", "function_tool"]
+__all__ = ["DurableRunner", "function_tool"]
