@@ -433,3 +433,35 @@ def test_a_failed_turn_is_recorded_without_the_credential_it_quoted(
     assert turn.status == "failed" and turn.error_type == "openai.BadRequestError"
     assert "bad credential" in str(turn.error_message)
     assert key not in str(turn.error_message) and key not in str(failed.value)
+
+
+def test_a_streamed_run_parks_at_an_approval_and_resumes_once_approved(
+    tmp_path: Path, server: AgentsModelServer
+) -> None:
+    """The park unwinds through the SDK's background streaming task and its
+    stream_events to the workflow; approved, the replay streams the recorded turn
+    back and runs the tool once."""
+
+    async def run_agent() -> str:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            streamed = DurableRunner.run_streamed(make_agent(client, "approve"), "close bob")
+            async for _ in streamed.stream_events():
+                pass
+            return str(streamed.final_output)
+
+    with durably.Engine(f"sqlite:///{tmp_path / 'journal.db'}", park_wait_s=0) as engine:
+
+        @engine.workflow(name="streamed")
+        async def streamed(ctx: durably.AsyncContext) -> str:
+            return await run_agent()
+
+        CALLS.clear()
+        with pytest.raises(durably.RunParked):
+            engine.run(streamed, run_id="p")
+        [request] = engine.pending_approvals()
+        assert request.request_id == "1.0.0" and CALLS == []
+        engine.approve("p", request.request_id, digest=request.digest, by="ana")
+        before = server.requests
+        assert engine.run(streamed, run_id="p") == "done: closed bob"
+        assert CALLS == ["close_account"]
+        assert server.requests - before == 1  # the last turn only
