@@ -110,11 +110,6 @@ def position(key: str) -> str:
     return key.rsplit(":", 1)[1]
 
 
-def model_deltas(events: Any) -> list[dict[str, Any]]:
-    """The data of the run's ``model.delta`` events, in stream order."""
-    return [e.data["data"] for e in events if e.kind == "user" and e.data["kind"] == "model.delta"]
-
-
 def control(tmp: Path, server: AgentsModelServer, script: str, **kw: Any) -> dict[str, Any]:
     """An uncrashed run: its result, the requests it made, its keys' positions."""
     tmp.mkdir()
@@ -269,14 +264,29 @@ def test_streamed_handoff_run_killed_inside_the_tool_delivers_deltas_to_a_follow
     assert (tool, position(key)) == ("refund", "2.0.0")  # the turns at 0 and 1
     engine = durably.Engine(o.journal)
     try:
-        deltas = model_deltas(engine.follow("support-1", poll_s=0.02))
+        stream = list(engine.follow("support-1", poll_s=0.02))
     finally:
         engine.close()
-    fragments = [(d["position"], d["fragment"]) for d in deltas if "fragment" in d]
-    assert fragments == [("0", "{}"), ("1", json.dumps({"order_id": "A-1", "cents": 500}))]
-    text = [d for d in deltas if "text" in d]
-    assert "".join(d["text"] for d in text) == result["final"]
-    assert {d["position"] for d in text} == {"3"}
-    # The crashed attempt's deltas carry its fencing token, the resumed one's a higher.
-    assert {d["fencing_token"] for d in deltas if "fragment" in d} == {1}
-    assert {d["fencing_token"] for d in text} == {2}
+    events = [e for e in stream if e.kind.startswith("model.")]
+    # Written before their turn's record: a follower has them before step.completed.
+    completed = {e.position: e.cursor for e in stream if e.kind == "step.completed"}
+    assert all(e.cursor < completed[e.position] for e in events)
+    # One series per live attempt of a turn, each after its model.restart: the crashed
+    # process streamed the turns at 0 and 1 (token 1), the resumed one the turn at 3
+    # (token 2); the replayed turns made none.
+    restarts = [(e.position, e.data["token"]) for e in events if e.kind == "model.restart"]
+    assert restarts == [("0", 1), ("1", 1), ("3", 2)]
+    deltas = [e for e in events if e.kind == "model.delta"]
+    calls = [(e.position, e.data.get("name")) for e in deltas if e.data.get("name")]
+    assert calls == [("0", "transfer_to_billing"), ("1", "refund")]
+    arguments = {
+        p: "".join(e.data.get("arguments", "") for e in deltas if e.position == p) for p in "01"
+    }
+    assert arguments == {"0": "{}", "1": json.dumps({"order_id": "A-1", "cents": 500})}
+    text = [e for e in deltas if "text" in e.data]
+    assert "".join(e.data["text"] for e in text) == result["final"]
+    assert {(e.position, e.data["token"]) for e in text} == {("3", 2)}
+    for p in ("0", "1", "3"):
+        assert [e.data["index"] for e in deltas if e.position == p] == list(
+            range(len([e for e in deltas if e.position == p]))
+        )

@@ -12,8 +12,8 @@ from agents import Model, ModelProvider, ModelResponse, ModelSettings, ModelTrac
 from ... import AsyncContext, current_context
 from ... import usage as report_usage
 from .._common import scrub
+from .._openai_streams import responses_deltas
 from . import _wire
-from ._deltas import DeltaHook
 from ._turns import Turns
 
 STEP_GET = "openai_agents.model"
@@ -102,9 +102,11 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> AsyncIterator[Any]:
-        """The model's stream events, live as they arrive (each delta also a
-        ``model.delta`` event of the run); recorded once, when the stream ends, as its
-        finished items and terminal event, which a replay streams back."""
+        """The model's stream events, live as they arrive (each text or tool-argument
+        fragment also a ``model.delta`` event of the run, through the store's stream
+        writer, as the wrapped ``openai`` client's ``responses.create(stream=True)``
+        makes them); recorded once, when the stream ends, as its finished items and
+        terminal event, which a replay streams back (making no deltas)."""
         args = (system_instructions, input, model_settings, tools, output_schema, handoffs, tracing)
         kwargs: dict[str, Any] = {
             "previous_response_id": previous_response_id,
@@ -134,7 +136,7 @@ class DurableModel(Model):
             events,
             assemble=_wire.assemble_stream,
             replay=_wire.replay_stream,
-            on_chunk=DeltaHook(ctx),
+            deltas=responses_deltas,
             **self._body(args, kwargs),
         )
         async with stream:

@@ -232,11 +232,3 @@ def usage_of_stream(events: list[Any]) -> tuple[int, int]:
             u = e.response.usage
             return int(u.input_tokens or 0), int(u.output_tokens or 0)
     return 0, 0
-
-
-def delta_of(event: Any) -> str | None:
-    """The text or tool-call argument fragment a stream event carries, else None."""
-    if event.type in ("response.output_text.delta", "response.function_call_arguments.delta"):
-        delta = getattr(event, "delta", None)
-        return delta if isinstance(delta, str) else None
-    return None
