@@ -401,6 +401,20 @@ def test_bad_labels_block_the_run(engine: durably.Engine) -> None:
     _run_blocked(engine, w, "r", r"labels must be a list of str")
 
 
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [(["search", ""], "label 1 is an empty str"), ([7], "label 0 is of type int")],
+)
+def test_a_bad_label_is_named_by_index_and_says_what_to_do(
+    engine: durably.Engine, labels: list[Any], said: str
+) -> None:
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> None:
+        ctx.branches(labels)
+
+    _run_blocked(engine, w, "r", rf"{said}; every label must be a non-empty str.*fix the code")
+
+
 def test_many_threads_recording_at_once_lose_no_record(engine: durably.Engine) -> None:
     # Threads switch every microsecond here, so unlocked kernel state (buffered records
     # and events taken by one thread while another adds to them) would lose some.

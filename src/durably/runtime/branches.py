@@ -109,16 +109,21 @@ def _labels(core: RunCore, labels: object) -> list[str]:
         raise core.poison(
             ConfigError(
                 "ctx.branches(labels): labels must be a list of str (one per concurrent"
-                f" call, in the order the calls were listed), got {type(labels).__name__}"
+                " call, in the order the calls were listed), got"
+                f" {type(labels).__name__}. The run is blocked; fix the code, then resume it."
             )
         )
     out: list[str] = []
-    for label in labels:
+    for i, label in enumerate(labels):
         if not isinstance(label, str) or not label:
+            # Name the label by its index and say what it is: "got str" for an empty
+            # string told the user nothing.
+            got = "an empty str" if label == "" else f"of type {type(label).__name__}"
             raise core.poison(
                 ConfigError(
-                    "ctx.branches(labels): every label must be a non-empty str, got"
-                    f" {type(label).__name__}"
+                    f"ctx.branches(labels): label {i} is {got}; every label must be a"
+                    " non-empty str (say, the tool call's name). The run is blocked; fix"
+                    " the code, then resume it."
                 )
             )
         try:
@@ -130,7 +135,9 @@ def _labels(core: RunCore, labels: object) -> list[str]:
         raise core.poison(
             ConfigError(
                 f"ctx.branches(labels): {len(out):,} labels; at most"
-                f" {SCOPE_POSITIONS_MAX:,} branches in one group"
+                f" {SCOPE_POSITIONS_MAX:,} branches in one group (split the calls"
+                " into several groups, one after the other). The run is blocked; fix"
+                " the code, then resume it."
             )
         )
     return out
