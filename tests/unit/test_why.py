@@ -708,6 +708,30 @@ def test_running_near_its_budget(engine: durably.Engine, journal_url: str) -> No
     )
 
 
+@pytest.mark.parametrize("steps", [0, 1])
+def test_orphaned_after_a_recorded_step_or_before_any(journal_url: str, steps: int) -> None:
+    # A run left `running` without an owner by an exception no code caught (SIGKILLed
+    # runs: tests/crash/test_why_orphan.py), read through the real command.
+    engine = durably.Engine(journal_url)
+
+    def stop() -> None:
+        raise Crash
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> None:
+        for _ in range(steps):
+            ctx.step("plan", lambda: 1)
+        ctx.step("act", stop)
+
+    with pytest.raises(Crash):
+        engine.run(wf, run_id="left")
+    engine.close()
+    got = why(journal_url, "left")
+    where = "after step 0 plan, its last recorded step" if steps else "before its first step"
+    assert got["state"] == "orphaned"
+    assert got["sentence"].endswith(f"(or `durably recover` on that host); it was {where}")
+
+
 def test_running_over_its_budget(engine: durably.Engine, journal_url: str) -> None:
     inside, release = threading.Event(), threading.Event()
 

@@ -235,7 +235,10 @@ def _orphaned(f: Facts) -> _Built:
     )
     where, more = _where(f)
     facts.update(more)
-    return "orphaned", f"{text}; it was at {where}", facts
+    # "after step 0 plan" and "before its first step" carry their own preposition
+    # ("it was at after step 0" read wrong); a step in flight is where it was at.
+    at = "" if where.startswith(("after ", "before ")) else "at "
+    return "orphaned", f"{text}; it was {at}{where}", facts
 
 
 def _in_doubt(f: Facts) -> _Built:
