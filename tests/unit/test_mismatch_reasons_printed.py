@@ -126,5 +126,11 @@ def test_replay_check_leaves_finished_runs_out_unless_asked(
     report = json.loads(every.output)
     assert sorted(r["run_id"] for r in report["diverging"]) == ["blocked", "done", "parked"]
     assert report["finished_not_checked"] == 0
+    # An unfinished run would block when it resumes; a finished one never resumes on its
+    # own, only a fork or retry of it would.
+    said = {r["run_id"]: r["reason"] for r in report["diverging"]}
+    assert "A resume would block the run" in said["parked"]
+    assert "A fork or retry of this finished run would block it" in said["done"]
+    assert "resume would block" not in said["done"]
     named = _cli(monkeypatch, url, "replay", "--check", f"{app}:engine", "--status", "completed")
     assert "DIVERGES done " in named.output and named.exit_code == 1

@@ -86,8 +86,13 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
         ("r2", "1"),
     ]
     assert "inserted" in report["diverging"][0]["reason"]
-    # It says what a resume would do: the check itself blocked nothing.
-    assert all("resume would block the run" in d["reason"] for d in report["diverging"])
+    # It says what would block: the check itself blocked nothing, and a finished run is
+    # blocked only by a fork or retry (it never resumes on its own).
+    assert all(
+        "A fork or retry of this finished run would block it" in d["reason"]
+        for d in report["diverging"]
+    )
+    assert not any("resume would block" in d["reason"] for d in report["diverging"])
     assert not any("run is blocked" in d["reason"] for d in report["diverging"])
 
     text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--finished",

@@ -13,7 +13,7 @@ would block on resume: it is reported with the position and the reason.
 from __future__ import annotations
 
 import re
-from collections.abc import Coroutine, Generator, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -37,8 +37,17 @@ _POSITION = re.compile(r"(?:step|position) ([0-9]+(?:\.[0-9]+)*)")
 _BLOCKED = re.compile(r"\b([Tt])he run is blocked")
 
 
-def _would_block(m: re.Match[str]) -> str:
-    return f"{'A' if m.group(1) == 'T' else 'a'} resume would block the run"
+def _would_block(run: RunRecord) -> Callable[[re.Match[str]], str]:
+    # A finished run (checked with --finished) never resumes on its own: only a fork or a
+    # retry a person asks for replays it, so "a resume would block" would send them to
+    # look for a resume that never comes.
+    what = "fork or retry of this finished run would block it" if run.terminal else None
+
+    def sub(m: re.Match[str]) -> str:
+        article = "A" if m.group(1) == "T" else "a"
+        return f"{article} {what or 'resume would block the run'}"
+
+    return sub
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +201,9 @@ async def _body(ctx: AsyncContext, body: Any) -> Any:
 
 def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:
     # The core's messages are written for a resume, which blocks the run; the check
-    # writes nothing, so it says what a resume would do instead of "the run is blocked".
-    reason = _BLOCKED.sub(_would_block, f"{prefix}{exc}")
+    # writes nothing, so it says what a resume (or, for a finished run, a fork or retry)
+    # would do instead of "the run is blocked".
+    reason = _BLOCKED.sub(_would_block(run), f"{prefix}{exc}")
     found = _POSITION.search(str(exc))
     return Finding(run, DIVERGES, found.group(1) if found else None, reason)
 
