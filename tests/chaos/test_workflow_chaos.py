@@ -147,3 +147,28 @@ def test_park_stop_ends_a_parking_workflow_with_a_message(in_tmp: Path) -> None:
     assert result.exit_code == 1
     assert "did not complete: stopped: the run parked (signal 'go'" in result.output
     assert "--park answer" in result.output
+
+
+MODES = f"{Path(__file__).parent / 'modes_workflow.py'}:modes"
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode"), [((), "power"), (("--durability", "effects"), "effects")]
+)
+def test_durability_reaches_every_run_of_the_sweep(
+    in_tmp: Path, flags: tuple[str, ...], mode: str
+) -> None:
+    # It was accepted and ignored with --workflow: the sweep's engines ran in power mode.
+    result = _invoke("--workflow", MODES, "--allow-repeat", "mode", "--json", *flags)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["clean_result"] == [mode]
+    assert data["kills"] and all(k["same_result"] for k in data["kills"]), data["kills"]
+
+
+def test_a_contradicting_synchronous_is_refused_before_any_run(in_tmp: Path) -> None:
+    result = _invoke(
+        "--workflow", MODES, "--durability", "power", "--synchronous", "NORMAL", "--json"
+    )
+    assert result.exit_code != 0
+    assert "synchronous='NORMAL' contradicts durability='power'" in result.output

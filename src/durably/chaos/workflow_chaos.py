@@ -257,10 +257,16 @@ def _child(
     phase: str,
     target: tuple[str, str] | None,
     park: str = "answer",
+    store: dict[str, str | None] | None = None,
 ) -> int:
-    """Body of a forked child: a fresh Engine on the journal, the workflow, one drive."""
+    """Body of a forked child: a fresh Engine on the journal (in the sweep's durability
+    mode, ``store``), the workflow, one drive."""
     engine = Engine(
-        url, fault_hook=_Recorder(folder / "executions.jsonl", phase, target), park_wait_s=0
+        url,
+        fault_hook=_Recorder(folder / "executions.jsonl", phase, target),
+        park_wait_s=0,
+        durability=(store or {}).get("durability"),
+        synchronous=(store or {}).get("synchronous"),
     )
     engine.workflow(name=wf.name, version=wf.version, prompt_version=wf.prompt_version)(wf.fn)
     out: dict[str, Any]
@@ -381,16 +387,25 @@ def run_workflow_chaos(
     allow_repeat: frozenset[str] = frozenset(),
     jobs: int | None = None,
     park: str = "answer",
+    durability: str | None = None,
+    synchronous: str | None = None,
 ) -> WorkflowChaosReport:
     """Kill ``wf`` at every step x window, resume each, and judge what ran twice.
 
     ``url`` is the journal (default: a temporary SQLite file); every kill point gets its
     own run id. Steps named in ``allow_repeat`` are known to be safe to run twice, as
     are the ``read`` and ``idempotent`` tools the workflow reaches. ``park`` says how a
-    run that parks is met (``PARK_MODES``).
+    run that parks is met (``PARK_MODES``). ``durability`` (and ``synchronous``, the
+    SQLite setting) is the journal's mode in every run of the sweep, as
+    ``Engine(durability=...)`` takes it; a bad or contradicting one is a
+    ``ConfigError`` before any process starts.
     """
     if park not in PARK_MODES:
         raise WorkflowLoadError(f"park={park!r}: choose one of {', '.join(PARK_MODES)}")
+    from ..store.durability import sqlite_mode
+
+    sqlite_mode(durability, synchronous)  # refused here, not once per forked child
+    store: dict[str, str | None] = {"durability": durability, "synchronous": synchronous}
     kinds = tool_kinds(wf)
     import time
 
@@ -402,7 +417,10 @@ def run_workflow_chaos(
         nonce = os.urandom(4).hex()  # fresh run ids when --db names a journal in use
         clean_dir = root / "clean"
         clean_dir.mkdir()
-        _run_phases(wf, journal, args, kwargs, [(clean_dir, f"chaos-{nonce}-clean", None)], 1, park)
+        clean_point: list[tuple[Path, str, tuple[str, str] | None]] = [
+            (clean_dir, f"chaos-{nonce}-clean", None)
+        ]
+        _run_phases(wf, journal, args, kwargs, clean_point, 1, park, store)
         clean = json.loads((clean_dir / "clean.json").read_text())
         if clean["outcome"] != COMPLETED:
             raise WorkflowLoadError(
@@ -417,7 +435,7 @@ def run_workflow_chaos(
         ]
         for folder, _, _ in points:
             folder.mkdir()
-        _run_phases(wf, journal, args, kwargs, points, jobs, park)
+        _run_phases(wf, journal, args, kwargs, points, jobs, park, store)
         kills = [
             _judge(folder, target, dict(steps), usage, clean.get("result"), allow_repeat, kinds)
             for folder, _, target in points
@@ -434,6 +452,7 @@ def _run_phases(
     points: list[tuple[Path, str, tuple[str, str] | None]],
     jobs: int,
     park: str = "answer",
+    store: dict[str, str | None] | None = None,
 ) -> None:
     """Run each point's kill then resume (or just the clean run), ``jobs`` at a time."""
     todo = list(points)
@@ -442,7 +461,7 @@ def _run_phases(
     def start(folder: Path, run_id: str, target: tuple[str, str] | None, phase: str) -> None:
         kill = target if phase == "kill" else None
         pid = spawn(
-            lambda: _child(wf, url, run_id, args, kwargs, folder, phase, kill, park),
+            lambda: _child(wf, url, run_id, args, kwargs, folder, phase, kill, park, store),
             folder / f"{phase}.err",
         )
         active[pid] = (folder, run_id, target, phase)

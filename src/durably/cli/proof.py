@@ -93,7 +93,8 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
     "--durability",
     type=click.Choice(["power", "process", "effects"]),
     default=None,
-    help="The journal's durability mode (docs/durability.md) [power].",
+    help="The journal's durability mode, in the matrix and with --workflow alike"
+    " (docs/durability.md) [power].",
 )
 @click.option(
     "--synchronous",
@@ -140,6 +141,8 @@ def chaos(
             detail,
             as_json,
             park,
+            durability,
+            synchronous,
         )
         return
     from ..chaos import matrix
@@ -219,6 +222,8 @@ def _chaos_workflow(
     detail: bool,
     as_json: bool,
     park: str = "answer",
+    durability: str | None = None,
+    synchronous: str | None = None,
 ) -> None:
     from ..chaos import workflow_chaos as wc
 
@@ -238,9 +243,17 @@ def _chaos_workflow(
             err=True,
         )
         report = wc.run_workflow_chaos(
-            wf, args, kwargs, url=url, allow_repeat=allow_repeat, jobs=jobs, park=park
+            wf,
+            args,
+            kwargs,
+            url=url,
+            allow_repeat=allow_repeat,
+            jobs=jobs,
+            park=park,
+            durability=durability,
+            synchronous=synchronous,
         )
-    except wc.WorkflowLoadError as exc:
+    except (wc.WorkflowLoadError, ConfigError) as exc:
         raise CommandError(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(report.to_json(), sort_keys=True, default=str))
