@@ -224,8 +224,11 @@ def test_a_changed_label_list_is_nondeterminism_before_any_branch_runs(
     calls = Counter(tools.calls)
     tools.crash_after = False
     labels[1] = "browse"  # a deploy: the framework now lists other calls
-    with pytest.raises(durably.NonDeterminism, match=r"2 branches \['search', 'fetch'\]"):
+    with pytest.raises(durably.NonDeterminism, match=r"2 branches \['search', 'fetch'\]") as got:
         engine.run(agent, run_id="r")
+    # The branches are recorded: the reason says none ran again, not that none ran.
+    assert "caught before any branch of it ran again" in str(got.value)
+    assert "no branch of the gather ran" not in str(got.value)
     assert engine.get_run("r").status == BLOCKED
     assert tools.calls == calls  # no branch ran again
 

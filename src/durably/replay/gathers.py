@@ -100,9 +100,11 @@ def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
         had = repr(rec.name)
     return (
         f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
-        " this run's history, and no branch of the gather ran: revert the change, or let old"
-        " runs finish on workers that serve their version first. The run is blocked; nothing"
-        " recorded was lost, and it resumes once the code matches."
+        # "no branch of the gather ran" read as a claim about the history, whose branches
+        # may all be recorded; what holds is that none ran again on this replay.
+        " this run's history, caught before any branch of it ran again: revert the change,"
+        " or let old runs finish on workers that serve their version first. The run is"
+        " blocked; nothing recorded was lost, and it resumes once the code matches."
     )
 
 
