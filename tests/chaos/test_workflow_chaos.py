@@ -172,3 +172,4 @@ def test_a_contradicting_synchronous_is_refused_before_any_run(in_tmp: Path) -> 
     )
     assert result.exit_code != 0
     assert "synchronous='NORMAL' contradicts durability='power'" in result.output
+    assert "(on the command line, --synchronous)" in result.output  # what to drop here

@@ -73,8 +73,8 @@ def sqlite_mode(durability: str | None, synchronous: str | None) -> tuple[str, s
     if sync not in _SQLITE_ALLOWED[mode]:
         raise ConfigError(
             f"synchronous={synchronous!r} contradicts durability={mode!r} (which needs"
-            f" synchronous={' or '.join(_SQLITE_ALLOWED[mode])}); drop synchronous= and let"
-            " durability= set it"
+            f" synchronous={' or '.join(_SQLITE_ALLOWED[mode])}); drop synchronous= (on the"
+            " command line, --synchronous) and let durability= (--durability) set it"
         )
     return mode, sync
 
