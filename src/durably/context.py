@@ -81,6 +81,23 @@ def current_context() -> Context | AsyncContext | None:
 
 
 @contextlib.contextmanager
+def _in_branch(ctx: Context | AsyncContext) -> Iterator[None]:
+    """Inside ``with group.branch(i):``: the branch's task or thread sees ``ctx`` as
+    :func:`current_context`. A thread a pool started without a copy of the context
+    (``pool.submit(fn)`` rather than ``pool.submit(copy_context().run, fn)``) would
+    otherwise see None, and a wrapped model client called there would pass through
+    unrecorded, silently."""
+    token = _CONTEXT.set(ctx)
+    try:
+        yield
+    finally:
+        try:
+            _CONTEXT.reset(token)
+        except ValueError:  # left in another context than entered: set it back
+            _CONTEXT.set(None)
+
+
+@contextlib.contextmanager
 def workflow_body(ctx: Context | AsyncContext) -> Iterator[None]:
     """Around a workflow's body: it sees ``ctx`` as :func:`current_context` and no step
     (a workflow run from inside another's step is a body of its own)."""
@@ -279,7 +296,7 @@ class Context:
         ``with group.branch(i):`` (in any thread) and its recording calls number
         ``p.i.0, p.i.1, ...``, whatever the threads' timing. See docs/api.md ("Ordered
         branches")."""
-        return open_branches(self._core, self._ex, labels, False)
+        return open_branches(self._core, self._ex, labels, False, lambda: _in_branch(self))
 
     def saga(self) -> Saga:
         """A saga for one block: ``with ctx.saga() as saga: saga.step(name, do, undo,
@@ -496,7 +513,7 @@ class AsyncContext:
         runs inside ``with group.branch(i):`` in its task, and its recording calls number
         ``p.i.0, p.i.1, ...``, whatever order the tasks finish in. See docs/api.md
         ("Ordered branches")."""
-        return open_branches(self._core, self._ex, labels, True)
+        return open_branches(self._core, self._ex, labels, True, lambda: _in_branch(self))
 
     async def gather(self, *branches: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Run branches concurrently with positions that do not depend on timing.

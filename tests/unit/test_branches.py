@@ -572,3 +572,27 @@ def test_returning_while_a_branch_is_still_entered_blocks_the_run(
         return "done"  # the framework forgot its task
 
     _run_blocked(engine, w, "r", r"returned while 1 ctx.branches branch\(es\) were still entered")
+
+
+def test_a_branch_sees_the_workflow_context_in_a_thread_without_a_copied_context(
+    engine: durably.Engine,
+) -> None:
+    # pool.submit(fn) (no copy_context): durably.current_context() was None inside the
+    # branch, so a wrapped model client there passed through unrecorded, silently.
+    seen: list[object] = []
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> list[int]:
+        group = ctx.branches(["a", "b"])
+
+        def call(i: int) -> int:
+            assert durably.current_context() is None  # a fresh thread: nothing copied
+            with group.branch(i):
+                seen.append(durably.current_context() is ctx)
+                return ctx.step("s", lambda: i)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            return [f.result() for f in [pool.submit(call, i) for i in (0, 1)]]
+
+    assert engine.run(w, run_id="r") == [0, 1]
+    assert seen == [True, True]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
@@ -32,13 +33,21 @@ class Branches:
     asyncio task or a thread), and every recording call inside numbers ``p.i.0, p.i.1, ...``
     whatever else runs at the same time. See docs/api.md ("Ordered branches")."""
 
-    __slots__ = ("_ex", "_group", "_loop_thread")
+    __slots__ = ("_body", "_ex", "_group", "_loop_thread")
 
-    def __init__(self, group: BranchGroup, ex: Executor, loop_thread: int | None) -> None:
+    def __init__(
+        self,
+        group: BranchGroup,
+        ex: Executor,
+        loop_thread: int | None,
+        body: Callable[[], AbstractContextManager[None]] | None = None,
+    ) -> None:
         self._group = group
         self._ex = ex
         # An async run's branches are entered from tasks of its loop (this thread).
         self._loop_thread = loop_thread
+        # Makes the workflow's context current inside a branch (context.py's side).
+        self._body = body or contextlib.nullcontext
 
     @property
     def position(self) -> str:
@@ -80,7 +89,8 @@ class Branches:
         token = SCOPE.set(scope)
         failed = True
         try:
-            yield
+            with self._body():
+                yield
             failed = False
         finally:
             try:
@@ -91,8 +101,15 @@ class Branches:
                 group.leave(index, failed)
 
 
-def open_branches(core: RunCore, ex: Executor, labels: object, is_async: bool) -> Branches:
-    """``ctx.branches(labels)`` of a sync or an async context."""
+def open_branches(
+    core: RunCore,
+    ex: Executor,
+    labels: object,
+    is_async: bool,
+    body: Callable[[], AbstractContextManager[None]] | None = None,
+) -> Branches:
+    """``ctx.branches(labels)`` of a sync or an async context; ``body`` makes that
+    context current inside each branch."""
     checked = _labels(core, labels)
     loop_thread = threading.get_ident() if is_async else None
     if not is_async and ex.lock is None:
@@ -100,7 +117,7 @@ def open_branches(core: RunCore, ex: Executor, labels: object, is_async: bool) -
         ex.lock = RunLock()
     with ex.hold():
         group = gathers.branches_begin(core, checked)
-    return Branches(group, ex, loop_thread)
+    return Branches(group, ex, loop_thread, body)
 
 
 def _labels(core: RunCore, labels: object) -> list[str]:
