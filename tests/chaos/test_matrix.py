@@ -56,6 +56,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_kill_point_matches_the_policy_definitions(report: dict[str, Any]) -> None:
     rows = {(r["policy"], r["position"], r["window"]): r for r in report["kills"]}
     assert len(rows) == 120
+    assert report["durability"] == "power"  # the default mode, named in the report
     for policy in matrix.POLICIES:
         for pos in range(10):
             for window in WINDOWS:
@@ -128,6 +129,8 @@ def test_the_matrix_under_a_durability_mode_finds_no_duplicate(
     journal keys still give no duplicate write (one policy, bounded for the suite)."""
     report = matrix.run_matrix(("journal_keys",), workdir=tmp_path, jobs=2, durability=durability)
     (summary,) = report.summaries
+    assert report.durability == durability  # said in the summary line and in --json
+    assert report.to_json()["durability"] == durability
     assert summary.policy == "journal_keys"
     assert summary.kills > 0
     assert summary.kills_with_duplicates == 0 and summary.worst_duplicates == 0

@@ -162,7 +162,9 @@ def test_durability_reaches_every_run_of_the_sweep(
     result = _invoke("--workflow", MODES, "--allow-repeat", "mode", "--json", *flags)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["clean_result"] == [mode]
+    assert data["clean_result"] == [mode] and data["durability"] == mode
+    text = _invoke("--workflow", MODES, "--allow-repeat", "mode", *flags).output
+    assert f"the journal in {mode} durability mode" in text  # the summary line says it
     assert data["kills"] and all(k["same_result"] for k in data["kills"]), data["kills"]
 
 

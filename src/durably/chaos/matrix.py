@@ -108,6 +108,7 @@ class MatrixReport:
     seconds: float
     jobs: int
     clean: dict[str, dict[str, int]] = field(default_factory=dict)
+    durability: str = "power"  # the journal's mode in every run (docs/durability.md)
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for ``--json``."""
@@ -117,6 +118,7 @@ class MatrixReport:
             "clean": self.clean,
             "seconds": round(self.seconds, 3),
             "jobs": self.jobs,
+            "durability": self.durability,
         }
 
 
@@ -198,7 +200,7 @@ def run_matrix(
     """
     from ..store.durability import sqlite_mode
 
-    sqlite_mode(durability, synchronous)  # a contradiction is refused before any fork
+    mode, _ = sqlite_mode(durability, synchronous)  # a contradiction: refused before any fork
     store = {"synchronous": synchronous, "durability": durability}
     jobs = max(1, min(JOBS_MAX, jobs or os.cpu_count() or 1))
     t0 = time.perf_counter()
@@ -223,7 +225,7 @@ def run_matrix(
                 audits[kp].get("ledger"),
             )
         )
-    return MatrixReport(rows, summarize(rows, clean), seconds, jobs, clean)
+    return MatrixReport(rows, summarize(rows, clean), seconds, jobs, clean, mode)
 
 
 def _schedule(

@@ -187,6 +187,7 @@ class WorkflowChaosReport:
     clean_result: Any
     kills: list[KillOutcome]
     seconds: float = 0.0
+    durability: str = "power"  # the journal's mode in every run (docs/durability.md)
 
     @property
     def unsafe_steps(self) -> list[str]:
@@ -209,6 +210,7 @@ class WorkflowChaosReport:
             "unsafe_steps": self.unsafe_steps,
             "failed": self.failed,
             "seconds": round(self.seconds, 3),
+            "durability": self.durability,
             "kills": [asdict(k) for k in self.kills],
         }
 
@@ -404,7 +406,7 @@ def run_workflow_chaos(
         raise WorkflowLoadError(f"park={park!r}: choose one of {', '.join(PARK_MODES)}")
     from ..store.durability import sqlite_mode
 
-    sqlite_mode(durability, synchronous)  # refused here, not once per forked child
+    mode, _ = sqlite_mode(durability, synchronous)  # refused here, not once per child
     store: dict[str, str | None] = {"durability": durability, "synchronous": synchronous}
     kinds = tool_kinds(wf)
     import time
@@ -441,7 +443,9 @@ def run_workflow_chaos(
             for folder, _, target in points
             if target is not None
         ]
-    return WorkflowChaosReport(wf.name, steps, clean.get("result"), kills, time.perf_counter() - t0)
+    return WorkflowChaosReport(
+        wf.name, steps, clean.get("result"), kills, time.perf_counter() - t0, mode
+    )
 
 
 def _run_phases(

@@ -206,7 +206,8 @@ def _print_matrix(report: Any, detail: bool, plot: Path | None) -> None:
     n = len(report.rows)
     console.print(
         f"{n} kills (real SIGKILL, each followed by a restart) in"
-        f" {report.seconds:.1f} s with {report.jobs} at a time;"
+        f" {report.seconds:.1f} s with {report.jobs} at a time, the journal in"
+        f" {report.durability} durability mode;"
         f" clean run: {report.summaries[0].clean_tokens:,} tokens."
     )
     if plot is not None:
@@ -299,7 +300,8 @@ def _print_workflow_report(report: Any, detail: bool) -> None:
     console.print(table)
     console.print(
         f"{len(report.kills)} kill points over {len(report.steps)} steps in"
-        f" {report.seconds:.1f} s" + ("" if detail else "; clean kill points hidden (--detail)")
+        f" {report.seconds:.1f} s, the journal in {report.durability} durability mode"
+        + ("" if detail else "; clean kill points hidden (--detail)")
     )
     for name in report.unsafe_steps:
         console.print(
