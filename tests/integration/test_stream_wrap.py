@@ -302,6 +302,25 @@ def test_anthropic_async_messages_stream(lite: durably.Engine, server: SSEServer
     assert seen[0].content[1].input == seen[1].content[1].input == TOOL[1]
 
 
+def test_a_plain_with_on_the_async_stream_helper_says_to_use_async_with(
+    lite: durably.Engine, server: SSEServer
+) -> None:
+    client = anthropic_wrap.wrap(
+        anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=server.url)
+    )
+
+    @lite.workflow(name="plain")
+    async def plain(ctx: durably.AsyncContext) -> None:
+        with client.messages.stream(  # type: ignore[attr-defined]
+            model="claude-test", max_tokens=100, messages=MESSAGES
+        ):
+            pass
+
+    with pytest.raises(durably.WorkflowFailed, match="entered with `async with`"):
+        asyncio.run(lite.run_async(plain, run_id="p"))
+    assert server.seen == []  # nothing was asked of the model
+
+
 def test_emit_inside_the_loop_and_outside_a_workflow(
     lite: durably.Engine, server: SSEServer
 ) -> None:

@@ -11,7 +11,7 @@ import copy
 import json
 from collections.abc import Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 from anthropic.lib.streaming import (
     AsyncMessageStream,
@@ -180,6 +180,19 @@ class AsyncDurableMessageStreamManager:
 
     def __init__(self, steps: AsyncStepStream) -> None:
         self._steps = steps
+
+    def __enter__(self) -> NoReturn:
+        # Without this, a plain `with` fails with Python's "does not support the context
+        # manager protocol", which says nothing of the async form it needs.
+        raise TypeError(
+            "messages.stream(...) of an async client (anthropic.AsyncAnthropic) is entered"
+            " with `async with`: `async with client.messages.stream(...) as stream:`, then"
+            " `async for text in stream.text_stream` and `await stream.get_final_message()`"
+            " (or wrap the sync anthropic.Anthropic for a plain `with`)"
+        )
+
+    def __exit__(self, *_: object) -> None:  # pragma: no cover - __enter__ always raises
+        return None
 
     async def __aenter__(self) -> AsyncMessageStream[Any]:
         from anthropic import NOT_GIVEN
