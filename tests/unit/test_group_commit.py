@@ -4,13 +4,17 @@ writes at once, alone; a stale record in a batch fails alone."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from durably.clock import FakeClock
-from durably.errors import LeaseLost, StoreBusy
+from durably.errors import CorruptRecord, LeaseLost, StoreBusy
 from durably.events import new_event
 from durably.store.groupcommit import Append, GroupCommit
 from durably.store.open import open_store
@@ -147,4 +151,93 @@ def test_concurrent_appends_commit_every_record(journal_url: str) -> None:
         t.join(30)
     for run_id in runs:
         assert len(store.load_history(run_id, 0)) == 20
+    store.close()
+
+
+class _Crash(BaseException):
+    """An injected crash (a BaseException, like KeyboardInterrupt or LeaseLost)."""
+
+
+def test_a_leaders_own_interruption_is_not_its_followers_error() -> None:
+    written: list[str] = []
+    crashed: list[str] = []
+
+    def write_many(items: Sequence[Append]) -> None:
+        if not crashed:
+            crashed.append(max(i.run_id for i in items))
+            raise _Crash("the leader's thread was interrupted")
+        written.extend(i.run_id for i in items)
+
+    held = _Held(write_many)
+    calls = held.call
+
+    def call(run_id: str, committed: threading.Event) -> None:
+        try:
+            calls(run_id, committed)
+        except _Crash as exc:
+            held.returned[run_id] = exc
+
+    held.call = call  # type: ignore[method-assign]
+    base_one = held._write_one
+    held.group._write_one = lambda i: written.append(i.run_id) or base_one(i)
+    held.run(threading.Event(), 2)
+    got = {
+        k: type(v).__name__ if isinstance(v, BaseException) else v for k, v in held.returned.items()
+    }
+    # One of the two followers led the batch and was interrupted: it alone raises; the
+    # other's append went back to the queue and was written by the next leader.
+    assert sorted(got.values(), key=str) == [(False, False), (False, False), "_Crash"]
+    assert sorted(written) == [
+        "r0",
+        *sorted({"r1", "r2"} - {k for k, v in got.items() if v == "_Crash"}),
+    ]
+    assert held.group._queue == [] and not held.group._busy
+
+
+def test_a_follower_interrupted_while_queued_withdraws_its_append() -> None:
+    """A KeyboardInterrupt in the main thread waiting behind a commit: its append must
+    not stay queued, or a later leader would write it long after its caller gave up."""
+    batches: list[list[str]] = []
+    held = _Held(lambda items: batches.append(sorted(i.run_id for i in items)))
+    leader = threading.Thread(target=held.call, args=("r0", threading.Event()))
+    leader.start()
+    assert held.started.wait(10)
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        while not held.group._queue:
+            time.sleep(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    kicker = threading.Thread(target=interrupt)
+    kicker.start()
+    with pytest.raises(KeyboardInterrupt):
+        held.group.submit(_item("gave-up"))
+    kicker.join(10)
+    held.release.set()
+    leader.join(10)
+    assert held.group._queue == [] and not held.group._busy
+    # The next batch carries only its own callers' appends.
+    held.started.clear()
+    held.release.clear()
+    held.returned.clear()
+    held.run(threading.Event(), 2)
+    assert batches == [["r1", "r2"]]
+
+
+def test_a_record_failing_its_check_fails_alone_in_a_batch(journal_url: str) -> None:
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = {}
+    for run_id in ("a", "b"):
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    items = [
+        Append("a", tokens["a"], [replace(rec("0"), attempts=0)], (), durable=True),
+        Append("b", tokens["b"], [rec("0")], (), durable=True),
+    ]
+    store._append_many(items)
+    assert isinstance(items[0].error, CorruptRecord)  # its own error, as when alone
+    assert items[1].error is None
+    assert store.load_history("a", 0) == []
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
     store.close()

@@ -115,6 +115,8 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
     setting its caller believes is in force.
     """
 
+    _driver_errors = (psycopg.Error,)  # a batch member raising one fails the transaction
+
     def __init__(
         self,
         url: str,

@@ -90,6 +90,8 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     transactions, error translation, and the step path's own writes.
     """
 
+    _driver_errors = (sqlite3.Error,)  # a batch member raising one fails the transaction
+
     def __init__(
         self,
         url: str,
