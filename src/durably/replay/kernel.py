@@ -133,6 +133,9 @@ class RunCore:
         self.fault_hook = setup.fault_hook
         self.poisoned: DurablyError | None = None
         self.stopped: Unwind | None = None
+        # Set (under the run's lock) when the engine concludes the attempt: a thread or
+        # task of the framework that outlived the workflow records nothing after it.
+        self.ended: str | None = None
         self.lease_deadline = setup.lease_deadline
         self.token = setup.token
         # The run's incarnation, part of every key (None for runs from before keys had one).
@@ -332,6 +335,7 @@ class RunCore:
         long pause) may have been replaced by another owner, so it never starts another
         step on its own say-so.
         """
+        self.refuse_after_end()
         if self.poisoned is not None:
             raise self.poisoned
         if self.stopped is None and self.lease_deadline is not None:
@@ -346,6 +350,21 @@ class RunCore:
             raise parked.with_traceback(None)
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
+
+    def end(self, how: str) -> None:
+        """The engine concludes the attempt (the workflow ``how``: returned, raised):
+        every later recording call is refused (:meth:`refuse_after_end`)."""
+        if self.ended is None:
+            self.ended = (
+                f"run {self.run_id!r}: a recording call came after the workflow {how} (a"
+                " thread or task of the framework outlived it), so it was not run. Join"
+                " the threads (await the tasks) before the workflow returns."
+            )
+
+    def refuse_after_end(self) -> None:
+        """Raise ``ConfigError`` in a caller that records after the attempt concluded."""
+        if self.ended is not None:
+            raise ConfigError(self.ended)
 
     def guard_replay(self) -> None:
         """:meth:`guard` for a call that may replay a finished record at its position.
