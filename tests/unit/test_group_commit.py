@@ -4,17 +4,19 @@ writes at once, alone; a stale record in a batch fails alone."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from durably.clock import FakeClock
-from durably.errors import CorruptRecord, LeaseLost, StoreBusy
+from durably.errors import CorruptRecord, LeaseLost, StoreBusy, StoreDiskFull
 from durably.events import new_event
 from durably.store.groupcommit import Append, GroupCommit
 from durably.store.open import open_store
@@ -240,4 +242,32 @@ def test_a_record_failing_its_check_fails_alone_in_a_batch(journal_url: str) -> 
     assert items[1].error is None
     assert store.load_history("a", 0) == []
     assert [r.position for r in store.load_history("b", 0)] == ["0"]
+    store.close()
+
+
+def test_a_full_disk_inside_a_batch_is_a_disk_full_error(tmp_path: Path) -> None:
+    """SQLite only: its database size limit is a real SQLITE_FULL (PostgreSQL's full disk
+    cannot be made by a test). SQLite may roll the whole transaction back on it, leaving
+    no savepoint: the batch's callers get StoreDiskFull (free space, resume), not "no such
+    savepoint", and nothing of the batch is stored."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = {}
+    for run_id in ("a", "b"):
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    big = "x" * 2_000_000
+    blob = (hashlib.sha256(big.encode()).hexdigest(), big)
+    items = [
+        Append("a", tokens["a"], [rec("0")], (), durable=True),
+        Append("b", tokens["b"], [replace(rec("0"), blobs=(blob,))], (), durable=True),
+    ]
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(StoreDiskFull, match="disk is full"):
+        store._append_many(items)
+    assert store.load_history("a", 0) == [] and store.load_history("b", 0) == []
+    store._conn.execute("PRAGMA max_page_count = 1073741823")
+    store._append_many(items)  # space again: the same batch commits
+    assert [i.error for i in items] == [None, None]
+    assert len(store.load_history("b", 0)) == 1
     store.close()
