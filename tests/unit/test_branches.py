@@ -626,3 +626,37 @@ def test_a_step_retry_after_the_workflow_failed_is_not_run(engine: durably.Engin
     threads[0].join(10)
     assert len(attempts) == 1
     assert engine.get_run("r").status == "failed"
+
+
+def test_a_task_that_outlives_an_async_workflow_runs_no_step(engine: durably.Engine) -> None:
+    """The async form: a task the framework left on the caller's loop enters its branch
+    after ``run_async`` returned; its step is refused, never run after the run completed."""
+    tools = Tools()
+    late = tools.aio("late")
+    errors: list[BaseException] = []
+    kept: list[asyncio.Task[None]] = []
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["late"])
+
+        async def body() -> None:
+            await asyncio.sleep(0.05)
+            try:
+                with group.branch(0):
+                    await ctx.step("late", late)
+            except BaseException as exc:  # the task's outcome, checked below
+                errors.append(exc)
+
+        kept.append(asyncio.create_task(body()))
+        return "done"  # the framework forgot its task
+
+    async def main() -> str:
+        out = await engine.run_async(w, run_id="r")
+        await kept[0]
+        return out
+
+    assert asyncio.run(main()) == "done"
+    assert [type(e) for e in errors] == [durably.ConfigError]
+    assert tools.calls == Counter()
+    assert [r.kind for r in engine.history("r")] == [GATHER]
