@@ -28,6 +28,15 @@ def _item(run_id: str, token: int = 1) -> Append:
     return Append(run_id, token, [rec("0")], (), durable=True)
 
 
+def _claimed(store: Any, *run_ids: str) -> dict[str, int]:
+    """Create and claim each run; their fencing tokens by run id."""
+    tokens = {}
+    for run_id in run_ids:
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    return tokens
+
+
 def test_a_lone_append_is_written_alone_at_once() -> None:
     calls: list[str] = []
     group = GroupCommit(lambda i: calls.append(i.run_id) or True, lambda b: calls.append("many"))
@@ -109,10 +118,7 @@ def test_a_failed_transaction_is_every_queued_callers_error() -> None:
 
 def test_a_batch_fences_each_record_alone(journal_url: str) -> None:
     store: Any = open_store(journal_url, FakeClock())
-    tokens = {}
-    for run_id in ("a", "b", "c"):
-        store.create_run(new_run(run_id))
-        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    tokens = _claimed(store, *("a", "b", "c"))
     ev = new_event("step.completed", "0", {}, 1.0, "b:0:x")
     items = [
         Append("a", tokens["a"], [rec("0")], (), durable=True),
@@ -229,10 +235,7 @@ def test_a_follower_interrupted_while_queued_withdraws_its_append() -> None:
 
 def test_a_record_failing_its_check_fails_alone_in_a_batch(journal_url: str) -> None:
     store: Any = open_store(journal_url, FakeClock())
-    tokens = {}
-    for run_id in ("a", "b"):
-        store.create_run(new_run(run_id))
-        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    tokens = _claimed(store, *("a", "b"))
     items = [
         Append("a", tokens["a"], [replace(rec("0"), attempts=0)], (), durable=True),
         Append("b", tokens["b"], [rec("0")], (), durable=True),
@@ -251,10 +254,7 @@ def test_a_full_disk_inside_a_batch_is_a_disk_full_error(tmp_path: Path) -> None
     no savepoint: the batch's callers get StoreDiskFull (free space, resume), not "no such
     savepoint", and nothing of the batch is stored."""
     store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
-    tokens = {}
-    for run_id in ("a", "b"):
-        store.create_run(new_run(run_id))
-        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    tokens = _claimed(store, *("a", "b"))
     big = "x" * 2_000_000
     blob = (hashlib.sha256(big.encode()).hexdigest(), big)
     items = [
@@ -270,4 +270,21 @@ def test_a_full_disk_inside_a_batch_is_a_disk_full_error(tmp_path: Path) -> None
     store._append_many(items)  # space again: the same batch commits
     assert [i.error for i in items] == [None, None]
     assert len(store.load_history("b", 0)) == 1
+    store.close()
+
+
+def test_a_value_the_database_refuses_fails_alone_in_a_batch(journal_url: str) -> None:
+    """A NUL byte in a record's text: PostgreSQL cannot store it (its caller's StoreError,
+    as when it writes alone), SQLite stores it; either way its batch sibling commits."""
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = _claimed(store, *("a", "b"))
+    items = [
+        Append("a", tokens["a"], [rec("0", output='"a\x00b"')], (), durable=True),
+        Append("b", tokens["b"], [rec("0")], (), durable=True),
+    ]
+    store._append_many(items)
+    stored = len(store.load_history("a", 0))
+    assert (stored, items[0].error) == (1, None) or (stored == 0 and "NUL" in str(items[0].error))
+    assert items[1].error is None
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
     store.close()
