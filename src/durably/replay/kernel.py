@@ -197,6 +197,9 @@ class RunCore:
         self.generation = setup.generation
         self.budget: Budget | None = None
         self.spend: Spend | None = None
+        # The spend after a late charge the driver made from another thread (see
+        # spend_arrived), until the next position going live takes it.
+        self._arrived: Spend | None = None
         # Waits of gather branches that parked in this attempt, by branch prefix
         # (``"4.0."``): not latched run-wide, so sibling branches go on live; a later
         # recording call of the parked branch (its code caught the Parked) raises it
@@ -229,6 +232,8 @@ class RunCore:
             self.went_live.add(prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
+        if self._arrived is not None:
+            self._take_arrived()
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
 
@@ -569,7 +574,14 @@ class RunCore:
         next position that goes live (this step's result is still recorded)."""
         if not usage.reported:
             return
-        entry = SpendEntry(
+        self.spend = yield Charge(self.spend_entry(pos, call, attempt, usage))
+        self.check_budget()
+
+    def spend_entry(self, pos: str, call: str, attempt: int, usage: Usage) -> SpendEntry:
+        """The ledger row of ``usage`` reported by call ``call`` (``"a2"``) at ``pos``:
+        named by generation, position, this claim's token and the call, so a retried
+        write stores it once and another claim's call is its own row."""
+        return SpendEntry(
             f"g{self.generation}:{pos}:t{self.token}:{call}",
             self.generation,
             pos,
@@ -580,7 +592,28 @@ class RunCore:
             usage.output_tokens if usage.split else None,
             usage.cost_usd,
         )
-        self.spend = yield Charge(entry)
+
+    def spend_arrived(self, spend: Spend) -> None:
+        """The driver charged usage that arrived on its own (an attempt that ran past its
+        timeout reported it later, from its thread): ``spend`` is the run's spend after
+        it. Only kept here (any thread may call this); :meth:`live` takes it, so a budget
+        it crosses stops the workflow at its next position that goes live."""
+        self._arrived = spend
+
+    def halt_pending(self) -> bool:
+        """Whether a halt (cancel, budget) waits to be delivered, after taking the spend
+        that arrived on its own (a retry checks this before calling again)."""
+        if self._arrived is not None:
+            self._take_arrived()
+        return self.halt_requested is not None
+
+    def _take_arrived(self) -> None:
+        arrived, self._arrived = self._arrived, None
+        if arrived is None:
+            return
+        # The ledger only grows: the reading with more entries is the later one.
+        if self.spend is None or arrived.entries > self.spend.entries:
+            self.spend = arrived
         self.check_budget()
 
     def check_budget(self) -> None:

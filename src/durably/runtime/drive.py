@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import threading
 import weakref
@@ -225,7 +226,7 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
 def op_sync(ex: Executor, op: Op) -> Any:
     """Carry out one operation in this thread; returns the reply for the core."""
     if isinstance(op, Call):
-        return _call_sync(op)
+        return _call_sync(ex, op)
     if isinstance(op, Write):
         for pause in ex.write(op):
             ex.clock.sleep(pause)
@@ -259,7 +260,7 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
 async def op_async(ex: Executor, op: Op) -> Any:
     """Carry out one operation on the running event loop; returns the reply."""
     if isinstance(op, Call):
-        return await _call_async(op)
+        return await _call_async(ex, op)
     if isinstance(op, Write):
         # One short fenced commit; a thread hop would cost more than it saves.
         for pause in ex.write(op):
@@ -295,14 +296,17 @@ def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
         clock.sleep(pause)
 
 
-def _call_sync(op: Call) -> Outcome:
+def _call_sync(ex: Executor, op: Call) -> Outcome:
     box = Usage()
     token = USAGE.set(box)
     try:
         with inside_step(op.info):
-            return _run_sync(op, box)
+            out = _run_sync(op, box)
     finally:
         USAGE.reset(token)
+    if isinstance(out.error, StepTimeout):
+        out.usage = _late_usage(ex, op, box, box)
+    return out
 
 
 def _run_sync(op: Call, box: Usage) -> Outcome:
@@ -352,7 +356,7 @@ def _call_with_timeout(op: Call) -> Any:
     return result[0]
 
 
-async def _call_async(op: Call) -> Outcome:
+async def _call_async(ex: Executor, op: Call) -> Outcome:
     import asyncio
 
     box = Usage()
@@ -367,14 +371,83 @@ async def _call_async(op: Call) -> Outcome:
                 try:
                     value = await asyncio.wait_for(_invoke(op), op.timeout_s)
                 except TimeoutError:
-                    raise StepTimeout(
+                    # A sync step's thread runs on: what it reports from now on is
+                    # charged as it arrives.
+                    stop = StepTimeout(
                         f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
-                    ) from None
+                    )
+                    return Outcome(None, stop, _late_usage(ex, op, box, box))
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
+    except BaseException:
+        # Cancelled (a gather branch whose sibling failed, the run stopping): the core
+        # charges nothing for this call, so what it reported so far is charged here, and
+        # a sync step's thread, which runs on, is billed as it reports.
+        _late_usage(ex, op, box, Usage())
+        raise
     finally:
         USAGE.reset(token)
+
+
+def _late_usage(ex: Executor, op: Call, box: Usage, charged: Usage) -> Usage:
+    """An attempt timed out (or was cancelled) but its code runs on (Python cannot stop
+    a thread), and a model call it made is billed when it returns: returns what it
+    reported so far, and makes every later report reach the ledger as it arrives, as
+    its own entry, from the attempt's thread (see :class:`_LateCharges`). ``charged``
+    is what the core charges with the attempt: ``box`` itself (what it holds now), or
+    nothing for a cancelled call (then what it holds is charged here too)."""
+    so_far = dataclasses.replace(box, late=None)
+    if op.spend_call is None or op.info is None:
+        return so_far  # a call whose usage is not charged (closing a stream)
+    base = so_far if charged is box else charged
+    late = _LateCharges(ex, op.info.position, op.info.attempt, op.spend_call, base)
+    box.late = late
+    late(box)  # what was reported between the copy and setting the hook (or all of it)
+    return so_far
+
+
+class _LateCharges:
+    """Charges what one timed-out attempt reports after its timeout: each report's new
+    spend is one ledger entry (``a2:late1``, ``a2:late2``, ...), the run's spend after it
+    goes to the core (its next position that goes live checks the budget). The ledger is
+    not fenced: the call happened whoever owns the run by then."""
+
+    def __init__(self, ex: Executor, pos: str, attempt: int, call: str, charged: Usage) -> None:
+        self.ex, self.pos, self.attempt, self.call = ex, pos, attempt, call
+        self.charged = charged
+        self.entries = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, box: Usage) -> None:
+        with self.lock:
+            new = Usage(
+                box.tokens - self.charged.tokens,
+                box.cost_usd - self.charged.cost_usd,
+                True,
+                box.input_tokens - self.charged.input_tokens,
+                box.output_tokens - self.charged.output_tokens,
+                box.split,
+            )
+            if not box.reported or (new.tokens, new.cost_usd) == (0, 0):
+                return
+            self.charged = dataclasses.replace(box, late=None)
+            self.entries += 1
+            call = f"{self.call}:late{self.entries}"
+        ex = self.ex
+        entry = ex.core.spend_entry(self.pos, call, self.attempt, new)
+        try:
+            spend = retry_sync(
+                retry.attempts(
+                    lambda: ex.store.record_spend(ex.core.run_id, entry), ex.store_retry_s
+                ),
+                ex.clock,
+            )
+        except Exception:
+            # The store stays down, or the engine was closed meanwhile: nobody is left to
+            # tell, and the given-up attempt's own code must not fail for durably's sake.
+            return
+        ex.core.spend_arrived(spend)
 
 
 async def _invoke(op: Call) -> Any:
