@@ -167,6 +167,35 @@ def test_a_decision_after_the_expiry_is_refused(
     assert engine.run(wf, ARGS, run_id="r1")["outcome"] == "expired"
 
 
+def test_a_re_park_before_the_expiry_wakes_at_the_recorded_expiry(
+    engine: durably.Engine, clock: durably.FakeClock
+) -> None:
+    """The run wakes before its request expires (a sibling branch's timer) and parks
+    on the request again: the expiry is the one recorded with the request, never the
+    time of this replay plus ``timeout_s``."""
+
+    @engine.workflow(name="gathered")
+    async def wf(ctx: durably.AsyncContext) -> str:
+        decision, _ = await ctx.gather(
+            ctx.request_approval("refund", ARGS, timeout_s=3600), ctx.sleep(60)
+        )
+        outcome: str = decision.outcome
+        return outcome
+
+    start = clock.time()
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="g")
+    assert engine.get_run("g").wake_at == start + 60
+    clock.advance(600)  # the timer is over, the request is not
+    with pytest.raises(durably.RunParked):
+        engine.resume("g")
+    assert engine.get_run("g").wake_at == start + 3600
+    [p] = engine.pending_approvals("g")
+    assert p.expires_at is not None and p.expires_at.timestamp() == start + 3600
+    clock.advance(3000)  # the recorded expiry
+    assert engine.resume("g") == "expired"
+
+
 def test_on_timeout_callable_runs_once_as_a_recorded_step(
     engine: durably.Engine, clock: durably.FakeClock
 ) -> None:
