@@ -31,6 +31,7 @@ from .approvals import (
     ApprovalRow,
     Decision,
     PendingApproval,
+    pending_list,
 )
 from .approvals import check_text as check_approval_text
 from .budget import Budget, Spend
@@ -619,7 +620,7 @@ class Engine:
         if run_id is not None and not self._storable_run_id(run_id):
             return []  # no run can have that id, so none of its requests wait
         rows = self._store_call(lambda: self.store.pending_approvals(run_id))
-        return [row.pending() for row in rows]
+        return pending_list(rows)  # a damaged row is left out (with a warning)
 
     def pending_approval_rows(self, run_id: str | None = None) -> list[ApprovalRow]:
         """The requests ``pending_approvals`` lists, as stored: each an

@@ -345,20 +345,27 @@ APPROVAL_COLUMNS = (
 
 def approval_row(row: Sequence[Any]) -> ApprovalRow:
     """An ``approvals`` row (columns in :data:`APPROVAL_COLUMNS` order), checked on the
-    way out: an outcome the code does not know is a damaged row."""
-    out = ApprovalRow(
-        str(row[0]),
-        str(row[1]),
-        str(row[2]),
-        str(row[3]),
-        str(row[4]),
-        float(row[5]),
-        None if row[6] is None else float(row[6]),
-        None if row[7] is None else float(row[7]),
-        None if row[8] is None else str(row[8]),
-        None if row[9] is None else str(row[9]),
-        None if row[10] is None else str(row[10]),
-    )
+    way out: an outcome the code does not know, or a time that is none (SQLite keeps
+    text in a REAL column), is a damaged row."""
+    try:
+        out = ApprovalRow(
+            str(row[0]),
+            str(row[1]),
+            str(row[2]),
+            str(row[3]),
+            str(row[4]),
+            float(row[5]),
+            None if row[6] is None else float(row[6]),
+            None if row[7] is None else float(row[7]),
+            None if row[8] is None else str(row[8]),
+            None if row[9] is None else str(row[9]),
+            None if row[10] is None else str(row[10]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise NotADurablyDatabase(
+            f"run {str(row[0])[:200]!r} approval {str(row[1])[:200]}: a time of the row is"
+            f" no time ({exc}); the row was edited by hand: repair it or restore a backup"
+        ) from None
     times = (out.requested_at, out.expires_at, out.decided_at)
     if not all(t is None or is_time(t) for t in times):
         raise NotADurablyDatabase(
