@@ -53,6 +53,7 @@ from .history import RunRecord, StepRecord
 from .naming import step_name
 from .replay.kernel import NOT_DONE, FaultStepInfo
 from .runlist import LiveWorker, RunPage
+from .runtime.branches import Branches
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream
 from .tools import tool
@@ -67,6 +68,7 @@ __all__ = [
     "ApprovalNotFound",
     "AsyncContext",
     "AsyncStepStream",
+    "Branches",
     "Budget",
     "BudgetExceeded",
     "Cancelled",

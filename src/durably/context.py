@@ -44,6 +44,7 @@ from .runtime.awaitables import (
     ValueCall,
     at_once,
 )
+from .runtime.branches import Branches, open_branches
 from .runtime.drive import Executor, drive_async, drive_sync
 from .runtime.settle import (
     after_park,
@@ -180,19 +181,23 @@ class Context:
         the run's event stream, at the current position. It consumes no position and
         costs no commit of its own (it rides with the next recorded step); an emit that
         replays after a crash is not stored twice."""
-        self._core.emit(kind, data)
+        with self._ex.hold():
+            self._core.emit(kind, data)
 
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
-        return self._core.now()
+        with self._ex.hold():
+            return self._core.now()
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
-        return self._core.random()
+        with self._ex.hold():
+            return self._core.random()
 
     def uuid(self) -> uuid.UUID:
         """A random UUID, recorded."""
-        return self._core.uuid()
+        with self._ex.hold():
+            return self._core.uuid()
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
@@ -203,13 +208,15 @@ class Context:
         duration never starts a fresh sleep for this run. ``sleep(0)`` records and
         returns. Negative, NaN or infinite seconds block the run (``ConfigError``) when the
         timer is first reached; a timer reached before ignores its argument."""
-        timers.sleep(self._core, seconds)
+        with self._ex.hold():
+            timers.sleep(self._core, seconds)
 
     def sleep_until(self, when: dt.datetime) -> None:
         """Wait durably until ``when``, a timezone-aware datetime (a naive one is refused:
         it names no fixed instant); a time already past records and returns. Otherwise as
         :meth:`sleep`."""
-        timers.sleep_until(self._core, when)
+        with self._ex.hold():
+            timers.sleep_until(self._core, when)
 
     def request_approval(
         self,
@@ -246,12 +253,24 @@ class Context:
         position), False for a run whose history was recorded by the code before it (it
         goes on the old path; nothing is consumed). Wrap an inserted or changed step in
         ``if ctx.patched("id"):`` so that in-flight runs replay."""
-        return versions.patched(self._core, change_id)
+        with self._ex.hold():
+            return versions.patched(self._core, change_id)
 
     def deprecate_patch(self, change_id: str) -> None:
         """Once no run on the old path remains, replace ``ctx.patched(change_id)`` with
         this: it consumes the marker runs recorded, records nothing, returns None."""
-        versions.deprecate_patch(self._core, change_id)
+        with self._ex.hold():
+            versions.deprecate_patch(self._core, change_id)
+
+    def branches(self, labels: list[str]) -> Branches:
+        """Reserve positions for calls that framework code runs concurrently itself (a
+        thread pool running tool calls): takes the next position ``p`` and records there
+        a gather marker of the labels (checked on replay before any branch runs), and
+        returns a :class:`~durably.Branches`. The code of call ``i`` runs inside
+        ``with group.branch(i):`` (in any thread) and its recording calls number
+        ``p.i.0, p.i.1, ...``, whatever the threads' timing. See docs/api.md ("Ordered
+        branches")."""
+        return open_branches(self._core, self._ex, labels, False)
 
     def saga(self) -> Saga:
         """A saga for one block: ``with ctx.saga() as saga: saga.step(name, do, undo,
@@ -433,6 +452,16 @@ class AsyncContext:
         from .saga import AsyncSaga
 
         return AsyncSaga(self._core, self._ex)
+
+    def branches(self, labels: list[str]) -> Branches:
+        """Reserve positions for calls that framework code runs concurrently itself
+        (asyncio tasks outside :meth:`gather`): takes the next position ``p`` and records
+        there a gather marker of the labels (checked on replay before any branch runs),
+        and returns a :class:`~durably.Branches` (not awaited). The code of call ``i``
+        runs inside ``with group.branch(i):`` in its task, and its recording calls number
+        ``p.i.0, p.i.1, ...``, whatever order the tasks finish in. See docs/api.md
+        ("Ordered branches")."""
+        return open_branches(self._core, self._ex, labels, True)
 
     async def gather(self, *branches: Awaitable[Any], return_exceptions: bool = False) -> list[Any]:
         """Run branches concurrently with positions that do not depend on timing.

@@ -23,6 +23,7 @@ PINNED_ALL = [
     "ApprovalNotFound",
     "AsyncContext",
     "AsyncStepStream",
+    "Branches",
     "Budget",
     "BudgetExceeded",
     "Cancelled",

@@ -28,6 +28,24 @@ def run_script(
     )
 
 
+def spawn_script(script: Path, tmp: Path, run_id: str, *extra: str) -> subprocess.Popen[str]:
+    """Start ``script JOURNAL_URL WORLD_DB RUN_ID *extra`` (as :func:`run_script`) and
+    return the running process."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            str(script),
+            f"sqlite:///{tmp / 'journal.db'}",
+            str(tmp / "world.db"),
+            run_id,
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def killed(script: Path, env: dict[str, str], *args: str) -> None:
     """Run ``script *args`` (its cwd: its folder) and check it died of SIGKILL."""
     import signal
@@ -63,3 +81,23 @@ def runs_listed(tmp: Path, *args: str) -> list[dict[str, Any]]:
     )
     runs: list[dict[str, Any]] = json.loads(listed.stdout)
     return runs
+
+
+def kill_at_marker(proc: subprocess.Popen[str], marker: Path, timeout_s: float = 30) -> None:
+    """SIGKILL ``proc`` once it has created ``marker`` (where it hangs), and check it died
+    of the signal (not of an error of its own first)."""
+    import signal
+    import time
+
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"{marker} never appeared"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+    assert proc.returncode == -signal.SIGKILL

@@ -10,7 +10,6 @@ park) instead of finding a request with no row and blocking; approved, it finish
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import durably
 from durably.approvals import approval_digest
+
+from .scripts import kill_at_marker
 
 AGENT = Path(__file__).with_name("gather_approval_agent.py")
 RUN_ID = "ask-1"
@@ -42,19 +43,7 @@ def agent(tmp: Path, hang: bool) -> subprocess.Popen[str]:
 def test_sigkill_beside_a_request_in_a_gather_branch_does_not_block_the_run(
     tmp_path: Path,
 ) -> None:
-    first = agent(tmp_path, hang=True)
-    try:
-        deadline = time.monotonic() + 30
-        while not (tmp_path / "hanging").exists():
-            assert first.poll() is None, first.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        first.send_signal(signal.SIGKILL)
-    finally:
-        if first.poll() is None:
-            first.kill()
-        first.communicate(timeout=10)
-    assert first.returncode == -signal.SIGKILL
+    kill_at_marker(agent(tmp_path, hang=True), tmp_path / "hanging")
     time.sleep(1.2)  # the dead process's lease (1 s) runs out
 
     second = agent(tmp_path, hang=False)

@@ -57,6 +57,7 @@ from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX
 from ..steps import StepSignature, Usage, given_text
+from .branches import BranchGroup
 from .ops import Call as Call
 from .ops import Charge as Charge
 from .ops import Op as Op
@@ -330,7 +331,9 @@ class RunCore:
         waits in parallel branches run at the same time instead of one after another.
         """
         scope = self.scope()
-        if scope is self.root:
+        if scope is self.root or scope.member is not None:
+            # (A ctx.branches branch parks the run: the framework's code around it has
+            # no way to go on with the other calls and park once.)
             stop = self.latch(parked)
             if stop is parked:
                 # Now the park is the attempt's end: records held for it (new approval
@@ -669,11 +672,29 @@ class RunCore:
     # -- gathers -------------------------------------------------------------------------
 
     def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
-        """Take a gather's position, check or record its ``gather`` record, and mark the
-        scope busy; the driver then runs branch ``i`` in a child scope ``"{pos}.{i}."``.
+        """Take a gather's position, check or record its ``gather`` record
+        (:meth:`group_marker`), and mark the scope busy; the driver then runs branch ``i``
+        in a child scope ``"{pos}.{i}."``."""
+        scope, pos = self.group_marker(labels)
+        scope.busy = f"gather {pos}"
+        return scope, pos
+
+    def branches_begin(self, labels: list[str]) -> BranchGroup:
+        """``ctx.branches(labels)``: take the position, check or record the gather marker
+        (:meth:`group_marker`), and open a group on the current scope, which stays free
+        (the framework's own code runs between its calls); the group ends when the
+        scope takes its next position."""
+        scope, pos = self.group_marker(labels)
+        group = BranchGroup(self, scope, pos, labels)
+        scope.group = group
+        return group
+
+    def group_marker(self, labels: list[str]) -> tuple[Scope, str]:
+        """Take the next position of the current scope for a group of branches
+        (``ctx.gather``'s or ``ctx.branches``'), and check or record its ``gather`` record.
 
         The record's digest covers ``[arity, labels]``, so a deploy that shifts or changes
-        the gather is caught here, before any branch runs. The record rides with the next
+        the group is caught here, before any branch runs. The record rides with the next
         durable write (any branch's first write, an effect's intent included), so it is in
         the journal before any branch's effect. A journal written before gathers were
         recorded has its branches' records under ``pos`` and none at ``pos``: accepted
@@ -694,7 +715,6 @@ class RunCore:
             self.live(pos)  # a new gather marker: under replay --check, history ends here
             text = codec.dumps(shape, f"gather {pos}")
             self.record_marker(pos, GATHER, GATHER_NAME, digest, text)
-        scope.busy = f"gather {pos}"
         return scope, pos
 
     def gather_end(self, scope: Scope, pos: str, failed: bool) -> None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import ConfigError, DurablyError
 from ..journal.records import HALT, StepRecord
 from ..limits import GATHER_DEPTH_MAX, SCOPE_POSITIONS_MAX
 from .streamops import Owner
+
+if TYPE_CHECKING:
+    from .branches import BranchGroup
 
 
 class PositionOwner(Protocol):
@@ -45,7 +48,7 @@ class Scope:
     ``ctx.step``), whose positions would depend on timing, so :meth:`take` refuses it.
     """
 
-    __slots__ = ("busy", "core", "next", "prefix", "stream")
+    __slots__ = ("busy", "core", "group", "member", "next", "prefix", "stream")
 
     def __init__(self, core: PositionOwner, prefix: str) -> None:
         # Bounded nesting and bounded numbers keep every key within KEY_CHARS_MAX.
@@ -67,6 +70,10 @@ class Scope:
         # The streamed step of this scope still open (ctx.step_stream): the next
         # recording call of the scope ends it first, recording what was consumed.
         self.stream: Owner | None = None
+        # The ctx.branches group this scope opened and that is still open (it ends when
+        # this scope takes its next position), and the group this scope is a branch of.
+        self.group: BranchGroup | None = None
+        self.member: BranchGroup | None = None
 
     def peek(self) -> str:
         """The position :meth:`take` would hand out next, without consuming it."""
@@ -78,6 +85,10 @@ class Scope:
             self.stream.finish(f"{self.prefix}{self.next}")
         if self.busy is not None:
             raise self.core.poison(ConfigError(_concurrent_use(self, self.busy)))
+        if self.group is not None:
+            self.group.close(self)  # this scope moves on: its open ctx.branches group ends
+        if self.member is not None and self.member.closed:
+            raise self.core.poison(ConfigError(self.member.closed_text(self)))
         if self.next >= SCOPE_POSITIONS_MAX:
             raise self.core.poison(_too_many(f"{self.prefix}{self.next}"))
         pos = f"{self.prefix}{self.next}"
@@ -106,6 +117,8 @@ def _concurrent_use(scope: Scope, busy: str) -> str:
         " (asyncio.gather, asyncio.create_task or threads around ctx.step), so positions"
         " and idempotency keys would depend on timing and a replay could not match. For"
         " parallel steps use ctx.gather: `await ctx.gather(ctx.step(...), ctx.step(...))`"
-        " gives each branch its own positions. The run is blocked; fix the code, then"
-        " resume it."
+        " gives each branch its own positions; framework code that runs calls"
+        " concurrently itself (its own tasks or threads) reserves their order first with"
+        " `group = ctx.branches(labels)` and runs call i inside `with group.branch(i):`."
+        " The run is blocked; fix the code, then resume it."
     )

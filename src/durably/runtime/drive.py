@@ -47,6 +47,7 @@ from ..replay.kernel import (
 from ..steps import USAGE, Usage, fn_text
 from ..store import retry
 from ..store.base import Store
+from .lock import RunLock
 
 if TYPE_CHECKING:
     import asyncio
@@ -93,6 +94,15 @@ class Executor:
         # This attempt's async gather branches (their tasks, and the ones settling now):
         # the driver's state, never the kernel's.
         self.gathers = GatherTasks()
+        # Made by the first ctx.branches group of a sync run (its branches may record
+        # from several threads): held while the kernel's state changes (see RunLock).
+        self.lock: RunLock | None = None
+
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        """Around a call into the kernel from a sync facade: the run's lock once its
+        branches may record from several threads, else nothing."""
+        lock = self.lock
+        return _UNLOCKED if lock is None else lock
 
     def refresh_lease(self) -> None:
         """After a wait on the clock (a retry's backoff), renew the lease now if its
@@ -208,19 +218,32 @@ def recording(core: RunCore) -> Iterator[None]:
         raise stop from exc
 
 
+_UNLOCKED = contextlib.nullcontext()
+
+
 def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
-    """Run a core generator to completion in this thread."""
-    reply: Any = None
-    while True:
-        try:
-            op = gen.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            reply = op_sync(ex, op)
-        except BaseException:
-            gen.close()  # the core's cleanup (its scope is no longer busy) runs now
-            raise
+    """Run a core generator to completion in this thread.
+
+    Once branches may record from other threads (``ex.lock``), the kernel's state and
+    the store are touched under the run's lock, which is let go while a step's function
+    runs or a wait passes, so the branches' calls run at the same time."""
+    lock = ex.lock
+    with lock if lock is not None else _UNLOCKED:
+        reply: Any = None
+        while True:
+            try:
+                op = gen.send(reply)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            try:
+                if lock is not None and isinstance(op, Call | Wait):
+                    with lock.released():
+                        reply = op_sync(ex, op)
+                else:
+                    reply = op_sync(ex, op)
+            except BaseException:
+                gen.close()  # the core's cleanup (its scope is no longer busy) runs now
+                raise
 
 
 def op_sync(ex: Executor, op: Op) -> Any:

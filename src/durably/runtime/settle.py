@@ -39,7 +39,7 @@ def parked_before(core: RunCore) -> bool:
     """Whether the wait about to take the next position of a gather branch parked in an
     earlier attempt (its ``waiting`` record is there)."""
     scope = core.scope()
-    if scope is core.root:
+    if scope is core.root or scope.member is not None:  # a ctx.branches wait is latched
         return False
     rec = core.history.get(scope.peek())
     return rec is not None and rec.status == WAITING and rec.kind in (SLEEP, SIGNAL, APPROVAL)
