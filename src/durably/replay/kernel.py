@@ -199,8 +199,9 @@ class RunCore:
         self.budget: Budget | None = None
         self.spend: Spend | None = None
         # The spend after a late charge the driver made from another thread (see
-        # spend_arrived), until the next position going live takes it.
+        # spend_arrived), and the last one a position going live took.
         self._arrived: Spend | None = None
+        self._arrived_taken: Spend | None = None
         # Waits of gather branches that parked in this attempt, by branch prefix
         # (``"4.0."``): not latched run-wide, so sibling branches go on live; a later
         # recording call of the parked branch (its code caught the Parked) raises it
@@ -233,7 +234,7 @@ class RunCore:
             self.went_live.add(prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
-        if self._arrived is not None:
+        if self._arrived is not self._arrived_taken:
             self._take_arrived()
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
@@ -599,22 +600,27 @@ class RunCore:
     def spend_arrived(self, spend: Spend) -> None:
         """The driver charged usage that arrived on its own (an attempt that ran past its
         timeout reported it later, from its thread): ``spend`` is the run's spend after
-        it. Only kept here (any thread may call this); :meth:`live` takes it, so a budget
-        it crosses stops the workflow at its next position that goes live."""
-        self._arrived = spend
+        it. Only kept here (another thread calls this, one at a time: the driver
+        serializes the calls); :meth:`live` takes it, so a budget it crosses stops the
+        workflow at its next position that goes live."""
+        kept = self._arrived
+        # The ledger only grows: the reading with more entries is the later one.
+        if kept is None or spend.entries > kept.entries:
+            self._arrived = spend
 
     def halt_pending(self) -> bool:
         """Whether a halt (cancel, budget) waits to be delivered, after taking the spend
         that arrived on its own (a retry checks this before calling again)."""
-        if self._arrived is not None:
-            self._take_arrived()
+        self._take_arrived()
         return self.halt_requested is not None
 
     def _take_arrived(self) -> None:
-        arrived, self._arrived = self._arrived, None
-        if arrived is None:
+        # One read, never reset: a reading set by another thread meanwhile is another
+        # object, taken next time (a reset here could drop it).
+        arrived = self._arrived
+        if arrived is None or arrived is self._arrived_taken:
             return
-        # The ledger only grows: the reading with more entries is the later one.
+        self._arrived_taken = arrived
         if self.spend is None or arrived.entries > self.spend.entries:
             self.spend = arrived
         self.check_budget()

@@ -94,6 +94,9 @@ class Executor:
         # This attempt's async gather branches (their tasks, and the ones settling now):
         # the driver's state, never the kernel's.
         self.gathers = GatherTasks()
+        # Serializes telling the core the spend after a late charge (see _LateCharges),
+        # made from the threads of attempts that ran past their timeout.
+        self.late_lock = threading.Lock()
         # Made by the first ctx.branches group of a sync run (its branches may record
         # from several threads): held while the kernel's state changes (see RunLock).
         self.lock: RunLock | None = None
@@ -470,7 +473,8 @@ class _LateCharges:
             # The store stays down, or the engine was closed meanwhile: nobody is left to
             # tell, and the given-up attempt's own code must not fail for durably's sake.
             return
-        ex.core.spend_arrived(spend)
+        with ex.late_lock:  # the core keeps the later of two readings told at once
+            ex.core.spend_arrived(spend)
 
 
 async def _invoke(op: Call) -> Any:
