@@ -406,7 +406,7 @@ async def _call_async(ex: Executor, op: Call) -> Outcome:
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
-    except BaseException:
+    except asyncio.CancelledError:
         # Cancelled (a gather branch whose sibling failed, the run stopping): the core
         # charges nothing for this call, so what it reported so far is charged here, and
         # a sync step's thread, which runs on, is billed as it reports.
