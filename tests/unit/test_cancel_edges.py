@@ -390,3 +390,32 @@ def test_replay_check_reports_a_cancelled_run_whose_new_code_raises_before_its_h
     found = check_run(engine, run)
     assert found is not None and found.kind == "diverges"
     assert "RuntimeError" in found.reason and "a check the new code makes" in found.reason
+
+
+def test_replay_check_reports_a_failed_run_whose_new_code_raises_another_error(
+    engine: durably.Engine,
+) -> None:
+    """A failed run raises its recorded failure again on replay: not a divergence. New
+    code that raises another error on the way (before the recorded failure) would end
+    the run differently on a retry: reported, naming the error."""
+    new_code = {"on": False}
+
+    def pay() -> str:
+        raise ValueError("card declined")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.step("book", lambda: "booked")
+        if new_code["on"]:
+            raise RuntimeError("a check the new code makes")
+        return ctx.step("pay", pay)
+
+    with pytest.raises(durably.WorkflowFailed, match="card declined"):
+        engine.run(w, run_id="r")
+    run = engine.get_run("r")
+    assert (run.status, run.error_type) == ("failed", "ValueError")
+    assert check_run(engine, run) is None  # today's code fails where it failed
+    new_code["on"] = True
+    found = check_run(engine, run)
+    assert found is not None and found.kind == "diverges"
+    assert "RuntimeError" in found.reason and "a check the new code makes" in found.reason
