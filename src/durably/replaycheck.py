@@ -130,10 +130,13 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except Exception as exc:
         # A latched stop outranks what the workflow made of it (as in the engine): code
         # that caught the end of history and raised something else still ended there.
-        # A failed run raised live too (the same error type: another one is new code
-        # that would end it differently); a cancelled one raised at its recorded halt
-        # (and its cleanup, saga compensations included, replayed up to the same end).
-        ended = (run.status == FAILED_RUN and _failure_type(exc) == run.error_type) or (
+        # A failed run raised live too: a step failure it recorded (in a gather, the
+        # one replayed first may be another than the one that ended it live), or the
+        # error type it recorded (another one is new code that would end it
+        # differently); a cancelled one raised at its recorded halt (and its cleanup,
+        # saga compensations included, replayed up to the same end).
+        failed_again = isinstance(exc, StepFailed) or _failure_type(exc) == run.error_type
+        ended = (run.status == FAILED_RUN and failed_again) or (
             run.status == CANCELLED and core.halted is not None
         )
         if core.poisoned is None and core.stopped is None and not ended:
