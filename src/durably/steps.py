@@ -200,9 +200,10 @@ def usage(
     as soon as the call returns (before its result is recorded, so a crash in between
     still counts it), and with the step's record. An attempt that ran past its
     ``timeout_s`` goes on in the background: what it reports after the timeout reaches
-    the ledger when it arrives (and counts against the budget). Token counts are ints >= 0, the cost
-    a finite number >= 0; anything else raises ``ConfigError``. Outside a step this
-    checks the numbers and records nothing, so tools stay usable without durably.
+    the ledger when it arrives (and counts against the budget). Token counts are ints
+    >= 0, the cost a finite number >= 0; anything else raises ``ConfigError``. Outside a
+    step this checks the numbers and records nothing, so tools stay usable without
+    durably.
     """
     from .budget import check_cost, check_tokens
 

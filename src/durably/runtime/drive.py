@@ -331,7 +331,7 @@ def _call_sync(ex: Executor, op: Call) -> Outcome:
     finally:
         USAGE.reset(token)
     if isinstance(out.error, StepTimeout):
-        out.usage = _late_usage(ex, op, box, box)
+        out.usage = _late_usage(ex, op, box)
     return out
 
 
@@ -402,7 +402,7 @@ async def _call_async(ex: Executor, op: Call) -> Outcome:
                     stop = StepTimeout(
                         f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
                     )
-                    return Outcome(None, stop, _late_usage(ex, op, box, box))
+                    return Outcome(None, stop, _late_usage(ex, op, box))
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
@@ -410,23 +410,23 @@ async def _call_async(ex: Executor, op: Call) -> Outcome:
         # Cancelled (a gather branch whose sibling failed, the run stopping): the core
         # charges nothing for this call, so what it reported so far is charged here, and
         # a sync step's thread, which runs on, is billed as it reports.
-        _late_usage(ex, op, box, Usage())
+        _late_usage(ex, op, box, cancelled=True)
         raise
     finally:
         USAGE.reset(token)
 
 
-def _late_usage(ex: Executor, op: Call, box: Usage, charged: Usage) -> Usage:
+def _late_usage(ex: Executor, op: Call, box: Usage, cancelled: bool = False) -> Usage:
     """An attempt timed out (or was cancelled) but its code runs on (Python cannot stop
     a thread), and a model call it made is billed when it returns: returns what it
-    reported so far, and makes every later report reach the ledger as it arrives, as
-    its own entry, from the attempt's thread (see :class:`_LateCharges`). ``charged``
-    is what the core charges with the attempt: ``box`` itself (what it holds now), or
-    nothing for a cancelled call (then what it holds is charged here too)."""
+    reported so far, for the core to charge with the attempt, and makes every later
+    report reach the ledger as it arrives, as its own entry, from the attempt's thread
+    (see :class:`_LateCharges`). A ``cancelled`` call gets no outcome, so the core
+    charges nothing for it: what it reported so far is charged here too."""
     so_far = dataclasses.replace(box, late=None)
     if op.spend_call is None or op.info is None:
         return so_far  # a call whose usage is not charged (closing a stream)
-    base = so_far if charged is box else charged
+    base = Usage() if cancelled else so_far
     late = _LateCharges(ex, op.info.position, op.info.attempt, op.spend_call, base)
     box.late = late
     late(box)  # what was reported between the copy and setting the hook (or all of it)
@@ -447,13 +447,14 @@ class _LateCharges:
 
     def __call__(self, box: Usage) -> None:
         with self.lock:
+            was = self.charged
             new = Usage(
-                box.tokens - self.charged.tokens,
-                box.cost_usd - self.charged.cost_usd,
-                True,
-                box.input_tokens - self.charged.input_tokens,
-                box.output_tokens - self.charged.output_tokens,
-                box.split,
+                tokens=box.tokens - was.tokens,
+                cost_usd=box.cost_usd - was.cost_usd,
+                reported=True,
+                input_tokens=box.input_tokens - was.input_tokens,
+                output_tokens=box.output_tokens - was.output_tokens,
+                split=box.split,
             )
             if not box.reported or (new.tokens, new.cost_usd) == (0, 0):
                 return
