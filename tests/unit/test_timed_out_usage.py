@@ -155,3 +155,33 @@ def test_usage_of_a_gather_branch_cancelled_mid_step_reaches_the_ledger(
     release.set()
     assert done.wait(10)
     assert engine.spend("g").tokens == 1500
+
+
+def test_usage_a_streamed_attempt_reports_after_its_timeout_reaches_the_ledger(
+    engine: durably.Engine,
+) -> None:
+    """A streamed step's chunk that comes after ``timeout_s`` (the attempt retried):
+    the usage its stream reports then is billed too."""
+    release, late_done = threading.Event(), threading.Event()
+    attempts: list[int] = []
+
+    @durably.step(retries=1, timeout_s=TIMEOUT_S, backoff=0.0)
+    def answer() -> Iterator[str]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            release.wait(10)  # the first chunk comes past the timeout
+            durably.usage(tokens=700)
+            late_done.set()
+            yield "late"
+            return
+        durably.usage(tokens=300)
+        release.set()
+        yield "ok"
+
+    @engine.workflow(name="late-stream")
+    def wf(ctx: durably.Context) -> list[str]:
+        return list(ctx.step_stream("answer", answer))
+
+    assert engine.run(wf, run_id="s") == ["ok"]
+    assert late_done.wait(10)  # set after usage() returned: its entry is committed
+    assert engine.spend("s").tokens == 1000
