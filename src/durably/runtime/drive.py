@@ -402,7 +402,7 @@ async def _call_async(ex: Executor, op: Call) -> Outcome:
                     stop = StepTimeout(
                         f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
                     )
-                    return Outcome(None, stop, _late_usage(ex, op, box))
+                    return Outcome(None, stop, _late_usage(ex, op, box, on_loop=True))
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
@@ -410,26 +410,34 @@ async def _call_async(ex: Executor, op: Call) -> Outcome:
         # Cancelled (a gather branch whose sibling failed, the run stopping): the core
         # charges nothing for this call, so what it reported so far is charged here, and
         # a sync step's thread, which runs on, is billed as it reports.
-        _late_usage(ex, op, box, cancelled=True)
+        _late_usage(ex, op, box, cancelled=True, on_loop=True)
         raise
     finally:
         USAGE.reset(token)
 
 
-def _late_usage(ex: Executor, op: Call, box: Usage, cancelled: bool = False) -> Usage:
+def _late_usage(
+    ex: Executor, op: Call, box: Usage, cancelled: bool = False, on_loop: bool = False
+) -> Usage:
     """An attempt timed out (or was cancelled) but its code runs on (Python cannot stop
     a thread), and a model call it made is billed when it returns: returns what it
     reported so far, for the core to charge with the attempt, and makes every later
     report reach the ledger as it arrives, as its own entry, from the attempt's thread
     (see :class:`_LateCharges`). A ``cancelled`` call gets no outcome, so the core
-    charges nothing for it: what it reported so far is charged here too."""
+    charges nothing for it: what it reported so far is charged here too. ``on_loop``:
+    called on the event loop, whose thread must not wait out a failing store's retries
+    (the charge made here goes to a step thread)."""
     so_far = dataclasses.replace(box, late=None)
     if op.spend_call is None or op.info is None:
         return so_far  # a call whose usage is not charged (closing a stream)
     base = Usage() if cancelled else so_far
     late = _LateCharges(ex, op.info.position, op.info.attempt, op.spend_call, base)
     box.late = late
-    late(box)  # what was reported between the copy and setting the hook (or all of it)
+    # What was reported between the copy and setting the hook (or all of it).
+    if on_loop:
+        _step_threads().submit(lambda: late(box))
+    else:
+        late(box)
     return so_far
 
 
