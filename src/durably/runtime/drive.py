@@ -454,6 +454,8 @@ class _LateCharges:
         self.lock = threading.Lock()
 
     def __call__(self, box: Usage) -> None:
+        # One report at a time, its entry committed before the next is counted: a
+        # report that returns has reached the ledger, with everything before it.
         with self.lock:
             was = self.charged
             new = Usage(
@@ -468,20 +470,21 @@ class _LateCharges:
                 return
             self.charged = dataclasses.replace(box, late=None)
             self.entries += 1
-            call = f"{self.call}:late{self.entries}"
-        ex = self.ex
-        entry = ex.core.spend_entry(self.pos, call, self.attempt, new)
-        try:
-            spend = retry_sync(
-                retry.attempts(
-                    lambda: ex.store.record_spend(ex.core.run_id, entry), ex.store_retry_s
-                ),
-                ex.clock,
+            ex = self.ex
+            entry = ex.core.spend_entry(
+                self.pos, f"{self.call}:late{self.entries}", self.attempt, new
             )
-        except Exception:
-            # The store stays down, or the engine was closed meanwhile: nobody is left to
-            # tell, and the given-up attempt's own code must not fail for durably's sake.
-            return
+            try:
+                spend = retry_sync(
+                    retry.attempts(
+                        lambda: ex.store.record_spend(ex.core.run_id, entry), ex.store_retry_s
+                    ),
+                    ex.clock,
+                )
+            except Exception:
+                # The store stays down, or the engine was closed meanwhile: nobody is left
+                # to tell, and the given-up attempt's own code must not fail for durably.
+                return
         with ex.late_lock:  # the core keeps the later of two readings told at once
             ex.core.spend_arrived(spend)
 
