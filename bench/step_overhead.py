@@ -12,6 +12,11 @@ Reference (measured here, issue text): DBOS 3.4.0 takes 2.7 ms/step on SQLite ag
 0.25 ms raw commit, and 1.8 s from restart to the first live step of a 1,000-step run.
 
 Run: ``python bench/step_overhead.py [--steps N] [--dir PATH]``.
+
+``--against SRC`` compares two checkouts side by side in one run: each round measures
+the live, effect and replayed (sync and async) step of the ``src/`` directory given
+(before, e.g. a worktree of main) and of this checkout (after), each in a fresh
+interpreter, alternating, and prints both medians and their ratio.
 """
 
 from __future__ import annotations
@@ -76,8 +81,10 @@ def effect_step_s(path: Path, n: int) -> float:
     return elapsed
 
 
-def durably_step_s(path: Path, n: int) -> tuple[float, float]:
-    """Mean seconds per live step, and per replayed step, of an n-step workflow."""
+def durably_step_s(path: Path, n: int) -> tuple[float, float, float, float]:
+    """Mean seconds per live step and per replayed step of an n-step workflow, each by
+    the wall clock and in CPU time of this process (less disturbed by other work on a
+    shared machine, and blind to fsync waits): live, replay, live CPU, replay CPU."""
     engine = durably.Engine(f"sqlite:///{path}")
 
     @engine.workflow(name="bench")
@@ -86,24 +93,25 @@ def durably_step_s(path: Path, n: int) -> tuple[float, float]:
             ctx.step("s", trivial, i)
         return steps
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     engine.run(many, n, run_id="live")
-    live = (time.perf_counter() - t0) / n
+    live, live_cpu = (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
     # Replay: mark the run unfinished again by copying its history into a new run
     # through the public path: a run that crashed just before finishing.
     engine.store._conn.execute(  # type: ignore[attr-defined]
         "UPDATE runs SET status='running', outcome=NULL, finished_at=NULL WHERE run_id='live'"
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     engine.run(many, n, run_id="live")
-    replay = (time.perf_counter() - t0) / n
+    replay, cpu = (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
     engine.close()
-    return live, replay
+    return live, replay, live_cpu, cpu
 
 
-def async_replay_s(path: Path, n: int) -> float:
+def async_replay_s(path: Path, n: int) -> tuple[float, float]:
     """Mean seconds per replayed step of an n-step ``async def`` workflow (the replay of
-    an async workflow goes through the async driver and the awaitable ``ctx.step``)."""
+    an async workflow goes through the async driver and the awaitable ``ctx.step``):
+    wall clock and CPU time."""
     engine = durably.Engine(f"sqlite:///{path}")
 
     @engine.workflow(name="bench-async")
@@ -116,11 +124,11 @@ def async_replay_s(path: Path, n: int) -> float:
     engine.store._conn.execute(  # type: ignore[attr-defined]
         "UPDATE runs SET status='running', outcome=NULL, finished_at=NULL WHERE run_id='live'"
     )
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     engine.run(many, n, run_id="live")
-    replay = (time.perf_counter() - t0) / n
+    replay, cpu = (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
     engine.close()
-    return replay
+    return replay, cpu
 
 
 RESUME_SCRIPT = textwrap.dedent(
@@ -201,6 +209,75 @@ def python_startup_s(repeats: int = 5) -> float:
     return statistics.median(results)
 
 
+def one_round(base: Path, steps: int) -> dict[str, float]:
+    """One round of the per-step figures (``--one``: printed as JSON for ``--against``)."""
+    live, replay, live_cpu, replay_cpu = durably_step_s(base / "journal.db", steps)
+    async_replay, async_cpu = async_replay_s(base / "async.db", steps)
+    return {
+        "raw": raw_commit_s(base / "raw.db", steps),
+        "live": live,
+        "live_cpu": live_cpu,
+        "effect": effect_step_s(base / "effects.db", steps),
+        "replay": replay,
+        "replay_cpu": replay_cpu,
+        "async_replay": async_replay,
+        "async_replay_cpu": async_cpu,
+    }
+
+
+def compare(against: Path, steps: int, rounds: int, where: Path | None) -> None:
+    """Before (``against``, a ``src/`` directory) and after (this checkout), side by side:
+    alternating fresh interpreters, so drifting disk latency and load hit both alike."""
+    import json
+
+    here = Path(__file__).resolve().parents[1] / "src"
+    sides = {"before": against.resolve(), "after": here}
+    got: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for r in range(rounds):
+        order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
+        for side in order:
+            with tempfile.TemporaryDirectory(dir=where) as d:
+                env = {**_child_env(), "PYTHONPATH": str(sides[side])}
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", "--steps", str(steps), "--dir", d],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
+                got[side].append(json.loads(out.stdout))
+    med = statistics.median
+    print(
+        f"before: {sides['before']}\nafter:  {sides['after']}\n{steps} steps, median of"
+        f" {rounds} alternating rounds, {os.cpu_count()} cores"
+    )
+    print(f"  {'':32} {'before':>10} {'after':>10} {'after/before':>13}")
+    for key, unit, scale in (
+        ("raw", "ms", 1e3),
+        ("live", "ms", 1e3),
+        ("live_cpu", "us", 1e6),
+        ("effect", "ms", 1e3),
+        ("replay", "us", 1e6),
+        ("replay_cpu", "us", 1e6),
+        ("async_replay", "us", 1e6),
+        ("async_replay_cpu", "us", 1e6),
+    ):
+        b = med(x[key] for x in got["before"])
+        a = med(x[key] for x in got["after"])
+        label = {
+            "raw": "raw sqlite3 commit",
+            "live": "live step",
+            "live_cpu": "live step, CPU",
+            "effect": "effect step",
+            "replay": "replayed step",
+            "replay_cpu": "replayed step, CPU",
+            "async_replay": "replayed step (async)",
+            "async_replay_cpu": "replayed step (async), CPU",
+        }[key]
+        name = f"{label} ({unit})"
+        print(f"  {name:32} {b * scale:10.3f} {a * scale:10.3f} {a / b:12.2f}x")
+
+
 def main() -> None:
     """Run the benchmark and print the figures (medians over interleaved rounds, since an
     fsync's latency on a shared disk drifts from one second to the next)."""
@@ -208,16 +285,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="where the databases go")
+    parser.add_argument("--against", type=Path, default=None, help="src/ of the 'before'")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one:
+        import json
+
+        print(json.dumps(one_round(args.dir or Path(tempfile.mkdtemp()), args.steps)))
+        return
+    if args.against is not None:
+        compare(args.against, args.steps, args.rounds, args.dir)
+        return
     raws, lives, replays, effects, ratios = [], [], [], [], []
     async_replays = []
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         base = Path(d)
         for r in range(args.rounds):
             raw = raw_commit_s(base / f"raw{r}.db", args.steps)
-            live, replay = durably_step_s(base / f"journal{r}.db", args.steps)
+            live, replay, _, _ = durably_step_s(base / f"journal{r}.db", args.steps)
             effects.append(effect_step_s(base / f"effects{r}.db", args.steps))
-            async_replays.append(async_replay_s(base / f"async{r}.db", args.steps))
+            async_replays.append(async_replay_s(base / f"async{r}.db", args.steps)[0])
             raws.append(raw)
             lives.append(live)
             replays.append(replay)

@@ -24,10 +24,10 @@ from .current import in_step, outside_step
 from .errors import (
     ConfigError,
 )
-from .features import approvals, budgets, signals, timers, versions
+from .features import approvals, budgets, emits, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from .replay import stepping
+from .replay import gathers, stepping, values
 from .replay.kernel import (
     SCOPE,
     RunCore,
@@ -35,14 +35,14 @@ from .replay.kernel import (
 )
 from .replay.park import Parked, combine_parks
 from .runtime.awaitables import (
-    ApprovalCall,
-    PlainCall,
+    STEP_TEXT,
     Recording,
-    SignalWait,
-    SleepCall,
-    StepCall,
-    ValueCall,
     at_once,
+    run_approval,
+    run_signal,
+    run_sleep,
+    run_step,
+    run_value,
 )
 from .runtime.branches import Branches, open_branches
 from .runtime.drive import Executor, drive_async, drive_sync
@@ -182,22 +182,22 @@ class Context:
         costs no commit of its own (it rides with the next recorded step); an emit that
         replays after a crash is not stored twice."""
         with self._ex.hold():
-            self._core.emit(kind, data)
+            emits.emit(self._core, kind, data)
 
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
         with self._ex.hold():
-            return self._core.now()
+            return values.now(self._core)
 
     def random(self) -> float:
         """A random float in [0, 1), recorded."""
         with self._ex.hold():
-            return self._core.random()
+            return values.random(self._core)
 
     def uuid(self) -> uuid.UUID:
         """A random UUID, recorded."""
         with self._ex.hold():
-            return self._core.uuid()
+            return values.uuid(self._core)
 
     def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` durably: the wake time (the recorded clock's now + seconds) is
@@ -326,7 +326,8 @@ class AsyncContext:
         if getattr(type(fn), "__durably_tool__", False):  # a @durably.tool: see Context.step
             tool_call: Coroutine[Any, Any, T] = fn.record(self, name, args, kwargs)  # type: ignore[attr-defined]
             return tool_call
-        return StepCall(self._core, self._ex, name, fn, args, kwargs)
+        core = self._core
+        return Recording(core, name, STEP_TEXT, run_step, core, self._ex, name, fn, args, kwargs)
 
     def step_stream(
         self,
@@ -356,7 +357,14 @@ class AsyncContext:
         """Wait for signal ``name`` and return its data, or ``default`` after
         ``timeout_s``: ``await ctx.wait_for_signal(name)`` (see
         :meth:`Context.wait_for_signal`)."""
-        return SignalWait(self._core, self._ex, name, timeout_s, default)
+        core = self._core
+        return Recording(
+            core,
+            f"wait_for_signal:{name}",
+            f"ctx.wait_for_signal({name!r})",
+            run_signal,
+            *(core, self._ex, name, timeout_s, default),
+        )
 
     def budget(
         self, tokens: int | None = None, cost_usd: float | None = None
@@ -369,36 +377,43 @@ class AsyncContext:
         def apply() -> Coroutine[Any, Any, None]:
             return drive_async(ex, budgets.set_budget(core, _budget(core, tokens, cost_usd)))
 
-        return PlainCall(core, "budget", "ctx.budget(...)", apply)
+        return Recording(core, "AsyncContext.budget", "ctx.budget(...)", apply)
 
     def emit(self, kind: str, data: Any = None) -> None:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
         not awaited: it does no I/O."""
-        self._core.emit(kind, data)
+        emits.emit(self._core, kind, data)
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""
-        return ValueCall(self._core, "now", self._core.now)
+        return Recording(self._core, "durably.now", "ctx.now()", run_value, self._core, values.now)
 
     def random(self) -> Coroutine[Any, Any, float]:
         """A random float in [0, 1), recorded: ``await ctx.random()``."""
-        return ValueCall(self._core, "random", self._core.random)
+        core = self._core
+        return Recording(core, "durably.random", "ctx.random()", run_value, core, values.random)
 
     def uuid(self) -> Coroutine[Any, Any, uuid.UUID]:
         """A random UUID, recorded: ``await ctx.uuid()``."""
-        return ValueCall(self._core, "uuid", self._core.uuid)
+        return Recording(
+            self._core, "durably.uuid", "ctx.uuid()", run_value, self._core, values.uuid
+        )
 
     def sleep(self, seconds: float) -> Coroutine[Any, Any, None]:
         """Wait ``seconds`` durably (see :meth:`Context.sleep`): ``await ctx.sleep(60)``.
         The run parks; it never holds the event loop, a thread or a worker slot while it
         waits."""
-        return SleepCall(self._core, self._ex, "sleep", lambda: timers.sleep(self._core, seconds))
+        core = self._core
+        timer = lambda: timers.sleep(core, seconds)  # noqa: E731
+        return Recording(core, "durably.sleep", "ctx.sleep(...)", run_sleep, core, self._ex, timer)
 
     def sleep_until(self, when: dt.datetime) -> Coroutine[Any, Any, None]:
         """Wait durably until the timezone-aware ``when`` (see
         :meth:`Context.sleep_until`): ``await ctx.sleep_until(when)``."""
-        return SleepCall(
-            self._core, self._ex, "sleep_until", lambda: timers.sleep_until(self._core, when)
+        core = self._core
+        timer = lambda: timers.sleep_until(core, when)  # noqa: E731
+        return Recording(
+            core, "durably.sleep", "ctx.sleep_until(...)", run_sleep, core, self._ex, timer
         )
 
     def request_approval(
@@ -413,7 +428,14 @@ class AsyncContext:
         ``decision = await ctx.request_approval("refund", {"amount": 20})`` (see
         :meth:`Context.request_approval`). The run parks while it waits; an
         ``on_timeout`` callable may be sync or async."""
-        return ApprovalCall(self._core, self._ex, action, args, timeout_s, on_timeout)
+        core = self._core
+        return Recording(
+            core,
+            f"request_approval:{action}",
+            f"ctx.request_approval({action!r}, ...)",
+            run_approval,
+            *(core, self._ex, action, args, timeout_s, on_timeout),
+        )
 
     def patched(self, change_id: str) -> Coroutine[Any, Any, bool]:
         """Whether this run takes change ``change_id``'s path (see
@@ -425,7 +447,9 @@ class AsyncContext:
         def check() -> Coroutine[Any, Any, bool]:
             return at_once(versions.patched(core, change_id))
 
-        return PlainCall(core, "patched", f"ctx.patched({change_id!r})", check)
+        # A gather records these under the label they had as plain coroutines: a run
+        # that passed one to ctx.gather replays unchanged.
+        return Recording(core, "AsyncContext.patched", f"ctx.patched({change_id!r})", check)
 
     def deprecate_patch(self, change_id: str) -> Coroutine[Any, Any, None]:
         """Consume a recorded marker of ``change_id``, never record (see
@@ -436,7 +460,8 @@ class AsyncContext:
             versions.deprecate_patch(core, change_id)
             return at_once(None)
 
-        return PlainCall(core, "deprecate_patch", f"ctx.deprecate_patch({change_id!r})", consume)
+        text = f"ctx.deprecate_patch({change_id!r})"
+        return Recording(core, "AsyncContext.deprecate_patch", text, consume)
 
     def saga(self) -> AsyncSaga:
         """A saga for one block: ``async with ctx.saga() as saga: await saga.step(name,
@@ -485,7 +510,7 @@ class AsyncContext:
 
         try:
             labels = [_label(b) for b in branches]
-            scope, pos = self._core.gather_begin(labels)
+            scope, pos = gathers.gather_begin(self._core, labels)
         except BaseException:
             _dispose(branches)  # the error is the story, not their "never awaited"
             raise
@@ -521,7 +546,7 @@ class AsyncContext:
             failed = False
             return list(results)
         finally:
-            core.gather_end(scope, pos, failed)
+            gathers.gather_end(core, scope, pos, failed)
             _dispose(branches)
 
     async def _branch(self, prefix: str, aw: Awaitable[T]) -> T:
@@ -539,13 +564,13 @@ class AsyncContext:
             if scope.stream is not None:  # a streamed step left open ends with its branch
                 scope.stream.finish(f"the end of branch {prefix[:-1]}")
         except BaseException as exc:
-            parked = core.branch_parks.get(prefix)
+            parked = core.gathers.parks.get(prefix)
             if parked is not None and exc is not parked:
                 # The branch parked, then its code caught the park (a bare except) and
                 # raised something else: the park still decides, as a latched stop would.
                 raise parked.with_traceback(None) from exc
             raise
-        parked = core.branch_parks.get(prefix)
+        parked = core.gathers.parks.get(prefix)
         if parked is not None:
             raise parked.with_traceback(None)  # it caught its own park and returned
         return result

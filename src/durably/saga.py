@@ -31,7 +31,8 @@ from .errors import CompensationFailed, ConfigError, SerializationError, StepFai
 from .features import sagas
 from .history import check_name, describe_error, position_key
 from .replay import stepping
-from .replay.kernel import Op, RunCore, type_name
+from .replay.kernel import RunCore, type_name
+from .replay.ops import Op
 from .runtime.awaitables import Recording
 from .runtime.drive import COMPENSATING_TASKS, Executor, drive_async, drive_sync
 from .steps import fn_text, signature_of
@@ -269,7 +270,8 @@ class Saga:
         self._ex = executor
 
     def __enter__(self) -> Saga:
-        self._saga.open()
+        with self._ex.hold():  # a ctx.branches branch may open one in its own thread
+            self._saga.open()
         return self
 
     def __exit__(self, typ: object, exc: BaseException | None, tb: object) -> None:
@@ -346,35 +348,25 @@ class AsyncSaga:
         """Run ``do`` as the recorded step ``name`` and remember ``undo`` (see
         :meth:`Saga.step`); ``do`` and ``undo`` may be async. Awaitable, and accepted by
         ``ctx.gather`` like ``ctx.step(...)`` (see :meth:`durably.AsyncContext.saga`)."""
-        return _SagaStepCall(self._saga, self._ex, name, do, undo, args, kwargs)
+        saga = self._saga
+        return Recording(
+            saga.core,
+            name,
+            "saga.step(",
+            _run_saga_step,
+            *(saga, self._ex, name, do, undo, args, kwargs),
+        )
 
 
-class _SagaStepCall(Recording[T]):
-    __slots__ = ("_args", "_do", "_ex", "_kwargs", "_saga", "_undo", "label")
-
-    def __init__(
-        self,
-        saga: SagaCore,
-        ex: Executor,
-        name: str,
-        do: Callable[..., Any],
-        undo: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        super().__init__(saga.core)
-        self._saga = saga
-        self._ex = ex
-        self.label = name
-        self._do = do
-        self._undo = undo
-        self._args = args
-        self._kwargs = kwargs
-
-    def _call(self) -> str:
-        return f"saga.step({self.label!r}, ...)"
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        self._core.check_dropped()
-        gen = self._saga.step(self.label, self._do, self._undo, self._args, self._kwargs)
-        return drive_async(self._ex, gen)
+def _run_saga_step(
+    saga: SagaCore,
+    ex: Executor,
+    name: str,
+    do: Callable[..., Any],
+    undo: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Coroutine[Any, Any, Any]:
+    """``await saga.step(name, do, undo, *args, **kwargs)`` of an async saga."""
+    saga.core.check_dropped()
+    return drive_async(ex, saga.step(name, do, undo, args, kwargs))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .current import StepInfo
 from .errors import ConfigError
 from .features import stream
-from .replay.kernel import Call, Outcome
+from .replay.ops import Call, Outcome
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
 
@@ -65,7 +65,8 @@ class _Stream:
             core, name, fn, args, kwargs, assemble, replay, self, in_async
         )
         # Takes the position now, in program order (a mismatch raises here).
-        first = self._gen.send(None)
+        with ex.hold():  # a ctx.branches branch may stream in its own thread
+            first = self._gen.send(None)
         assert isinstance(first, Begun), first
         self._pos = first.position
         self._idle = True  # paused at a Begun/Deliver: the next reply may be sent
@@ -121,26 +122,27 @@ class _Stream:
         self._idle = False
         reply: Any = STOP
         try:
-            while True:
-                try:
-                    op = self._gen.send(reply)
-                except StopIteration as stop:
-                    self._over(stop.value, state)
-                    return
-                if isinstance(op, Deliver):  # a replay hands out no more after a STOP
-                    reply = STOP
-                    continue
-                reply = self._finish_op(op)
+            with self._ex.hold():
+                while True:
+                    try:
+                        op = self._gen.send(reply)
+                    except StopIteration as stop:
+                        self._over(stop.value, state)
+                        return
+                    if isinstance(op, Deliver):  # a replay hands out no more after a STOP
+                        reply = STOP
+                        continue
+                    reply = self._finish_op(op)
         except BaseException:
             self._abandon()
             raise
 
     def _finish_op(self, op: Any) -> Any:
-        from .runtime.drive import op_sync
+        from .runtime.drive import op_sync_held
 
         if isinstance(op, Call) and op.is_async:
             return Outcome()  # an async iterator's aclose needs the loop: its finalizer
-        return op_sync(self._ex, op)
+        return op_sync_held(self._ex, op)
 
     def _abandon(self) -> None:
         """Give up the stream without recording (a stop of the run, an error)."""
@@ -165,23 +167,26 @@ class StepStream(_Stream, Iterator[Any]):
             raise self._core.poison(self._ended_error())
         if self._state == _DONE:
             raise StopIteration
-        from .runtime.drive import op_sync
+        from .runtime.drive import op_sync_held
 
         self._idle = False
         reply: Any = None
         try:
-            while True:
-                try:
-                    op = self._gen.send(reply)
-                except StopIteration as stop:
-                    self._over(stop.value, _DONE)
-                    break
-                if isinstance(op, Deliver):
-                    return self._delivered(op)
-                reply = op_sync(self._ex, op)
+            with self._ex.hold():  # the chunk is pulled (a Call) with the lock let go
+                while True:
+                    try:
+                        op = self._gen.send(reply)
+                    except StopIteration as stop:
+                        self._over(stop.value, _DONE)
+                        break
+                    if isinstance(op, Deliver):
+                        break
+                    reply = op_sync_held(self._ex, op)
         except BaseException:
             self._abandon()
             raise
+        if self._state == _OPEN:
+            return self._delivered(op)  # the caller's hook runs outside the run's lock
         raise StopIteration
 
     def close(self) -> None:

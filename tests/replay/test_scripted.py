@@ -203,4 +203,4 @@ def test_the_setup_is_built_from_the_run_alike_for_every_caller() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         live.token = 10  # type: ignore[misc]
     core = RunCore(live)
-    assert (core.token, core.generation, core.lease_deadline) == (9, 3, 123.0)
+    assert (core.token, core.budgets.generation, core.lease_deadline) == (9, 3, 123.0)

@@ -193,7 +193,14 @@ def test_threads_of_branches_run_their_steps_at_the_same_time(engine: durably.En
         def call(i: int) -> int:
             with group.branch(i):
                 ctx.now()  # a value call from the thread too
-                return ctx.step("meet", lambda: barrier.wait() * 0 + i)
+
+                def meet() -> int:
+                    barrier.wait()
+                    info = durably.current_step()
+                    assert info is not None and info.position == f"0.{i}.1"
+                    return i
+
+                return ctx.step("meet", meet)
 
         with ThreadPoolExecutor(max_workers=3) as pool:
             futures = [pool.submit(contextvars.copy_context().run, call, i) for i in (2, 1, 0)]
@@ -425,3 +432,126 @@ def test_many_threads_recording_at_once_lose_no_record(engine: durably.Engine) -
     assert {r.position for r in engine.history("r")} == want
     emitted = [e for e in engine.events("r", limit=1000).events if e.kind == "user"]
     assert len(emitted) == n * k
+
+
+@pytest.mark.parametrize("how", ["asyncio", "threads"])
+def test_replay_check_replays_a_run_with_branches_and_finds_a_changed_list(
+    engine: durably.Engine, how: str
+) -> None:
+    from durably.replaycheck import check_run
+
+    tools = Tools()
+    labels = ["search", "fetch"]
+    agent = AGENTS[how](engine, tools, labels)
+    engine.run(agent, run_id="r")
+    assert check_run(engine, engine.get_run("r")) is None  # replays to the end unchanged
+    labels.reverse()
+    finding = check_run(engine, engine.get_run("r"))
+    assert finding is not None and "2 branches ['search', 'fetch']" in str(finding)
+    assert tools.calls["search"] == 1  # the check never runs a step
+
+
+def test_a_failed_branch_cancelling_its_siblings_replays_in_any_cancel_timing(
+    engine: durably.Engine,
+) -> None:
+    # Live, the sibling's first step is recorded before the framework cancels it; on
+    # replay the failure comes back at once and the sibling may be cancelled before it
+    # asks for that position again: no sign of changed code (as under a failed gather).
+    tools = Tools()
+    tools.delay = {"fetch_more": 5}
+    tools.crash_after = True
+
+    async def bad() -> str:
+        await asyncio.sleep(0.1)  # live only: a replay raises the recorded failure at once
+        raise ValueError("the tool failed")
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["bad", "fetch"])
+
+        async def failing() -> None:
+            with group.branch(0):
+                await ctx.step("bad", bad)
+
+        async def fetching() -> None:
+            with group.branch(1):
+                await asyncio.sleep(0.02)  # the framework's own work before the call
+                await ctx.step("fetch", tools.aio("fetch"))
+                await ctx.step("fetch_more", tools.aio("fetch_more"))
+
+        tasks = [asyncio.create_task(failing()), asyncio.create_task(fetching())]
+        try:
+            await asyncio.gather(*tasks)
+        except durably.StepFailed:
+            for t in tasks:  # the framework gives up on the turn's other calls
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return str(await ctx.step("after", tools.after))
+
+    with pytest.raises(Crash):
+        engine.run(w, run_id="r")
+    assert {r.position for r in engine.history("r")} >= {"0", "0.0.0", "0.1.0"}
+    tools.crash_after = False
+    assert engine.run(w, run_id="r") == "after"
+    assert tools.calls == Counter({"fetch": 1})
+
+
+def test_streamed_steps_in_thread_branches_record_in_their_branches(
+    engine: durably.Engine,
+) -> None:
+    # Each stream waits for the other between its chunks: they finish only if the run's
+    # lock is let go while a chunk is pulled.
+    barrier = threading.Barrier(2, timeout=10)
+
+    def chunks(name: str) -> Iterator[str]:
+        for k in range(3):
+            if k:
+                barrier.wait()
+            yield f"{name}{k}"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> list[list[str]]:
+        group = ctx.branches(["a", "b"])
+
+        def call(i: int, name: str) -> list[str]:
+            with group.branch(i):
+                got = list(ctx.step_stream(name, chunks, name))
+                ctx.step(f"{name}_done", lambda: 1)
+                return got
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [
+                pool.submit(contextvars.copy_context().run, call, i, n)
+                for i, n in enumerate(["a", "b"])
+            ]
+            return [f.result() for f in futures]
+
+    want = [["a0", "a1", "a2"], ["b0", "b1", "b2"]]
+    assert engine.run(w, run_id="r") == want
+    assert [(p, n) for p, _, n in layout(engine, "r")] == [
+        ("0", "durably.gather"),
+        ("0.0.0", "a"),
+        ("0.0.1", "a_done"),
+        ("0.1.0", "b"),
+        ("0.1.1", "b_done"),
+    ]
+
+
+def test_returning_while_a_branch_is_still_entered_blocks_the_run(
+    engine: durably.Engine,
+) -> None:
+    kept: list[asyncio.Task[None]] = []
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["slow"])
+
+        async def slow() -> None:
+            with group.branch(0):
+                await asyncio.sleep(5)
+
+        kept.append(asyncio.create_task(slow()))
+        await asyncio.sleep(0.01)
+        return "done"  # the framework forgot its task
+
+    _run_blocked(engine, w, "r", r"returned while 1 ctx.branches branch\(es\) were still entered")

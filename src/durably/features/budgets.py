@@ -28,12 +28,13 @@ def set_budget(core: RunCore, budget: Budget) -> Generator[Op, Any, None]:
     core.guard(halt=False)
     if not isinstance(budget, Budget):
         raise ConfigError(f"a budget is a durably.Budget, got {given_text(budget)}")
-    core.budget = budget
+    state = core.budgets
+    state.limit = budget
     if core.checking:
         return  # replay --check writes nothing and never goes live
-    if core.spend is None:
-        core.spend = yield ReadSpend()
-    if core.spend.budget != budget:
+    if state.spend is None:
+        state.spend = yield ReadSpend()
+    if state.spend.budget != budget:
         yield SetBudget(budget)
-        core.spend = dataclasses.replace(core.spend, budget=budget)
+        state.spend = dataclasses.replace(state.spend, budget=budget)
     core.check_budget()

@@ -94,7 +94,7 @@ def step_stream(
         raise core.latch(ReplayEnd(pos))
     if rec is None or rec.status not in (OK, FAILED):
         # Its inputs are kept with its records (built only here: replay never pays).
-        core.manifests[pos] = inputs.build(args, kwargs, core.known_blobs, core.item_hashes)
+        core.manifests[pos] = inputs.build(args, kwargs, core.blobs.known, core.item_hashes)
     # Open from here until the stream ends: a recording call of this scope meanwhile
     # ends it first (Scope.take), so positions never depend on where the loop is.
     scope.busy = f"streamed step {pos} {name!r}"

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from .scope import Scope
 
 if TYPE_CHECKING:
     from .kernel import RunCore
-    from .scope import Scope
 
 
 class BranchGroup:
@@ -68,12 +68,11 @@ class BranchGroup:
             )
         scope = self.scopes.get(index)
         if scope is None:
-            from .scope import Scope
-
             scope = Scope(core, f"{self.pos}.{index}.")
             scope.member = self
             self.scopes[index] = scope
         self.entered.add(index)
+        core.gathers.entered += 1
         return scope
 
     def leave(self, index: int, failed: bool) -> None:
@@ -81,14 +80,17 @@ class BranchGroup:
         failed may have stopped (been cancelled by the framework) at another point than
         a replay will: what it recorded and a replay does not ask for again is no sign
         of changed code (as for a gather that failed)."""
-        self.entered.discard(index)
+        if index in self.entered:
+            self.entered.discard(index)
+            self.core.gathers.entered -= 1
         scope = self.scopes.get(index)
         if scope is not None and scope.stream is not None:
             scope.stream.finish(f"the end of branch {self.pos}.{index}")
         if failed:
             prefix = f"{self.pos}."
-            if prefix not in self.core.failed_gathers:
-                self.core.failed_gathers.append(prefix)
+            failed_groups = self.core.gathers.failed
+            if prefix not in failed_groups:
+                failed_groups.append(prefix)
 
     def close(self, parent: Scope) -> None:
         """The parent scope takes its next position: the group ends. A branch still in a

@@ -2,23 +2,22 @@
 
 The core does no I/O. Each recording call is a generator that yields operations
 (:class:`Call` a function, :class:`Write` records, :class:`Wait` a delay) to a driver and
-receives their results; ``durably.context`` holds the one sync and the one async driver
-(``drive_sync``, ``drive_async``) beside the thin ``Context``/``AsyncContext`` facades.
-So there is a single implementation of replay semantics for sync and async workflows.
+receives their results; :mod:`durably.runtime.drive` holds the one sync and the one
+async driver (``drive_sync``, ``drive_async``) under the thin ``Context``/``AsyncContext``
+facades. So there is a single implementation of replay semantics for sync and async
+workflows.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime as dt
-import random as _random
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import codec, inputs
-from ..budget import Budget, Spend, SpendEntry, exceeded_message
+from .. import inputs
+from ..budget import Spend, SpendEntry, exceeded_message
 from ..errors import (
     BudgetExceeded,
     Cancelled,
@@ -30,52 +29,35 @@ from ..errors import (
     SerializationError,
     Unwind,
 )
-from ..history import (
-    ERROR_MESSAGE_CHARS_MAX,
-    FAILED,
-    GATHER,
-    HALT,
-    NOW,
-    OK,
-    OUTPUT_INLINE_BYTES_MAX,
-    RANDOM,
-    STEP_OUTPUT_BYTES_MAX,
-    UUID,
-    WAITING,
-    StepRecord,
-    check_name,
-    idempotency_key,
-    storable_text,
-)
+from ..journal import codec
 from ..journal.events import (
-    EVENT_DATA_BYTES_MAX,
-    USER,
     NewEvent,
     new_event,
 )
+from ..journal.keys import idempotency_key
+from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord
+from ..journal.text import storable_text
+from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
 from ..limits import SIGNAL_TIMEOUT_S_MAX as SIGNAL_TIMEOUT_S_MAX
 from ..limits import TIMER_S_MAX as TIMER_S_MAX
-from ..steps import StepSignature, Usage, given_text
-from .branches import BranchGroup
-from .ops import Call as Call
+from ..steps import StepSignature, Usage
+
+# Operations replaycheck.py still imports from here (its lane moves them to replay.ops).
 from .ops import Charge as Charge
-from .ops import Op as Op
-from .ops import Outcome as Outcome
-from .ops import ReadDecision as ReadDecision
+from .ops import Op
 from .ops import ReadSpend as ReadSpend
 from .ops import SetBudget as SetBudget
-from .ops import TakeSignal as TakeSignal
-from .ops import Wait as Wait
 from .ops import Write as Write
 from .park import Parked
 from .scope import SCOPE as SCOPE
 from .scope import Scope as Scope
 from .setup import FaultHook as FaultHook
 from .setup import RunSetup as RunSetup
+from .slots import BlobState, BudgetState, EmitState, GatherState
 
 if TYPE_CHECKING:
-    import uuid as _uuid
+    pass
 
 # Inputs that differ with no change of code: a value the workflow body computed from the
 # wall clock, a random draw or the environment (`durably lint` finds these statically).
@@ -156,24 +138,14 @@ class RunCore:
         # The run's incarnation, part of every key (None for runs from before keys had one).
         self.incarnation = setup.incarnation
         self.in_doubt: str | None = None
-        # Prefixes (``"4."``) of gathers that ended in failure in this attempt: their
-        # branches may stop earlier on replay than live, so what they recorded and this
-        # attempt did not ask for again is not a sign of changed code.
-        self.failed_gathers: list[str] = []
         # The first recording call an async workflow created and dropped without awaiting
-        # it; it blocks the run at the next recording call or when the workflow returns.
+        # it (``drop``); it blocks the run at the next recording call or when the
+        # workflow returns.
         self.dropped: str | None = None
-        self._legacy_gathers: frozenset[str] | None = None
         # Set by ``durably replay --check``: the first live action stops the replay.
         self.checking = setup.checking
-        # Stream-only events waiting to ride with the next durable write, and how many
-        # emits each position has had (an emit's identity: replay dedupes by it).
+        # Stream-only events waiting to ride with the next durable write.
         self.events: list[NewEvent] = []
-        self.emits: dict[str, int] = {}
-        # Reads recorded input blobs (the store's get_blobs), only to explain a mismatch.
-        self.fetch_blobs = setup.fetch_blobs
-        # Blobs this attempt has written (or sent to be written): not sent again.
-        self.known_blobs: set[str] = set()
         # The run's recorded prompt version and the code's, when the workflow declares one.
         self.prompt_versions = setup.prompt_versions
         # The digest rule of the run (codec.CODEC_VERSION when it was created) and the
@@ -192,25 +164,12 @@ class RunCore:
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
-        # Budgets: the run's generation (part of each ledger entry's name), the limit this
-        # claim was given (ctx.budget / the workflow option; else the stored one applies),
-        # and the run's spend as the ledger last said (None: not read in this claim).
-        self.generation = setup.generation
-        self.budget: Budget | None = None
-        self.spend: Spend | None = None
-        # The spend after a late charge the driver made from another thread (see
-        # spend_arrived), and the last one a position going live took.
-        self._arrived: Spend | None = None
-        self._arrived_taken: Spend | None = None
-        # Waits of gather branches that parked in this attempt, by branch prefix
-        # (``"4.0."``): not latched run-wide, so sibling branches go on live; a later
-        # recording call of the parked branch (its code caught the Parked) raises it
-        # again. The gather then raises one park combining its branches' (``park``).
-        self.branch_parks: dict[str, Parked] = {}
-        # The gather-branch scope prefixes whose code has gone live (``live``): a wait that
-        # parked in an earlier attempt lets its sibling branches replay first (the async
-        # driver's settling, runtime/settle.py, which keeps the branches' tasks itself).
-        self.went_live: set[str] = set()
+        # One typed slot per capability that keeps state across recording calls
+        # (replay/slots.py says which room acts on each).
+        self.gathers = GatherState()
+        self.budgets = BudgetState(setup.generation)
+        self.blobs = BlobState(setup.fetch_blobs)
+        self.emits = EmitState()
 
     # -- positions and matching ----------------------------------------------------------
 
@@ -231,10 +190,10 @@ class RunCore:
         so the replay stops; a requested halt (cancel, budget) is delivered here."""
         prefix = self.scope().prefix
         if prefix:
-            self.went_live.add(prefix)
+            self.gathers.went_live.add(prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
-        if self._arrived is not self._arrived_taken:
+        if self.budgets.arrived is not self.budgets.arrived_taken:
             self._take_arrived()
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
@@ -341,13 +300,13 @@ class RunCore:
                 # requests of gather branches) go with its write, with their rows.
                 self.pending.extend(parked.records)
             return stop
-        self.branch_parks.setdefault(scope.prefix, parked)
+        self.gathers.parks.setdefault(scope.prefix, parked)
         return parked
 
     def branch_parked(self) -> Parked | None:
         """The park of the gather branch the running code belongs to, if it parked."""
         prefix = self.scope().prefix
-        for branch, parked in self.branch_parks.items():
+        for branch, parked in self.gathers.parks.items():
             if prefix.startswith(branch):
                 return parked
         return None
@@ -385,7 +344,7 @@ class RunCore:
         if self.stopped is not None:
             # A fresh traceback each time: the same signal may be raised many times.
             raise self.stopped.with_traceback(None)
-        if self.branch_parks and (parked := self.branch_parked()) is not None:
+        if self.gathers.parks and (parked := self.branch_parked()) is not None:
             raise parked.with_traceback(None)
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
@@ -432,6 +391,18 @@ class RunCore:
             raise self.poison(NonDeterminism(sep.join(p for p in parts if p)))
         return rec
 
+    def drop(self, text: str) -> None:
+        """An async workflow created a recording call and dropped it without awaiting it
+        (``text`` says which and what to write): the first one blocks the run at its next
+        recording call, or when the workflow returns."""
+        if self.dropped is None:
+            self.dropped = text
+
+    def mark_live(self, prefix: str) -> None:
+        """The gather branch ``prefix`` counts as gone live (its wait settles now), so
+        siblings settling in turn need not wait for it."""
+        self.gathers.went_live.add(prefix)
+
     def check_dropped(self) -> None:
         """Raise (and poison) if the workflow dropped a recording call without awaiting it."""
         if self.dropped is not None:
@@ -439,12 +410,13 @@ class RunCore:
 
     def _inputs_diff(self, rec: StepRecord, call: Any) -> str:
         """How the recorded inputs differ from ``call``'s ("" when they were not kept)."""
-        if call is None or rec.inputs is None or self.fetch_blobs is None:
+        fetch = self.blobs.fetch
+        if call is None or rec.inputs is None or fetch is None:
             return ""
         fn, args, kwargs = call
         try:
             now = inputs.build(args, kwargs, set())
-            return inputs.diff(rec.inputs, now, fn, self.fetch_blobs)
+            return inputs.diff(rec.inputs, now, fn, fetch)
         except Exception as exc:  # an explanation must never hide the NonDeterminism
             return f"(the recorded inputs cannot be shown: {type_name(exc)}: {exc})"
 
@@ -467,9 +439,19 @@ class RunCore:
         if self.root.stream is not None:
             self.root.stream.finish("the end of the workflow")
         self.check_dropped()
+        if self.gathers.entered:
+            raise self.poison(
+                ConfigError(
+                    f"the workflow returned while {self.gathers.entered} ctx.branches"
+                    " branch(es) were still entered (a task or thread of the framework still"
+                    " running): what they record would come after the run's end. Await the"
+                    " tasks (join the threads) before returning. The run is blocked; fix the"
+                    " code, then resume it."
+                )
+            )
         left = sorted(set(self.history) - self.consumed, key=_pos_key)
-        if left and self.failed_gathers:
-            exempt = tuple(self.failed_gathers)
+        if left and self.gathers.failed:
+            exempt = tuple(self.gathers.failed)
             left = [pos for pos in left if not pos.startswith(exempt)]
         if left:
             rec = self.history[left[0]]
@@ -545,31 +527,6 @@ class RunCore:
         dedupe = f"t{self.token}:{pos}:{kind}{tail}"
         return new_event(kind, pos, data, self.clock.time(), dedupe)
 
-    def emit(self, kind: Any, data: Any = None) -> None:
-        """Buffer a user event at the current position (the one the next recording call
-        takes). It consumes no position; its identity is (position, index among the
-        position's emits), so a replay that emits it again stores nothing new. Allowed
-        after a cancel (cleanup code may say what it does); not after a stop."""
-        self.guard(halt=False)
-        if not isinstance(kind, str) or not kind:
-            raise ConfigError(f"ctx.emit: kind must be a non-empty str, got {given_text(kind)}")
-        check_name(kind, "ctx.emit: the kind")
-        if len(self.events) >= EVENTS_BUFFERED_MAX:
-            raise ConfigError(
-                f"ctx.emit: {EVENTS_BUFFERED_MAX:,} events buffered without a step in between;"
-                " events ride with the next recorded step, so record one (or emit less)"
-            )
-        scope = SCOPE.get()
-        if scope is None or scope.core is not self:
-            scope = self.root
-        pos = f"{scope.prefix}{scope.next}"
-        index = self.emits.get(pos, 0)
-        text = codec.dumps(
-            {"kind": kind, "data": data}, f"ctx.emit({kind!r})", EVENT_DATA_BYTES_MAX
-        )
-        self.emits[pos] = index + 1
-        self.events.append(NewEvent(USER, pos, text, self.clock.time(), f"emit:{pos}:{index}"))
-
     # -- budgets and the spend ledger ----------------------------------------------------
 
     def charge(self, pos: str, call: str, attempt: int, usage: Usage) -> Generator[Op, Any, None]:
@@ -578,7 +535,7 @@ class RunCore:
         next position that goes live (this step's result is still recorded)."""
         if not usage.reported:
             return
-        self.spend = yield Charge(self.spend_entry(pos, call, attempt, usage))
+        self.budgets.spend = yield Charge(self.spend_entry(pos, call, attempt, usage))
         self.check_budget()
 
     def spend_entry(self, pos: str, call: str, attempt: int, usage: Usage) -> SpendEntry:
@@ -586,8 +543,8 @@ class RunCore:
         named by generation, position, this claim's token and the call, so a retried
         write stores it once and another claim's call is its own row."""
         return SpendEntry(
-            f"g{self.generation}:{pos}:t{self.token}:{call}",
-            self.generation,
+            f"g{self.budgets.generation}:{pos}:t{self.token}:{call}",
+            self.budgets.generation,
             pos,
             attempt,
             self.token,
@@ -603,10 +560,11 @@ class RunCore:
         it. Only kept here (another thread calls this, one at a time: the driver
         serializes the calls); :meth:`live` takes it, so a budget it crosses stops the
         workflow at its next position that goes live."""
-        kept = self._arrived
+        state = self.budgets
+        kept = state.arrived
         # The ledger only grows: the reading with more entries is the later one.
         if kept is None or spend.entries > kept.entries:
-            self._arrived = spend
+            state.arrived = spend
 
     def halt_pending(self) -> bool:
         """Whether a halt (cancel, budget) waits to be delivered, after taking the spend
@@ -617,164 +575,30 @@ class RunCore:
     def _take_arrived(self) -> None:
         # One read, never reset: a reading set by another thread meanwhile is another
         # object, taken next time (a reset here could drop it).
-        arrived = self._arrived
-        if arrived is None or arrived is self._arrived_taken:
+        state = self.budgets
+        arrived = state.arrived
+        if arrived is None or arrived is state.arrived_taken:
             return
-        self._arrived_taken = arrived
-        if self.spend is None or arrived.entries > self.spend.entries:
-            self.spend = arrived
+        state.arrived_taken = arrived
+        if state.spend is None or arrived.entries > state.spend.entries:
+            state.spend = arrived
         self.check_budget()
 
     def check_budget(self) -> None:
         """Ask for a ``BudgetExceeded`` halt when the known spend is more than the limit
         (this claim's, else the stored one)."""
-        if self.spend is None:
+        state = self.budgets
+        if state.spend is None:
             return
-        budget = self.budget if self.budget is not None else self.spend.budget
-        how = self.spend.over(budget)
+        budget = state.limit if state.limit is not None else state.spend.budget
+        how = state.spend.over(budget)
         if how is not None:
             self.request_halt(BudgetExceeded(exceeded_message(self.run_id, how)))
-
-    # -- deterministic values ------------------------------------------------------------
-
-    def value(self, kind: str, produce: Callable[[], Any]) -> Any:
-        """``now``/``random``/``uuid``: recorded once, replayed after."""
-        self.guard()
-        pos = self.take()
-        name = f"durably.{kind}"
-        digest = _KIND_DIGESTS[kind]
-        rec = self.recorded(pos, kind, name, digest)
-        try:
-            if rec is not None and rec.output is not None:
-                return codec.loads(rec.output)
-            self.live(pos)
-            text = codec.dumps(produce(), name, STEP_OUTPUT_BYTES_MAX)
-            value = codec.loads(text)
-        except SerializationError as exc:
-            raise self.poison(
-                SerializationError(f"position {pos} {name}: {exc}; the run is blocked")
-            ) from None
-        self.record_marker(pos, kind, name, digest, text)
-        return value
-
-    def now(self) -> dt.datetime:
-        """The recorded current time, UTC."""
-        value: dt.datetime = self.value(
-            NOW, lambda: dt.datetime.fromtimestamp(self.clock.time(), dt.UTC)
-        )
-        return value
-
-    def random(self) -> float:
-        """A recorded float in [0, 1)."""
-        return float(self.value(RANDOM, _random.random))
-
-    def uuid(self) -> _uuid.UUID:
-        """A recorded random UUID."""
-        import uuid as _uuid  # imported on first use: it pulls in platform (slow)
-
-        value: _uuid.UUID = self.value(UUID, _uuid.uuid4)
-        return value
-
-    # -- gathers -------------------------------------------------------------------------
-
-    def gather_begin(self, labels: list[str]) -> tuple[Scope, str]:
-        """Take a gather's position, check or record its ``gather`` record
-        (:meth:`group_marker`), and mark the scope busy; the driver then runs branch ``i``
-        in a child scope ``"{pos}.{i}."``."""
-        scope, pos = self.group_marker(labels)
-        scope.busy = f"gather {pos}"
-        return scope, pos
-
-    def branches_begin(self, labels: list[str]) -> BranchGroup:
-        """``ctx.branches(labels)``: take the position, check or record the gather marker
-        (:meth:`group_marker`), and open a group on the current scope, which stays free
-        (the framework's own code runs between its calls); the group ends when the
-        scope takes its next position."""
-        scope, pos = self.group_marker(labels)
-        group = BranchGroup(self, scope, pos, labels)
-        scope.group = group
-        return group
-
-    def group_marker(self, labels: list[str]) -> tuple[Scope, str]:
-        """Take the next position of the current scope for a group of branches
-        (``ctx.gather``'s or ``ctx.branches``'), and check or record its ``gather`` record.
-
-        The record's digest covers ``[arity, labels]``, so a deploy that shifts or changes
-        the group is caught here, before any branch runs. The record rides with the next
-        durable write (any branch's first write, an effect's intent included), so it is in
-        the journal before any branch's effect. A journal written before gathers were
-        recorded has its branches' records under ``pos`` and none at ``pos``: accepted
-        without the check.
-        """
-        self.guard_replay()
-        self.check_dropped()
-        scope = self.scope()
-        pos = scope.take()
-        shape = [len(labels), labels]
-        digest = codec.digest(GATHER_NAME, shape, {})
-        rec = self.history.get(pos)
-        if rec is not None:
-            self.consumed.add(pos)
-            if rec.kind != GATHER or rec.digest != digest:
-                raise self.poison(NonDeterminism(_gather_mismatch(pos, rec, shape)))
-        elif pos not in self._legacy():
-            self.live(pos)  # a new gather marker: under replay --check, history ends here
-            text = codec.dumps(shape, f"gather {pos}")
-            self.record_marker(pos, GATHER, GATHER_NAME, digest, text)
-        return scope, pos
-
-    def gather_end(self, scope: Scope, pos: str, failed: bool) -> None:
-        """The gather at ``pos`` is over; ``failed`` when it ended by raising."""
-        scope.busy = None
-        if failed:
-            self.failed_gathers.append(f"{pos}.")
-
-    def _legacy(self) -> frozenset[str]:
-        """Positions of gathers whose branches are recorded but which have no record of
-        their own (journals from before gathers were recorded)."""
-        if self._legacy_gathers is None:
-            parents: set[str] = set()
-            for p in self.history:
-                parts = p.split(".")
-                parents.update(".".join(parts[:i]) for i in range(1, len(parts), 2))
-            self._legacy_gathers = frozenset(parents - set(self.history))
-        return self._legacy_gathers
-
-    # -- steps ---------------------------------------------------------------------------
-
-    # -- streamed steps ------------------------------------------------------------------
-
-
-def _gather_mismatch(pos: str, rec: StepRecord, shape: list[Any]) -> str:
-    asked = _gather_text(shape)
-    if rec.kind == GATHER:
-        had = _gather_text(codec.loads(rec.output or "null"))
-    else:
-        had = repr(rec.name)
-    return (
-        f"step {pos}: history has {had}, code asked for {asked}. The code no longer matches"
-        " this run's history, and no branch of the gather ran: revert the change, or let old"
-        " runs finish on workers that serve their version first. The run is blocked; nothing"
-        " recorded was lost, and it resumes once the code matches."
-    )
-
-
-def _gather_text(shape: Any) -> str:
-    try:
-        arity, labels = shape
-        return f"a gather of {arity} branches {list(labels)!r}"
-    except (TypeError, ValueError):
-        return f"a gather {shape!r}"
 
 
 def _pos_key(pos: str) -> tuple[int, ...]:
     return tuple(int(p) for p in pos.split("."))
 
-
-GATHER_NAME = "durably.gather"
-
-
-_KIND_DIGESTS = {k: codec.digest(f"durably.{k}", [], {}) for k in (NOW, RANDOM, UUID)}
 
 HALT_NAMES: dict[type[DurablyError], str] = {
     Cancelled: "durably.cancel",

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..errors import ConfigError, DurablyError
 from ..journal.records import HALT, StepRecord
 from ..limits import GATHER_DEPTH_MAX, SCOPE_POSITIONS_MAX
 from .streamops import Owner
-
-if TYPE_CHECKING:
-    from .branches import BranchGroup
 
 
 class PositionOwner(Protocol):
@@ -35,6 +32,21 @@ class PositionOwner(Protocol):
 
     def replay_halt(self, rec: StepRecord) -> DurablyError:
         """The halt recorded at ``rec`` (a cancel, a crossed budget), latched, to raise."""
+        ...
+
+
+class Group(Protocol):
+    """What a scope needs of a ``ctx.branches`` group it opened or belongs to
+    (:class:`durably.replay.branches.BranchGroup`)."""
+
+    closed: bool
+
+    def close(self, parent: Scope) -> None:
+        """The parent scope takes its next position: the group ends."""
+        ...
+
+    def closed_text(self, scope: Scope) -> str:
+        """Why a recording call of a branch of a group that is over is refused."""
         ...
 
 
@@ -72,8 +84,8 @@ class Scope:
         self.stream: Owner | None = None
         # The ctx.branches group this scope opened and that is still open (it ends when
         # this scope takes its next position), and the group this scope is a branch of.
-        self.group: BranchGroup | None = None
-        self.member: BranchGroup | None = None
+        self.group: Group | None = None
+        self.member: Group | None = None
 
     def peek(self) -> str:
         """The position :meth:`take` would hand out next, without consuming it."""

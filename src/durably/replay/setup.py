@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..journal.codec import CODEC_VERSION
 from ..journal.records import RunRecord, StepRecord
 
-if TYPE_CHECKING:
-    from ..clock import Clock
+
+class Now(Protocol):
+    """The kernel's view of the engine's clock (a ``durably.Clock``): it only reads the
+    time; waiting is the driver's. Named here so the kernel never reaches the clock
+    module (whose fake clock takes a thread lock)."""
+
+    def time(self) -> float:
+        """The current time in seconds since the epoch."""
+        ...
+
 
 FaultHook = Callable[[str, str, str, str], None]
 """``hook(run_id, position, step_name, window)`` with window ``before``, ``effect`` or
@@ -42,7 +50,7 @@ class RunSetup:
 
     run_id: str
     history: Sequence[StepRecord]
-    clock: Clock
+    clock: Now
     fault_hook: FaultHook | None = None
     token: int = 0
     incarnation: str | None = None
@@ -58,7 +66,7 @@ class RunSetup:
         cls,
         run: RunRecord,
         history: Sequence[StepRecord],
-        clock: Clock,
+        clock: Now,
         *,
         prompt_version: str | None,
         fetch_blobs: Fetch | None,

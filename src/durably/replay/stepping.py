@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .. import codec, inputs
+from .. import inputs
 from ..current import StepInfo as CurrentStep
 from ..errors import (
     ConfigError,
@@ -19,25 +19,17 @@ from ..errors import (
     SerializationError,
     StepFailed,
 )
-from ..history import (
-    ERROR_MESSAGE_CHARS_MAX,
-    FAILED,
-    INTENT,
-    OK,
-    STEP,
-    STEP_OUTPUT_BYTES_MAX,
-    StepRecord,
-    check_name,
-    describe_error,
-    idempotency_key,
-    storable_text,
-)
+from ..journal import codec
 from ..journal.events import (
     STEP_COMPLETED,
     STEP_FAILED,
     STEP_RETRIED,
     STEP_STARTED,
 )
+from ..journal.keys import idempotency_key
+from ..journal.records import FAILED, INTENT, OK, STEP, StepRecord
+from ..journal.text import check_name, describe_error, storable_text
+from ..limits import ERROR_MESSAGE_CHARS_MAX, STEP_OUTPUT_BYTES_MAX
 from ..shell import command
 from ..steps import StepSignature, Usage, fn_text, given_text, signature_of, warn_untyped_result
 from .kernel import NOT_DONE, type_name
@@ -85,7 +77,7 @@ def step(
         # the next position: the effect in flight completes under its key first.
         raise core.latch(ReplayEnd(pos))
     # Its inputs are kept with its records (built only here: replay never pays for it).
-    core.manifests[pos] = inputs.build(args, kwargs, core.known_blobs, core.item_hashes)
+    core.manifests[pos] = inputs.build(args, kwargs, core.blobs.known, core.item_hashes)
     # Live from here on, and the driver may run other code meanwhile: the scope is
     # busy until this step is recorded (a replayed step never yields, so it never is).
     scope.busy = f"step {pos} {name!r}"
@@ -422,7 +414,7 @@ def _usage_cols(usage: Usage) -> tuple[int | None, float | None]:
 
 def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str, name: str) -> Any:
     try:
-        text = inputs.resolve_output(text, core.fetch_blobs)
+        text = inputs.resolve_output(text, core.blobs.fetch)
     except SerializationError as exc:
         # A missing blob, or one whose bytes no longer match its sha256: the recorded
         # output is unknown, so the run stops here, blocked and unchanged, never failed.

@@ -7,57 +7,66 @@ run when it is dropped without being awaited.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ..errors import (
-    ConfigError,
-)
+from ..errors import ConfigError
 from ..features import approvals, signals
 from ..replay import stepping
-from ..replay.kernel import (
-    RunCore,
-)
+from ..replay.kernel import RunCore
+from ..replay.ops import Op
 from ..replay.park import Parked
 from .drive import Executor, drive_async
+from .settle import keep_branch_wait, parked_before, siblings_first
 
 if TYPE_CHECKING:
     from ..approvals import Decision
-from .settle import keep_branch_wait, parked_before, siblings_first
 
 T = TypeVar("T")
 
 
 class Recording(Coroutine[Any, Any, T]):
-    """What :class:`AsyncContext`'s recording methods return: a coroutine (so
-    ``asyncio.create_task`` and ``asyncio.wait_for`` take it) that records when it first
-    runs, and that refuses to be used as a value (see :class:`AsyncContext`)."""
+    """What :class:`AsyncContext`'s recording methods (and ``saga.step``) return: a
+    coroutine (so ``asyncio.create_task`` and ``asyncio.wait_for`` take it) that records
+    when it first runs, and that refuses to be used as a value (see
+    :class:`AsyncContext`).
 
-    __slots__ = ("_core", "_inner", "_used")
+    One class for every call: ``run(*args)`` makes the coroutine that records it (one of
+    the ``run_*`` functions below, or the facade's own), ``label`` is what a gather
+    records for a branch that is this call, and ``text`` how the call reads in code for
+    error messages (a text ending in ``(`` is completed with the label:
+    ``ctx.step(`` reads ``ctx.step('fetch', ...)``).
+    """
 
-    label: str
-    """What a gather records for a branch that is this call."""
+    __slots__ = ("_args", "_core", "_inner", "_run", "_text", "_used", "label")
 
-    def __init__(self, core: RunCore) -> None:
+    def __init__(
+        self,
+        core: RunCore,
+        label: str,
+        text: str,
+        run: Callable[..., Coroutine[Any, Any, T]],
+        *args: Any,
+    ) -> None:
         self._core = core
         self._inner: Coroutine[Any, Any, T] | None = None
         self._used = False
+        self.label = label
+        self._text = text
+        self._run = run
+        self._args = args
 
-    @abstractmethod
     def _call(self) -> str:
         """How the call reads in code, e.g. ``ctx.now()`` (for error messages)."""
-
-    @abstractmethod
-    def _run(self) -> Coroutine[Any, Any, T]:
-        """The coroutine that records the call, created on first use."""
+        text = self._text
+        return f"{text}{self.label!r}, ...)" if text.endswith("(") else text
 
     def _start(self) -> Coroutine[Any, Any, T]:
         if self._inner is None:
             if self._used:
                 raise RuntimeError(f"{self._call()} was already awaited or closed")
             self._used = True
-            self._inner = self._run()
+            self._inner = self._run(*self._args)
         return self._inner
 
     def __await__(self) -> Generator[Any, None, T]:
@@ -86,7 +95,7 @@ class Recording(Coroutine[Any, Any, T]):
     def __del__(self) -> None:
         if not self._used and self._core.dropped is None:
             call = self._call()
-            self._core.dropped = (
+            self._core.drop(
                 f"{call} was never awaited: in an async workflow it returns an awaitable that"
                 f" records nothing until awaited; write `await {call}` (or pass it to"
                 " ctx.gather). The run is blocked; fix the code, then resume it."
@@ -118,198 +127,95 @@ class Recording(Coroutine[Any, Any, T]):
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __neg__ = __abs__ = _misused
 
 
-class StepCall(Recording[T]):
-    __slots__ = ("_args", "_ex", "_fn", "_kwargs", "label")
+STEP_TEXT = "ctx.step("
+"""The ``text`` of a ``ctx.step`` call (completed with its name)."""
 
-    def __init__(
-        self,
-        core: RunCore,
-        ex: Executor,
-        name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        # Every replayed step of an async workflow passes here: no super() call.
-        self._core = core
-        self._inner = None
-        self._used = False
-        self._ex = ex
-        self.label = name
-        self._fn = fn
-        self._args = args
-        self._kwargs = kwargs
 
-    def __await__(self) -> Generator[Any, None, T]:
-        # The plain `await ctx.step(...)`, without _start's bookkeeping for tasks.
-        if self._used:
-            raise RuntimeError(f"{self._call()} was already awaited or closed")
-        self._used = True
-        return self._run().__await__()
+def run_step(
+    core: RunCore,
+    ex: Executor,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Coroutine[Any, Any, Any]:
+    """``await ctx.step(name, fn, *args, **kwargs)``."""
+    if core.dropped is not None:
+        raise core.poison(ConfigError(core.dropped))
+    return drive_async(ex, stepping.step(core, name, fn, args, kwargs))
 
-    def _call(self) -> str:
-        return f"ctx.step({self.label!r}, ...)"
 
-    def _run(self) -> Coroutine[Any, Any, T]:
-        core = self._core
-        if core.dropped is not None:
-            raise core.poison(ConfigError(core.dropped))
-        return drive_async(
-            self._ex, stepping.step(core, self.label, self._fn, self._args, self._kwargs)
+def run_approval(
+    core: RunCore,
+    ex: Executor,
+    action: str,
+    args: Any,
+    timeout_s: float | None,
+    on_timeout: str | Callable[[], Any],
+) -> Coroutine[Any, Any, Decision]:
+    """``await ctx.request_approval(...)``; a request that parked in an earlier attempt
+    inside a gather branch lets its siblings replay first."""
+    core.check_dropped()
+    if parked_before(core):
+        return _after_siblings(
+            ex, lambda: approvals.request_approval(core, action, args, timeout_s, on_timeout)
         )
+    return drive_async(ex, approvals.request_approval(core, action, args, timeout_s, on_timeout))
 
 
-class ApprovalCall(Recording["Decision"]):
-    __slots__ = ("_action", "_args", "_ex", "_on_timeout", "_timeout_s", "label")
-
-    def __init__(
-        self,
-        core: RunCore,
-        ex: Executor,
-        action: str,
-        args: Any,
-        timeout_s: float | None,
-        on_timeout: str | Callable[[], Any],
-    ) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._action = action
-        self._args = args
-        self._timeout_s = timeout_s
-        self._on_timeout = on_timeout
-        self.label = f"request_approval:{action}"
-
-    def _call(self) -> str:
-        return f"ctx.request_approval({self._action!r}, ...)"
-
-    def _run(self) -> Coroutine[Any, Any, Decision]:
-        core = self._core
-        core.check_dropped()
-        if parked_before(core):
-            return self._settled()
-        gen = approvals.request_approval(
-            core, self._action, self._args, self._timeout_s, self._on_timeout
-        )
-        return drive_async(self._ex, gen)
-
-    async def _settled(self) -> Decision:
-        await siblings_first(self._ex)
-        gen = approvals.request_approval(
-            self._core, self._action, self._args, self._timeout_s, self._on_timeout
-        )
-        return await drive_async(self._ex, gen)
+def run_value(core: RunCore, produce: Callable[[RunCore], T]) -> Coroutine[Any, Any, T]:
+    """``await ctx.now()`` and co. (``produce`` is ``replay.values.now`` and co.):
+    recorded at once (no I/O)."""
+    core.check_dropped()
+    return at_once(produce(core))
 
 
-class ValueCall(Recording[T]):
-    __slots__ = ("_produce", "label")
-
-    def __init__(self, core: RunCore, kind: str, produce: Callable[[], T]) -> None:
-        super().__init__(core)
-        self.label = f"durably.{kind}"
-        self._produce = produce
-
-    def _call(self) -> str:
-        return f"ctx.{self.label[8:]}()"
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        self._core.check_dropped()
-        return at_once(self._produce())
+def run_signal(
+    core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
+) -> Coroutine[Any, Any, Any]:
+    """``await ctx.wait_for_signal(...)``; as :func:`run_approval` after an earlier park,
+    and a wait that parks only its gather branch writes its ``waiting`` record now."""
+    core.check_dropped()
+    if parked_before(core):
+        return _after_siblings(ex, lambda: signals.wait_for_signal(core, name, timeout_s, default))
+    return _first_signal_wait(core, ex, name, timeout_s, default)
 
 
-class PlainCall(Recording[T]):
-    """``ctx.budget``, ``ctx.patched`` and ``ctx.deprecate_patch`` of an async workflow:
-    like the other calls, a dropped one blocks the run and one used as a value (``if
-    ctx.patched(...)``, always true as a bare coroutine) is refused, instead of Python's
-    easily missed "never awaited" warning while the call silently did nothing."""
-
-    __slots__ = ("_call_text", "_do", "label")
-
-    def __init__(
-        self, core: RunCore, method: str, call: str, do: Callable[[], Coroutine[Any, Any, T]]
-    ) -> None:
-        super().__init__(core)
-        # What a gather recorded for these when they were plain coroutines: kept, so a
-        # run that passed one to ctx.gather replays unchanged.
-        self.label = f"AsyncContext.{method}"
-        self._call_text = call
-        self._do = do
-
-    def _call(self) -> str:
-        return self._call_text
-
-    def _run(self) -> Coroutine[Any, Any, T]:
-        return self._do()
+async def _first_signal_wait(
+    core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
+) -> Any:
+    gen = signals.wait_for_signal(core, name, timeout_s, default)
+    try:
+        return await drive_async(ex, gen)
+    except Parked as parked:
+        if core.stopped is parked:
+            raise
+        await keep_branch_wait(ex, parked)
 
 
-class SignalWait(Recording[Any]):
-    __slots__ = ("_default", "_ex", "_name", "_timeout_s", "label")
-
-    def __init__(
-        self, core: RunCore, ex: Executor, name: str, timeout_s: float | None, default: Any
-    ) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._name = name
-        self._timeout_s = timeout_s
-        self._default = default
-        self.label = f"wait_for_signal:{name}"
-
-    def _call(self) -> str:
-        return f"ctx.wait_for_signal({self._name!r})"
-
-    def _run(self) -> Coroutine[Any, Any, Any]:
-        core = self._core
-        core.check_dropped()
-        if parked_before(core):
-            return self._settled()
-        return self._first()
-
-    async def _first(self) -> Any:
-        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
-        try:
-            return await drive_async(self._ex, gen)
-        except Parked as parked:
-            if self._core.stopped is parked:
-                raise
-            await keep_branch_wait(self._ex, parked)
-
-    async def _settled(self) -> Any:
-        await siblings_first(self._ex)
-        gen = signals.wait_for_signal(self._core, self._name, self._timeout_s, self._default)
-        return await drive_async(self._ex, gen)
+def run_sleep(core: RunCore, ex: Executor, timer: Callable[[], None]) -> Coroutine[Any, Any, None]:
+    """``await ctx.sleep(...)`` / ``ctx.sleep_until(...)``: records (and parks, when the
+    timer is not due) when first run."""
+    core.check_dropped()
+    if parked_before(core):
+        return _timer_after_siblings(ex, timer)
+    try:
+        timer()
+    except Parked as parked:
+        if core.stopped is parked:
+            raise  # a top-level timer: the park (latched) writes its record
+        return keep_branch_wait(ex, parked)
+    return at_once(None)
 
 
-class SleepCall(Recording[None]):
-    """``ctx.sleep(...)`` / ``ctx.sleep_until(...)`` of an async workflow: records (and
-    parks, when the timer is not due) when awaited, once."""
+async def _after_siblings(ex: Executor, make: Callable[[], Generator[Op, Any, T]]) -> T:
+    await siblings_first(ex)
+    return await drive_async(ex, make())
 
-    __slots__ = ("_ex", "_method", "_timer", "label")
 
-    def __init__(self, core: RunCore, ex: Executor, method: str, timer: Callable[[], None]) -> None:
-        super().__init__(core)
-        self._ex = ex
-        self._method = method
-        self.label = "durably.sleep"
-        self._timer = timer
-
-    def _call(self) -> str:
-        return f"ctx.{self._method}(...)"
-
-    def _run(self) -> Coroutine[Any, Any, None]:
-        self._core.check_dropped()
-        if parked_before(self._core):
-            return self._settled()
-        try:
-            self._timer()
-        except Parked as parked:
-            if self._core.stopped is parked:
-                raise  # a top-level timer: the park (latched) writes its record
-            return keep_branch_wait(self._ex, parked)
-        return at_once(None)
-
-    async def _settled(self) -> None:
-        await siblings_first(self._ex)
-        self._timer()
+async def _timer_after_siblings(ex: Executor, timer: Callable[[], None]) -> None:
+    await siblings_first(ex)
+    timer()
 
 
 async def at_once(value: T) -> T:

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
+from ..journal.text import check_name
+from ..limits import SCOPE_POSITIONS_MAX
+from ..replay import gathers
 from ..replay.scope import SCOPE
 from .lock import RunLock
 
@@ -96,14 +99,12 @@ def open_branches(core: RunCore, ex: Executor, labels: object, is_async: bool) -
         # From now on the run's branches may record from several threads.
         ex.lock = RunLock()
     with ex.hold():
-        group = core.branches_begin(checked)
+        group = gathers.branches_begin(core, checked)
     return Branches(group, ex, loop_thread)
 
 
 def _labels(core: RunCore, labels: object) -> list[str]:
-    from ..journal.text import check_name
-    from ..limits import SCOPE_POSITIONS_MAX
-
+    """The labels as a list of str fit to be recorded; anything else blocks the run."""
     if isinstance(labels, str) or not isinstance(labels, list | tuple):
         raise core.poison(
             ConfigError(

@@ -30,19 +30,18 @@ from ..errors import (
     StoreFailed,
 )
 from ..limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
-from ..replay.kernel import (
+from ..replay.kernel import RunCore, cancelled_error
+from ..replay.ops import (
     Call,
     Charge,
     Op,
     Outcome,
     ReadDecision,
     ReadSpend,
-    RunCore,
     SetBudget,
     TakeSignal,
     Wait,
     Write,
-    cancelled_error,
 )
 from ..steps import USAGE, Usage, fn_text
 from ..store import retry
@@ -239,14 +238,21 @@ def drive_sync(ex: Executor, gen: Generator[Op, Any, T]) -> T:
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
             try:
-                if lock is not None and isinstance(op, Call | Wait):
-                    with lock.released():
-                        reply = op_sync(ex, op)
-                else:
-                    reply = op_sync(ex, op)
+                reply = op_sync_held(ex, op)
             except BaseException:
                 gen.close()  # the core's cleanup (its scope is no longer busy) runs now
                 raise
+
+
+def op_sync_held(ex: Executor, op: Op) -> Any:
+    """:func:`op_sync` for a caller inside ``ex.hold()``: the run's lock (when branches
+    may record from other threads) is let go while a step's function runs or a wait
+    passes."""
+    lock = ex.lock
+    if lock is not None and isinstance(op, Call | Wait):
+        with lock.released():
+            return op_sync(ex, op)
+    return op_sync(ex, op)
 
 
 def op_sync(ex: Executor, op: Op) -> Any:

@@ -5,20 +5,14 @@ branch unwinds the others (sparing a saga's compensations).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-from ..history import APPROVAL, SIGNAL, SLEEP, WAITING
+from ..journal.records import APPROVAL, SIGNAL, SLEEP, WAITING
 from ..limits import SETTLE_TURNS_MAX
-from ..replay.kernel import (
-    RunCore,
-    Wait,
-    Write,
-)
+from ..replay.kernel import RunCore
+from ..replay.ops import Wait, Write
 from ..replay.park import Parked
 from .drive import COMPENSATING_TASKS, Executor, GatherTasks, wait_async
-
-if TYPE_CHECKING:
-    pass
 
 
 async def keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
@@ -61,7 +55,7 @@ async def siblings_first(ex: Executor) -> None:
 
     core, gathers = ex.core, ex.gathers
     prefix = core.scope().prefix
-    core.went_live.add(prefix)  # siblings settling in turn need not wait for this one
+    core.mark_live(prefix)  # siblings settling in turn need not wait for this one
     gathers.settling.add(prefix)
     try:
         for _ in range(SETTLE_TURNS_MAX):
@@ -98,7 +92,7 @@ def siblings_settled(ex: Executor, prefix: str) -> bool:
                 and (
                     branch_failed(ex.core, task)
                     if task.done()
-                    else not any(p.startswith(branch) for p in ex.core.went_live)
+                    else not any(p.startswith(branch) for p in ex.core.gathers.went_live)
                 )
             ):
                 # Running its replay still, or ended with a failure: its gather is about
