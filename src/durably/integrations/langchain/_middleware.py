@@ -1,0 +1,99 @@
+"""``DurablyMiddleware``: LangChain agent middleware that records the agent's model
+calls and tool calls as steps of the durably workflow it runs in.
+
+Inside a workflow's body (``durably.current_context()`` is the run's context) each
+``wrap_model_call`` is a ``langchain.{name}.model`` step (``_model``) and each
+``wrap_tool_call`` a ``langchain.{name}.tool.{tool}`` step in its turn's ordered branch
+(``_tools``, ``_turns``); everywhere else (no workflow, or inside a running step, or a
+sync agent in an async workflow's step thread) the middleware hands the call on
+untouched, so the agent behaves as it does without durably.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from ... import AsyncContext, Context, current_context
+from . import _model, _tools
+from ._turns import Turns
+
+
+class DurablyMiddleware(AgentMiddleware):
+    """Record a LangChain agent's model and tool calls in the durably workflow that runs
+    it: ``create_agent(model, tools, middleware=[DurablyMiddleware()])``.
+
+    ``name`` (default ``"agent"``) names the steps, ``langchain.{name}.model`` and
+    ``langchain.{name}.tool.{tool}``: give each agent of one workflow its own. Put the
+    middleware first in the list, so the others run inside the recorded calls (their
+    work is replayed with them). See docs/integrations.md.
+    """
+
+    def __init__(self, name: str = "agent") -> None:
+        super().__init__()
+        if not isinstance(name, str) or not name or any(c in name for c in ":/ "):
+            raise ValueError(
+                f"DurablyMiddleware(name={name!r}): give a non-empty name without ':', '/'"
+                " or spaces (it names the agent's steps)"
+            )
+        self.step_prefix = f"langchain.{name}"
+        self._turns = Turns()
+
+    @property
+    def name(self) -> str:
+        """The middleware's name in LangChain's graph."""
+        return "DurablyMiddleware"
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse:
+        """The model call as a recorded step of a sync workflow, else ``handler``."""
+        ctx = current_context()
+        if not isinstance(ctx, Context):
+            return handler(request)
+        self._turns.model_called(ctx)
+        return _model.record(ctx, f"{self.step_prefix}.model", request, handler)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest,
+        handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        """The model call as a recorded step of an async workflow, else ``handler``."""
+        ctx = current_context()
+        if not isinstance(ctx, AsyncContext):
+            return await handler(request)
+        self._turns.model_called(ctx)
+        return await _model.arecord(ctx, f"{self.step_prefix}.model", request, handler)
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """The tool call as recorded steps of a sync workflow, else ``handler``."""
+        ctx = current_context()
+        if not isinstance(ctx, Context):
+            return handler(request)
+        with self._turns.call(ctx, request):
+            return _tools.record(ctx, self._tool_step(request), request, handler)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """The tool call as recorded steps of an async workflow, else ``handler``."""
+        ctx = current_context()
+        if not isinstance(ctx, AsyncContext):
+            return await handler(request)
+        with self._turns.call(ctx, request):
+            return await _tools.arecord(ctx, self._tool_step(request), request, handler)
+
+    def _tool_step(self, request: ToolCallRequest) -> str:
+        return f"{self.step_prefix}.tool.{request.tool_call.get('name')}"
