@@ -136,8 +136,9 @@ class ScriptedModel(BaseChatModel):
         )
 
 
-def build(url: str, world_db: str, scenario: str, kill_at: str | None) -> Any:
-    engine = durably.Engine(url)
+def build(url: str, world_db: str, scenario: str, kill_at: str | None, **options: Any) -> Any:
+    """The engine (``options`` are ``durably.Engine``'s) and the scenario's workflow."""
+    engine = durably.Engine(url, **options)
 
     def write(name: str, item: str) -> str:
         info = durably.current_step()
@@ -227,12 +228,6 @@ def wait_recorded(engine: durably.Engine, run_id: str, name: str) -> None:
             return
         time.sleep(0.01)
     raise TimeoutError(f"{name} was never recorded")
-
-
-def run(engine: Any, wf: Any, run_id: str) -> Any:
-    if asyncio.iscoroutinefunction(getattr(wf, "fn", None)) or getattr(wf, "is_async", False):
-        return asyncio.run(engine.run_async(wf, "order please", run_id=run_id))
-    return engine.run(wf, "order please", run_id=run_id)
 
 
 def main() -> None:

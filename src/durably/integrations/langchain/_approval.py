@@ -41,7 +41,7 @@ class ApprovalAsked(BaseException):
     def __init__(self, action: str, args: Any, timeout_s: float | None) -> None:
         super().__init__(action)
         self.action = action
-        self.args = args
+        self.data = args
         self.timeout_s = timeout_s
 
 

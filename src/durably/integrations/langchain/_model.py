@@ -109,6 +109,17 @@ def _emitter(ctx: Context | AsyncContext) -> Any:
     return emit
 
 
+def _options(ctx: Context | AsyncContext, request: ModelRequest) -> dict[str, Any]:
+    """``ctx.step_stream``'s options for the model call ``request``: how its record is
+    made and replayed, its deltas' emitter and the arguments its digest covers."""
+    return {
+        "assemble": _assemble,
+        "replay": _replay,
+        "on_chunk": _emitter(ctx),
+        **_digest.model_call(request),
+    }
+
+
 def record(
     ctx: Context, step: str, request: ModelRequest, handler: Callable[[ModelRequest], Any]
 ) -> ModelResponse:
@@ -142,14 +153,7 @@ def record(
                 return
 
     final: Any = None
-    with ctx.step_stream(
-        step,
-        stream,
-        assemble=_assemble,
-        replay=_replay,
-        on_chunk=_emitter(ctx),
-        **_digest.model_call(request),
-    ) as chunks:
+    with ctx.step_stream(step, stream, **_options(ctx, request)) as chunks:
         for chunk in chunks:
             if "response" in chunk:
                 final = chunk["response"]
@@ -193,14 +197,7 @@ async def arecord(
         yield {"response": _dump(task.result())}
 
     final: Any = None
-    async with ctx.step_stream(
-        step,
-        stream,
-        assemble=_assemble,
-        replay=_replay,
-        on_chunk=_emitter(ctx),
-        **_digest.model_call(request),
-    ) as chunks:
+    async with ctx.step_stream(step, stream, **_options(ctx, request)) as chunks:
         async for chunk in chunks:
             if "response" in chunk:
                 final = chunk["response"]

@@ -47,7 +47,7 @@ def _dump(result: Any, name: str) -> dict[str, Any]:
 
 
 def _asked(exc: ApprovalAsked) -> dict[str, Any]:
-    return {"$ask": {"action": exc.action, "args": exc.args, "timeout_s": exc.timeout_s}}
+    return {"$ask": {"action": exc.action, "args": exc.data, "timeout_s": exc.timeout_s}}
 
 
 def _load(value: dict[str, Any], request: Any) -> ToolMessage:

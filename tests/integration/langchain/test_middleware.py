@@ -1,0 +1,169 @@
+"""``DurablyMiddleware`` in one process: outside a workflow the agent is untouched; a
+streamed run's tokens reach a follower as ``model.delta`` events; an async agent's
+parallel tool calls take the model's order; ``wait_for_approval`` parks the run and a
+rejection is the tool's answer; usage counts against the run's budget; digests leave
+out LangChain's generated ids and metadata. (Crashes: test_crash.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ModelRequest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+import durably
+from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
+from durably.integrations.langchain._digest import model_call
+
+from .agent_app import ScriptedModel, build
+
+
+def rows(tmp: Path, sql: str) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(tmp / "world.db")) as w:
+        return list(w.execute(sql))
+
+
+def url(tmp: Path) -> str:
+    return f"sqlite:///{tmp / 'journal.db'}"
+
+
+def test_outside_a_workflow_the_agent_runs_as_without_durably(tmp_path: Path) -> None:
+    seen: list[Any] = []
+
+    @tool
+    def record_order(item: str) -> str:
+        """Record an order."""
+        seen.append(durably.current_step())
+        return f"record_order {item} ok"
+
+    outputs = []
+    for middleware in ([], [DurablyMiddleware("shop")]):
+        model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="parallel")
+        agent = create_agent(model, [record_order], middleware=middleware)
+        state = agent.invoke({"messages": [("user", "order please")]})
+        outputs.append([(type(m).__name__, m.content) for m in state["messages"]])
+    assert outputs[0] == outputs[1]
+    assert outputs[1][-1] == ("AIMessage", "done: record_order a ok; record_order b ok")
+    assert seen == [None] * 4  # no step around the tool: nothing recorded
+    assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2] * 2
+
+
+def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path) -> None:
+    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), "stream", None)
+    try:
+        engine.start(shop, "order please", run_id="s-1")
+        texts: list[str] = []
+
+        def follow() -> None:
+            for event in engine.follow("s-1", poll_s=0.01):
+                if event.kind == "user" and event.data["kind"] == "model.delta":
+                    texts.append(event.data["data"]["text"])
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        out = engine.run(shop, "order please", run_id="s-1")
+        follower.join(timeout=30)
+        assert out == "done: record_order a ok"
+        assert "".join(texts) == out and len(texts) == 4  # token by token, each once
+    finally:
+        engine.close()
+
+
+def test_an_async_agent_records_parallel_calls_in_the_models_order(tmp_path: Path) -> None:
+    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), "async", None)
+    try:
+        out = asyncio.run(engine.run_async(shop, "order please", run_id="a-1"))
+        again = asyncio.run(engine.run_async(shop, "order please", run_id="a-1"))
+    finally:
+        engine.close()
+    assert out == again == "done: record_order a ok; record_order b ok"
+    keys = rows(tmp_path, "SELECT item, key FROM attempts ORDER BY item")
+    assert [(i, k.rsplit(":", 1)[1]) for i, k in keys] == [("a", "1.0.0"), ("b", "1.1.0")]
+    assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2]
+
+
+@pytest.mark.parametrize("decide", ["approve", "reject"])
+def test_wait_for_approval_parks_the_run_until_a_decision(tmp_path: Path, decide: str) -> None:
+    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), "approval", None, park_wait_s=0)
+    try:
+        with pytest.raises(durably.RunParked):
+            engine.run(shop, "order please", run_id="r-1")
+        [pending] = engine.pending_approvals()
+        assert (pending.action, pending.args) == ("refund", {"amount": 30})
+        assert rows(tmp_path, "SELECT * FROM attempts") == []  # parked before the write
+        if decide == "approve":
+            engine.approve("r-1", pending.request_id, digest=pending.digest, by="ana")
+        else:
+            engine.reject("r-1", pending.request_id, digest=pending.digest, by="ana", reason="no")
+        out = engine.run(shop, "order please", run_id="r-1")
+    finally:
+        engine.close()
+    if decide == "approve":
+        assert out == "done: refund 30 ok"
+        assert rows(tmp_path, "SELECT tool, item FROM attempts") == [("refund", "30")]
+    else:
+        assert out == "done: The tool call was not approved (rejected: no)."
+        assert rows(tmp_path, "SELECT * FROM attempts") == []
+    # The parked run was replayed on wake: the model's first turn was not asked again.
+    assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2]
+
+
+def test_wait_for_approval_outside_a_recorded_tool_says_what_to_do() -> None:
+    with pytest.raises(durably.ConfigError, match="DurablyMiddleware"):
+        wait_for_approval("refund", {"amount": 1})
+
+
+def test_the_models_usage_counts_against_the_runs_budget(tmp_path: Path) -> None:
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="single")
+
+    ran: list[str] = []
+
+    @tool
+    def record_order(item: str) -> str:
+        """Record an order."""
+        ran.append(item)
+        return "ok"
+
+    agent = create_agent(model, [record_order], middleware=[DurablyMiddleware()])
+    engine = durably.Engine(url(tmp_path))
+
+    @engine.workflow(name="tight")
+    def tight(ctx: durably.Context) -> str:
+        ctx.budget(tokens=10)  # each model call reports 15: over at the first
+        return str(agent.invoke({"messages": [("user", "go")]})["messages"][-1].content)
+
+    try:
+        with pytest.raises(durably.WorkflowFailed, match="spent 15 tokens, more than its"):
+            engine.run(tight, run_id="b-1")
+    finally:
+        engine.close()
+    assert ran == []  # stopped at the position after the charge: the tool call's
+
+
+def test_digests_leave_out_generated_ids_and_metadata() -> None:
+    def request(call_id: str, message_id: str, text: str = "hi") -> ModelRequest:
+        return ModelRequest(
+            model=ScriptedModel(world_db=":memory:", scenario="single"),
+            messages=[
+                HumanMessage(text, id=message_id),
+                AIMessage(
+                    "",
+                    id=f"lc_run--{message_id}",
+                    tool_calls=[{"name": "t", "args": {"x": 1}, "id": call_id}],
+                    response_metadata={"created": message_id},
+                    usage_metadata={"input_tokens": 1, "output_tokens": 2, "total_tokens": 3},
+                ),
+                ToolMessage("done", tool_call_id=call_id),
+            ],
+        )
+
+    assert model_call(request("call_1", "m1")) == model_call(request("call_2", "m2"))
+    assert model_call(request("call_1", "m1")) != model_call(request("call_1", "m1", "ho"))
