@@ -167,3 +167,53 @@ def test_digests_leave_out_generated_ids_and_metadata() -> None:
 
     assert model_call(request("call_1", "m1")) == model_call(request("call_2", "m2"))
     assert model_call(request("call_1", "m1")) != model_call(request("call_1", "m1", "ho"))
+
+
+def test_a_durably_tool_keeps_its_kinds_rules(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    @durably.tool(kind="destructive")  # a person approves each call first
+    def refund(amount: int) -> str:
+        """Refund ``amount`` dollars."""
+        ran.append(str(durably.current_step().idempotency_key))  # type: ignore[union-attr]
+        return f"refunded {amount}"
+
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="approval")
+    agent = create_agent(model, [tool(refund)], middleware=[DurablyMiddleware("shop")])
+    engine = durably.Engine(url(tmp_path), park_wait_s=0)
+
+    @engine.workflow(name="shop")
+    def shop(ctx: durably.Context) -> str:
+        return str(agent.invoke({"messages": [("user", "go")]})["messages"][-1].content)
+
+    try:
+        with pytest.raises(durably.RunParked):
+            engine.run(shop, run_id="k-1")
+        [pending] = engine.pending_approvals()
+        assert (pending.action, pending.args) == ("langchain.shop.tool.refund", {"amount": 30})
+        assert ran == []
+        engine.approve("k-1", pending.request_id, digest=pending.digest, by="ana")
+        assert engine.run(shop, run_id="k-1") == "done: refunded 30"
+    finally:
+        engine.close()
+    assert len(ran) == 1 and ran[0].endswith(":1.0.1")  # the approval at 1.0.0, then the step
+
+
+def test_a_sync_agent_in_an_async_workflow_is_refused_and_blocks_the_run(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="single")
+    agent = create_agent(model, [], middleware=[DurablyMiddleware()])
+    engine = durably.Engine(url(tmp_path))
+
+    @engine.workflow(name="mixed")
+    async def mixed(ctx: durably.AsyncContext) -> Any:
+        return agent.invoke({"messages": [("user", "go")]})
+
+    try:
+        with pytest.raises(durably.ConfigError, match=r"await agent\.ainvoke"):
+            asyncio.run(engine.run_async(mixed, run_id="m-1"))
+        assert engine.get_run("m-1").status == "blocked"
+    finally:
+        engine.close()
+    assert not (tmp_path / "world.db").exists()  # the model was never asked

@@ -4,9 +4,10 @@ calls and tool calls as steps of the durably workflow it runs in.
 Inside a workflow's body (``durably.current_context()`` is the run's context) each
 ``wrap_model_call`` is a ``langchain.{name}.model`` step (``_model``) and each
 ``wrap_tool_call`` a ``langchain.{name}.tool.{tool}`` step in its turn's ordered branch
-(``_tools``, ``_turns``); everywhere else (no workflow, or inside a running step, or a
-sync agent in an async workflow's step thread) the middleware hands the call on
-untouched, so the agent behaves as it does without durably.
+(``_tools``, ``_turns``); everywhere else (no workflow, or inside a running step) the
+middleware hands the call on untouched, so the agent behaves as it does without
+durably. A sync agent in an async workflow (or the reverse) is refused: the run is
+blocked with a message that says which call to use.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from ... import AsyncContext, Context, current_context
+from .._common import refuse
 from . import _model, _tools
 from ._turns import Turns
 
@@ -53,8 +55,8 @@ class DurablyMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
     ) -> ModelResponse:
         """The model call as a recorded step of a sync workflow, else ``handler``."""
-        ctx = current_context()
-        if not isinstance(ctx, Context):
+        ctx = self._sync(f"{self.step_prefix}.model")
+        if ctx is None:
             return handler(request)
         self._turns.model_called(ctx)
         return _model.record(ctx, f"{self.step_prefix}.model", request, handler)
@@ -65,8 +67,8 @@ class DurablyMiddleware(AgentMiddleware):
         handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
         """The model call as a recorded step of an async workflow, else ``handler``."""
-        ctx = current_context()
-        if not isinstance(ctx, AsyncContext):
+        ctx = self._async(f"{self.step_prefix}.model")
+        if ctx is None:
             return await handler(request)
         self._turns.model_called(ctx)
         return await _model.arecord(ctx, f"{self.step_prefix}.model", request, handler)
@@ -77,8 +79,8 @@ class DurablyMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """The tool call as recorded steps of a sync workflow, else ``handler``."""
-        ctx = current_context()
-        if not isinstance(ctx, Context):
+        ctx = self._sync(self._tool_step(request))
+        if ctx is None:
             return handler(request)
         with self._turns.call(ctx, request):
             return _tools.record(ctx, self._tool_step(request), request, handler)
@@ -89,11 +91,41 @@ class DurablyMiddleware(AgentMiddleware):
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
         """The tool call as recorded steps of an async workflow, else ``handler``."""
-        ctx = current_context()
-        if not isinstance(ctx, AsyncContext):
+        ctx = self._async(self._tool_step(request))
+        if ctx is None:
             return await handler(request)
         with self._turns.call(ctx, request):
             return await _tools.arecord(ctx, self._tool_step(request), request, handler)
+
+    @staticmethod
+    def _sync(step: str) -> Context | None:
+        """The sync workflow's context this sync hook records in, None outside one; a
+        sync agent in an async workflow is refused (it would block the run's loop)."""
+        ctx = current_context()
+        if isinstance(ctx, AsyncContext):
+            refuse(
+                ctx,
+                step,
+                "a LangChain agent run with invoke()/stream() inside an async workflow: use"
+                " await agent.ainvoke(...) / agent.astream(...) there, or make the workflow"
+                " a plain def",
+            )
+        return ctx
+
+    @staticmethod
+    def _async(step: str) -> AsyncContext | None:
+        """The async workflow's context this async hook records in, None outside one;
+        an async agent in a sync workflow (its own event loop) is refused."""
+        ctx = current_context()
+        if isinstance(ctx, Context):
+            refuse(
+                ctx,
+                step,
+                "a LangChain agent run with ainvoke()/astream() inside a sync workflow: use"
+                " agent.invoke(...) / agent.stream(...) there, or make the workflow an"
+                " async def",
+            )
+        return ctx
 
     def _tool_step(self, request: ToolCallRequest) -> str:
         return f"{self.step_prefix}.tool.{request.tool_call.get('name')}"

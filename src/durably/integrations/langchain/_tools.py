@@ -22,16 +22,28 @@ from langchain_core.messages import ToolMessage, messages_from_dict, messages_to
 
 from ... import AsyncContext, ConfigError, Context, Decision, ToolRejected
 from ...tools import Tool as DurablyTool
+from .._common import refuse
 from . import _digest
 from ._approval import GRANTED, ApprovalAsked, Granted
 
 
-def durably_tool(request: Any) -> DurablyTool | None:
-    """The ``@durably.tool`` behind the call's LangChain tool, if it is one."""
+def durably_tool(ctx: Context | AsyncContext, step: str, request: Any) -> DurablyTool | None:
+    """The ``@durably.tool`` behind the call's LangChain tool, if it is one (refused,
+    blocking the run, if it takes its key as a parameter: LangChain would ask the model
+    for it)."""
     tool = request.tool
     for attr in ("func", "coroutine"):
         fn = getattr(tool, attr, None)
         if isinstance(fn, DurablyTool):
+            if fn.takes_key:
+                refuse(
+                    ctx,
+                    step,
+                    f"tool {fn.name!r} is a @durably.tool with an idempotency_key parameter"
+                    " used as a LangChain tool: LangChain would ask the model for it. Drop"
+                    " the parameter; read the key from durably.current_step().idempotency_key"
+                    " inside the tool",
+                )
             return fn
     return None
 
@@ -108,7 +120,7 @@ async def _arun(
 def record(ctx: Context, step: str, request: Any, handler: Callable[[Any], Any]) -> ToolMessage:
     """The tool call ``handler(request)`` as recorded steps of ``ctx``'s workflow."""
     args = _digest.tool_call(request.tool_call)
-    kind = durably_tool(request)
+    kind = durably_tool(ctx, step, request)
     if kind is not None:
         try:
             value = kind.record(ctx, step, (), dict(request.tool_call.get("args") or {}))
@@ -132,7 +144,7 @@ async def arecord(
 ) -> ToolMessage:
     """The tool call ``await handler(request)`` as recorded steps of ``ctx``'s workflow."""
     args = _digest.tool_call(request.tool_call)
-    kind = durably_tool(request)
+    kind = durably_tool(ctx, step, request)
     if kind is not None:
         try:
             value = await kind.record(ctx, step, (), dict(request.tool_call.get("args") or {}))
