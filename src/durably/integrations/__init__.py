@@ -4,6 +4,6 @@ imported itself). See docs/integrations.md."""
 
 from __future__ import annotations
 
-from ._common import IntegrationWarning, WrappedClient, WrapRefused
+from ._common import IntegrationWarning, WrappedClient, WrapRefused, refuse
 
-__all__ = ["IntegrationWarning", "WrapRefused", "WrappedClient"]
+__all__ = ["IntegrationWarning", "WrapRefused", "WrappedClient", "refuse"]

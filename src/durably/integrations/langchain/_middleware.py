@@ -21,7 +21,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from ... import AsyncContext, Context, current_context
-from .._common import refuse
+from .. import refuse
 from . import _model, _tools
 from ._turns import Turns
 

@@ -22,7 +22,7 @@ from langchain_core.messages import ToolMessage, messages_from_dict, messages_to
 
 from ... import AsyncContext, ConfigError, Context, Decision, ToolRejected
 from ...tools import Tool as DurablyTool
-from .._common import refuse
+from .. import refuse
 from . import _digest
 from ._approval import GRANTED, ApprovalAsked, Granted
 
