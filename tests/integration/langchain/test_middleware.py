@@ -18,6 +18,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.types import interrupt
 
 import durably
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
@@ -217,3 +218,39 @@ def test_a_sync_agent_in_an_async_workflow_is_refused_and_blocks_the_run(
     finally:
         engine.close()
     assert not (tmp_path / "world.db").exists()  # the model was never asked
+
+
+def test_interrupt_in_a_tool_blocks_the_run_and_a_fixed_tool_runs_on_retry(
+    tmp_path: Path,
+) -> None:
+    fixed: list[bool] = []
+    ran: list[str] = []
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund ``amount`` dollars."""
+        if not fixed:
+            interrupt({"approve": amount})  # LangGraph's: not resumable through middleware
+        ran.append(str(durably.current_step().idempotency_key))  # type: ignore[union-attr]
+        return "refunded"
+
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="approval")
+    agent = create_agent(model, [refund], middleware=[DurablyMiddleware("shop")])
+    engine = durably.Engine(url(tmp_path))
+
+    @engine.workflow(name="shop")
+    def shop(ctx: durably.Context) -> str:
+        return str(agent.invoke({"messages": [("user", "go")]})["messages"][-1].content)
+
+    try:
+        with pytest.raises(durably.ConfigError, match="wait_for_approval"):
+            engine.run(shop, run_id="i-1")
+        assert engine.get_run("i-1").status == "blocked" and ran == []
+        fixed.append(True)  # the code is fixed, the run retried
+        engine.retry("i-1")
+        assert engine.run(shop, run_id="i-1") == "done: refunded"
+    finally:
+        engine.close()
+    # The interrupted call is recorded at 1.0.0, the fixed one ran once at 1.0.1.
+    assert len(ran) == 1 and ran[0].endswith(":1.0.1")
+    assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2]

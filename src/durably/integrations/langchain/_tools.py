@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from langchain_core.messages import ToolMessage, messages_from_dict, messages_to_dict
+from langgraph.errors import GraphInterrupt
 
 from ... import AsyncContext, ConfigError, Context, Decision, ToolRejected
 from ...tools import Tool as DurablyTool
@@ -93,26 +94,50 @@ def _answer(request: Any, value: Any) -> ToolMessage:
     )
 
 
-def _run(handler: Callable[[Any], Any], request: Any, granted: list[Decision], **args: Any) -> Any:
+INTERRUPT = (
+    "tool {tool!r} called LangGraph's interrupt(), which middleware cannot resume (the"
+    " checkpointer owns it, and durably records the tool call): call"
+    " durably.integrations.langchain.wait_for_approval(...) in the tool instead (or"
+    " ctx.wait_for_signal in the workflow), then `durably retry` the run"
+)
+
+
+def _run(
+    handler: Callable[[Any], Any],
+    request: Any,
+    granted: list[Decision],
+    live: list[bool],
+    **args: Any,
+) -> Any:
     """The step function of one tool call: the tool's answer, or what it asks."""
+    live.append(True)
     token = GRANTED.set(Granted(granted))
     try:
         return _dump(handler(request), args["tool"])
     except ApprovalAsked as exc:
         return _asked(exc)
+    except GraphInterrupt:
+        return {"$interrupt": True}
     finally:
         GRANTED.reset(token)
 
 
 async def _arun(
-    handler: Callable[[Any], Awaitable[Any]], request: Any, granted: list[Decision], **args: Any
+    handler: Callable[[Any], Awaitable[Any]],
+    request: Any,
+    granted: list[Decision],
+    live: list[bool],
+    **args: Any,
 ) -> Any:
     """:func:`_run` for async agents."""
+    live.append(True)
     token = GRANTED.set(Granted(granted))
     try:
         return _dump(await handler(request), args["tool"])
     except ApprovalAsked as exc:
         return _asked(exc)
+    except GraphInterrupt:
+        return {"$interrupt": True}
     finally:
         GRANTED.reset(token)
 
@@ -129,7 +154,14 @@ def record(ctx: Context, step: str, request: Any, handler: Callable[[Any], Any])
         return _answer(request, value)
     decisions: list[Decision] = []
     while True:
-        value = ctx.step(step, partial(_run, handler, request, list(decisions)), **args)
+        live: list[bool] = []
+        value = ctx.step(step, partial(_run, handler, request, list(decisions), live), **args)
+        if "$interrupt" in value:
+            # An interrupt() recorded by this process blocks the run; one replayed (the
+            # code fixed since, the run retried) is followed by the call run again.
+            if live:
+                refuse(ctx, step, INTERRUPT.format(tool=args["tool"]))
+            continue
         if "$ask" not in value:
             return _load(value, request)
         ask = value["$ask"]
@@ -153,7 +185,16 @@ async def arecord(
         return _answer(request, value)
     decisions: list[Decision] = []
     while True:
-        value = await ctx.step(step, partial(_arun, handler, request, list(decisions)), **args)
+        live: list[bool] = []
+        value = await ctx.step(
+            step, partial(_arun, handler, request, list(decisions), live), **args
+        )
+        if "$interrupt" in value:
+            # An interrupt() recorded by this process blocks the run; one replayed (the
+            # code fixed since, the run retried) is followed by the call run again.
+            if live:
+                refuse(ctx, step, INTERRUPT.format(tool=args["tool"]))
+            continue
         if "$ask" not in value:
             return _load(value, request)
         ask = value["$ask"]
