@@ -11,14 +11,14 @@ import sqlite3
 import threading
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from langgraph.types import interrupt
+from langchain_core.tools import InjectedToolCallId, tool
+from langgraph.types import Command, interrupt
 
 import durably
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
@@ -254,3 +254,25 @@ def test_interrupt_in_a_tool_blocks_the_run_and_a_fixed_tool_runs_on_retry(
     # The interrupted call is recorded at 1.0.0, the fixed one ran once at 1.0.1.
     assert len(ran) == 1 and ran[0].endswith(":1.0.1")
     assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2]
+
+
+def test_a_tool_returning_a_command_blocks_the_run(tmp_path: Path) -> None:
+    @tool
+    def record_order(item: str, call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+        """Record an order."""
+        return Command(update={"messages": [ToolMessage(item, tool_call_id=call_id)]})
+
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="single")
+    agent = create_agent(model, [record_order], middleware=[DurablyMiddleware("shop")])
+    engine = durably.Engine(url(tmp_path))
+
+    @engine.workflow(name="shop")
+    def shop(ctx: durably.Context) -> Any:
+        return agent.invoke({"messages": [("user", "go")]})["messages"][-1].content
+
+    try:
+        with pytest.raises(durably.ConfigError, match="returned Command, not a ToolMessage"):
+            engine.run(shop, run_id="c-1")
+        assert engine.get_run("c-1").status == "blocked"
+    finally:
+        engine.close()

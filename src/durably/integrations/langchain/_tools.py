@@ -21,7 +21,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage, messages_from_dict, messages_to_dict
 from langgraph.errors import GraphInterrupt
 
-from ... import AsyncContext, ConfigError, Context, Decision, ToolRejected
+from ... import AsyncContext, Context, Decision, ToolRejected
 from ...tools import Tool as DurablyTool
 from .. import refuse
 from . import _digest
@@ -52,11 +52,12 @@ def durably_tool(ctx: Context | AsyncContext, step: str, request: Any) -> Durabl
 def _dump(result: Any, name: str) -> dict[str, Any]:
     if isinstance(result, ToolMessage):
         return {"message": messages_to_dict([result])[0]}
-    raise ConfigError(
-        f"tool {name!r} returned {type(result).__name__}, not a ToolMessage: durably records"
-        " a tool's ToolMessage only (a Command changes the graph's state outside the"
-        " record). Return the tool's answer, or run this tool without DurablyMiddleware"
-    )
+    return {
+        "$refused": f"tool {name!r} returned {type(result).__name__}, not a ToolMessage:"
+        " durably records a tool's ToolMessage only (a Command changes the graph's state"
+        " outside the record). Return the tool's answer, or run this tool without"
+        " DurablyMiddleware, then `durably retry` the run"
+    }
 
 
 def _asked(exc: ApprovalAsked) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def _answer(request: Any, value: Any) -> ToolMessage:
 
 
 INTERRUPT = (
-    "tool {tool!r} called LangGraph's interrupt(), which middleware cannot resume (the"
+    "tool {!r} called LangGraph's interrupt(), which middleware cannot resume (the"
     " checkpointer owns it, and durably records the tool call): call"
     " durably.integrations.langchain.wait_for_approval(...) in the tool instead (or"
     " ctx.wait_for_signal in the workflow), then `durably retry` the run"
@@ -117,7 +118,7 @@ def _run(
     except ApprovalAsked as exc:
         return _asked(exc)
     except GraphInterrupt:
-        return {"$interrupt": True}
+        return {"$refused": INTERRUPT.format(args["tool"])}
     finally:
         GRANTED.reset(token)
 
@@ -137,7 +138,7 @@ async def _arun(
     except ApprovalAsked as exc:
         return _asked(exc)
     except GraphInterrupt:
-        return {"$interrupt": True}
+        return {"$refused": INTERRUPT.format(args["tool"])}
     finally:
         GRANTED.reset(token)
 
@@ -156,11 +157,12 @@ def record(ctx: Context, step: str, request: Any, handler: Callable[[Any], Any])
     while True:
         live: list[bool] = []
         value = ctx.step(step, partial(_run, handler, request, list(decisions), live), **args)
-        if "$interrupt" in value:
-            # An interrupt() recorded by this process blocks the run; one replayed (the
-            # code fixed since, the run retried) is followed by the call run again.
+        if "$refused" in value:
+            # A call durably cannot record as it is (an interrupt(), a Command), recorded
+            # so by this process, blocks the run; one replayed (the code fixed since, the
+            # run retried) is followed by the call run again.
             if live:
-                refuse(ctx, step, INTERRUPT.format(tool=args["tool"]))
+                refuse(ctx, step, value["$refused"])
             continue
         if "$ask" not in value:
             return _load(value, request)
@@ -189,11 +191,12 @@ async def arecord(
         value = await ctx.step(
             step, partial(_arun, handler, request, list(decisions), live), **args
         )
-        if "$interrupt" in value:
-            # An interrupt() recorded by this process blocks the run; one replayed (the
-            # code fixed since, the run retried) is followed by the call run again.
+        if "$refused" in value:
+            # A call durably cannot record as it is (an interrupt(), a Command), recorded
+            # so by this process, blocks the run; one replayed (the code fixed since, the
+            # run retried) is followed by the call run again.
             if live:
-                refuse(ctx, step, INTERRUPT.format(tool=args["tool"]))
+                refuse(ctx, step, value["$refused"])
             continue
         if "$ask" not in value:
             return _load(value, request)
