@@ -9,14 +9,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import uuid
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.types import Command, interrupt
 
@@ -24,7 +28,7 @@ import durably
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
 from durably.integrations.langchain._digest import model_call
 
-from .agent_app import ScriptedModel, build
+from .agent_app import ScriptedModel, build, world
 
 
 def rows(tmp: Path, sql: str) -> list[tuple[Any, ...]]:
@@ -276,3 +280,72 @@ def test_a_tool_returning_a_command_blocks_the_run(tmp_path: Path) -> None:
         assert engine.get_run("c-1").status == "blocked"
     finally:
         engine.close()
+
+
+def test_usage_and_prices_go_into_the_runs_spend(tmp_path: Path) -> None:
+    @tool
+    def record_order(item: str) -> str:
+        """Record an order."""
+        return "ok"
+
+    model = ScriptedModel(world_db=str(tmp_path / "world.db"), scenario="single")
+    priced = DurablyMiddleware(prices={"ScriptedModel": (1.0, 2.0)})  # USD per million
+    agent = create_agent(model, [record_order], middleware=[priced])
+    engine = durably.Engine(url(tmp_path))
+
+    @engine.workflow(name="priced")
+    def run(ctx: durably.Context) -> Any:
+        return agent.invoke({"messages": [("user", "go")]})["messages"][-1].content
+
+    try:
+        engine.run(run, run_id="p-1")
+        spend = engine.spend("p-1")
+    finally:
+        engine.close()
+    assert (spend.input_tokens, spend.output_tokens) == (20, 10)  # two calls of 10 + 5
+    assert spend.cost_usd == pytest.approx((20 * 1.0 + 10 * 2.0) / 1e6)
+    with pytest.raises(ValueError, match="two numbers >= 0"):
+        DurablyMiddleware(prices={"m": (1.0, -1.0)})
+
+
+@dataclass
+class Order:
+    """The agent's structured answer."""
+
+    item: str
+    count: int
+
+
+class StructuredModel(ScriptedModel):
+    """Answers at once through the structured-output tool LangChain gives it."""
+
+    def _generate(self, messages: list[Any], *_: Any, **__: Any) -> Any:
+        with closing(world(self.world_db)) as w:
+            w.execute("INSERT INTO model_calls VALUES (1, 0)")
+        call = {"name": "Order", "args": {"item": "a", "count": 2}, "id": uuid.uuid4().hex}
+        return ChatResult(generations=[ChatGeneration(message=AIMessage("", tool_calls=[call]))])
+
+
+def test_a_structured_response_replays_as_its_schemas_type(tmp_path: Path) -> None:
+    model = StructuredModel(world_db=str(tmp_path / "world.db"), scenario="single")
+    agent = create_agent(
+        model, [], response_format=ToolStrategy(Order), middleware=[DurablyMiddleware()]
+    )
+    engine = durably.Engine(url(tmp_path), park_wait_s=0)
+    seen: list[Any] = []
+
+    @engine.workflow(name="structured")
+    def structured(ctx: durably.Context) -> str:
+        seen.append(agent.invoke({"messages": [("user", "go")]})["structured_response"])
+        ctx.wait_for_signal("go")  # parks: the resumed run replays the model call
+        return "ok"
+
+    try:
+        with pytest.raises(durably.RunParked):
+            engine.run(structured, run_id="o-1")
+        engine.signal("o-1", "go")
+        assert engine.run(structured, run_id="o-1") == "ok"
+    finally:
+        engine.close()
+    assert seen == [Order("a", 2), Order("a", 2)]  # live, then rebuilt from the record
+    assert rows(tmp_path, "SELECT turn FROM model_calls") == [(1,)]

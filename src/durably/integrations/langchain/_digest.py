@@ -12,13 +12,13 @@ arguments), the system message, the tools' schemas and the model's settings.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_to_dict
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic_core import to_jsonable_python
 
 # Keys LangChain generates per run or per call, and bookkeeping that does not change
 # what the model is asked.
@@ -33,15 +33,9 @@ TRANSPORT: frozenset[str] = frozenset(
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` as JSON data (pydantic models as their dump, anything else as text)."""
-    return json.loads(json.dumps(value, default=_default, ensure_ascii=False))
-
-
-def _default(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return repr(value)
+    """``value`` as JSON data (pydantic models, dataclasses, datetimes; bytes as
+    base64; anything else as its text)."""
+    return to_jsonable_python(value, bytes_mode="base64", serialize_unknown=True)
 
 
 def strip(value: Any) -> Any:
@@ -70,7 +64,7 @@ def model_call(request: Any) -> dict[str, Any]:
     settings = {k: v for k, v in (request.model_settings or {}).items() if k not in TRANSPORT}
     system = request.system_message
     return {
-        "model": _model_name(request.model),
+        "model": model_name(request.model),
         "system": messages([system])[0] if system is not None else None,
         "messages": messages(request.messages),
         "tools": [_tool(t) for t in request.tools],
@@ -79,7 +73,9 @@ def model_call(request: Any) -> dict[str, Any]:
     }
 
 
-def _model_name(model: Any) -> str:
+def model_name(model: Any) -> str:
+    """The model's name as its class gives it (``model_name`` or ``model``), else the
+    class's name."""
     for attr in ("model_name", "model"):
         name = getattr(model, attr, None)
         if isinstance(name, str):

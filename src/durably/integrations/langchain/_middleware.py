@@ -12,7 +12,7 @@ blocked with a message that says which call to use.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -22,7 +22,7 @@ from langgraph.types import Command
 
 from ... import AsyncContext, Context, current_context
 from .. import refuse
-from . import _model, _tools
+from . import _digest, _model, _tools
 from ._turns import Turns
 
 
@@ -31,12 +31,16 @@ class DurablyMiddleware(AgentMiddleware):
     it: ``create_agent(model, tools, middleware=[DurablyMiddleware()])``.
 
     ``name`` (default ``"agent"``) names the steps, ``langchain.{name}.model`` and
-    ``langchain.{name}.tool.{tool}``: give each agent of one workflow its own. Put the
-    middleware first in the list, so the others run inside the recorded calls (their
-    work is replayed with them). See docs/integrations.md.
+    ``langchain.{name}.tool.{tool}``: give each agent of one workflow its own.
+    ``prices={model_name: (usd_per_million_input, usd_per_million_output)}`` gives the
+    cost of each response's tokens (a model not listed costs $0; its tokens still
+    count). Put the middleware first in the list, so the others run inside the recorded
+    calls (their work is replayed with them). See docs/integrations.md.
     """
 
-    def __init__(self, name: str = "agent") -> None:
+    def __init__(
+        self, name: str = "agent", *, prices: Mapping[str, tuple[float, float]] | None = None
+    ) -> None:
         super().__init__()
         if not isinstance(name, str) or not name or any(c in name for c in ":/ "):
             raise ValueError(
@@ -44,6 +48,7 @@ class DurablyMiddleware(AgentMiddleware):
                 " or spaces (it names the agent's steps)"
             )
         self.step_prefix = f"langchain.{name}"
+        self._prices = _check_prices(prices)
         self._turns = Turns()
 
     @property
@@ -59,7 +64,8 @@ class DurablyMiddleware(AgentMiddleware):
         if ctx is None:
             return handler(request)
         self._turns.model_called(ctx)
-        return _model.record(ctx, f"{self.step_prefix}.model", request, handler)
+        price = self._price(request)
+        return _model.record(ctx, f"{self.step_prefix}.model", request, handler, price)
 
     async def awrap_model_call(
         self,
@@ -71,7 +77,8 @@ class DurablyMiddleware(AgentMiddleware):
         if ctx is None:
             return await handler(request)
         self._turns.model_called(ctx)
-        return await _model.arecord(ctx, f"{self.step_prefix}.model", request, handler)
+        price = self._price(request)
+        return await _model.arecord(ctx, f"{self.step_prefix}.model", request, handler, price)
 
     def wrap_tool_call(
         self,
@@ -127,5 +134,31 @@ class DurablyMiddleware(AgentMiddleware):
             )
         return ctx
 
+    def _price(self, request: ModelRequest) -> tuple[float, float] | None:
+        return self._prices.get(_digest.model_name(request.model))
+
     def _tool_step(self, request: ToolCallRequest) -> str:
         return f"{self.step_prefix}.tool.{request.tool_call.get('name')}"
+
+
+def _check_prices(
+    prices: Mapping[str, tuple[float, float]] | None,
+) -> dict[str, tuple[float, float]]:
+    """``prices`` checked: model names to two non-negative numbers."""
+    out: dict[str, tuple[float, float]] = {}
+    for model, price in (prices or {}).items():
+        ok = isinstance(price, tuple | list) and len(price) == 2
+        if not (
+            isinstance(model, str)
+            and ok
+            and all(
+                isinstance(p, int | float) and not isinstance(p, bool) and 0 <= p < float("inf")
+                for p in price
+            )
+        ):
+            raise ValueError(
+                f"DurablyMiddleware(prices=...): {model!r}: {price!r} is not"
+                " (usd_per_million_input, usd_per_million_output), two numbers >= 0"
+            )
+        out[model] = (float(price[0]), float(price[1]))
+    return out

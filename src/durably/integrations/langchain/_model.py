@@ -25,6 +25,7 @@ from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, messages_from_dict, messages_to_dict
 from langchain_core.tracers.context import register_configure_hook
+from pydantic import TypeAdapter
 
 from ... import AsyncContext, Context
 from ... import usage as report_usage
@@ -61,30 +62,32 @@ def _messages(result: Any) -> tuple[list[Any], Any]:
     return list(result.result), result.structured_response
 
 
-def _charge(messages: list[Any]) -> None:
-    """The response's tokens into the run's spend; called inside the step, so a crash
-    before the record still counts them (see ``durably.usage``)."""
+def _charge(messages: list[Any], price: tuple[float, float] | None) -> None:
+    """The response's tokens (and their cost at ``price``, USD per million input and
+    output tokens) into the run's spend; called inside the step, so a crash before the
+    record still counts them (see ``durably.usage``)."""
     for m in messages:
         u = getattr(m, "usage_metadata", None)
         if u:
-            report_usage(
-                input_tokens=max(0, int(u.get("input_tokens") or 0)),
-                output_tokens=max(0, int(u.get("output_tokens") or 0)),
-            )
+            i = max(0, int(u.get("input_tokens") or 0))
+            o = max(0, int(u.get("output_tokens") or 0))
+            cost = (i * price[0] + o * price[1]) / 1e6 if price else 0.0
+            report_usage(input_tokens=i, output_tokens=o, cost_usd=cost)
 
 
-def _dump(result: Any) -> dict[str, Any]:
+def _dump(result: Any, price: tuple[float, float] | None) -> dict[str, Any]:
     messages, structured = _messages(result)
-    _charge(messages)
+    _charge(messages, price)
     return {"result": messages_to_dict(messages), "structured": _digest.jsonable(structured)}
 
 
 def _load(data: dict[str, Any], request: ModelRequest) -> ModelResponse:
     structured = data.get("structured")
     schema = getattr(request.response_format, "schema", None)
-    validate = getattr(schema, "model_validate", None)
-    if structured is not None and callable(validate):
-        structured = validate(structured)
+    if structured is not None and isinstance(schema, type):
+        # The schema's own type again (a pydantic model, a dataclass, a TypedDict), as
+        # LangChain parsed it live; a JSON-schema dict's output is plain data already.
+        structured = TypeAdapter(schema).validate_python(structured)
     return ModelResponse(result=messages_from_dict(data["result"]), structured_response=structured)
 
 
@@ -121,7 +124,11 @@ def _options(ctx: Context | AsyncContext, request: ModelRequest) -> dict[str, An
 
 
 def record(
-    ctx: Context, step: str, request: ModelRequest, handler: Callable[[ModelRequest], Any]
+    ctx: Context,
+    step: str,
+    request: ModelRequest,
+    handler: Callable[[ModelRequest], Any],
+    price: tuple[float, float] | None,
 ) -> ModelResponse:
     """The model call ``handler(request)`` as a recorded step of ``ctx``'s workflow."""
 
@@ -149,7 +156,7 @@ def record(
             elif kind == "error":
                 raise value
             else:
-                yield {"response": _dump(value)}
+                yield {"response": _dump(value, price)}
                 return
 
     final: Any = None
@@ -167,6 +174,7 @@ async def arecord(
     step: str,
     request: ModelRequest,
     handler: Callable[[ModelRequest], Awaitable[Any]],
+    price: tuple[float, float] | None,
 ) -> ModelResponse:
     """The model call ``await handler(request)`` as a recorded step of ``ctx``'s
     workflow."""
@@ -194,7 +202,7 @@ async def arecord(
         finally:
             if not task.done():
                 task.cancel()
-        yield {"response": _dump(task.result())}
+        yield {"response": _dump(task.result(), price)}
 
     final: Any = None
     async with ctx.step_stream(step, stream, **_options(ctx, request)) as chunks:
