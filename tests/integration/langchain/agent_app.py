@@ -13,6 +13,7 @@ Scenarios:
 - ``async``: ``parallel`` in an async workflow (``await agent.ainvoke``: asyncio tasks);
 - ``stream``: ``single`` through ``agent.stream(stream_mode="messages")``, the model
   streaming its answer token by token (each a ``model.delta`` for followers);
+  ``astream``: the same through ``agent.astream`` in an async workflow;
 - ``approval``: turn 1 calls ``refund(amount=30)``, which calls ``wait_for_approval``
   first; the run parks until ``durably approve`` (or reject), then turn 2 answers.
 
@@ -183,10 +184,18 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None, **options
     def final(state: Any) -> str:
         return str(state["messages"][-1].content)
 
-    if scenario == "async":
+    if scenario in ("async", "astream"):
 
         @engine.workflow(name="shop")
         async def ashop(ctx: durably.AsyncContext, prompt: str) -> str:
+            if scenario == "astream":
+                text = ""
+                async for message, _meta in agent.astream(
+                    {"messages": [("user", prompt)]}, stream_mode="messages"
+                ):
+                    if isinstance(message, AIMessageChunk | AIMessage) and not message.tool_calls:
+                        text += str(message.content)
+                return text
             return final(await agent.ainvoke({"messages": [("user", prompt)]}))
 
         return engine, ashop
@@ -235,7 +244,7 @@ def main() -> None:
     kill_at = sys.argv[5] if len(sys.argv) > 5 else None
     engine, wf = build(url, world_db, scenario, kill_at)
     try:
-        if scenario == "async":
+        if scenario in ("async", "astream"):
             out = asyncio.run(engine.run_async(wf, "order please", run_id=run_id))
         else:
             out = engine.run(wf, "order please", run_id=run_id)

@@ -61,8 +61,9 @@ def test_outside_a_workflow_the_agent_runs_as_without_durably(tmp_path: Path) ->
     assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2] * 2
 
 
-def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path) -> None:
-    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), "stream", None)
+@pytest.mark.parametrize("scenario", ["stream", "astream"])
+def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path, scenario: str) -> None:
+    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), scenario, None)
     try:
         engine.start(shop, "order please", run_id="s-1")
         texts: list[str] = []
@@ -74,7 +75,10 @@ def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path) -> N
 
         follower = threading.Thread(target=follow)
         follower.start()
-        out = engine.run(shop, "order please", run_id="s-1")
+        if scenario == "astream":
+            out = asyncio.run(engine.run_async(shop, "order please", run_id="s-1"))
+        else:
+            out = engine.run(shop, "order please", run_id="s-1")
         follower.join(timeout=30)
         assert out == "done: record_order a ok"
         assert "".join(texts) == out and len(texts) == 4  # token by token, each once
