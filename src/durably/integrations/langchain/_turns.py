@@ -22,9 +22,9 @@ from langchain_core.messages import AIMessage
 
 from ... import AsyncContext, Branches, Context
 
-# How many workflows' turn states one middleware keeps (a context object cannot be
-# weakly referenced; the oldest run's state is dropped, and a run that is still going
-# past that many others in one process only takes a new group for its current turn).
+# How many workflows' turn states one middleware keeps, oldest dropped first. A state
+# holds no context: a run's last model call (its answer, no tool calls) drops the turn's
+# group, so a finished run leaves two small fields behind.
 RUNS_KEPT = 256
 
 
@@ -57,17 +57,19 @@ class Turns:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: OrderedDict[int, tuple[Context | AsyncContext, _Turn]] = OrderedDict()
+        self._runs: OrderedDict[tuple[str, int], _Turn] = OrderedDict()
 
     def _turn(self, ctx: Context | AsyncContext) -> _Turn:
-        entry = self._runs.get(id(ctx))
-        if entry is None or entry[0] is not ctx:
-            entry = (ctx, _Turn())
-            self._runs[id(ctx)] = entry
+        # A context's id may be reused once it is gone; a run's next context always makes
+        # a model call (replayed or live) before its tool calls, which resets the turn.
+        key = (ctx.run_id, id(ctx))
+        turn = self._runs.get(key)
+        if turn is None:
+            turn = self._runs[key] = _Turn()
             while len(self._runs) > RUNS_KEPT:
                 self._runs.popitem(last=False)
-        self._runs.move_to_end(id(ctx))
-        return entry[1]
+        self._runs.move_to_end(key)
+        return turn
 
     def model_called(self, ctx: Context | AsyncContext) -> None:
         """A model call of ``ctx``'s agent took its position: the next tool calls are a
