@@ -15,7 +15,9 @@ Scenarios:
   streaming its answer token by token (each a ``model.delta`` for followers);
   ``astream``: the same through ``agent.astream`` in an async workflow;
 - ``approval``: turn 1 calls ``refund(amount=30)``, which calls ``wait_for_approval``
-  first; the run parks until ``durably approve`` (or reject), then turn 2 answers.
+  first; the run parks until ``durably approve`` (or reject), then turn 2 answers;
+  ``aapproval``: the same in an async workflow (``ainvoke``; LangChain runs the sync
+  tool on an executor thread).
 
 ``KILL_AT``: ``after-model`` (SIGKILL at the tool's start: turn 1 is recorded, the
 write is not done), ``after-write`` (SIGKILL inside the tool right after its write),
@@ -48,6 +50,8 @@ import durably
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
 
 WAIT_S_MAX = 30.0
+# The scenarios run in an async workflow (ainvoke/astream).
+ASYNC = frozenset({"async", "astream", "aapproval"})
 
 
 def world(path: str) -> sqlite3.Connection:
@@ -83,7 +87,7 @@ class ScriptedModel(BaseChatModel):
         if turn == 1:
             if self.scenario in ("parallel", "async"):
                 calls = [("record_order", {"item": i}) for i in ("a", "b")]
-            elif self.scenario == "approval":
+            elif self.scenario in ("approval", "aapproval"):
                 calls = [("refund", {"amount": 30})]
             else:
                 calls = [("record_order", {"item": "a"})]
@@ -184,7 +188,7 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None, **options
     def final(state: Any) -> str:
         return str(state["messages"][-1].content)
 
-    if scenario in ("async", "astream"):
+    if scenario in ASYNC:
 
         @engine.workflow(name="shop")
         async def ashop(ctx: durably.AsyncContext, prompt: str) -> str:
@@ -244,7 +248,7 @@ def main() -> None:
     kill_at = sys.argv[5] if len(sys.argv) > 5 else None
     engine, wf = build(url, world_db, scenario, kill_at)
     try:
-        if scenario in ("async", "astream"):
+        if scenario in ASYNC:
             out = asyncio.run(engine.run_async(wf, "order please", run_id=run_id))
         else:
             out = engine.run(wf, "order please", run_id=run_id)

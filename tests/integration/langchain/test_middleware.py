@@ -99,12 +99,23 @@ def test_an_async_agent_records_parallel_calls_in_the_models_order(tmp_path: Pat
     assert [t for (t,) in rows(tmp_path, "SELECT turn FROM model_calls")] == [1, 2]
 
 
-@pytest.mark.parametrize("decide", ["approve", "reject"])
-def test_wait_for_approval_parks_the_run_until_a_decision(tmp_path: Path, decide: str) -> None:
-    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), "approval", None, park_wait_s=0)
+@pytest.mark.parametrize(
+    ("scenario", "decide"),
+    [("approval", "approve"), ("approval", "reject"), ("aapproval", "approve")],
+)
+def test_wait_for_approval_parks_the_run_until_a_decision(
+    tmp_path: Path, scenario: str, decide: str
+) -> None:
+    engine, shop = build(url(tmp_path), str(tmp_path / "world.db"), scenario, None, park_wait_s=0)
+
+    def run() -> Any:
+        if scenario == "aapproval":
+            return asyncio.run(engine.run_async(shop, "order please", run_id="r-1"))
+        return engine.run(shop, "order please", run_id="r-1")
+
     try:
         with pytest.raises(durably.RunParked):
-            engine.run(shop, "order please", run_id="r-1")
+            run()
         [pending] = engine.pending_approvals()
         assert (pending.action, pending.args) == ("refund", {"amount": 30})
         assert rows(tmp_path, "SELECT * FROM attempts") == []  # parked before the write
@@ -112,7 +123,7 @@ def test_wait_for_approval_parks_the_run_until_a_decision(tmp_path: Path, decide
             engine.approve("r-1", pending.request_id, digest=pending.digest, by="ana")
         else:
             engine.reject("r-1", pending.request_id, digest=pending.digest, by="ana", reason="no")
-        out = engine.run(shop, "order please", run_id="r-1")
+        out = run()
     finally:
         engine.close()
     if decide == "approve":
