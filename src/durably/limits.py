@@ -191,7 +191,8 @@ APPROVALS_LIST_MAX: Final = 1000
 """Most pending approval requests one listing returns (``engine.pending_approvals``)."""
 
 RECOVER_SCAN_MAX: Final = 10_000
-"""Running runs one ``engine.recover()`` looks at: a bounded scan at startup."""
+"""Running runs one query of ``engine.recover()``'s scan reads: it pages through every
+running run, this many at a time."""
 
 WORKER_CONCURRENCY_MAX: Final = 256
 """Largest ``concurrency`` of a worker (runs driven at once by one process)

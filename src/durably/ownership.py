@@ -103,12 +103,20 @@ def orphans_of_this_host(store: Store, served: Served) -> list[RunRecord]:
     of a version not registered here is left to a process that registers it) whose owner
     was a process of this host that is gone (provably dead, or of an earlier boot of this
     machine: those are resumed once their leases expire, see :func:`lease_wait`), oldest
-    first."""
-    runs = store.list_runs(status="running", limit=RECOVER_SCAN_MAX)
-    found = [
-        r for r in runs if serves(served, r.workflow, r.version) and r.owner and _was_ours(r.owner)
-    ]
-    return sorted(found, key=lambda r: (r.created_at, r.run_id))
+    first. Every running run is looked at, ``RECOVER_SCAN_MAX`` per query (keyset
+    pages: a run created meanwhile never makes one repeat or go missing)."""
+    found: list[RunRecord] = []
+    after: tuple[float, str] | None = None
+    while True:
+        page = store.list_runs(status="running", limit=RECOVER_SCAN_MAX, after=after)
+        found += [
+            r
+            for r in page
+            if serves(served, r.workflow, r.version) and r.owner and _was_ours(r.owner)
+        ]
+        if len(page) < RECOVER_SCAN_MAX:
+            return sorted(found, key=lambda r: (r.created_at, r.run_id))
+        after = (page[-1].created_at, page[-1].run_id)
 
 
 def _was_ours(owner: str) -> bool:

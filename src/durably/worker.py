@@ -41,7 +41,7 @@ from .errors import (
 )
 from .history import RunRecord
 from .limits import WORKER_CONCURRENCY_MAX
-from .ownership import CLOCK_CHECK_EVERY_S, check_clock
+from .ownership import CLOCK_CHECK_EVERY_S
 
 log = logging.getLogger("durably.worker")
 
@@ -135,7 +135,7 @@ class Worker:
                 if run is None:
                     self._slots.release()
                     if not self._stopping.is_set():
-                        self.engine.store.wait_for_work(self.poll_interval_s)
+                        self.engine.wait_for_work(self.poll_interval_s)
                     continue
                 self._start(pool, run)
         finally:
@@ -151,14 +151,13 @@ class Worker:
             return
         self._next_beat = time.monotonic() + self.engine.lease_s / 3
         try:
-            me = self.engine._owner_now()
-            self.engine.store.beat_worker(me, self.queues, self.engine.lease_s)
+            self.engine.beat_worker(self.queues)
         except DurablyError as exc:
             log.warning("durably worker: cannot record this worker as alive (%s)", exc)
 
     def _unregister(self) -> None:
         try:
-            self.engine.store.drop_worker(self.engine._owner_now())
+            self.engine.drop_worker()
         except DurablyError as exc:  # its row expires instead
             log.warning("durably worker: cannot remove this worker's row (%s)", exc)
 
@@ -169,14 +168,14 @@ class Worker:
             return
         self._next_clock_check = time.monotonic() + self.clock_check_s
         try:
-            check_clock(self.engine.store, self.engine.clock)
+            self.engine.check_clock()
         except DurablyError as exc:
             log.warning("durably worker: cannot read the database's clock (%s)", exc)
 
     def _claim(self) -> RunRecord | None:
         full = frozenset(
             q
-            for q, lim in self.engine._queue_limits.items()
+            for q, lim in self.engine.queue_limits().items()
             if lim.worker_concurrency is not None and self._per_queue[q] >= lim.worker_concurrency
         )
         try:

@@ -39,6 +39,14 @@ KEPT_PATHS = [
     "durably.context.SYNC_STEP_THREADS_MAX",
     "durably.core.SIGNAL_TIMEOUT_S_MAX",
     "durably.core.fault_step",
+    # engine.py became the engine/ package (its rooms behind the facade); these names
+    # were imported from durably.engine and still are.
+    "durably.engine.DEFAULT_URL",
+    "durably.engine.Engine",
+    "durably.engine.FaultHook",
+    "durably.engine.Handle",
+    "durably.engine.Workflow",
+    "durably.engine.version_key",
     "durably.errors.BudgetExceeded",
     "durably.events.EVENT_KINDS",
     "durably.events.Event",
@@ -69,6 +77,10 @@ KEPT_PATHS = [
     "durably.redact",
     "durably.redact.redact",
     "durably.replaycheck",
+    # replay --check moved to durably.inspect.replaycheck; the old path re-exports it.
+    "durably.replaycheck.check_run",
+    "durably.replaycheck.check_runs",
+    "durably.replaycheck.runs_to_check",
     "durably.runlist.LIST_RUNS_LIMIT_MAX",
     "durably.streamops.STREAM_CHUNKS_MAX",
     "durably.shell",

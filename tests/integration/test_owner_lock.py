@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 import durably
+import durably.store.owner
 from durably.clock import FakeClock
 from durably.ownership import CLOCK_SKEW_WARN_S, check_clock
 from durably.store.postgres import PostgresStore
@@ -65,14 +66,14 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
         assert in_b.wait(WAIT_S)
         store = engine.store
         assert isinstance(store, PostgresStore) and store._owner_conn is not None
-        me = str(engine._owner_now())
+        me = str(engine._leases.owner_now())
         assert store.owners_without_lock([me]) == set()  # held: alive
         backend = store._owner_conn.info.backend_pid
         with psycopg.connect(pg_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         # The server frees the lock when the terminated backend has exited, a moment later.
         _wait(lambda: store.owners_without_lock([me]) == {me}, "the lock to be free")
-        core = engine._active["r"].core
+        core = engine._attempts.active["r"].core
         _wait(lambda: core.lease_lost, "the lease keeper to notice the lost lock")
     finally:
         release_b.set()
@@ -86,13 +87,47 @@ def test_losing_the_owner_lock_connection_stops_the_run(pg_url: str) -> None:
         return int(ctx.step("one", lambda: 1))
 
     assert engine.run(again, run_id="r2") == 1
-    assert engine.store.owners_without_lock([str(engine._owner_now())]) == set()
+    assert engine.store.owners_without_lock([str(engine._leases.owner_now())]) == set()
     engine.close()
+
+
+def test_losing_the_owner_lock_gives_back_the_leases_of_the_runs_it_stops(pg_url: str) -> None:
+    """The runs stopped by a lost owner lock are given back at once, while their steps
+    still run here: another process takes them without waiting out a lease (60 s here)
+    that nobody in this process will use."""
+    engine = durably.Engine(pg_url, lease_s=60.0, heartbeat_s=0.2)
+    other = durably.Engine(pg_url)
+    in_b, release_b = threading.Event(), threading.Event()
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        ctx.step("b", lambda: in_b.set() or release_b.wait(WAIT_S))
+        return "done"
+
+    outcome: list[BaseException | str] = []
+    t = threading.Thread(target=lambda: _drive(engine, wf, "r", outcome))
+    t.start()
+    try:
+        assert in_b.wait(WAIT_S)
+        _terminate_owner_session(engine, pg_url)
+        deadline = time.monotonic() + 10  # the keeper beats every 0.2 s
+        while engine.get_run("r").owner is not None:
+            assert time.monotonic() < deadline, "the stopped run's lease was kept"
+            time.sleep(0.05)
+        rival = durably.store.owner.Owner.current()
+        taken = other.store.claim("r", rival, 60.0, 10, lambda _: False)
+        assert taken.owner == str(rival)  # at once: no lease left to wait for
+    finally:
+        release_b.set()
+        t.join(WAIT_S)
+        engine.close()
+        other.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], durably.StaleLease), outcome
 
 
 def _terminate_owner_session(engine: durably.Engine, pg_url: str) -> str:
     """Kill the engine's owner-lock session as an operator would; returns the owner."""
-    me = str(engine._owner_now())  # holds the lock (a claim does this first)
+    me = str(engine._leases.owner_now())  # holds the lock (a claim does this first)
     store = engine.store
     assert isinstance(store, PostgresStore) and store._owner_conn is not None
     assert store.owners_without_lock([me]) == set()
@@ -112,7 +147,7 @@ def test_a_lock_session_killed_while_idle_is_taken_again_before_the_next_claim(
 
         @engine.workflow(name="wf")
         def wf(ctx: durably.Context) -> str:
-            me = str(engine._owner_now())
+            me = str(engine._leases.owner_now())
             held.append(ctx.step("held", lambda: not engine.store.owners_without_lock([me])))
             # Long enough for the keeper to beat while the run is driven.
             ctx.step("nap", lambda: time.sleep(2 * engine.heartbeat_s) or 1)
@@ -146,7 +181,7 @@ def test_a_claim_after_the_lock_session_died_stops_the_runs_driven_then(pg_url: 
         assert in_b.wait(WAIT_S)
         me = _terminate_owner_session(engine, pg_url)
         assert engine.run(quick, run_id="r2") == 1
-        assert engine._active["r1"].core.lease_lost
+        assert engine._attempts.active["r1"].core.lease_lost
         assert engine.store.owners_without_lock([me]) == set()  # held again
     finally:
         release_b.set()
@@ -190,7 +225,7 @@ def test_two_engines_of_one_process_both_hold_its_owner_lock(pg_url: str) -> Non
             )
         t.join(WAIT_S)
     assert not hung and out == [1]
-    me = str(first._owner_now())
+    me = str(first._leases.owner_now())
     first.close()
     # The process still shows alive: the second engine holds the lock too.
     assert second.store.owners_without_lock([me]) == set()
@@ -263,7 +298,7 @@ def test_the_lock_session_is_named_apart_from_the_pool(pg_url: str) -> None:
     with durably.Engine(f"{pg_url}&application_name={app}") as engine:
         store = engine.store
         assert isinstance(store, PostgresStore)
-        store.hold_owner(engine._owner_now())
+        store.hold_owner(engine._leases.owner_now())
         with psycopg.connect(pg_url, autocommit=True) as admin:
             names = {
                 row[0]

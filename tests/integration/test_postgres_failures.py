@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg.errors as pg_errors
@@ -103,5 +104,50 @@ def test_a_dropped_connection_mid_append_is_retried_not_the_workflows(
         assert over.wait(30)
         assert count == Counter({"charge": 1, "after": 1})
         assert engine.get_run("p").status == "completed"
+    finally:
+        engine.close()
+
+
+@pytest.mark.postgres
+def test_a_claim_next_whose_reply_was_lost_returns_the_run_it_took(pg_url: str) -> None:
+    """The connection dies after claim_next's COMMIT, before its reply: the store's retry
+    on a fresh connection must return the run the first attempt took. Taking another left
+    the first leased to a claim nobody received, undriven until its lease expired."""
+    engine = durably.Engine(pg_url, lease_s=60.0)
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> int:
+        return 1
+
+    engine.start(w, run_id="first")
+    engine.start(w, run_id="second")
+    store: Any = engine.store
+    real_call, real_claim_next = store._call, store.claim_next
+    lost: list[bool] = []
+
+    def claim_next(*args: Any, **kwargs: Any) -> Any:
+        lost.append(False)  # armed: this call's first commit loses its reply
+        return real_claim_next(*args, **kwargs)
+
+    def call(op: Any) -> Any:
+        def committed_then_lost(conn: Any, retried: bool) -> Any:
+            out = op(conn, retried)
+            if lost == [False]:
+                lost[0] = True
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return out
+
+        return real_call(committed_then_lost)
+
+    store._call, store.claim_next = call, claim_next
+    try:
+        run = engine.claim_next(["default"])
+    finally:
+        del store._call, store.claim_next
+    try:
+        assert lost == [True]  # the reply of a committed claim was lost, then retried
+        assert run is not None and run.run_id == "first"
+        assert engine.get_run("second").status == "queued"  # not taken as well
+        assert engine.execute_claimed(run) == 1
     finally:
         engine.close()

@@ -156,11 +156,13 @@ def test_quarantine_after_max_starts_without_progress(db: str) -> None:
     engine.close()
 
 
-def test_a_second_driver_in_the_same_process_is_refused(engine: durably.Engine) -> None:
+def test_a_second_driver_in_the_same_process_follows_the_first(engine: durably.Engine) -> None:
     inside = threading.Event()
     release = threading.Event()
+    calls: list[int] = []
 
     def slow() -> str:
+        calls.append(1)
         inside.set()
         release.wait(10)
         return "done"
@@ -173,11 +175,16 @@ def test_a_second_driver_in_the_same_process_is_refused(engine: durably.Engine) 
     t = threading.Thread(target=lambda: results.append(engine.run(w, run_id="r")))
     t.start()
     assert inside.wait(10)
+    # Never two drivers of one run: with wait_for_lease off the second is refused ...
+    engine.wait_for_lease = False
     with pytest.raises(durably.RunLeased, match="two processes may never drive one run"):
         engine.run(w, run_id="r")
-    release.set()
+    # ... and by default it follows the first to its outcome, running nothing itself.
+    engine.wait_for_lease = True
+    threading.Timer(0.2, release.set).start()
+    assert engine.run(w, run_id="r") == "done"
     t.join(10)
-    assert results == ["done"]
+    assert results == ["done"] and calls == [1]
 
 
 def test_a_run_finished_elsewhere_since_we_looked_returns_its_outcome(
@@ -190,7 +197,7 @@ def test_a_run_finished_elsewhere_since_we_looked_returns_its_outcome(
         calls.append(1)
         return "first"
 
-    stale = engine._prepare(w, (), {}, "r")  # what a second caller read before the end
+    stale = engine._create.prepare(w, (), {}, "r")  # what a second caller read before the end
     assert engine.run(w, run_id="r") == "first"
-    assert engine._drive_sync(w, stale) == "first"  # not run again, not reopened
+    assert engine._driver.drive_sync(w, stale) == "first"  # not run again, not reopened
     assert calls == [1] and engine.get_run("r").status == "completed"

@@ -208,7 +208,7 @@ def test_a_crafted_run_input_blocks_the_run_and_stops_the_heartbeat(
         engine.resume("r")
     run = engine.get_run("r")
     assert run.status == "blocked" and run.owner is None and run.lease_expires_at is None
-    assert engine._keeper._cores == {}  # no heartbeat renews a lease nobody uses
+    assert engine._leases.keeper._cores == {}  # no heartbeat renews a lease nobody uses
 
 
 def test_a_start_that_fails_reading_history_releases_the_lease(
@@ -226,7 +226,7 @@ def test_a_start_that_fails_reading_history_releases_the_lease(
         engine.run(w, run_id="r")
     run = engine.get_run("r")
     assert run.owner is None and run.lease_expires_at is None
-    assert engine._keeper._cores == {}
+    assert engine._leases.keeper._cores == {}
 
 
 # -- limits ----------------------------------------------------------------------------------

@@ -462,7 +462,8 @@ def test_a_cancel_outranks_a_crossed_budget_not_yet_delivered(engine: durably.En
         durably.usage(tokens=500)  # crosses: a BudgetExceeded halt is asked for
         # ... and a cancel arrives before the halt reached the workflow (engine.cancel
         # asks the core the same way, issue 11).
-        engine._active["r"].core.request_halt(durably.Cancelled("run 'r' was cancelled", "dup"))
+        cancel = durably.Cancelled("run 'r' was cancelled", "dup")
+        engine._attempts.active["r"].core.request_halt(cancel)
         return "done"
 
     @engine.workflow(name="w")

@@ -15,7 +15,7 @@ from durably.history import HALT
 
 
 def _request(e: durably.Engine, run_id: str, reason: str = "stop please") -> None:
-    e._active[run_id].core.request_halt(
+    e._attempts.active[run_id].core.request_halt(
         durably.Cancelled(f"run {run_id!r} was cancelled: {reason}", reason)
     )
 

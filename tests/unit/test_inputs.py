@@ -106,7 +106,7 @@ def half_done(engine: durably.Engine, wf: Any, run_id: str) -> None:
 
 def test_changed_message_names_the_argument_and_message(engine: durably.Engine) -> None:
     half_done(engine, chat(engine, "chat", 5), "r")
-    engine._workflows.pop("chat", None)  # a deploy: the same workflow, new code
+    engine._registry.versions.pop("chat", None)  # a deploy: the same workflow, new code
     chat(engine, "chat", 5, changed=1)
     with pytest.raises(durably.NonDeterminism) as err:
         engine.run("chat", run_id="r")
@@ -137,7 +137,7 @@ def test_changed_prompt_names_the_prompt_versions_and_the_argument_not_its_value
         return agent
 
     half_done(engine, register("You are a careful planner.", "p1"), "r")
-    engine._workflows.pop("agent", None)
+    engine._registry.versions.pop("agent", None)
     register("You are a fast planner.", "p2")
     with pytest.raises(durably.NonDeterminism) as err:
         engine.run("agent", run_id="r")
@@ -228,7 +228,7 @@ def test_changed_prompt_argument_is_named_whatever_its_size(
         return agent
 
     half_done(engine, register("Be careful." + rules), "r")
-    engine._workflows.pop("a", None)
+    engine._registry.versions.pop("a", None)
     register("Be fast." + rules)
     with pytest.raises(durably.NonDeterminism) as err:
         engine.run("a", run_id="r")
@@ -291,7 +291,7 @@ def test_a_message_edited_in_place_under_a_half_finished_run_is_detected(
         return wf
 
     half_done(engine, register(False), "r")
-    engine._workflows.pop("c", None)
+    engine._registry.versions.pop("c", None)
     register(True)
     with pytest.raises(durably.NonDeterminism, match="message 0 of 2 recorded"):
         engine.run("c", run_id="r")

@@ -3,9 +3,10 @@
 
 A dead-looking owner on another host (nothing shows it alive: a free advisory lock on
 PostgreSQL; SQLite cannot see another host's processes) cannot be proven dead, so
-``engine.run`` waits for its lease, saying why and until when, instead of raising
-``RunLeased`` at once; a live owner on this host is refused at once. Fake clocks: the
-wait advances the clock instead of sleeping.
+``engine.run`` waits for its lease, saying why and until when, and a live owner's run is
+followed to its outcome; either ends as soon as the run does (``RunLeased`` only with
+``wait_for_lease=False``). Fake clocks: a dead-looking owner's wait advances the clock
+instead of sleeping.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -88,14 +90,51 @@ def test_fail_fast_option_raises_run_leased_at_once(journal_url: str, clock: Fak
         assert clock.time() == start
 
 
-def test_a_live_owner_on_this_host_is_refused_at_once(
+def test_fail_fast_refuses_a_live_owner_on_this_host_at_once(
+    journal_url: str, clock: FakeClock
+) -> None:
+    with durably.Engine(journal_url, clock=clock, lease_s=LEASE_S, wait_for_lease=False) as eng:
+        _register(eng)
+        held_by(eng, Owner.current())  # this very process: another thread may drive it
+        start = clock.time()
+        with pytest.raises(durably.RunLeased):
+            eng.run("double", 21, run_id="r")
+        assert clock.time() == start
+
+
+def finish_soon(engine: durably.Engine, run_id: str = "r", after_s: float = 0.3) -> None:
+    """Finish ``run_id`` as its owner would, ``after_s`` from now (another thread)."""
+    token = engine.get_run(run_id).fencing_token
+
+    def finish() -> None:
+        time.sleep(after_s)
+        engine.store.finish(run_id, token, "completed", [], outcome="42")
+
+    threading.Thread(target=finish, daemon=True).start()
+
+
+def test_run_follows_a_live_owner_on_this_host_to_its_outcome(
     engine: durably.Engine, clock: FakeClock
 ) -> None:
-    held_by(engine, Owner.current())  # this very process: another thread may drive it
+    held_by(engine, Owner.current())  # this very process: another thread drives it
+    token = engine.get_run("r").fencing_token
+    finish_soon(engine)
     start = clock.time()
-    with pytest.raises(durably.RunLeased):
-        engine.run("double", 21, run_id="r")
-    assert clock.time() == start
+    assert engine.run("double", 21, run_id="r") == 42  # its outcome, not run here
+    assert clock.time() == start  # followed, not waited out
+    assert engine.get_run("r").fencing_token == token  # never claimed from its owner
+
+
+def test_run_returns_as_soon_as_a_dead_looking_owners_run_ends(journal_url: str) -> None:
+    # Real time: an owner on another host that finishes long before its lease ends. The
+    # call used to sleep to the lease's end (LEASE_S here) before looking again.
+    with durably.Engine(journal_url, lease_s=LEASE_S) as eng:
+        _register(eng)
+        held_by(eng, twin_owner())
+        finish_soon(eng)
+        start = time.monotonic()
+        assert eng.run("double", 21, run_id="r") == 42
+        assert time.monotonic() - start < LEASE_S / 3
 
 
 class RenewingClock(FakeClock):
@@ -111,17 +150,26 @@ class RenewingClock(FakeClock):
             fn()  # type: ignore[operator]
 
 
-def test_an_owner_that_renews_while_we_wait_is_alive(journal_url: str) -> None:
+def test_an_owner_that_renews_while_we_wait_is_followed_to_its_outcome(journal_url: str) -> None:
     clock = RenewingClock()
     with durably.Engine(journal_url, clock=clock, lease_s=LEASE_S) as eng:
         _register(eng)
         twin = twin_owner()
         held_by(eng, twin)
         token = eng.get_run("r").fencing_token
-        clock.renew.append(lambda: eng.store.renew("r", token, LEASE_S))
-        with pytest.raises(durably.RunLeased):
-            eng.run("double", 21, run_id="r")
-        assert eng.get_run("r").owner == str(twin)  # never taken from its live owner
+        beats: list[int] = []
+
+        def beat() -> None:
+            beats.append(1)
+            if len(beats) < 3:
+                assert eng.store.renew("r", token, LEASE_S)
+            else:  # the owner finishes its run
+                eng.store.finish("r", token, "completed", [], outcome="42")
+
+        clock.renew.append(beat)
+        assert eng.run("double", 21, run_id="r") == 42
+        assert len(beats) == 3  # the owner renewed twice: followed, never taken from it
+        assert eng.get_run("r").fencing_token == token
 
 
 @pytest.mark.postgres
@@ -134,9 +182,15 @@ def test_an_owner_holding_its_advisory_lock_is_alive(pg_url: str, clock: FakeClo
             other.store.hold_owner(twin)  # the twin's process is connected: alive
             held_by(eng, twin)
             start = clock.time()
+            eng.wait_for_lease = False
             with pytest.raises(durably.RunLeased):
                 eng.run("double", 21, run_id="r")
+            eng.wait_for_lease = True
+            # Followed (in real time: it is alive) to the outcome it records.
+            finish_soon(eng)
+            assert eng.run("double", 21, run_id="r") == 42
             assert clock.time() == start
+            held_by(eng, twin, "r2")
         finally:
             other.close()
         # Its lock freed (its connection gone): dead-looking now, so the run waits. The
@@ -145,7 +199,8 @@ def test_an_owner_holding_its_advisory_lock_is_alive(pg_url: str, clock: FakeClo
         while eng.store.owners_without_lock([str(twin)]) != {str(twin)}:
             assert time.monotonic() < deadline, "the closed session's lock was never freed"
             time.sleep(0.02)
-        assert eng.run("double", 21, run_id="r") == 42
+        assert eng.run("double", 21, run_id="r2") == 42
+        assert clock.time() >= start + LEASE_S  # its lease waited out, then taken over
 
 
 def test_recover_resumes_only_runs_of_this_hosts_dead_processes(
@@ -208,3 +263,21 @@ def test_runs_list_shows_a_crafted_owner_as_text(engine: durably.Engine, journal
     out = CliRunner().invoke(main, ["runs", "list", "--db", journal_url], env={"COLUMNS": "250"})
     assert out.exit_code == 0, out.output
     assert "[/link][bold]x:1" in out.output
+
+
+def test_recover_pages_through_every_running_run(
+    engine: durably.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scan of one query used to stop at RECOVER_SCAN_MAX (10,000) running runs, so a
+    # host with more orphans than that recovered only the newest ones: a page of 2 here
+    # stands for it, with live runs in between so the dead ones straddle the pages.
+    import durably.ownership
+
+    monkeypatch.setattr(durably.ownership, "RECOVER_SCAN_MAX", 2)
+    me = Owner.current()
+    dead = [f"dead-{i}" for i in range(5)]
+    for i, run_id in enumerate(dead):
+        held_by(engine, Owner(me.host, gone_pid(), "1", me.host_id), run_id)
+        held_by(engine, me, f"alive-{i}")
+    assert engine.recover() == dict.fromkeys(dead, 42)
+    assert {engine.get_run(r).status for r in dead} == {"completed"}

@@ -118,7 +118,7 @@ def _history_then(
 ) -> None:
     """Record a run with ``first`` (crashing at its end), then resume it with ``second``."""
     mode = {"code": first}
-    engine._workflows.pop("wf", None)  # a deploy: the same workflow name, new code
+    engine._registry.versions.pop("wf", None)  # a deploy: the same workflow name, new code
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> Any:
@@ -228,7 +228,7 @@ def test_blocked_run_resumes_once_the_code_is_fixed(engine: durably.Engine) -> N
     with pytest.raises(durably.NonDeterminism):
         engine.run("wf", run_id="r")
     # The fix: the original code again. The run completes without re-running a or b.
-    engine._workflows.clear()
+    engine._registry.versions.clear()
 
     @engine.workflow(name="wf")
     def wf(ctx: durably.Context) -> str:

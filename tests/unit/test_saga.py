@@ -289,7 +289,7 @@ def test_no_compensation_when_a_bare_except_turns_a_stop_into_an_exception(
     world = World()
 
     def lose_lease() -> None:
-        engine._active["r"].core.lose_lease()  # another owner claimed the run
+        engine._attempts.active["r"].core.lose_lease()  # another owner claimed the run
 
     @engine.workflow(name="w")
     def w(ctx: durably.Context) -> None:
@@ -690,7 +690,7 @@ def test_a_branch_cancelled_by_a_failing_sibling_hands_its_steps_to_the_outer_sa
 
 
 def _request_halt(e: durably.Engine, run_id: str, reason: str = "duplicate alert") -> None:
-    e._active[run_id].core.request_halt(
+    e._attempts.active[run_id].core.request_halt(
         durably.Cancelled(f"run {run_id!r} was cancelled: {reason}", reason)
     )
 

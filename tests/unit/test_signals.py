@@ -423,7 +423,7 @@ def test_a_halt_requested_while_parked_lands_at_the_wait_and_takes_nothing(
     with pytest.raises(durably.RunParked):
         engine.run(wf, run_id="c")
     engine.signal("c", "go", "too late")  # wakes it; the cancel comes first
-    begin = engine._begin
+    begin = engine._attempts.begin
 
     def begin_with_a_cancel(*args: Any, **kwargs: Any) -> Any:
         att = begin(*args, **kwargs)
@@ -432,15 +432,15 @@ def test_a_halt_requested_while_parked_lands_at_the_wait_and_takes_nothing(
             core.request_halt(durably.Cancelled("run 'c' was cancelled: dup", "dup"))
         return att
 
-    engine._begin = begin_with_a_cancel  # type: ignore[method-assign]
+    engine._attempts.begin = begin_with_a_cancel  # type: ignore[method-assign]
     takes = len(spy.takes)
     with pytest.raises(durably.DurablyError):
-        engine._resume("c", wait=False)
+        engine._driver.resume("c", wait=False)
     assert seen == ["cancelled at the wait: dup"]
     assert len(spy.takes) == takes  # the signal was not taken
     (marker,) = engine.history("c")
     assert (marker.kind, marker.name, marker.status) == ("halt", "durably.cancel", "ok")
-    engine._begin = begin  # type: ignore[method-assign]
+    engine._attempts.begin = begin  # type: ignore[method-assign]
     engine.store.requeue("c", ("failed", "cancelled"))
     with pytest.raises(durably.DurablyError, match="cancelled: dup"):
         engine.resume("c")

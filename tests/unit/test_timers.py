@@ -207,7 +207,8 @@ def test_a_parked_run_replays_to_the_same_recorded_wake_time(
     assert calls == ["b"]
     # A new run takes the new duration.
     second.park_wait_s = None
-    assert second.run(second._resolve("sleeper"), 2, run_id="p2") == {"x": 2, "slept": 60.0}
+    registered = second._registry.resolve("sleeper")
+    assert second.run(registered, 2, run_id="p2") == {"x": 2, "slept": 60.0}
     second.close()
 
 
@@ -348,7 +349,7 @@ def test_a_halt_requested_while_parked_lands_at_the_timer_and_replays_there(
 
     with pytest.raises(durably.RunParked):
         engine.run(wf, run_id="c")
-    begin = engine._begin
+    begin = engine._attempts.begin
 
     def begin_with_a_cancel(*args: Any, **kwargs: Any) -> Any:
         att = begin(*args, **kwargs)
@@ -357,15 +358,15 @@ def test_a_halt_requested_while_parked_lands_at_the_timer_and_replays_there(
             core.request_halt(durably.Cancelled("run 'c' was cancelled: dup", "dup"))
         return att
 
-    engine._begin = begin_with_a_cancel  # type: ignore[method-assign]
+    engine._attempts.begin = begin_with_a_cancel  # type: ignore[method-assign]
     clock.advance(60)  # long before the wake time: a parked run is woken to unwind
     engine.park_wait_s = None
     with pytest.raises(durably.DurablyError):
-        engine._resume("c", wait=False)
+        engine._driver.resume("c", wait=False)
     assert seen == ["cancelled at the timer: dup"]
     (marker,) = [r for r in engine.history("c") if r.position == "1"]
     assert (marker.kind, marker.name, marker.status) == ("halt", "durably.cancel", "ok")
-    engine._begin = begin  # type: ignore[method-assign]
+    engine._attempts.begin = begin  # type: ignore[method-assign]
     engine.store.requeue("c", ("failed", "cancelled"))
     # The replay raises it at the timer again: no sleep. (How the run ends is the
     # cancel's business: `cancelled` once engine.cancel lands.)

@@ -72,7 +72,7 @@ def replay_cmd(
     recorded; a new ``ctx.patched`` marker ends it (True there). Runs of a version this
     code does not register are listed as not checked.
     """
-    from ..replaycheck import check_runs, runs_to_check
+    from ..inspect.replaycheck import check_runs, runs_to_check
 
     if not check:
         raise click.UsageError("say --check: durably replay --check MODULE:ENGINE")

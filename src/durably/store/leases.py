@@ -100,6 +100,15 @@ class Leases(Backend):
         serving = self._served_params(served)
 
         def op(tx: Tx) -> RunRecord | None:
+            if tx.retried:
+                # The first attempt's commit outcome is unknown (its connection died): a
+                # run it took is ours, stamped with this call's time. Returning it (not
+                # claiming another) leaves no run leased to a claim nobody received.
+                mine = tx.one(
+                    "own_claim", owner=str(owner), now=now, lease_expires_at=now + lease_s
+                )
+                if mine is not None:
+                    return run_from_row(mine)
             candidates = tx.q(
                 "same_host_owners", now=now, pattern=owner.host_pattern(), limit=OWNERS_SCAN_MAX
             ).fetchall()

@@ -108,3 +108,17 @@ LIMIT %(limit)s;
 -- Wakes workers blocked in wait_for_work; delivered at commit, so never before the change
 -- it announces is visible.
 SELECT pg_notify(%(channel)s, '');
+
+-- name: own_claim
+-- The run this owner claimed at %(now)s, if any: a claim stamps updated_at and the lease
+-- with its own time, so a claim_next run again after an unknown commit finds the run its
+-- first attempt took instead of taking a second one.
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
+FROM runs
+WHERE owner = %(owner)s AND status = 'running' AND updated_at = %(now)s
+  AND lease_expires_at = %(lease_expires_at)s
+ORDER BY run_id
+LIMIT 1;

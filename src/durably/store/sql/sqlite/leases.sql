@@ -87,3 +87,17 @@ SELECT DISTINCT owner FROM runs
 WHERE status IN ('queued', 'running', 'parked') AND status = 'running'
   AND lease_expires_at > :now AND owner LIKE :pattern ESCAPE '\'
 LIMIT :limit;
+
+-- name: own_claim
+-- The run this owner claimed at :now, if any: a claim stamps updated_at and the lease
+-- with its own time, so a claim_next run again after an unknown commit finds the run its
+-- first attempt took instead of taking a second one.
+SELECT run_id, workflow, version, prompt_version, queue, input, input_digest, codec_version,
+       status, generation, fencing_token, owner, lease_expires_at, starts,
+       starts_without_progress, outcome, error_type, error_message, park_reason, wake_at,
+       created_at, updated_at, finished_at, incarnation, cancel_requested_at, cancel_reason
+FROM runs
+WHERE owner = :owner AND status = 'running' AND updated_at = :now
+  AND lease_expires_at = :lease_expires_at
+ORDER BY run_id
+LIMIT 1;

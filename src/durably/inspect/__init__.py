@@ -1,0 +1,1 @@
+"""Inspecting runs from outside the engine: ``durably runs why`` and ``replay --check``."""
