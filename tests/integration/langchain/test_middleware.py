@@ -1,8 +1,11 @@
 """``DurablyMiddleware`` in one process: outside a workflow the agent is untouched; a
-streamed run's tokens reach a follower as ``model.delta`` events; an async agent's
-parallel tool calls take the model's order; ``wait_for_approval`` parks the run and a
-rejection is the tool's answer; usage counts against the run's budget; digests leave
-out LangChain's generated ids and metadata. (Crashes: test_crash.py.)"""
+streamed run's tokens reach a follower as ``model.delta`` events (sync and async); an
+async agent's parallel tool calls take the model's order; ``wait_for_approval`` parks
+the run, ``durably approve`` (the CLI) resumes it and a rejection is the tool's answer;
+a ``@durably.tool`` keeps its kind; usage and prices go into the run's spend and
+budget; a structured response replays as its type; ``interrupt()``, a ``Command``
+result and a sync agent in an async workflow block the run; digests leave out
+LangChain's generated ids and metadata. (Crashes: test_crash.py.)"""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from click.testing import CliRunner
 from langchain.agents import create_agent
 from langchain.agents.middleware import ModelRequest
 from langchain.agents.structured_output import ToolStrategy
@@ -25,6 +29,7 @@ from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.types import Command, interrupt
 
 import durably
+from durably.cli import main as cli
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
 from durably.integrations.langchain._digest import model_call
 
@@ -119,8 +124,10 @@ def test_wait_for_approval_parks_the_run_until_a_decision(
         [pending] = engine.pending_approvals()
         assert (pending.action, pending.args) == ("refund", {"amount": 30})
         assert rows(tmp_path, "SELECT * FROM attempts") == []  # parked before the write
-        if decide == "approve":
-            engine.approve("r-1", pending.request_id, digest=pending.digest, by="ana")
+        if decide == "approve":  # through the CLI, as a person would
+            args = ["approve", "r-1", pending.request_id, "--digest", pending.digest[:12]]
+            decided = CliRunner().invoke(cli, [*args, "--by", "ana", "--db", url(tmp_path)])
+            assert decided.exit_code == 0, decided.output
         else:
             engine.reject("r-1", pending.request_id, digest=pending.digest, by="ana", reason="no")
         out = run()
