@@ -7,6 +7,7 @@ that says how to enable them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -46,22 +47,30 @@ def pg_server_url() -> str:
     return url
 
 
-@pytest.fixture
-def pg_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh, empty PostgreSQL schema for one test, dropped afterwards.
-
-    The URL carries ``options=-csearch_path=<schema>`` so every connection made from it
-    (including those of subprocesses) works inside the test's own schema.
-    """
+@contextlib.contextmanager
+def _pg_schema(server_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL schema, dropped afterwards; its URL carries
+    ``options=-csearch_path=<schema>`` so every connection made from it (including
+    those of subprocesses) works inside it."""
     import psycopg
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+    with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in pg_server_url else "?"
-    yield f"{pg_server_url}{sep}options=-csearch_path%3D{schema}"
-    with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    sep = "&" if "?" in server_url else "?"
+    try:
+        yield f"{server_url}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL schema for one test, dropped afterwards (its URL names
+    the schema: see :func:`_pg_schema`)."""
+    with _pg_schema(pg_server_url) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -71,3 +80,18 @@ def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'journal.db'}"
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def module_journal_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``journal_url`` shared by the tests of one module: for an expensive journal that
+    they only read (fill it in a module-scoped fixture of their own)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('journal') / 'journal.db'}"
+        return
+    with _pg_schema(request.getfixturevalue("pg_server_url")) as url:
+        yield url

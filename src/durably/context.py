@@ -23,10 +23,12 @@ from .budget import Budget
 from .current import in_step, outside_step
 from .errors import (
     ConfigError,
+    clause,
 )
 from .features import approvals, budgets, emits, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
+from .misuse import async_step_in_sync
 from .replay import gathers, stepping, values
 from .replay.kernel import (
     SCOPE,
@@ -119,6 +121,9 @@ class Context:
         if tool:  # a @durably.tool: its kind applies (an approval first, effect options)
             tool_result: T = fn.record(self, name, args, kwargs)  # type: ignore[attr-defined]
             return tool_result
+        misuse = async_step_in_sync(fn)
+        if misuse is not None:
+            raise self._core.poison(misuse)  # the run blocks: a fix of the code resumes it
         result: T = drive_sync(self._ex, stepping.step(self._core, name, fn, args, kwargs))
         return result
 
@@ -583,7 +588,9 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
         return Budget(tokens, cost_usd)
     except ConfigError as exc:
         raise core.poison(
-            ConfigError(f"ctx.budget: {exc}. The run is blocked; fix the code, then resume it.")
+            ConfigError(
+                f"ctx.budget: {clause(exc)}. The run is blocked; fix the code, then resume it."
+            )
         ) from None
 
 

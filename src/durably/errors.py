@@ -13,6 +13,12 @@ from typing import Any
 from .shell import command
 
 
+def clause(text: object) -> str:
+    """``text`` (often an exception) without its final period, for a message that goes on
+    with a sentence of its own: "{clause(exc)}. The run is blocked" never reads ".. The"."""
+    return str(text).rstrip(".")
+
+
 class DurablyError(Exception):
     """Base class of every error durably raises on purpose."""
 
@@ -220,7 +226,7 @@ class CompensationFailed(DurablyError):
             else f"{len(failures)} of {total} compensations failed"
         )
         super().__init__(
-            f"compensation failed: {first} ({tally}). It was compensating for: {error}."
+            f"compensation failed: {first} ({tally}). It was compensating for: {clause(error)}."
             f" What the failed compensation should have undone may still be in place:"
             f" check the receiving system and undo it by hand (`{command('runs show', run_id)}`"
             " lists what ran)"
@@ -252,9 +258,9 @@ class ToolRejected(DurablyError):
         self.by = by
         self.note = note
         who = f" by {by}" if by else ""
-        why = f" ({note})" if note else ""
+        noted = f" ({note})" if note else ""
         super().__init__(
-            f"tool {tool!r} was not run: its approval request was {outcome}{who}{why}."
+            f"tool {tool!r} was not run: its approval request was {outcome}{who}{noted}."
             " Nothing was executed; to try again, ask in a new request (a new call)"
         )
 

@@ -176,9 +176,24 @@ def _arg_name(fn: Any, key: str) -> str:
     return f"argument {key}"
 
 
-def _pretty(data: Any) -> str:
-    """``data`` as indented JSON text, for a person on the journal's host."""
-    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+def _pretty(data: Any, indent: str = "") -> str:
+    """``data`` as indented JSON text, for a person on the journal's host: a string that
+    holds line breaks (a prompt, a message) is written as a block between triple quotes
+    with its real line breaks, not as one line of ``\\n`` escapes."""
+    inner = indent + "  "
+    if isinstance(data, str) and "\n" in data:
+        body = "\n".join(inner + line if line else "" for line in data.split("\n"))
+        return f'"""\n{body}\n{inner}"""'
+    if isinstance(data, dict) and data:
+        items = [
+            f"{inner}{json.dumps(k, ensure_ascii=False)}: {_pretty(data[k], inner)}"
+            for k in sorted(data)
+        ]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(data, list) and data:
+        items = [inner + _pretty(v, inner) for v in data]
+        return "[\n" + ",\n".join(items) + f"\n{indent}]"
+    return json.dumps(data, ensure_ascii=False)
 
 
 def _measure(data: Any) -> tuple[int, str]:

@@ -194,6 +194,10 @@ RECOVER_SCAN_MAX: Final = 10_000
 """Running runs one query of ``engine.recover()``'s scan reads: it pages through every
 running run, this many at a time."""
 
+RECOVER_WAIT_S: Final = 10.0
+"""How far ahead ``engine.recover()`` waits for a resumed run's wake-up (a short timer)
+and resumes it again, instead of leaving it parked; later wake-ups stay parked."""
+
 WORKER_CONCURRENCY_MAX: Final = 256
 """Largest ``concurrency`` of a worker (runs driven at once by one process)
 (``durably.worker.CONCURRENCY_MAX``)."""

@@ -30,6 +30,7 @@ from . import codec
 from .errors import CompensationFailed, ConfigError, SerializationError, StepFailed
 from .features import sagas
 from .history import check_name, describe_error, position_key
+from .misuse import async_step_in_sync
 from .replay import stepping
 from .replay.kernel import RunCore, type_name
 from .replay.ops import Op
@@ -293,6 +294,9 @@ class Saga:
         arguments, plus ``result=`` (do's recorded result) when its signature has a
         ``result`` parameter. ``undo`` takes its own options (``@durably.step``) and gets
         its own idempotency key."""
+        misuse = async_step_in_sync(do, "saga.step") or async_step_in_sync(undo, "saga.step")
+        if misuse is not None:
+            raise self._saga.core.poison(misuse)  # the run blocks: a fix of the code resumes it
         result: T = drive_sync(self._ex, self._saga.step(name, do, undo, args, kwargs))
         return result
 

@@ -369,7 +369,7 @@ def _where(f: Facts) -> tuple[str, dict[str, Any]]:
     if last.status == INTENT:
         text = f"step {last.position} {last.name} in flight"
     else:
-        text = f"past step {last.position} {last.name}"
+        text = f"after step {last.position} {last.name}, its last recorded step"
     return text, {"position": last.position, "step": last.name}
 
 
@@ -428,7 +428,7 @@ def _blocked(f: Facts) -> _Built:
         at = f" at step {m.group(1)}" if m is not None else ""
         text = (
             f"blocked: NonDeterminism{at}: {quote(reason)} — deploy the old"
-            f" code, or patch it (`ctx.patched`), then `{cli_command('retry', run.run_id)}`"
+            f" code, or patch it (`ctx.patched`), then {_run_again(run.run_id)}"
         )
         return "blocked", text, {"blocked_by": "NonDeterminism", "reason": reason}
     kind = f.blocked_type
@@ -443,9 +443,19 @@ def _blocked(f: Facts) -> _Built:
         fix = "fix the code as the reason says"
     text = (
         f"blocked: {kind + ': ' if kind else ''}{quote(reason)} — {fix}, then"
-        f" `{cli_command('retry', run.run_id)}` (recorded steps replay)"
+        f" {_run_again(run.run_id)} (recorded steps replay)"
     )
     return "blocked", text, {"blocked_by": kind, "reason": reason}
+
+
+def _run_again(run_id: str) -> str:
+    """How a blocked run goes on once its code (or journal) is fixed: driving it again
+    resumes it (a retry is only needed to hand it to a worker, which claims no blocked
+    run)."""
+    return (
+        f"run it again (`engine.resume({run_id!r})`, or"
+        f" `{cli_command('retry', run_id)}` for a worker to take it)"
+    )
 
 
 def _quarantined(f: Facts) -> _Built:
@@ -589,8 +599,8 @@ def _parked_timer(f: Facts) -> _Built:
     if wake > f.now:
         text = (
             f"parked on a timer until {clock_text(wake)} (in {seconds(wake - f.now)}); it"
-            " holds no process: a worker (or an engine.run/resume waiting for it) resumes"
-            " it when due"
+            " holds no lease or worker slot: an engine.run/resume waiting for it, or else a"
+            " worker, resumes it when due"
         )
         facts["due"] = False
         return "parked", text, facts
@@ -629,7 +639,7 @@ def _parked_signal(f: Facts) -> _Built:
         command = cli_command("signal", run.run_id, name, options="--data JSON")
         text = (
             f"parked waiting for signal {quote(name)!r} since {clock_text(since)} ({until});"
-            f" it holds no process or worker slot — send it: `{command}`"
+            f" it holds no lease or worker slot — send it: `{command}`"
         )
         return "signal", text, facts
     # Woken at its deadline: the timeout; earlier: a signal made it due (send_signal).
@@ -689,7 +699,7 @@ def _parked_approval(f: Facts) -> _Built:
         until = "no expiry" if expires is None else f"expires at {clock_text(expires)}"
         text = (
             f"parked waiting for approval of {quote(action)!r} (request {request_id}, digest"
-            f" {prefix}) since {clock_text(since)} ({until}); it holds no process or worker"
+            f" {prefix}) since {clock_text(since)} ({until}); it holds no lease or worker"
             f" slot — approve it: `{command}` (or `durably reject ... --reason TEXT`)"
         )
         return "approval", text, facts
@@ -747,7 +757,7 @@ def _parked_waits(f: Facts) -> _Built:
         text = (
             f"parked on several waits of ctx.gather branches at once ({what}){until}; any one"
             " of them wakes it (then waits not satisfied park again), and it holds no"
-            " process or worker slot"
+            " lease or worker slot"
         )
         if commands:
             text += " — " + ", ".join(f"`{c}`" for c in commands)

@@ -47,6 +47,7 @@ log = logging.getLogger("durably.worker")
 
 CONCURRENCY_MAX = WORKER_CONCURRENCY_MAX  # its old name (durably.limits)
 POLL_INTERVAL_S_DEFAULT = 0.2
+STOP_CHECK_S = 0.25  # longest an idle worker goes without looking for a stop
 DRAIN_S_DEFAULT = 30.0
 ERROR_BACKOFF_S = 1.0
 
@@ -129,19 +130,28 @@ class Worker:
                 self._maybe_beat()
                 if max_runs is not None and self.stats.claimed >= max_runs:
                     break
-                if not self._slots.acquire(timeout=self.poll_interval_s):
+                if not self._slots.acquire(timeout=min(self.poll_interval_s, STOP_CHECK_S)):
                     continue
                 run = self._claim()
                 if run is None:
                     self._slots.release()
-                    if not self._stopping.is_set():
-                        self.engine.wait_for_work(self.poll_interval_s)
+                    self._idle()
                     continue
                 self._start(pool, run)
         finally:
             self._drain(pool)
             self._unregister()
         return self.stats
+
+    def _idle(self) -> None:
+        """Wait for work (a notification, or ``poll_interval_s``) in slices of at most
+        STOP_CHECK_S, so a stop (SIGTERM) is seen at once: one long wait under
+        ``--poll-interval-s 30`` on PostgreSQL delayed the drain by up to 30 s."""
+        deadline = time.monotonic() + self.poll_interval_s
+        while not self._stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0 or self.engine.wait_for_work(min(left, STOP_CHECK_S)):
+                return
 
     def _maybe_beat(self) -> None:
         """Keep this worker's row in the journal's ``workers`` table alive (written at
@@ -187,14 +197,16 @@ class Worker:
             return None
 
     def _start(self, pool: ThreadPoolExecutor, run: RunRecord) -> None:
-        # starts > 1: an earlier start ended without finishing (a crash, a lost lease, a
-        # drain), so this claim takes the run over and resumes it from its journal.
+        # starts > 1: an earlier start ended before the run did. Mostly a park (a timer, a
+        # signal) that is due now, an ordinary resume: "taking over" would read as a crash.
+        # A takeover from a dead or stalled owner is in the run's own lease.expired /
+        # lease.lost events (`durably runs tail RUN`).
         log.info(
             "durably worker: claimed run %s (%s, start %d%s)",
             run.run_id,
             run.workflow,
             run.starts,
-            ", taking over an earlier start" if run.starts > 1 else "",
+            ", resuming from its journal" if run.starts > 1 else "",
         )
         with self._lock:
             self.stats.claimed += 1

@@ -195,6 +195,7 @@ MODULE_PINS = {
         "PARK_REASON_CHARS_MAX",
         "POSITION_CHARS_MAX",
         "RECOVER_SCAN_MAX",
+        "RECOVER_WAIT_S",
         "RETRIES_MAX",
         "RUN_ID_CHARS_MAX",
         "RUN_INPUT_BYTES_MAX",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).with_name("gather_wait_agent.py")
 RUN_ID = "two-timers-1"
-SLEEP_S = 3.0
+SLEEP_S = 2.0  # long enough to see the park and kill the process before it wakes
 
 
 def agent(tmp: Path, sleep_s: float) -> subprocess.Popen[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 AGENT = Path(__file__).with_name("timer_agent.py")
 RUN_ID = "follow-up-1"
-SLEEP_S = 4.0
+SLEEP_S = 2.0  # long enough to see the park and kill the process before it wakes
 
 
 def agent(tmp: Path, sleep_s: float) -> subprocess.Popen[str]:

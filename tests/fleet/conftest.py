@@ -33,7 +33,10 @@ def spawn_worker(journal_url: str, world_path: str, tmp_path: Path) -> Iterator[
     logs: list[IO[str]] = []
 
     def spawn(
-        lease_s: float = 30, concurrency: int = 4, extra_env: dict[str, str] | None = None
+        lease_s: float = 30,
+        concurrency: int = 4,
+        extra_env: dict[str, str] | None = None,
+        drain_s: float = 5,
     ) -> subprocess.Popen[str]:
         env = {
             **os.environ,
@@ -57,7 +60,7 @@ def spawn_worker(journal_url: str, world_path: str, tmp_path: Path) -> Iterator[
                 "--poll-interval-s",
                 "0.05",
                 "--drain-s",
-                "5",
+                str(drain_s),
             ],
             env=env,
             stdout=log,

@@ -79,14 +79,14 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
     journal_url: str,
 ) -> None:
     worker = spawn_worker(lease_s=1.5, concurrency=1)
-    engine.start("pause", 2.0, run_id="p")
+    engine.start("pause", 1.0, run_id="p")
     wait_until(lambda: executions(world_path, worker.pid) == ["first"], 60, "the first step")
     worker.send_signal(signal.SIGSTOP)  # between two steps: a GC pause, a stopped VM...
-    time.sleep(3.0)  # past its lease, and past the pause it was in
+    time.sleep(2.0)  # past its 1.5 s lease, and past the 1 s pause it was in
     taken = engine.store.claim("p", Owner("rescuer", 1, "1"), 30, 10, lambda _: False)
     with run_row_locked(journal_url, "p"):
         worker.send_signal(signal.SIGCONT)
-        time.sleep(3.0)  # its heartbeat waits on the lock; its own deadline has passed
+        time.sleep(2.0)  # its heartbeat waits on the lock; its own deadline has passed
     wait_until(lambda: log_says(tmp_path, "lost run p"), 60, "the worker to give up")
     # The log says why: its own deadline, not "another worker" (it cannot know that).
     assert log_says(tmp_path, "past its lease deadline"), (tmp_path / "worker-0.log").read_text()

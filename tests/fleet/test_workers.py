@@ -228,15 +228,17 @@ def test_concurrent_starts_of_one_run_id_make_one_run(
 def test_sigterm_drains_then_releases(
     engine: durably.Engine, spawn_worker: Spawn, world_path: str
 ) -> None:
-    w = spawn_worker(lease_s=30, concurrency=1)
-    handle = engine.start("slow", 1, 8.0, run_id="long")
+    # A drain shorter than the step (1 s < 3 s): the worker gives the run back unfinished.
+    # (8 s under a 5 s drain took 14 s; the margin is the same 2 s either way.)
+    w = spawn_worker(lease_s=30, concurrency=1, drain_s=1)
+    handle = engine.start("slow", 1, 3.0, run_id="long")
     wait_until(
         lambda: world_rows(world_path, "SELECT * FROM executions WHERE step='slow_charge'") != [],
         30,
         "the charge to start",
     )
     w.send_signal(signal.SIGTERM)
-    assert w.wait(30) == 0  # drain_s=5 < the 8 s step: it gives the run back
+    assert w.wait(30) == 0  # drain_s=1 < the 3 s step: it gives the run back
     run = engine.get_run("long")
     assert run.owner is None and run.status == "running"
     t0 = time.monotonic()

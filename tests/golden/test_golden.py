@@ -188,6 +188,7 @@ def test_replay_check_cli_passes_every_golden(tmp_path: Path) -> None:
             "replay",
             "--check",
             "tests.golden.app:engine",
+            "--finished",  # the golden runs are finished: check them all
             "--db",
             url,
             "--json",

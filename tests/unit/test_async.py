@@ -161,16 +161,7 @@ def test_gather_refuses_started_tasks(engine: durably.Engine) -> None:
         engine.run(w, run_id="r")
 
 
-def test_sync_workflow_rejects_async_step_functions(engine: durably.Engine) -> None:
-    async def model() -> str:
-        return "x"
-
-    @engine.workflow(name="w")
-    def w(ctx: durably.Context) -> str:
-        return ctx.step("m", model)
-
-    with pytest.raises(durably.WorkflowFailed, match="async workflow"):
-        engine.run(w, run_id="r")
+# An async step function in a sync workflow blocks the run: tests/unit/test_misuse_refused.py
 
 
 # -- sync step functions in async workflows: a bounded thread pool -----------------------

@@ -11,7 +11,9 @@ The files were captured from the commands as they were before they moved onto th
 seams (``engine.list_runs``, ``engine.count_runs``, ``durably.explain``); the commands must
 keep printing them exactly. One line was added on purpose since: ``runs list`` now ends
 with the ``--after`` cursor of the next page when more runs match than it shows
-(``runs_list_limit``); the ``--after`` pages themselves are new. To re-capture after a
+(``runs_list_limit``); the ``--after`` pages themselves are new. And the tables are plain
+aligned text now, as every pipe gets them (issue 31: a boxed table in a pipe cut ids to fit
+80 columns; tests/unit/test_cli_ids_whole.py has the terminal form). To re-capture after a
 deliberate change of output, run with ``DURABLY_UPDATE_GOLDEN=1`` and review the diff.
 """
 

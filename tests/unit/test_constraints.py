@@ -110,3 +110,17 @@ def test_dependencies_are_lower_bounds_and_breaking_majors_are_capped() -> None:
     for name, major in capped.items():
         uppers = [s.version for s in reqs[name].specifier if s.operator == "<"]
         assert uppers == [major], f"{reqs[name]}: cap it below its next major, <{major}"
+
+
+def test_the_license_is_an_spdx_string_that_the_build_backend_reads_without_warning() -> None:
+    """setuptools warned three times in every install that ``project.license`` as a TOML
+    table is deprecated: the license is an SPDX expression, and the build backend is a
+    setuptools that reads one (77 and later)."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert data["project"]["license"] == "Apache-2.0"
+    [backend] = [
+        Requirement(r)
+        for r in data["build-system"]["requires"]
+        if canonicalize_name(Requirement(r).name) == "setuptools"
+    ]
+    assert not backend.specifier.contains("76.9") and backend.specifier.contains("77.0")

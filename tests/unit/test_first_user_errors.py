@@ -80,36 +80,7 @@ def test_an_unknown_option_far_from_any_name_still_gets_the_stores_list(tmp_path
         durably.Engine(f"sqlite:///{tmp_path / 'j.db'}", zzz_unrelated=1)
 
 
-def test_runs_list_and_show_never_cut_a_run_id_or_key_in_an_80_column_terminal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The README's first look (`durably runs list`, then `runs show RUN`): in a narrow
-    terminal rich cuts cells to "…"; a run id or key cut so cannot be copied."""
-    monkeypatch.delenv("DURABLY_URL", raising=False)
-    url = f"sqlite:///{tmp_path / 'j.db'}"
-    engine = durably.Engine(url)
-
-    def send(*, idempotency_key: str) -> str:
-        return idempotency_key
-
-    @engine.workflow(name="incident_response_workflow")
-    def wf(ctx: durably.Context) -> str:
-        return ctx.step("open_ticket_in_the_tracker", send)
-
-    run_id = "alert-42-disk-full-on-db-primary"
-    engine.run(wf, run_id=run_id)
-    key = engine.get_run(run_id).key("0")
-    engine.close()
-    monkeypatch.setenv("COLUMNS", "80")
-    listed = CliRunner().invoke(main, ["runs", "list", "--db", url], terminal_width=80)
-    shown = CliRunner().invoke(main, ["runs", "show", run_id, "--db", url], terminal_width=80)
-    for result, whole in ((listed, run_id), (shown, key)):
-        assert result.exit_code == 0, result.output
-        rows = [
-            line.split("│")[1:-1] for line in result.output.splitlines() if line.startswith("│")
-        ]
-        columns = ["".join(cell.strip() for cell in column) for column in zip(*rows, strict=True)]
-        assert any(whole in column for column in columns), result.output
+# runs list / runs show in an 80-column terminal or a pipe: tests/unit/test_cli_ids_whole.py
 
 
 def _incident_engine(tmp_path: Path) -> tuple[durably.Engine, durably.Workflow]:

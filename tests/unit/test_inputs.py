@@ -56,15 +56,25 @@ def stored_bytes(engine: durably.Engine, run_id: str) -> int:
     history = engine.store.load_history(run_id, 0)
     own = sum(len(r.inputs or "") + len(r.output or "") for r in history)
     digests: set[str] = set()
+    read: dict[str, str] = {}
+
+    def fetch(wanted: list[str]) -> dict[str, str]:
+        # Each record's chain shares the previous record's: read every blob once (walking
+        # each chain to its root read n^2/2 blobs, 9 s of queries on PostgreSQL).
+        missing = [d for d in wanted if d not in read]
+        if missing:
+            read.update(engine.store.get_blobs(missing))
+        return {d: read[d] for d in wanted if d in read}
+
     for r in history:
         assert r.inputs is not None
         for ref in inputs._refs(r.inputs).values():
-            hashes = inputs.item_hashes(ref, engine.store.get_blobs)
+            hashes = inputs.item_hashes(ref, fetch)
             digests.update([hashes] if isinstance(hashes, str) else hashes)
             node = ref.get("l")
-            while node is not None:  # the chain's nodes are stored too
+            while node is not None and node not in digests:  # the chain's nodes are stored too
                 digests.add(node)
-                node = inputs.json.loads(engine.store.get_blobs([node])[node])["p"]
+                node = inputs.json.loads(fetch([node])[node])["p"]
     blobs = engine.store.get_blobs(sorted(digests))
     return own + sum(len(t.encode()) for t in blobs.values())
 

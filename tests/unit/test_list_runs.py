@@ -288,9 +288,11 @@ def test_readers_walk_pages_past_the_page_bound(
     _start(engine, clock, ["q0", "q1"])  # newest: queued, no history to check
     with pytest.raises(durably.ConfigError, match="from 1 to 2"):
         engine.list_runs(limit=3)
-    checked = [r.run_id for r in runs_to_check(engine, None, None, None, 6)]
+    checked = [r.run_id for r in runs_to_check(engine, None, None, None, 6, finished=True)]
     assert checked == ["d4", "d3", "d2", "d1"]  # the newest 6 less the queued ones
-    since = [r.run_id for r in runs_to_check(engine, None, None, clock.time() - 4.5, 100)]
+    since = [
+        r.run_id for r in runs_to_check(engine, None, None, clock.time() - 4.5, 100, finished=True)
+    ]
     assert since == ["d4", "d3"]
     res = CliRunner().invoke(cli, ["runs", "list", "--db", journal_url, "--limit", "5", "--json"])
     assert res.exit_code == 0, res.output

@@ -101,13 +101,28 @@ def rows() -> list[Row]:
     return _rows()
 
 
+def _filled(url: str, rows: list[Row]) -> durably.Engine:
+    e = durably.Engine(url)  # creates the schema
+    insert: Callable[[str, list[Row]], None] = (
+        _insert_sqlite if url.startswith("sqlite") else _insert_postgres
+    )
+    insert(url, rows)
+    return e
+
+
 @pytest.fixture
 def engine(journal_url: str, rows: list[Row]) -> Iterator[durably.Engine]:
-    e = durably.Engine(journal_url)  # creates the schema
-    insert: Callable[[str, list[Row]], None] = (
-        _insert_sqlite if journal_url.startswith("sqlite") else _insert_postgres
-    )
-    insert(journal_url, rows)
+    """A journal of its own: for the test that adds runs while it reads."""
+    e = _filled(journal_url, rows)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def shared(module_journal_url: str, rows: list[Row]) -> Iterator[durably.Engine]:
+    """One filled journal per store for the tests that only read it (filling 100,000
+    rows is most of their time)."""
+    e = _filled(module_journal_url, rows)
     yield e
     e.close()
 
@@ -195,8 +210,8 @@ FILTERS = {
 }
 
 
-def test_filters_combine_over_every_page(engine: durably.Engine, rows: list[Row]) -> None:
-    # One journal of 100,000 runs for every case (filling it is most of the time).
+def test_filters_combine_over_every_page(shared: durably.Engine, rows: list[Row]) -> None:
+    engine = shared
     for case, filters in FILTERS.items():
         want = _expected(rows, **filters)
         assert want, f"{case}: a filter that matches nothing shows nothing"
@@ -207,7 +222,8 @@ def test_filters_combine_over_every_page(engine: durably.Engine, rows: list[Row]
         assert sum(n for s, n in counts.items() if s in wanted) == len(want), case
 
 
-def test_count_runs_matches(engine: durably.Engine, rows: list[Row]) -> None:
+def test_count_runs_matches(shared: durably.Engine, rows: list[Row]) -> None:
+    engine = shared
     counts = engine.count_runs()
     assert {s: n for s, n in counts.items() if n} == dict(Counter(r[8] for r in rows))
     fast_beta = engine.count_runs(workflow="beta", queue="fast")
@@ -227,13 +243,13 @@ PLANNED = {
 
 
 def test_a_page_is_an_index_range_not_a_sort_of_the_table(
-    engine: durably.Engine, journal_url: str
+    shared: durably.Engine, module_journal_url: str
 ) -> None:
     # The page query as the store runs it, explained by the database over 100,000 runs:
     # it walks runs_by_created from the cursor (sorting only runs of one instant), never
     # scans and sorts the whole table.
     for case in PLANNED:
-        _check_plan(journal_url, case)
+        _check_plan(module_journal_url, case)
 
 
 def _check_plan(journal_url: str, case: str) -> None:

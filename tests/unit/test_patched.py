@@ -84,7 +84,7 @@ def _half_done_runs(url: str, world: World, n: int) -> None:
 
 
 def _check(engine: durably.Engine) -> dict[str, str | None]:
-    report = check_runs(engine, runs_to_check(engine, None, None, None, 1000))
+    report = check_runs(engine, runs_to_check(engine, None, None, None, 1000, finished=True))
     return {f.run.run_id: f.position for f in report.findings if f.kind == DIVERGES}
 
 

@@ -1,5 +1,7 @@
 """``durably replay --check MODULE:ENGINE`` as a real subprocess (issue 13): it names the
-runs a deploy would break, exits 1, writes nothing; exits 0 once the code is patched."""
+runs a deploy would break, exits 1, writes nothing; exits 0 once the code is patched.
+Finished runs are checked here with ``--finished`` (by default they are left out:
+tests/unit/test_mismatch_reasons_printed.py)."""
 
 from __future__ import annotations
 
@@ -68,11 +70,13 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
         with pytest.raises(Crash):
             e.run(flow, 5, run_id="half")  # running, step a recorded: its next step is live
 
-    same = _cli(tmp_path, url, "replay", "--check", "app:engine")
+    same = _cli(tmp_path, url, "replay", "--check", "app:engine", "--finished")
     assert same.returncode == 0, same.stderr
     assert "ok: 4 run(s) checked, 0 would diverge" in same.stdout
 
-    broken = _cli(tmp_path, url, "replay", "--check", "app:engine", "--json", APP_INSERT="1")
+    broken = _cli(
+        tmp_path, url, "replay", "--check", "app:engine", "--finished", "--json", APP_INSERT="1"
+    )
     assert broken.returncode == 1, broken.stderr
     report = json.loads(broken.stdout)
     assert report["ok"] is False and report["checked"] == 4
@@ -86,14 +90,23 @@ def test_replay_check_names_diverging_runs_and_exits_1(tmp_path: Path) -> None:
     assert all("resume would block the run" in d["reason"] for d in report["diverging"])
     assert not any("run is blocked" in d["reason"] for d in report["diverging"])
 
-    text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--workflow", "flow",
-                APP_INSERT="1")  # fmt: skip
+    text = _cli(tmp_path, url, "replay", "--check", "app:engine", "--finished",
+                "--workflow", "flow", APP_INSERT="1")  # fmt: skip
     assert text.returncode == 1 and "DIVERGES r0 (flow" in text.stdout
     assert "FAIL: 4 run(s) checked, 3 would diverge" in text.stdout
 
     # The half-done run reaches the new marker with nothing recorded: True there, and its
     # check ends (the inserted step, a tool that exits the process, is never called).
-    patched = _cli(tmp_path, url, "replay", "--check", "app:engine", APP_INSERT="1", APP_PATCH="1")
+    patched = _cli(
+        tmp_path,
+        url,
+        "replay",
+        "--check",
+        "app:engine",
+        "--finished",
+        APP_INSERT="1",
+        APP_PATCH="1",
+    )
     assert patched.returncode == 0, patched.stdout + patched.stderr
     assert "ok: 4 run(s) checked" in patched.stdout
     with durably.Engine(url) as e:
@@ -173,6 +186,6 @@ def test_replay_check_prints_a_run_id_with_brackets_as_it_is(tmp_path: Path) -> 
             return ctx.step("c", lambda v: v + 1, ctx.step("a", lambda v: v + 1, x))
 
         e.run(flow, 1, run_id="job[b]1")
-    out = _cli(tmp_path, url, "replay", "--check", "app:engine", APP_INSERT="1")
+    out = _cli(tmp_path, url, "replay", "--check", "app:engine", "--finished", APP_INSERT="1")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "DIVERGES job[b]1 (flow version=-, completed)" in out.stdout, out.stdout

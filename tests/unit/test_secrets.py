@@ -276,7 +276,7 @@ def test_a_url_that_is_not_a_str_is_a_config_error(url: Any) -> None:
 
 
 def test_chaos_and_subprocess_commands_mask_the_password(
-    secret_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    secret_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     recorded = Path(__file__).resolve().parents[1] / "chaos" / "recorded_workflow.py"
     monkeypatch.chdir(tmp_path)
@@ -290,6 +290,10 @@ def test_chaos_and_subprocess_commands_mask_the_password(
     )
     assert chaos.exit_code == 0, chaos.output
     assert_clean(chaos)
+    if request.node.callspec.params["secret_url"] not in ("userinfo", "query"):
+        # The two places a password sits; the special characters of the other forms go
+        # through the same redaction, checked in-process for every form above.
+        return
     env = {**os.environ, "DURABLY_URL": secret_url}
     for args in (["migrate"], ["runs", "list"], ["runs", "show", "missing", "--json"]):
         proc = subprocess.run(

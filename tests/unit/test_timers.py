@@ -501,7 +501,7 @@ def test_runs_list_and_show_give_the_park_reason(tmp_path: Path, clock: durably.
     shown = runner.invoke(cli, ["runs", "show", "s", "--db", url], env=wide)
     text = " ".join(shown.output.split())
     assert "why: timer until 2023-11-14T23:13:20Z" in text
-    assert "│ durably.sleep │ waiting │ waiting │" in text
+    assert "2 durably.sleep waiting waiting" in text
     shown_json = json.loads(runner.invoke(cli, ["runs", "show", "s", "--db", url, "--json"]).output)
     assert shown_json["steps"][2]["status"] == "waiting"
     assert shown_json["steps"][2]["output"] == {"wake_at": clock.time() + HOUR}

@@ -119,8 +119,10 @@ def test_async_tool_in_a_sync_workflow_is_refused_clearly(url: str) -> None:
         def wf(ctx: durably.Context) -> Any:
             return alookup("X")
 
-        with pytest.raises(durably.WorkflowFailed, match="async workflow"):
+        # A misuse: the run blocks (a fix of the code resumes it), never fails.
+        with pytest.raises(durably.ConfigError, match="Make the workflow async"):
             engine.run(wf, run_id="r")
+        assert engine.get_run("r").status == "blocked"
 
 
 def test_ctx_step_applies_the_kind_write_is_an_effect() -> None:

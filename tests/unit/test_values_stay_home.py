@@ -258,7 +258,7 @@ def test_a_step_function_is_named_in_errors_never_its_repr_with_bound_arguments(
 
         for wf, error in (
             (timeout, durably.WorkflowFailed),
-            (async_in_sync, durably.WorkflowFailed),
+            (async_in_sync, durably.ConfigError),  # a misuse: the run blocks
             (not_callable, durably.ConfigError),
         ):
             with pytest.raises(error) as err:

@@ -158,7 +158,8 @@ def test_blocked_by_nondeterminism(journal_url: str) -> None:
         " 'make_plan' (steps differ)"
     )
     assert got["sentence"].endswith(
-        "— deploy the old code, or patch it (`ctx.patched`), then `durably retry nd`"
+        "— deploy the old code, or patch it (`ctx.patched`), then run it again"
+        " (`engine.resume('nd')`, or `durably retry nd` for a worker to take it)"
     )
 
 
@@ -174,7 +175,8 @@ def test_blocked_by_a_serialization_error(engine: durably.Engine, journal_url: s
     assert got["state"] == "blocked" and got["blocked_by"] == "SerializationError"
     assert got["sentence"].startswith("blocked: SerializationError: workflow 'wf' result:")
     assert got["sentence"].endswith(
-        "— change the code to return and pass storable data, then `durably retry ser`"
+        "— change the code to return and pass storable data, then run it again"
+        " (`engine.resume('ser')`, or `durably retry ser` for a worker to take it)"
         " (recorded steps replay)"
     )
 
@@ -194,7 +196,8 @@ def test_blocked_by_a_config_error(engine: durably.Engine, journal_url: str) -> 
     assert got["state"] == "blocked" and got["blocked_by"] == "ConfigError"
     assert got["sentence"].startswith("blocked: ConfigError: ctx.sleep_until(2030-01-01T00:00:00)")
     assert got["sentence"].endswith(
-        "— fix the code as the reason says, then `durably retry cfg` (recorded steps replay)"
+        "— fix the code as the reason says, then run it again (`engine.resume('cfg')`, or"
+        " `durably retry cfg` for a worker to take it) (recorded steps replay)"
     )
     assert "SerializationError" not in got["sentence"]
 
@@ -480,8 +483,9 @@ def test_parked_on_a_timer(journal_url: str) -> None:
     assert got["state"] == "parked" and got["waiting_for"] == "timer" and got["due"] is False
     assert got["wake_at"] == run.wake_at and got["reason"] == run.park_reason
     assert re.fullmatch(
-        r"parked on a timer until \d\d:\d\d:\d\d UTC \(in 60 min\); it holds no process: a"
-        r" worker \(or an engine.run/resume waiting for it\) resumes it when due",
+        r"parked on a timer until \d\d:\d\d:\d\d UTC \(in 60 min\); it holds no lease or"
+        r" worker slot: an engine.run/resume waiting for it, or else a worker, resumes it when"
+        r" due",
         got["sentence"],
     )
     engine.close()
@@ -569,7 +573,7 @@ def test_parked_waiting_for_a_signal(journal_url: str) -> None:
         assert got["deadline"] == pytest.approx(got["since"] + 3600)
         assert re.fullmatch(
             r"parked waiting for signal 'approve' since (\S+ )?\d\d:\d\d:\d\d UTC \(times out"
-            r" at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds no process or worker slot — send it:"
+            r" at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds no lease or worker slot — send it:"
             r" `durably signal waits approve --data JSON`",
             got["sentence"],
         ), got["sentence"]
@@ -588,7 +592,7 @@ def test_parked_waiting_for_a_signal(journal_url: str) -> None:
         got = why(journal_url, "waits")
         assert got["signal"] == "ship it" and got["deadline"] is None
         assert got["sentence"].endswith(
-            "(no timeout); it holds no process or worker slot — send it:"
+            "(no timeout); it holds no lease or worker slot — send it:"
             " `durably signal waits 'ship it' --data JSON`"
         )
         assert "signal 'ship it' since" in got["reason"]
@@ -615,7 +619,7 @@ def test_parked_on_several_waits_of_gather_branches(journal_url: str) -> None:
             r"parked on several waits of ctx.gather branches at once \(3 waits: timer until"
             r" \S+; signal 'go' since .*\); the first due at (\S+ )?\d\d:\d\d:\d\d UTC;"
             r" any one of them wakes it \(then waits not satisfied park again\), and it holds"
-            r" no process or worker slot — `durably signal many go --data JSON`, `durably"
+            r" no lease or worker slot — `durably signal many go --data JSON`, `durably"
             r" approve many 0.2.0 --digest \w{12}`",
             got["sentence"],
         ), got["sentence"]
@@ -695,8 +699,9 @@ def test_running_near_its_budget(engine: durably.Engine, journal_url: str) -> No
         got = why(journal_url, "near")
     assert got["state"] == "near_budget" and got["budget_used"] == 0.85
     assert re.fullmatch(
-        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), past step 0"
-        r" plan; near its budget: tokens 8,500 of 10,000 \(85%\), cost \$0.00",
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), after step 0"
+        r" plan, its last recorded step; near its budget: tokens 8,500 of 10,000 \(85%\),"
+        r" cost \$0.00",
         got["sentence"],
     )
 
@@ -721,9 +726,9 @@ def test_running_over_its_budget(engine: durably.Engine, journal_url: str) -> No
         got = why(journal_url, "over")
     assert got["state"] == "over_budget" and got["spent_tokens"] == 12_000
     assert re.fullmatch(
-        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), past step 0"
-        r" call_model; over its budget: tokens 12,000 of 10,000 \(120%\), cost \$0.00 — it"
-        r" stops with BudgetExceeded at its next recording call",
+        r"running on pid \d+ at host \S+ \(lease until \d\d:\d\d:\d\d UTC\), after step 0"
+        r" call_model, its last recorded step; over its budget: tokens 12,000 of 10,000"
+        r" \(120%\), cost \$0.00 — it stops with BudgetExceeded at its next recording call",
         got["sentence"],
     ), got["sentence"]
 
@@ -748,7 +753,7 @@ def test_parked_waiting_for_an_approval(journal_url: str) -> None:
         assert re.fullmatch(
             rf"parked waiting for approval of 'refund' \(request 1, digest {prefix}\) since"
             r" (\S+ )?\d\d:\d\d:\d\d UTC \(expires at (\S+ )?\d\d:\d\d:\d\d UTC\); it holds"
-            r" no process or worker slot — approve it: `durably approve asks 1 --digest"
+            r" no lease or worker slot — approve it: `durably approve asks 1 --digest"
             rf" {prefix}` \(or `durably reject ... --reason TEXT`\)",
             got["sentence"],
         ), got["sentence"]

@@ -94,3 +94,38 @@ def test_start_is_idempotent_per_run_id(tmp_path: Path) -> None:
     with pytest.raises(durably.ConfigError):
         Worker(engine, concurrency=0)
     engine.close()
+
+
+def test_a_resume_after_a_park_is_not_logged_as_a_takeover(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with durably.Engine(f"sqlite:///{tmp_path / 'j.db'}") as engine:
+
+        @engine.workflow(name="nap")
+        def nap(ctx: durably.Context) -> str:
+            ctx.sleep(0.05)
+            return "up"
+
+        handle = engine.start(nap, run_id="n")
+        worker = Worker(engine, concurrency=1, poll_interval_s=0.01)
+        with caplog.at_level("INFO", logger="durably"):
+            worker.run(max_runs=2)  # the first start parks, the second resumes when due
+            assert handle.result(timeout_s=30) == "up"
+    claims = [r.getMessage() for r in caplog.records if "claimed run n" in r.getMessage()]
+    assert len(claims) == 2 and "start 2, resuming from its journal" in claims[1]
+    assert not any("taking over" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("journal_url", ["sqlite", "postgres"], indirect=True)
+def test_an_idle_worker_with_a_long_poll_stops_at_once(journal_url: str) -> None:
+    """stop() (SIGTERM) is seen within a fraction of a second, not after the poll: one
+    long wait for work (LISTEN on PostgreSQL) kept it idle for the whole 30 s."""
+    with durably.Engine(journal_url) as engine:
+        engine.workflow(name="w")(lambda ctx: None)
+        worker = Worker(engine, concurrency=1, poll_interval_s=30)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        time.sleep(0.5)  # idle in its wait for work
+        worker.stop()
+        thread.join(10)
+        assert not thread.is_alive(), "the worker went on waiting for its 30 s poll"

@@ -27,6 +27,7 @@ from ..errors import ApprovalMismatch, ApprovalNotFound, DurablyError
 from ..redact import redact_url
 from ..visible import flag, invisible_chars
 from .common import CommandError, db_option, inert, json_text, open_engine, term, ts
+from .tables import Column, console, print_table
 
 ARGS_SHOWN_CHARS_MAX = 80
 """How much of a request's arguments one row of ``approvals list`` shows."""
@@ -67,37 +68,34 @@ def approvals_list(run_id: str | None, db: str, as_json: bool) -> None:
     if as_json:
         click.echo(json_text([_row_json(r) for r in rows]))
         return
-    from rich.console import Console
-    from rich.table import Table
-
     where = term(redact_url(db))
     title = f"approval requests waiting in {where}" if rows else f"no approval waits in {where}"
-    table = Table(title=title)
-    # The ids and the digest prefix are what `durably approve` takes: never cut; the rest
-    # folds onto more lines.
-    for col in ("run_id", "request", "digest"):
-        table.add_column(col, no_wrap=True, min_width=12 if col == "digest" else None)
-    for col in ("action", "requested", "expires", "args"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        args = (
-            r.args if len(r.args) <= ARGS_SHOWN_CHARS_MAX else r.args[:ARGS_SHOWN_CHARS_MAX] + "…"
-        )
-        table.add_row(
+    # The ids, the action and the digest prefix are what `durably approve` takes and what
+    # a person decides on: never cut or folded; the times and arguments fold.
+    cols = [Column(c, whole=True) for c in ("run_id", "request", "digest", "action")]
+    cols += [Column("requested"), Column("expires"), Column("args")]
+    shown = [
+        [
             term(r.run_id),
             term(r.request_id),
             r.digest[:12],
             term(r.action),
             ts(r.requested_at),
             ts(r.expires_at) or "never",
-            term(args),
-        )
-    console = Console(emoji=False, highlight=False)
-    console.print(table)
+            term(
+                r.args
+                if len(r.args) <= ARGS_SHOWN_CHARS_MAX
+                else r.args[:ARGS_SHOWN_CHARS_MAX] + "…"
+            ),
+        ]
+        for r in rows
+    ]
+    out = console()
+    print_table(out, cols, shown, title)
     for r in rows:
         warning = flag(_shown_text(r), keep="\n")
         if warning:
-            console.print(
+            out.print(
                 f"WARNING: run {term(r.run_id)} request {term(r.request_id)} {warning}"
                 " (shown as <U+XXXX>): read its action and arguments before deciding"
             )

@@ -280,6 +280,13 @@ def term(value: object) -> str:
     return escape(inert(str(value)))
 
 
+def term_lines(value: str, indent: str = "  ") -> str:
+    """``value`` as :func:`term` text that keeps its line breaks, each line after the
+    first indented by ``indent``: a replay mismatch's reason is several sentences on
+    lines of their own, unreadable as one line of ``\\n`` escapes."""
+    return ("\n" + indent).join(term(line) for line in value.split("\n"))
+
+
 def json_text(data: Any) -> str:
     """``data`` as strict JSON for ``--json``: a NaN or infinite float (a step's result, or
     a hand-edited time) is written as the string "NaN", "Infinity" or "-Infinity", since

@@ -1,8 +1,13 @@
 """``durably replay --check MODULE:ENGINE``: will today's code replay the recorded runs?
 
-Run it in CI before a deploy: it replays every recorded history (running, parked and
-finished runs) against the workflows MODULE:ENGINE registers, executing no step, calling
-no tool and writing nothing, and exits 1 when any run would diverge.
+Run it in CI before a deploy: it replays the recorded history of every run that will
+resume under the new code (running, parked, in doubt, blocked, quarantined) against the
+workflows MODULE:ENGINE registers, executing no step, calling no tool and writing
+nothing, and exits 1 when any run would diverge. Finished runs (completed, failed,
+cancelled) never replay on their own, only when a person forks or retries one: an
+intended change that they would not replay (a new prompt) must not fail the deploy, so
+they are checked only with ``--finished`` (or a ``--status`` that names them), and the
+summary says how many were left out.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 import click
 
 from ..errors import DurablyError
-from ..history import RUN_STATUSES
+from ..history import RUN_STATUSES, TERMINAL
 from .common import (
     CommandError,
     inert,
@@ -37,7 +42,13 @@ RUNS_CHECKED_MAX = 10_000_000  # bounds --limit: a check reads one history per r
 @click.option(
     "--status",
     type=click.Choice(sorted(RUN_STATUSES)),
-    help="Only runs of this status (default: every run with a history).",
+    help="Only runs of this status (default: every unfinished run with a history).",
+)
+@click.option(
+    "--finished",
+    is_flag=True,
+    help="Check finished runs (completed, failed, cancelled) too: they replay only when"
+    " forked or retried, so by default a divergence there does not fail the check.",
 )
 @click.option(
     "--since",
@@ -59,6 +70,7 @@ def replay_cmd(
     check: bool,
     workflow: str | None,
     status: str | None,
+    finished: bool,
     since: str | None,
     limit: int,
     db: str | None,
@@ -70,7 +82,8 @@ def replay_cmd(
 
     Each run is checked up to the end of its recorded history, by the version it
     recorded; a new ``ctx.patched`` marker ends it (True there). Runs of a version this
-    code does not register are listed as not checked.
+    code does not register are listed as not checked. Finished runs are checked only
+    with --finished (or --status naming one): they replay only when forked or retried.
     """
     from ..inspect.replaycheck import check_runs, runs_to_check
 
@@ -81,7 +94,9 @@ def replay_cmd(
     try:
         if since_t is not None and relative:
             since_t = engine.clock.time() - since_t
-        report = check_runs(engine, runs_to_check(engine, workflow, status, since_t, limit))
+        chosen = runs_to_check(engine, workflow, status, since_t, limit, finished=finished)
+        report = check_runs(engine, chosen)
+        left_out = 0 if finished or status else _finished(engine, workflow, since_t)
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
@@ -97,11 +112,12 @@ def replay_cmd(
                     "checked": report.checked,
                     "diverging": diverging,
                     "unserved": unserved,
+                    "finished_not_checked": left_out,
                 }
             )
         )
     else:
-        _print(report.checked, diverging, unserved)
+        _print(report.checked, diverging, unserved, left_out)
     if diverging:
         sys.exit(1)
 
@@ -118,19 +134,34 @@ def _finding_json(f: Any) -> dict[str, Any]:
     }
 
 
-def _print(checked: int, diverging: list[dict[str, Any]], unserved: list[dict[str, Any]]) -> None:
+def _finished(engine: Any, workflow: str | None, since: float | None) -> int:
+    """How many finished runs the filters match (left out without --finished)."""
+    counts = engine.count_runs(workflow=workflow, since=since)
+    return sum(n for st, n in counts.items() if st in TERMINAL)
+
+
+def _print(
+    checked: int, diverging: list[dict[str, Any]], unserved: list[dict[str, Any]], left_out: int
+) -> None:
     for row in diverging:
+        # A mismatch's reason is several sentences on lines of their own: printed with
+        # real line breaks (the other control characters still shown as escapes), each
+        # continuation indented under its run.
+        reason = "\n  ".join(inert(row["reason"], keep="\n").split("\n"))
         click.echo(
             # Plain text (click.echo): inert, not term, whose rich-markup escaping would
             # print "job\\[b]1" for the run "job[b]1".
             f"DIVERGES {inert(row['run_id'])} ({inert(row['workflow'])}"
             f" version={inert(row['version'] or '-')}, {row['status']}) at position"
-            f" {row['position'] or '-'}: {inert(row['reason'])}"
+            f" {row['position'] or '-'}: {reason}"
         )
     for row in unserved:
         click.echo(f"not checked {inert(row['run_id'])}: {inert(row['reason'])}")
     verdict = "FAIL" if diverging else "ok"
+    tail = (
+        f"; {left_out} finished run(s) not checked (--finished checks them too)" if left_out else ""
+    )
     click.echo(
         f"{verdict}: {checked} run(s) checked, {len(diverging)} would diverge,"
-        f" {len(unserved)} not checked (version not registered here)"
+        f" {len(unserved)} not checked (version not registered here){tail}"
     )

@@ -7,6 +7,7 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -19,12 +20,14 @@ from ..budget import Spend
 from ..errors import DurablyError
 from ..events import USER, Event
 from ..history import RUN_STATUSES, RunRecord, StepRecord
+from ..journal.text import utc_text
 from ..redact import redact_url
 from ..runlist import LIST_RUNS_LIMIT_MAX
 from .common import (
     CommandError,
     db_option,
     duration,
+    inert,
     json_text,
     lease_text,
     open_engine,
@@ -34,10 +37,13 @@ from .common import (
     status_text,
     step_json,
     term,
+    term_lines,
     ts,
 )
+from .tables import Column, console, print_table
 
 DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
+TAIL_WAIT_POLL_S = 0.2  # `runs tail --follow` polling for a journal or run not there yet
 LIST_LIMIT_MAX = 100_000  # runs one `runs list` prints (read LIST_RUNS_LIMIT_MAX a page)
 
 
@@ -96,7 +102,10 @@ def runs_list(
 ) -> None:
     """List runs, newest first, with a count of runs per status under the table
     (``--by-version``: unfinished runs per version instead). When more runs match than
-    --limit shows, the last line gives the cursor to pass as --after for the next page."""
+    --limit shows, the last line gives the cursor to pass as --after for the next page.
+
+    Run ids are never cut: a terminal too narrow for the table, and any pipe, get plain
+    aligned columns instead (--json for scripts)."""
     if by_version and (queue, search, after) != (None, None, None):
         raise CommandError(
             "--by-version counts per workflow version: it takes --workflow, --version and"
@@ -131,17 +140,14 @@ def runs_list(
         if cursor is not None:
             click.echo(f"next page: --after {cursor}", err=True)
         return
-    from rich.table import Table
-
     where = term(redact_url(db))
-    table = Table(title=f"runs in {where}" if rows else f"no runs in {where}")
-    cols = ("run_id", "workflow", "version", "status", "owner", "lease until", "starts")
-    for col in (*cols, "created", "updated"):
-        # A run id or status cut to "…" cannot be read or copied into the next command:
-        # in a narrow terminal those fold onto more lines instead (--json for scripts).
-        table.add_column(col, overflow="fold" if col in ("run_id", "status") else "ellipsis")
-    for run in rows:
-        table.add_row(
+    # A run id is what the next command takes: never cut or folded (cli/tables.py).
+    cols = [Column("run_id", whole=True)]
+    for col in ("workflow", "version", "status", "owner", "lease until", "starts"):
+        cols.append(Column(col))
+    cols += [Column("created"), Column("updated")]
+    rows_shown = [
+        [
             term(run.run_id),
             term(run.workflow),
             term(run.version or ""),
@@ -151,9 +157,11 @@ def runs_list(
             str(run.starts),
             ts(run.created_at),
             ts(run.updated_at),
-        )
+        ]
+        for run in rows
+    ]
     console = _console()
-    console.print(table)
+    print_table(console, cols, rows_shown, f"runs in {where}" if rows else f"no runs in {where}")
     shown = {k: n for k, n in per_status.items() if n}  # the line names statuses with runs
     console.print(count_line(shown, len(rows)))
     if cursor is not None:
@@ -217,9 +225,14 @@ def since_time(text: str, now: float, as_json: bool = False) -> float:
 )
 def runs_tail(run_id: str, db: str, follow: bool, after: int, as_json: bool) -> None:
     """Print a run's event stream, one line per event: cursor, time (UTC), kind,
-    position, data. With --follow, keep printing as the run goes on (Ctrl-C to stop)."""
-    engine = open_engine(db, as_json)
+    position, data. With --follow, keep printing as the run goes on (Ctrl-C to stop);
+    a journal or a run that does not exist yet is waited for (a note on stderr), so the
+    tail can start before the agent does."""
     console = None if as_json else _console()
+    try:
+        engine = _open_when_there(db, run_id, as_json) if follow else open_engine(db, as_json)
+    except KeyboardInterrupt:
+        return  # stopped while waiting for the journal or the run: not an error
     try:
         events: Iterable[Event] = (
             engine.follow(run_id, after=after) if follow else _pages(engine, run_id, after)
@@ -235,6 +248,40 @@ def runs_tail(run_id: str, db: str, follow: bool, after: int, as_json: bool) -> 
         pass  # a person stopped following: not an error
     finally:
         engine.close()
+
+
+def _open_when_there(db: str, run_id: str, as_json: bool) -> Any:
+    """An engine on ``db`` once its journal and ``run_id`` exist (``runs tail --follow``
+    started before the agent): polled every :data:`TAIL_WAIT_POLL_S`, with one note on
+    stderr for each thing waited for. It never creates the journal: opening one that
+    is not there would make an empty file with this process's permissions."""
+    from pathlib import Path
+
+    from ..errors import RunNotFound
+
+    said: set[str] = set()
+
+    def note(what: str, text: str) -> None:
+        if what not in said:
+            said.add(what)
+            click.echo(f"{text} (Ctrl-C to stop)", err=True)
+
+    path = Path(db[len("sqlite:///") :]) if db.startswith("sqlite:///") else None
+    while True:
+        if path is not None and db != "sqlite:///:memory:" and not path.exists():
+            note("journal", f"waiting for the journal {path} to be created")
+        else:
+            engine = open_engine(db, as_json)
+            try:
+                engine.get_run(run_id)
+                return engine
+            except RunNotFound:
+                engine.close()
+                note("run", f"waiting for run {inert(run_id)!r} to be created")
+            except BaseException:
+                engine.close()
+                raise
+        time.sleep(TAIL_WAIT_POLL_S)
 
 
 def _pages(engine: Any, run_id: str, after: int) -> Iterator[Event]:
@@ -268,11 +315,22 @@ def event_line(event: Event) -> str:
         data = {"data": data.get("data")}
     else:
         kind = event.kind
-    body = " ".join(f"{term(k)}={term(_short(v))}" for k, v in data.items())
+    body = " ".join(f"{term(k)}={term(_short(_time_as_text(k, v)))}" for k, v in data.items())
     return (
         f"[dim]{event.cursor:>6}  {clock}[/]  [bold]{term(kind):<16}[/]"
         f" {term(event.position or '-'):>6}  {body}"
     )
+
+
+def _time_as_text(key: str, value: Any) -> Any:
+    """A time in an event's data (``wake_at``, ``expires_at``, ...: seconds since the
+    epoch) as the reasons on the same line write it, ``2026-11-30T10:00:00Z``; ``--json``
+    keeps the number."""
+    timed = key.endswith("_at") or key == "deadline"
+    if timed and isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError, OSError, ValueError):  # a hand-edited row
+            return utc_text(value)
+    return value
 
 
 def _short(value: Any) -> str:
@@ -302,15 +360,19 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     if as_json:
         click.echo(json_text(rows))
         return
-    from rich.table import Table
-
-    out = Table(title="unfinished runs per version" if rows else "no unfinished runs")
-    for col in ("workflow", "version", "in flight", "by status"):
-        out.add_column(col)
-    for row in rows:
-        by = ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items()))
-        out.add_row(term(row["workflow"]), term(row["version"] or "-"), str(row["in_flight"]), by)
-    _console().print(out)
+    cols = [Column("workflow", whole=True), Column("version", whole=True)]
+    cols += [Column("in flight"), Column("by status")]
+    shown = [
+        [
+            term(row["workflow"]),
+            term(row["version"] or "-"),
+            str(row["in_flight"]),
+            ", ".join(f"{k} {n}" for k, n in sorted(row["by_status"].items())),
+        ]
+        for row in rows
+    ]
+    title = "unfinished runs per version" if rows else "no unfinished runs"
+    print_table(_console(), cols, shown, title)
 
 
 @runs.command("show", short_help="Show one run: its status, spend and journal.")
@@ -404,8 +466,6 @@ def spend_json(spend: Spend) -> dict[str, Any]:
 
 
 def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
-    from rich.table import Table
-
     console = _console()
     console.print(
         f"[bold]{term(run.run_id)}[/]  workflow={term(run.workflow)}"
@@ -427,16 +487,15 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
             f"cancel requested at {ts(run.cancel_requested_at)}{said}; unwinding at its next step"
         )
     if run.park_reason:
-        console.print(f"why: {term(run.park_reason)}")
+        console.print(f"why: {term_lines(run.park_reason)}")
     if spend.entries or spend.budget is not None:
         # The ledger's sums: every call that reported usage, repeated calls included.
         console.print(f"spend: {spend.text()}")
-    table = Table()
-    for col in ("seq", "name", "status", "duration", "key", "attempts", "tokens", "cost"):
-        # A name or key cut to "…" cannot be read or copied: fold those instead.
-        table.add_column(col, overflow="fold" if col in ("name", "key") else "ellipsis")
-    for s in steps:
-        table.add_row(
+    # The key is what a receiving service is asked about: never cut or folded.
+    cols = [Column("seq", whole=True), Column("name"), Column("status"), Column("duration")]
+    cols += [Column("key", whole=True), Column("attempts"), Column("tokens"), Column("cost")]
+    rows = [
+        [
             term(s.position),
             term(s.name),
             term(s.status),
@@ -445,8 +504,10 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
             str(s.attempts),
             "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
             "" if s.usage_cost_usd is None else f"${s.usage_cost_usd:,.4f}",
-        )
-    console.print(table)
+        ]
+        for s in steps
+    ]
+    print_table(console, cols, rows, "" if rows else "journal: no step recorded yet")
     for s in steps:
         if s.error_message is not None:
             console.print(
@@ -457,10 +518,8 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
 
 
 def _console() -> Any:
-    """A console that prints text as given: no ``:emoji:`` codes, no guessed highlighting."""
-    from rich.console import Console
-
-    return Console(emoji=False, highlight=False)
+    """The console of these commands (:func:`.tables.console`)."""
+    return console()
 
 
 # -- durably runs why ----------------------------------------------------------------------
@@ -515,6 +574,6 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
             json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
         )
         return
-    _console().print(f"{term(run_id)}: {term(why.sentence)}", soft_wrap=True)
+    _console().print(f"{term(run_id)}: {term_lines(why.sentence)}", soft_wrap=True)
     if values is not None:
         click.echo(values)  # inert already, line breaks kept; not through rich markup

@@ -3,11 +3,10 @@ of the runs this host's dead processes left running."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from .. import codec, reopen
-from ..errors import ConfigError, DurablyError, RunFinished, RunLeased, WorkflowNotRegistered
+from ..errors import ConfigError, RunFinished, WorkflowNotRegistered
 from ..history import (
     BLOCKED,
     CANCEL_REASON_CHARS_MAX,
@@ -18,7 +17,7 @@ from ..history import (
     RunRecord,
     storable_text,
 )
-from ..ownership import orphans_of_this_host
+from ..recovery import recover_runs
 from ..replay.kernel import cancelled_error
 from ..store.base import NewRun
 from ..store.rules import check_requeueable
@@ -27,8 +26,6 @@ from .base import Base
 from .create import Creator
 from .drive import Driver
 from .registry import Registry, Workflow, unregistered
-
-_log = logging.getLogger("durably")
 
 
 class Admin:
@@ -134,16 +131,11 @@ class Admin:
         return self._base.store.requeue(run_id, (IN_DOUBT,), resolve=(position, text))
 
     def recover(self) -> dict[str, Any]:
-        """Resume every run this host's gone processes left running; see the facade."""
-        results: dict[str, Any] = {}
-        for run in orphans_of_this_host(self._base.store, self._registry.served()):
-            _log.info("durably: recovering run %s (its owner %s is gone)", run.run_id, run.owner)
-            try:
-                # A run that parks stays parked (RunParked in the results): recovery does
-                # not wait out timers; a worker or a later call resumes it when due.
-                results[run.run_id] = self._driver.resume(run.run_id, wait=False, live=False)
-            except RunLeased:
-                continue  # a worker took it meanwhile: it is being driven
-            except DurablyError as exc:
-                results[run.run_id] = exc
-        return results
+        """Resume the runs this host's gone processes left running or parked, and due
+        parked runs (:mod:`durably.recovery`); see the facade."""
+        return recover_runs(
+            self._base.store,
+            self._registry.served(),
+            self._base.opts.clock,
+            lambda run_id: self._driver.resume(run_id, wait=False, live=False),
+        )

@@ -31,6 +31,7 @@ from ..errors import (
     StepFailed,
     StoreFailed,
     WorkflowFailed,
+    clause,
 )
 from ..history import (
     BLOCKED,
@@ -218,7 +219,7 @@ class Attempts:
                 # Blocked, not failed: return storable data and resume; recorded steps replay.
                 raise core.poison(
                     SerializationError(
-                        f"{exc}. The run is blocked: change the workflow to return storable"
+                        f"{clause(exc)}. The run is blocked: change the workflow to return storable"
                         f" data, then `{command('retry', run_id)}` (recorded steps replay)"
                     )
                 ) from None

@@ -455,11 +455,11 @@ class Engine:
         worker claims no run of a queue whose ``worker_concurrency`` it has reached."""
         return self._queues.limits()
 
-    def wait_for_work(self, timeout_s: float) -> None:
+    def wait_for_work(self, timeout_s: float) -> bool:
         """Block until new work may be runnable (PostgreSQL: a NOTIFY from a run created,
-        released, woken or requeued) or ``timeout_s`` passed (SQLite: a plain wait), for
-        a worker that found nothing to claim."""
-        self._queues.wait_for_work(timeout_s)
+        released, woken or requeued: True) or ``timeout_s`` passed (SQLite: a plain wait;
+        False), for a worker that found nothing to claim."""
+        return self._queues.wait_for_work(timeout_s)
 
     def beat_worker(self, queues: Sequence[str]) -> None:
         """Record this process in the journal's workers table as a live worker serving
@@ -572,10 +572,13 @@ class Engine:
         at startup, like DBOS's recovery): runs of the workflow versions this engine
         registers (a run of another version is left to a process that has it) left
         ``running`` by a crash here, and, once their leases expire (this waits), by an
-        earlier boot of this machine. Returns each resumed run id mapped to its result, or
-        to the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
-        ``RunParked`` for one that parked: recovery does not wait out its timer). A run
-        another process takes first is left to it.
+        earlier boot of this machine; and parked runs whose wake-up is due (a process
+        that died waiting in ``engine.run`` leaves them parked, with no owner). A resumed
+        run that parks on a wake-up due within ``durably.limits.RECOVER_WAIT_S`` is
+        waited for and resumed. Returns each resumed run id mapped to its result, or to
+        the ``DurablyError`` that stopped it (``WorkflowFailed``, ``RunInDoubt``, ...;
+        ``RunParked`` for one left parked on a later wake-up). A run another process
+        takes first is left to it (see :mod:`durably.recovery`).
         """
         return self._admin.recover()
 

@@ -8,7 +8,7 @@ from typing import Any
 from .. import codec
 from ..approvals import APPROVED, ApprovalRow, Decision, PendingApproval
 from ..approvals import check_text as check_approval_text
-from ..errors import ConfigError, SerializationError
+from ..errors import ConfigError, SerializationError, clause
 from ..history import SIGNAL_DATA_BYTES_MAX, check_name
 from .base import Base, storable_run_id
 
@@ -33,9 +33,7 @@ class Messages:
             text = codec.dumps(data, f"the data of signal {name!r}", SIGNAL_DATA_BYTES_MAX)
         except SerializationError as exc:
             # exc's message ends with a full stop already.
-            raise SerializationError(
-                f"{str(exc).rstrip('.')}. Nothing was sent to run {run_id!r}"
-            ) from None
+            raise SerializationError(f"{clause(exc)}. Nothing was sent to run {run_id!r}") from None
         import uuid  # imported on first use: it pulls in platform (slow)
 
         # One name for this send across the retries below: a retry after an unknown

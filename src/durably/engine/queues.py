@@ -90,9 +90,10 @@ class Queues:
             limits,
         )
 
-    def wait_for_work(self, timeout_s: float) -> None:
-        """Block until new work may be runnable or ``timeout_s`` passed."""
-        self._base.store.wait_for_work(timeout_s)
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Block until new work may be runnable (True: a notification) or ``timeout_s``
+        passed (False)."""
+        return self._base.store.wait_for_work(timeout_s)
 
     def beat_worker(self, queues: Sequence[str]) -> None:
         """Write (or renew) this process's row in the workers table for one lease."""

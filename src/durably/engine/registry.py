@@ -18,6 +18,7 @@ from .. import codec
 from ..budget import Budget
 from ..errors import ConfigError, WorkflowNotRegistered
 from ..history import RunRecord, check_name
+from ..misuse import check_workflow_fn
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Registry:
                 raise ConfigError("@engine.workflow() decorates a function")
             wf_name = name or fn.__qualname__
             check_name(wf_name, "the workflow name")
+            check_workflow_fn(fn, wf_name)
             _check_version(version, "version")
             _check_version(prompt_version, "prompt_version")
             versions = self.versions.setdefault(wf_name, {})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import inputs
 from ..current import StepInfo as CurrentStep
-from ..errors import ConfigError, ReplayEnd, SerializationError, StepFailed
+from ..errors import ConfigError, ReplayEnd, SerializationError, StepFailed, clause
 from ..journal import codec
 from ..journal.records import FAILED, OK, STEP
 from ..journal.text import check_name
@@ -291,7 +291,7 @@ def _normalized(core: RunCore, pos: str, name: str, chunk: Any) -> Any:
     except SerializationError as exc:
         raise core.poison(
             SerializationError(
-                f"{exc}. The run is blocked: yield storable chunks (or pass assemble= to"
+                f"{clause(exc)}. The run is blocked: yield storable chunks (or pass assemble= to"
                 " record something else), then resume it"
             )
         ) from None

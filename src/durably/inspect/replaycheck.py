@@ -223,9 +223,13 @@ def runs_to_check(
     status: str | None,
     since: float | None,
     limit: int,
+    *,
+    finished: bool,
 ) -> Iterator[RunRecord]:
     """The runs a check covers: every run with a history (``queued`` ones have none),
-    of ``workflow``/``status`` when given, created at or after ``since``."""
+    of ``workflow``/``status`` when given, created at or after ``since``. Finished runs
+    (completed, failed, cancelled) only with ``finished`` or when ``status`` names
+    one: they never replay on their own, only when a person forks or retries them."""
     from ..history import QUEUED
     from ..runlist import LIST_RUNS_LIMIT_MAX
 
@@ -243,8 +247,9 @@ def runs_to_check(
         )
         left -= len(page.runs)
         for run in page.runs:
-            if not (run.status == QUEUED and status is None):
-                yield run
+            if status is None and (run.status == QUEUED or (run.terminal and not finished)):
+                continue
+            yield run
         if page.next is None:
             return
         after = page.next

@@ -18,6 +18,7 @@ from ..errors import (
     ReplayEnd,
     SerializationError,
     StepFailed,
+    clause,
 )
 from ..journal import codec
 from ..journal.events import (
@@ -337,7 +338,7 @@ def record_ok(
     except SerializationError as exc:
         raise core.poison(
             SerializationError(
-                f"{exc}. The run is blocked: change the step to return storable data,"
+                f"{clause(exc)}. The run is blocked: change the step to return storable data,"
                 " then resume it"
             )
         ) from None
@@ -422,8 +423,8 @@ def decode_output(core: RunCore, text: str | None, sig: StepSignature, pos: str,
         # output is unknown, so the run stops here, blocked and unchanged, never failed.
         raise core.poison(
             SerializationError(
-                f"step {pos} {name!r}: its recorded output cannot be read: {exc}. The run is"
-                " blocked and nothing recorded is changed: restore the blob's row from a"
+                f"step {pos} {name!r}: its recorded output cannot be read: {clause(exc)}."
+                " The run is blocked and nothing recorded is changed: restore the blob's row from a"
                 f" backup, then `{command('retry', core.run_id)}` replays it from there"
             )
         ) from exc

@@ -208,8 +208,9 @@ class LeasesStore(Protocol):
         with ``queue_limits[q]`` runs already running across the fleet is skipped."""
         ...
 
-    def wait_for_work(self, timeout_s: float) -> None:
-        """Block until new work may be runnable (a notification) or ``timeout_s`` passed."""
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Block until new work may be runnable (a notification) or ``timeout_s`` passed;
+        True when a notification ended the wait (a hint, never a promise)."""
         ...
 
     def renew(self, run_id: str, token: int, lease_s: float) -> bool:

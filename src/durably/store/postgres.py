@@ -384,8 +384,9 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         if tx.scalar("lock_token", run_id=run_id) != token:
             raise LeaseLost(run_id, token)
 
-    def wait_for_work(self, timeout_s: float) -> None:
-        """Block until a run may have become runnable (a NOTIFY) or ``timeout_s`` passed.
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """Block until a run may have become runnable (a NOTIFY: True) or ``timeout_s``
+        passed (False).
 
         A wake-up is a hint, never a promise: the caller claims and may find nothing. When
         the listening connection fails, this waits out the time and reconnects next call.
@@ -393,19 +394,18 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         self._check_fork()
         deadline = time.monotonic() + timeout_s
         if not self._listen_lock.acquire(timeout=max(0.0, timeout_s)):
-            return  # another thread is listening; it has waited the time for us
+            return False  # another thread is listening; it has waited the time for us
         try:
             conn = self._listener()
             if conn is not None:
                 left = max(0.0, deadline - time.monotonic())
-                for _note in conn.notifies(timeout=left, stop_after=1):
-                    pass
-                return
+                return any(True for _note in conn.notifies(timeout=left, stop_after=1))
         except psycopg.Error:
             self._close_listener()
         finally:
             self._listen_lock.release()
         time.sleep(max(0.0, deadline - time.monotonic()))
+        return False
 
     def _listener(self) -> Conn | None:
         """The connection LISTENing on this schema's channel, opened on first use."""

@@ -369,9 +369,10 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         """Nothing to take: the park's ``BEGIN IMMEDIATE`` has held the one writer lock
         since its start, and park_run itself is fenced on ``token``."""
 
-    def wait_for_work(self, timeout_s: float) -> None:
-        """SQLite has no notifications: workers poll, so this just waits."""
+    def wait_for_work(self, timeout_s: float) -> bool:
+        """SQLite has no notifications: workers poll, so this just waits (False)."""
         time.sleep(timeout_s)
+        return False
 
     # -- history -------------------------------------------------------------------------
 

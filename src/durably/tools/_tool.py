@@ -185,10 +185,9 @@ class Tool:
         ``AsyncContext``. ``ctx.step(name, tool, ...)`` and a direct call both end here."""
         if isinstance(ctx, Context):
             if self.is_async:
-                raise ConfigError(
-                    f"tool {self.name!r} is async: call it from an async workflow"
-                    " (async def, await the call), or make the tool a plain def"
-                )
+                # ctx.step refuses it before anything runs or is asked for: the run blocks
+                # (misuse), as for any async function in a sync workflow.
+                return ctx.step(name, self._step_fn, *args, **kwargs)
             if self.approval:
                 self._check_decision(name, ctx.request_approval(name, self.bound(args, kwargs)))
             return ctx.step(name, self._step_fn, *args, **kwargs)
