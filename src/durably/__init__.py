@@ -50,6 +50,7 @@ from .errors import (
 )
 from .events import Event, EventPage, Follow
 from .history import RunRecord, StepRecord
+from .inspect.why import Explanation, Fact, explain
 from .naming import step_name
 from .replay.kernel import NOT_DONE, FaultStepInfo
 from .runlist import LiveWorker, RunPage
@@ -57,7 +58,6 @@ from .runtime.branches import Branches
 from .steps import step, usage
 from .streaming import AsyncStepStream, StepStream
 from .tools import tool
-from .why import Explanation, Fact, explain
 
 __version__ = "0.1.0"
 

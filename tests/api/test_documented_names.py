@@ -91,6 +91,10 @@ KEPT_PATHS = [
     "durably.visible.invisible_chars",
     "durably.visible.visible",
     "durably.why",
+    "durably.why.Explanation",
+    "durably.why.Fact",
+    "durably.why.explain",
+    "durably.why.explain_facts",
     "durably.worker.Worker",
 ]
 

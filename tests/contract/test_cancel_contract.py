@@ -19,7 +19,7 @@ from durably.history import (
     RUNNING,
 )
 from durably.store.base import Store
-from durably.store.rules import CANCEL_ERROR_TYPE
+from durably.store.runs import CANCEL_ERROR_TYPE
 
 from .test_store_contract import ME, alive, new_run, rec
 

@@ -80,7 +80,18 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
 ) -> None:
     worker = spawn_worker(lease_s=1.5, concurrency=1)
     engine.start("pause", 1.0, run_id="p")
-    wait_until(lambda: executions(world_path, worker.pid) == ["first"], 60, "the first step")
+    # Its result recorded too, so the stop lands between the two steps as meant: a stop
+    # while the worker was still writing it would hold SQLite's write lock through the
+    # pause (the rescuer's claim then waits for ever), or leave the write to be refused
+    # after the takeover (a refusal, not the worker's own deadline).
+    wait_until(
+        lambda: (
+            executions(world_path, worker.pid) == ["first"]
+            and [r.status for r in engine.history("p")] == ["ok"]
+        ),
+        60,
+        "the first step recorded",
+    )
     worker.send_signal(signal.SIGSTOP)  # between two steps: a GC pause, a stopped VM...
     time.sleep(2.0)  # past its 1.5 s lease, and past the 1 s pause it was in
     taken = engine.store.claim("p", Owner("rescuer", 1, "1"), 30, 10, lambda _: False)

@@ -27,6 +27,7 @@ from durably.errors import (
     SchemaTooNew,
     StoreError,
 )
+from durably.events import new_event
 from durably.history import COMPLETED, INTENT, OK, STEP, StepRecord
 from durably.store.base import NewRun, Owner, Served
 from durably.store.postgres import PostgresStore
@@ -253,26 +254,39 @@ def test_terminated_connection_between_operations_loses_nothing(pg_url: str) -> 
 def test_append_whose_commit_outcome_is_unknown_is_retried_safely(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The connection dies right after the append committed: the retry must succeed."""
+    """The connection dies right after the append committed: the retry must succeed, on
+    the one-statement path of a record alone and of a record with its events."""
     store = PostgresStore(pg_url, FakeClock(), pool_min=1, pool_max=1)
     try:
         store.create_run(new_run())
         token = store.claim("r1", owner(0), 30, 100, alive).fencing_token
-        original = store._append
-        calls = []
+        original = store._call
+        attempts: list[bool] = []
 
-        def append_then_die(conn: Any, *args: Any) -> None:
-            original(conn, *args)
-            calls.append(args[-1])
-            if len(calls) == 1:  # the autocommit insert is durable; now lose the reply
-                conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        def call_then_die(op: Any) -> Any:
+            def dying(conn: Any, retried: bool) -> Any:
+                out = op(conn, retried)
+                attempts.append(retried)
+                if len(attempts) == 1:  # the autocommit insert is durable; lose the reply
+                    conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+                return out
 
-        monkeypatch.setattr(store, "_append", append_then_die)
-        store.append("r1", token, [rec("0")])
-        assert calls == [False, True]
-        assert [r.position for r in store.load_history("r1", 0)] == ["0"]
-        # Without the retry flag, the same record is still a refused overwrite.
-        monkeypatch.setattr(store, "_append", original)
+            return original(dying)
+
+        monkeypatch.setattr(store, "_call", call_then_die)
+        done = new_event("step.completed", "1", {"name": "s1"}, 1.0, "t:done:1")
+        for records, events in (([rec("0")], []), ([rec("1")], [done])):
+            attempts.clear()
+            assert store.append("r1", token, records, events) is False
+            # Committed, then the reply lost; run again (refused: the record is there);
+            # the transaction finds the stored record equal to this one: success.
+            assert attempts == [False, True, False]
+        assert [r.position for r in store.load_history("r1", 0)] == ["0", "1"]
+        page = store.read_events("r1", 0, 100)
+        assert page is not None
+        assert [e.kind for e in page.events].count("step.completed") == 1
+        # A different record at the position is still a refused overwrite.
+        monkeypatch.setattr(store, "_call", original)
         with pytest.raises(StoreError, match="never overwritten"):
             store.append("r1", token, [rec("0").replace(output='"other"')])
     finally:

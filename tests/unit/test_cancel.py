@@ -17,7 +17,7 @@ from durably import codec
 from durably.events import RUN_CANCEL_REQUESTED, RUN_CANCELLED
 from durably.history import CANCEL_REASON_CHARS_MAX, HALT, StepRecord
 from durably.store.base import Owner
-from durably.store.rules import CANCEL_ERROR_TYPE
+from durably.store.runs import CANCEL_ERROR_TYPE
 from durably.worker import Worker
 
 

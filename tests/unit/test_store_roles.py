@@ -23,14 +23,14 @@ from durably.store import (
 )
 from durably.store.base import Store
 from durably.store.sqlite import SQLiteStore
+from durably.store.tx import Backend
 
 ROLES = (runs, leases, history, signals, approvals, spend, events, fleet)
 QUERY_CALLS = {"q", "one", "scalar"}
-# The store methods each backend still writes itself: dialect mechanics (polling or
-# LISTEN, the owner-lock session, the server clock, closing) and append, the step path
-# tuned per dialect.
+# The store methods each backend still writes itself: dialect mechanics only (polling or
+# LISTEN, the owner-lock session, the server clock, closing). append is written once; its
+# tuned one-round-trip statement is the named hook _append_quick (HOOKS below).
 PER_BACKEND = {
-    "append",
     "wait_for_work",
     "wait_for_events",
     "hold_owner",
@@ -39,6 +39,9 @@ PER_BACKEND = {
     "db_time",
     "close",
 }
+# Where the dialects' statements or locks differ, the role asks its backend through a
+# named hook (never a private method of the other backend's shape).
+HOOKS = {"_append_quick", "_lock_for_park", "_served_params", "_open_queues"}
 
 
 def _queries_named_in(module: ModuleType) -> set[str]:
@@ -83,10 +86,27 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         fleet.Fleet,
     ]
     written_once = protocol - PER_BACKEND
-    assert len(written_once) == 29
+    assert len(written_once) == 30
     for name in sorted(written_once):
         assert [c.__name__ for c in classes if name in vars(c)] != [], name
         assert len([c for c in classes if name in vars(c)]) == 1, name
+
+
+def test_each_backend_says_how_through_the_named_hooks_only() -> None:
+    from durably.store.postgres import PostgresStore
+
+    role_privates = {
+        n
+        for m in ROLES
+        for c in vars(m).values()
+        if isinstance(c, type) and issubclass(c, Backend) and c is not Backend
+        for n, v in vars(c).items()
+        if n.startswith("_") and not n.startswith("__") and inspect.isfunction(v)
+    }
+    assert HOOKS <= role_privates
+    for backend in (SQLiteStore, PostgresStore):
+        overridden = {n for n in vars(backend) if n in role_privates}
+        assert overridden == HOOKS, backend.__name__
 
 
 def test_a_query_named_twice_across_rooms_is_refused(

@@ -540,7 +540,8 @@ def test_no_journal_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_docs_table_lists_every_state_with_a_real_test() -> None:
-    from durably import why as why_module
+    from durably import why as old_path
+    from durably.inspect import why_sentences as why_module
 
     root = Path(__file__).parents[2]
     rows = [
@@ -552,6 +553,7 @@ def test_docs_table_lists_every_state_with_a_real_test() -> None:
     assert len(states) == len(set(states))  # one row per state
     assert set(states) == set(why_module.STATES)
     assert set(why_module._BUILDERS) <= set(why_module.STATES)
+    assert old_path.STATES is why_module.STATES  # the old module path keeps working
     sources = (Path(__file__).read_text(), (root / "tests/crash/test_why_orphan.py").read_text())
     for cells in rows:
         for name in re.findall(r"`(test_\w+)`", cells[-1]):

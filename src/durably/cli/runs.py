@@ -555,7 +555,7 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     (what the journal has) for a person on this host."""
     import time
 
-    from ..why import explain
+    from ..inspect.why import explain
 
     engine = open_engine(db, as_json)
     values = None

@@ -20,7 +20,7 @@ from ..history import (
 from ..recovery import recover_runs
 from ..replay.kernel import cancelled_error
 from ..store.base import NewRun
-from ..store.rules import check_requeueable
+from ..store.runs import check_requeueable
 from .attempt import ActiveRuns
 from .base import Base
 from .create import Creator

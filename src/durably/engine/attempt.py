@@ -53,7 +53,7 @@ from ..replay.park import Parked
 from ..replay.setup import RunSetup
 from ..runtime.drive import Executor, recording
 from ..shell import command
-from ..store.rules import CANCEL_ERROR_TYPE
+from ..store.runs import CANCEL_ERROR_TYPE
 from .base import Base
 from .leases import Heartbeat, Leases
 from .registry import Workflow

@@ -264,7 +264,15 @@ class HistoryStore(Protocol):
         Returns True when a cancel was asked for the run (``runs.cancel_requested_at``),
         read by the same statements at no extra round trip: this is how a cancel is
         seen at every step boundary. A write found already stored (retried after an
-        unknown outcome) returns the flag as it is now."""
+        unknown outcome) returns the flag as it is now.
+
+        Idempotent on identical, a conflict on different, each part by its own
+        identity: a record equal to the one stored at its position is success and
+        changes nothing (its events are still stored, unless stored already under their
+        dedupe); a different record at a position holding a result (or a wait with
+        another wake time) raises ``StoreError`` and nothing of the append is written,
+        its events and blobs neither. An intent may replace an intent (a re-execution
+        counts one more attempt). ``tests/contract/test_append_contract.py`` pins it."""
         ...
 
     def finish(
@@ -455,7 +463,7 @@ class FleetStore(Protocol):
 
     def live_workers(self) -> list[tuple[str, tuple[str, ...]]]:
         """``(owner, queues)`` of every worker whose last beat has not expired, at most
-        ``rules.WORKERS_MAX``. A live row is no proof of life: a worker killed since its
+        ``fleet.WORKERS_MAX``. A live row is no proof of life: a worker killed since its
         last beat keeps its row until it expires."""
         ...
 

@@ -4,10 +4,17 @@ liveness (the owner-lock session) is each backend's own."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from .base import Owner
-from .rules import WORKERS_MAX, worker_params, worker_rows
 from .tx import Backend, Tx
+
+WORKERS_MAX = 10_000
+"""Most live workers one ``live_workers`` call returns."""
+
+WORKER_ROWS_KEPT_S = 86_400.0
+"""How long a dead worker's row stays (for people reading the table) before a beat
+prunes it."""
 
 
 class Fleet(Backend):
@@ -32,3 +39,32 @@ class Fleet(Backend):
         now = self.clock.time()
         rows = self._reading(lambda tx: tx.q("live_workers", now=now, limit=WORKERS_MAX).fetchall())
         return worker_rows(rows)
+
+
+def worker_params(owner: object, queues: Sequence[str], now: float, ttl_s: float) -> dict[str, Any]:
+    """The parameters of ``beat_worker``: the queues as a JSON array."""
+    import json
+
+    return {
+        "owner": str(owner),
+        "queues": json.dumps(list(queues)),
+        "now": now,
+        "expires_at": now + ttl_s,
+        "before": now - WORKER_ROWS_KEPT_S,
+    }
+
+
+def worker_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[str, tuple[str, ...]]]:
+    """``(owner, queues)`` of rows read from ``workers``; a crafted row's queues that are
+    not a JSON array of strings count as none (the row is shown, never trusted)."""
+    import json
+
+    out = []
+    for owner, text in rows:
+        try:
+            queues = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            queues = None
+        ok = isinstance(queues, list) and all(isinstance(q, str) for q in queues)
+        out.append((str(owner), tuple(queues) if ok and queues is not None else ()))
+    return out

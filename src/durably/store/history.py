@@ -1,27 +1,33 @@
 """The history role, written once over the :mod:`.tx` protocol: a generation's records
 and blobs, ``finish`` and ``park``.
 
-Writing a step's records stays each backend's own, behind the named hook
-``_append_records`` (and ``append``, the step path, tuned per dialect: one autocommit
-statement on SQLite, one round trip for a record and its events on PostgreSQL). Where
-``park``'s lock order differs it is the named hook ``_lock_for_park``: PostgreSQL takes
-the run row's lock (``lock_token``) in a statement of its own before anything else, so
-a signal, decision or cancel that held the row commits first and ``park_run``'s fresh
-snapshot sees it; SQLite's ``BEGIN IMMEDIATE`` has held the one writer lock from the
-start. Never unify the two by accident.
+``append`` is written once too; the step path's tuned one-round-trip write is each
+backend's named hook ``_append_quick`` (one autocommit statement for a step's record on
+SQLite, for a record and its events on PostgreSQL), tried first, with everything it does
+not take (blobs, many records, events alone, a refusal to explain) in the transaction
+here. Where ``park``'s lock order differs it is the named hook ``_lock_for_park``:
+PostgreSQL takes the run row's lock (``lock_token``) in a statement of its own before
+anything else, so a signal, decision or cancel that held the row commits first and
+``park_run``'s fresh snapshot sees it; SQLite's ``BEGIN IMMEDIATE`` has held the one
+writer lock from the start. Never unify the two by accident.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from ..approvals import ApprovalRequest
-from ..errors import LeaseLost, NotADurablyDatabase
+from ..errors import LeaseLost, NotADurablyDatabase, SerializationError, StoreError
 from ..events import NewEvent
-from ..history import CorruptRecord, StepRecord
+from ..history import INTENT, CorruptRecord, StepRecord
 from . import stream
-from .rules import approval_params, blobs_from_rows, park_waits
 from .tx import Backend, Tx
+
+# Every column of a step row (the blobs a record carries go to the blobs table).
+STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")
 
 
 class History(Backend):
@@ -47,6 +53,54 @@ class History(Backend):
         )
         return blobs_from_rows(rows)
 
+    def _append_quick(
+        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+    ) -> bool | None:
+        """The backend's tuned append, tried first: write ``records`` and ``events`` in
+        one autocommit statement when the dialect can (see the backends) and return
+        whether a cancel was asked for. None when it cannot, or when the statement was
+        refused (it then wrote nothing): the transaction of :meth:`append` decides, and
+        explains a refusal, as for every other append."""
+        raise NotImplementedError
+
+    def append(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent] = (),
+    ) -> bool:
+        """Write ``records`` (their blobs first) and ``events`` in one fenced transaction;
+        returns whether a cancel was asked for (read by the same statements).
+
+        Idempotent on what is stored identically, a conflict on anything different: each
+        part has its own identity (a record its position and content, an event its
+        dedupe), so the same append sent again after a commit whose outcome was unknown
+        changes nothing, an identical record's events are stored unless they are already,
+        and a different record at a recorded position (a ``StoreError``) or a stale token
+        (``LeaseLost``) writes nothing of the append. An append of nothing is a fenced
+        read of the cancel flag.
+        """
+        quick = self._append_quick(run_id, token, records, events)
+        if quick is not None:
+            return quick
+
+        def op(tx: Tx) -> bool:
+            if records:
+                cancel = self._append_records(tx, run_id, token, records)
+            else:
+                # Events alone (a step's retry) or nothing: fenced by the token, read
+                # under the run row's lock (PostgreSQL's lock_token locks the row; SQLite's
+                # BEGIN IMMEDIATE holds the one writer), so no claim raises it before commit.
+                row = tx.one("lock_token", run_id=run_id)
+                if row is None or row[0] != token:
+                    raise LeaseLost(run_id, token)
+                cancel = bool(row[1])
+            tx.events(run_id, events)
+            return cancel
+
+        return self._writing(op)
+
     def _append_records(
         self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
     ) -> bool:
@@ -54,7 +108,35 @@ class History(Backend):
         whether a cancel was asked for. Raises ``LeaseLost`` on a stale token, or a
         ``StoreError`` when another result is stored at a position (one stored equal is
         this very write, retried after an unknown commit: success)."""
-        raise NotImplementedError
+        now = self.clock.time()
+        cancel = False
+        for rec in records:
+            if rec.blobs:
+                # The record's blobs first, in its transaction: no record names a missing
+                # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
+                tx.many("put_blob", blob_params(rec, now))
+            # fetchall: an unfinished RETURNING statement would keep SQLite's write pending.
+            rows = tx.q("append_record", **record_params(run_id, rec), token=token).fetchall()
+            cancel = bool(rows[0][0]) if rows else self._refused(tx, run_id, token, rec)
+        return cancel
+
+    def _refused(self, tx: Tx, run_id: str, token: int, rec: StepRecord) -> bool:
+        """Explain a refused upsert: a stale token, or another record at the position.
+
+        A stored record equal to ``rec`` is this very write sent again (a retry after a
+        commit whose outcome was unknown, by the store or the engine): success, not a
+        conflict (returns whether a cancel was asked for).
+        """
+        row = tx.one("check_token", run_id=run_id)
+        if row is None or row[0] != token:
+            raise LeaseLost(run_id, token)
+        # append_record takes any intent over an intent, so a refused intent met a result
+        # or a wait, never its equal: no need to read the stored row back.
+        if rec.status != INTENT:
+            found = tx.one("load_record", run_id=run_id, position=rec.position)
+            if found is not None and StepRecord(*found) == rec:
+                return bool(row[1])
+        raise overwrite_error(run_id, rec.position)
 
     def finish(
         self,
@@ -150,3 +232,78 @@ class History(Backend):
             return effective
 
         return self._writing(op)
+
+
+def overwrite_error(run_id: str, position: str) -> StoreError:
+    """The error of an append that would overwrite a recorded result."""
+    return StoreError(
+        f"run {run_id!r}: position {position} already holds a result; a result is never"
+        " overwritten (this is a bug in durably; please report it)"
+    )
+
+
+def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
+    """The named parameters of a record's row, checked on the way in."""
+    rec.check()
+    params: dict[str, Any] = {f: getattr(rec, f) for f in STEP_FIELDS}
+    params["input_digest"] = params.pop("digest")
+    params["run_id"] = run_id
+    return params
+
+
+def blob_params(rec: StepRecord, now: float) -> list[dict[str, Any]]:
+    """The ``put_blob`` parameters of the blobs ``rec`` carries (UTF-8 bytes)."""
+    out = []
+    for digest, text in rec.blobs:
+        data = text.encode("utf-8")
+        out.append({"digest": digest, "data": data, "size": len(data), "now": now})
+    return out
+
+
+def blobs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, str]:
+    """Blob rows ``(digest, data)`` read back, as text by digest, each checked on the way
+    out: a blob is stored under the sha256 of its bytes, so bytes that hash to anything
+    else were changed after they were written (a hand edit, a damaged file) and are
+    never handed out as a recorded value. ``SerializationError`` names the blob; the
+    engine blocks the run reading it (never fails it), and nothing is changed."""
+    out: dict[str, str] = {}
+    for digest, data in rows:
+        raw = bytes(data)
+        actual = hashlib.sha256(raw).hexdigest()
+        if actual != digest:
+            raise SerializationError(
+                f"blob {digest} does not match its sha256: its {len(raw):,} stored bytes"
+                f" hash to {actual[:16]}..., so the blobs table was edited or damaged after"
+                " it was written and its contents are not used"
+            )
+        out[digest] = raw.decode("utf-8")  # written as UTF-8 text; its hash says unchanged
+    return out
+
+
+def park_waits(
+    wait_signals: Sequence[str], approvals: Sequence[ApprovalRequest]
+) -> tuple[dict[str, Any], list[ApprovalRequest]]:
+    """A park's ``wait_signal`` and ``wait_approval`` parameters and the requests whose
+    rows it writes: each a JSON array of names (request ids), or None when there are none
+    (``runs.wait_signal`` holds this array: a signal of any name in it wakes the run)."""
+    names = list(dict.fromkeys(wait_signals))
+    reqs = list(approvals)
+    ids = [r.request_id for r in reqs]
+    params = {
+        "wait_signal": json.dumps(names) if names else None,
+        "wait_approval": json.dumps(ids) if ids else None,
+    }
+    return params, reqs
+
+
+def approval_params(run_id: str, req: ApprovalRequest) -> dict[str, Any]:
+    """The parameters of put_approval for ``req``."""
+    return {
+        "run_id": run_id,
+        "request_id": req.request_id,
+        "action": req.action,
+        "args": req.args,
+        "digest": req.digest,
+        "requested_at": req.requested_at,
+        "expires_at": req.expires_at,
+    }

@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import RunNotFound
+from ..errors import RunFinished, RunInDoubt, RunLeased, RunNotFound, RunQuarantined
 from ..events import NewEvent
-from ..history import RunRecord
+from ..history import IN_DOUBT, QUARANTINED, RunRecord
 from . import stream
 from .base import Owner, Served
-from .rules import check_claimable, dead_owners, quarantined_error, run_from_row
-from .runs import RUN_FIELDS
+from .runs import RUN_FIELDS, run_from_row
 from .tx import Backend, Tx
 
 CLAIM_SCAN_MAX = 64  # runs quarantined instead of claimed, at most, per claim attempt
@@ -215,3 +214,50 @@ class Leases(Backend):
 
         # A plain give-back is one statement (autocommit on PostgreSQL).
         self._writing(op, atomic=bool(changed))
+
+
+def check_claimable(run: RunRecord, now: float, owner_dead: Callable[[str], bool]) -> None:
+    """Raise unless ``run`` may be claimed now: ``RunFinished`` for a finished run (a
+    claim must never reopen it), ``RunInDoubt`` / ``RunQuarantined`` for a run waiting
+    for a person, ``RunLeased`` while a live owner holds an unexpired lease."""
+    if run.terminal:
+        raise RunFinished(
+            f"run {run.run_id!r} is already {run.status}; its recorded outcome stands"
+        )
+    if run.status == IN_DOUBT:
+        raise RunInDoubt(f"run {run.run_id!r} is in doubt: {run.park_reason}")
+    if run.status == QUARANTINED:
+        raise RunQuarantined(
+            f"run {run.run_id!r} is quarantined after {run.starts} starts without progress;"
+            " fix the cause, then `durably retry` it"
+        )
+    # The same process does not get a pass: another thread of it may be driving the run.
+    # A driver that ends for any reason releases its lease, so this costs nothing normally.
+    if run.owner is None:
+        return
+    if run.lease_expires_at is not None and run.lease_expires_at <= now:
+        return
+    if owner_dead(run.owner):
+        return
+    left = (run.lease_expires_at or now) - now
+    raise RunLeased(
+        f"run {run.run_id!r} is being driven by {run.owner} (lease expires in {left:.1f} s);"
+        " two processes may never drive one run. Wait for it to finish or for the lease to"
+        " expire, or stop that process."
+    )
+
+
+def dead_owners(candidates: Sequence[str], owner_dead: Callable[[str], bool]) -> list[str]:
+    """The owners among ``candidates`` (this host's, with live leases) that are provably
+    dead: the one judgement a claim query cannot make itself, made here and passed in."""
+    return sorted({o for o in candidates if owner_dead(o)})
+
+
+def quarantined_error(run_id: str, max_starts: int) -> RunQuarantined:
+    """The error of a run that was just quarantined."""
+    return RunQuarantined(
+        f"run {run_id!r} was started {max_starts} times without recording progress (each"
+        " start crashed or was killed at the same place), so it is quarantined instead of"
+        " looping. Look at `durably runs show` for the step it dies in, fix the cause, then"
+        " `durably retry` it."
+    )

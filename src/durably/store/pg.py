@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict
 from ..errors import ConfigError, StoreDiskFull, StoreError, StoreUnavailable
 from ..history import StepRecord
 from ..redact import redact
-from .rules import record_params
+from .history import record_params
 from .sqlfiles import load_queries
 
 _Q = load_queries("postgres")

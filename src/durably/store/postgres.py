@@ -79,10 +79,6 @@ from .pg import (
 from .pg import (
     classify as classify,
 )
-from .rules import (
-    blob_params,
-    overwrite_error,
-)
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
@@ -429,101 +425,34 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         if conn is not None:
             conn.close()
 
-    # -- history -------------------------------------------------------------------------
+    # -- the step path's tuned append ---------------------------------------------------
 
-    def append(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-    ) -> bool:
-        """Write records (their blobs, and the events that describe them) in one fenced
-        transaction; raises LeaseLost on a stale token. Returns whether a cancel was
-        asked for (read by the same statements, no extra round trip)."""
-        if not records and not events:
-            return False
-        params = [_record_params(run_id, token, r) for r in records]
+    def _append_quick(
+        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+    ) -> bool | None:
+        """The step path in one autocommit round trip: a step's record alone
+        (append_record), or with its events (append_with_events, which writes them only
+        when the record was written). A record with blobs, many records or events alone
+        take the transaction (its blobs go first); so does a refusal, which this statement
+        leaves unwritten for that transaction to explain (None)."""
+        if len(records) != 1 or records[0].blobs:
+            return None
+        params = _record_params(run_id, token, records[0])
+        if events:
+            params.update(self._event_params(run_id, events))
+            query = _events_sql("append_with_events", len(events))
+        else:
+            query = _Q["append_record"]
 
-        def op(conn: Conn, retried: bool) -> bool:
-            if not records:
-                # Events alone (a step's retry): fenced by the token, read under the run
-                # row's lock so that a claim (FOR UPDATE) cannot raise it before commit.
-                with conn.transaction():
-                    row = conn.execute(_Q["lock_token"], {"run_id": run_id}).fetchone()
-                    if row is None or row[0] != token:
-                        raise LeaseLost(run_id, token)
-                    self._write_events(conn, run_id, events)
-                return bool(row[1])
-            if len(params) == 1 and not events and not records[0].blobs:
-                # One autocommit statement is its own transaction: one round trip.
-                return self._append(conn, run_id, token, records, params, retried)
-            if len(params) == 1 and not records[0].blobs:
-                # The common write, a step's record and its events: one statement too. A
-                # record with blobs takes the transaction below (its blobs go first).
-                p = {**params[0], **self._event_params(run_id, events)}
-                found = conn.execute(_events_sql("append_with_events", len(events)), p).fetchone()
-                if found is None or found[0] != 1:
-                    return self._refused(conn, run_id, token, records[0], retried)
-                return bool(found[2])
-            with conn.transaction():
-                cancel = self._append(conn, run_id, token, records, params, retried)
-                self._write_events(conn, run_id, events)
-            return cancel
+        def op(conn: Conn, _retried: bool) -> bool | None:
+            # A retry after an unknown commit runs it again: the record then stored is
+            # refused (or, an intent, taken again as it is) and the transaction decides.
+            row = conn.execute(query, params).fetchone()
+            if events:
+                return None if row is None or row[0] != 1 else bool(row[2])
+            return None if row is None else bool(row[0])
 
         return self._call(op)
-
-    def _append(
-        self,
-        conn: Conn,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        params: list[dict[str, Any]],
-        retried: bool,
-    ) -> bool:
-        """Upsert ``records`` (fenced); returns whether a cancel was asked for."""
-        cancel = False
-        for rec, p in zip(records, params, strict=True):
-            if rec.blobs:
-                # The record's blobs first, in its transaction: no record names a missing
-                # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
-                with conn.cursor() as cur:
-                    cur.executemany(_Q["put_blob"], blob_params(rec, self.clock.time()))
-            row = conn.execute(_Q["append_record"], p).fetchone()
-            if row is None:
-                cancel = self._refused(conn, run_id, token, rec, retried)
-            else:
-                cancel = bool(row[0])
-        return cancel
-
-    def _append_records(
-        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> bool:
-        """The history role's hook: :meth:`_append` on the transaction's connection,
-        knowing whether this is the retry after an unknown commit."""
-        assert isinstance(tx, _PgTx)
-        params = [_record_params(run_id, token, r) for r in records]
-        return self._append(tx._conn, run_id, token, records, params, tx.retried)
-
-    def _refused(self, conn: Conn, run_id: str, token: int, rec: StepRecord, retried: bool) -> bool:
-        """Explain a refused upsert: a stale token, or a result already at the position.
-
-        A stored record equal to ``rec`` is this very write, retried (here, or by the
-        engine after a transient error) when an earlier attempt committed before its
-        connection died: that is success, not a conflict (returns whether a cancel was
-        asked for).
-        """
-        current = conn.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-        if current is None or current[0] != token:
-            raise LeaseLost(run_id, token)
-        if retried or rec.status != "intent":
-            row = conn.execute(
-                _Q["load_record"], {"run_id": run_id, "position": rec.position}
-            ).fetchone()
-            if row is not None and StepRecord(*row) == rec:
-                return bool(current[1])
-        raise overwrite_error(run_id, rec.position)
 
     # -- the event stream -----------------------------------------------------------------
 
@@ -687,6 +616,10 @@ class _PgTx:
     def scalar(self, name: str, /, **params: Any) -> Any:
         row = self.q(name, **params).fetchone()
         return None if row is None else row[0]
+
+    def many(self, name: str, rows: Sequence[dict[str, Any]], /) -> None:
+        with self._conn.cursor() as cur:
+            cur.executemany(_Q[name], rows)
 
     def array(self, values: Sequence[Any]) -> list[Any]:
         return list(values)

@@ -8,25 +8,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import RunNotFound
+from ..errors import NotADurablyDatabase, RunConflict, RunFinished, RunNotFound, StoreError
 from ..events import NewEvent
-from ..history import CANCELLED, PARKED, RunRecord, StepRecord
+from ..history import (
+    BLOCKED,
+    CANCELLED,
+    IN_DOUBT,
+    PARKED,
+    QUARANTINED,
+    QUEUED,
+    CorruptRecord,
+    RunRecord,
+    StepRecord,
+)
 from . import stream
 from .base import NewRun, status_list
-from .rules import (
-    CANCEL_ERROR_TYPE,
-    cancel_not_found,
-    cancel_plan,
-    cancelled_at_once_note,
-    check_requeueable,
-    fork_conflict,
-    no_doubt_error,
-    record_params,
-    run_from_row,
-)
+from .history import record_params
 from .tx import Backend, Tx
 
 RUN_FIELDS = len(RunRecord.__slots__)
+
+
+CANCEL_ERROR_TYPE = "durably.Cancelled"
+"""The ``error_type`` of a cancelled run."""
+
+# Statuses whose code cannot run again without a person: a cancel ends them at once.
+_STUCK = frozenset({BLOCKED, QUARANTINED, IN_DOUBT})
 
 
 class Runs(Backend):
@@ -230,3 +237,76 @@ class Runs(Backend):
             return run_from_row(found)
 
         return self._writing(op)
+
+
+def cancel_not_found(run_id: str, where: str) -> RunNotFound:
+    """``engine.cancel`` of a run the journal does not hold: say what to check."""
+    return RunNotFound(
+        f"no run {run_id!r} in {where}; nothing was cancelled. Check the run id (`durably"
+        " runs list` shows runs) and the database (--db / DURABLY_URL)"
+    )
+
+
+def cancel_plan(run: RunRecord, has_records: bool) -> str | None:
+    """What a cancel does to ``run`` (as found under its row lock): ``"at_once"`` (it ends
+    ``cancelled`` in the cancel's transaction: queued and never ran, or stuck waiting
+    for a person), ``"flag"`` (the flag is set; the workflow unwinds at its next step,
+    a parked run wakes for it) or None (nothing to do: cancelled already, or the flag
+    is set already). Raises ``RunFinished`` for a run that finished otherwise."""
+    if run.status == CANCELLED:
+        return None
+    if run.terminal:
+        raise RunFinished(
+            f"run {run.run_id!r} already finished ({run.status}); there is nothing to"
+            " cancel and its recorded outcome stands"
+        )
+    if run.status in _STUCK or (run.status == QUEUED and not has_records):
+        return "at_once"
+    return None if run.cancel_requested_at is not None else "flag"
+
+
+def cancelled_at_once_note(run: RunRecord) -> str:
+    """The recorded note (``park_reason``) of a run a cancel ended at once."""
+    if run.status == QUEUED:
+        return "cancelled while queued: it had not started, so nothing ran"
+    return (
+        f"cancelled while {run.status}: the workflow did not run again, so its cleanup"
+        " (except blocks, saga compensations) did not run; to let it clean up, `durably"
+        " retry` a run first and cancel it while it runs"
+    )
+
+
+def check_requeueable(run: RunRecord, from_statuses: Sequence[str]) -> None:
+    """Raise ``StoreError`` unless an operator may requeue ``run`` from its status."""
+    if run.status not in from_statuses:
+        raise StoreError(
+            f"run {run.run_id!r} is {run.status}, not {' or '.join(from_statuses)}; nothing"
+            " was changed"
+        )
+
+
+def no_doubt_error(run_id: str, position: str) -> StoreError:
+    """The error of a skip that names a position without an effect in doubt."""
+    return StoreError(
+        f"run {run_id!r} has no effect in doubt at position {position}; nothing was changed"
+    )
+
+
+def fork_conflict(run_id: str) -> RunConflict:
+    """The error of a fork whose new run id is taken."""
+    return RunConflict(
+        f"run_id {run_id!r} already exists; a fork needs a new run id (leave it out and"
+        " one is drawn)"
+    )
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """A run row read back, checked on the way out. Every query that reads a run selects
+    every field of :class:`RunRecord` in order: a shorter row would silently default the
+    incarnation to None, and with it change every key of the run."""
+    if len(row) != RUN_FIELDS:
+        raise AssertionError(f"a run query selected {len(row)} columns, not {RUN_FIELDS}")
+    try:
+        return RunRecord(*row).check()
+    except CorruptRecord as exc:
+        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc

@@ -3,9 +3,9 @@ protocol)."""
 
 from __future__ import annotations
 
-from ..errors import LeaseLost
+from ..errors import LeaseLost, RunFinished, RunNotFound
+from ..history import TERMINAL
 from . import stream
-from .rules import check_signalable
 from .tx import Backend, Tx
 
 
@@ -59,3 +59,20 @@ class Signals(Backend):
             return int(found[0]), str(found[1])
 
         return self._writing(op)
+
+
+def check_signalable(run_id: str, status: str | None, where: str) -> None:
+    """Raise unless a run with ``status`` (None: no such run) may take a signal:
+    ``RunNotFound``, or ``RunFinished`` once it is completed, failed, cancelled or
+    continued (a signal nobody can ever consume must not be accepted as sent)."""
+    if status is None:
+        raise RunNotFound(
+            f"no run {run_id!r} in {where}; nothing was sent. Check the run id"
+            " (`durably runs list` shows runs) and the database (--db / DURABLY_URL)"
+        )
+    if status in TERMINAL:
+        raise RunFinished(
+            f"run {run_id!r} is already {status}, so no wait can take a signal any more;"
+            " nothing was sent. Signal a run that is still going (`durably runs list"
+            " --status parked` shows the waiting ones)"
+        )

@@ -25,7 +25,6 @@ from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
-    LeaseLost,
     NotADurablyDatabase,
     SchemaTooNew,
     StoreBusy,
@@ -39,14 +38,9 @@ from .approvals import Approvals
 from .base import Owner, Served, served_json
 from .events import Events
 from .fleet import Fleet
-from .history import History
+from .history import History, record_params
 from .leases import Leases
 from .private import open_private
-from .rules import (
-    blob_params,
-    overwrite_error,
-    record_params,
-)
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
@@ -374,38 +368,25 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         time.sleep(timeout_s)
         return False
 
-    # -- history -------------------------------------------------------------------------
+    # -- the step path's tuned append ---------------------------------------------------
 
-    def append(
-        self,
-        run_id: str,
-        token: int,
-        records: Sequence[StepRecord],
-        events: Sequence[NewEvent] = (),
-    ) -> bool:
-        """Write records (their blobs, and the events that describe them) in one fenced
-        transaction; raises LeaseLost on a stale token. Returns whether a cancel was
-        asked for (read by the same statements)."""
-        if len(records) == 1 and not events and not records[0].blobs:
-            # The common case, one step result: the fenced upsert is a single statement,
-            # so in autocommit mode it is its own atomic transaction; BEGIN and COMMIT
-            # around it would only add two round trips through the library.
-            with self._lock:
-                try:
-                    return self._append(self._live(), run_id, token, records)
-                except sqlite3.DatabaseError as exc:
-                    raise self._translate(exc) from exc
-        with self._tx() as c:
-            if not records:
-                # Events alone (a step's retry): fenced by the token check instead.
-                row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-                if row is None or row[0] != token:
-                    raise LeaseLost(run_id, token)
-                cancel = row[1] is not None
-            else:
-                cancel = self._append(c, run_id, token, records)
-            self._write_events(c, run_id, events)
-        return cancel
+    def _append_quick(
+        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+    ) -> bool | None:
+        """The common case, one step result without blobs or events: the fenced upsert is
+        a single statement, so in autocommit mode it is its own atomic transaction (BEGIN
+        and COMMIT around it would only add two round trips through the library). None
+        for any other append, or when the upsert was refused and wrote nothing."""
+        if len(records) != 1 or events or records[0].blobs:
+            return None
+        params = {**record_params(run_id, records[0]), "token": token}
+        with self._lock:
+            try:
+                # fetchall: an unfinished RETURNING statement would keep its write pending.
+                rows = self._live().execute(_Q["append_record"], params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._translate(exc) from exc
+        return bool(rows[0][0]) if rows else None
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number ``events`` after the run's newest and insert them, inside the open write
@@ -432,49 +413,6 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             added += c.execute(_Q["insert_event"], params).rowcount
         if added:
             c.execute(_Q["advance_last_event"], {"run_id": run_id, "added": added})
-
-    def _append(
-        self, c: sqlite3.Connection, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> bool:
-        """Upsert ``records`` (fenced); returns whether a cancel was asked for."""
-        now = self.clock.time()
-        cancel = False
-        for rec in records:
-            params = record_params(run_id, rec)
-            # The record's blobs first, in its transaction: no record names a missing blob.
-            if rec.blobs:
-                c.executemany(_Q["put_blob"], blob_params(rec, now))
-            params["token"] = token
-            # fetchall: an unfinished RETURNING statement would keep its write pending.
-            rows = c.execute(_Q["append_record"], params).fetchall()
-            if len(rows) != 1:
-                cancel = self._refused(c, run_id, token, rec)
-            else:
-                cancel = rows[0][0] is not None
-        return cancel
-
-    def _append_records(
-        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
-    ) -> bool:
-        """The history role's hook: :meth:`_append` on the transaction's connection."""
-        assert isinstance(tx, _SQLiteTx)
-        return self._append(tx._c, run_id, token, records)
-
-    def _refused(self, c: sqlite3.Connection, run_id: str, token: int, rec: StepRecord) -> bool:
-        """Explain a refused upsert: a stale token, or a result already at the position.
-
-        A stored record equal to ``rec`` is this very write, retried after an error whose
-        commit outcome was unknown: that is success, not a conflict (returns whether a
-        cancel was asked for).
-        """
-        row = c.execute(_Q["check_token"], {"run_id": run_id}).fetchone()
-        if row is None or row[0] != token:
-            raise LeaseLost(run_id, token)
-        stored = c.execute(_Q["load_record"], {"run_id": run_id, "position": rec.position})
-        found = stored.fetchone()
-        if found is not None and StepRecord(*found) == rec:
-            return row[1] is not None
-        raise overwrite_error(run_id, rec.position)
 
     def wait_for_events(self, run_id: str, timeout_s: float) -> None:
         """SQLite has no notifications: followers poll, so this just waits."""
@@ -524,6 +462,9 @@ class _SQLiteTx:
     def scalar(self, name: str, /, **params: Any) -> Any:
         row = self._c.execute(_Q[name], params).fetchone()
         return None if row is None else row[0]
+
+    def many(self, name: str, rows: Sequence[dict[str, Any]], /) -> None:
+        self._c.executemany(_Q[name], rows)
 
     def array(self, values: Sequence[Any]) -> str:
         return json.dumps(list(values))

@@ -25,9 +25,12 @@ What a backend provides (:class:`Backend`):
 Lock ordering stays each dialect's own and explicit: the queries named ``lock_*`` take the
 run row's lock on PostgreSQL (``FOR UPDATE`` / ``FOR NO KEY UPDATE``) and are plain reads
 on SQLite, where ``BEGIN IMMEDIATE`` already holds the whole database. Operations whose
-statement order differs between the dialects (a park takes ``lock_token`` in a statement
-of its own on PostgreSQL before anything else; the tuned one-round-trip append) stay
-written per backend.
+statement order differs between the dialects say so through a named hook of the backend:
+``_lock_for_park`` (PostgreSQL takes ``lock_token`` in a statement of its own before
+anything else; SQLite has held its one writer lock since ``BEGIN IMMEDIATE``) and
+``_append_quick`` (the step path's tuned append: one autocommit statement where the
+dialect can write a step's record, or on PostgreSQL a record and its events, in one round
+trip; the transaction written once in :mod:`.history` decides everything else).
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ class Tx(Protocol):
 
     def scalar(self, name: str, /, **params: Any) -> Any:
         """The first column of the first row of the named query, or None."""
+        ...
+
+    def many(self, name: str, rows: Sequence[dict[str, Any]], /) -> None:
+        """Run the named query once per parameter set of ``rows`` (the driver's
+        ``executemany``: one prepared statement, no per-row round trip through Python)."""
         ...
 
     def array(self, values: Sequence[Any]) -> Any:

@@ -25,14 +25,13 @@ from ..current import current_step
 from ..errors import ConfigError, ToolRejected
 from ..steps import _ATTR as _STEP_ATTR
 from ..steps import DEFAULT_OPTIONS, StepOptions
+from .schema import DURABLY_PARAMS
 
 if TYPE_CHECKING:
     from ..context import AsyncContext
 
 Kind = Literal["read", "idempotent", "write", "destructive"]
 KINDS: Final[tuple[str, ...]] = get_args(Kind)
-# Parameters durably passes to a step function itself; never part of a tool's schema.
-DURABLY_PARAMS: Final = frozenset({"idempotency_key", "fencing_token"})
 
 
 class UnsafeToolWarning(UserWarning):

@@ -11,15 +11,37 @@ import inspect
 import re
 import typing
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
 from ..errors import ConfigError
-from ._tool import DURABLY_PARAMS
 
-if TYPE_CHECKING:
-    from ._tool import Tool
+DURABLY_PARAMS: Final = frozenset({"idempotency_key", "fencing_token"})
+"""Parameters durably fills in itself: never part of a tool's schema or arguments."""
 
-_MODELS: weakref.WeakKeyDictionary[Tool, Any] = weakref.WeakKeyDictionary()
+
+class SchemaSource(Protocol):
+    """What a schema is built from: a durably tool's name, function and given schema
+    (:class:`durably.tools.Tool` is one; a protocol here, so that this module does not
+    import the tool module that imports it)."""
+
+    @property
+    def name(self) -> str:
+        """The tool's name."""
+        ...
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The tool's function."""
+        ...
+
+    @property
+    def input_schema(self) -> dict[str, Any] | None:
+        """A JSON schema given with the tool, else None (built from ``fn``)."""
+        ...
+
+
+_MODELS: weakref.WeakKeyDictionary[SchemaSource, Any] = weakref.WeakKeyDictionary()
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):$", re.IGNORECASE)
 _OTHER_SECTION = re.compile(
     r"^(Returns?|Raises?|Yields?|Examples?|Notes?|See Also|Warnings?):$", re.IGNORECASE
@@ -74,7 +96,7 @@ def split_doc(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(head).strip(), params
 
 
-def arguments_model(tool: Tool) -> Any:
+def arguments_model(tool: SchemaSource) -> Any:
     """The pydantic model of ``tool``'s arguments (cached per tool): one field per
     parameter, typed by its hint (``Any`` without one), required unless it has a
     default, described by the docstring; extra arguments are refused. The parameters
@@ -115,7 +137,7 @@ def arguments_model(tool: Tool) -> Any:
     return model
 
 
-def json_schema(tool: Tool) -> dict[str, Any]:
+def json_schema(tool: SchemaSource) -> dict[str, Any]:
     """The JSON Schema (an object) of ``tool``'s arguments, without pydantic's titles."""
     if tool.input_schema is not None:
         return dict(tool.input_schema)
@@ -129,7 +151,7 @@ def json_schema(tool: Tool) -> dict[str, Any]:
     return schema
 
 
-def validate(tool: Tool, arguments: Any) -> dict[str, Any]:
+def validate(tool: SchemaSource, arguments: Any) -> dict[str, Any]:
     """The keyword arguments for a call of ``tool`` from the model's ``arguments`` (a
     dict), checked against its schema; a ``ValueError`` whose text says which argument
     is wrong and how (never the value) otherwise."""

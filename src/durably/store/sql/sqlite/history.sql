@@ -65,7 +65,7 @@ WHERE steps.status = 'intent'
             OR (excluded.status = 'waiting' AND excluded.output = steps.output)))
 -- Whether a cancel was asked for, read in the same statement: every step boundary checks
 -- the flag at no extra cost (Store.append returns it). No row: the write was refused.
-RETURNING (SELECT cancel_requested_at FROM runs WHERE run_id = :run_id);
+RETURNING (SELECT cancel_requested_at IS NOT NULL FROM runs WHERE run_id = :run_id);
 
 -- name: load_record
 -- One position of the run's current generation (to explain a refused append).
@@ -76,7 +76,8 @@ FROM steps s JOIN runs r ON r.run_id = s.run_id AND r.generation = s.generation
 WHERE s.run_id = :run_id AND s.position = :position;
 
 -- name: check_token
-SELECT fencing_token, cancel_requested_at FROM runs WHERE run_id = :run_id;
+-- The token of a run, and whether a cancel was asked for (to explain a refused append).
+SELECT fencing_token, cancel_requested_at IS NOT NULL FROM runs WHERE run_id = :run_id;
 
 -- name: lock_token
 -- The token of a run, and whether a cancel was asked for. SQLite's lock is the caller's
