@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import durably
 from durably.chaos import WINDOWS, matrix
 from durably.cli import main
 
@@ -117,3 +118,25 @@ def test_detail_lists_every_kill_point(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert out.count("journal_keys") == 30
     assert "post_status" in out and "10,400" in out
+
+
+@pytest.mark.parametrize("durability", ["process", "effects"])
+def test_the_matrix_under_a_durability_mode_finds_no_duplicate(
+    tmp_path: Path, durability: str
+) -> None:
+    """``durably chaos --durability``: SIGKILL loses nothing acknowledged in any mode, so
+    journal keys still give no duplicate write (one policy, bounded for the suite)."""
+    report = matrix.run_matrix(("journal_keys",), workdir=tmp_path, jobs=2, durability=durability)
+    (summary,) = report.summaries
+    assert summary.policy == "journal_keys"
+    assert summary.kills > 0
+    assert summary.kills_with_duplicates == 0 and summary.worst_duplicates == 0
+
+
+def test_a_synchronous_that_contradicts_the_mode_is_refused_before_any_kill(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(durably.ConfigError, match="contradicts durability='process'"):
+        matrix.run_matrix(
+            ("journal_keys",), workdir=tmp_path, durability="process", synchronous="FULL"
+        )

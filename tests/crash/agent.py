@@ -1,15 +1,15 @@
 """A small incident agent run in a subprocess by the crash tests.
 
 Usage: ``python agent.py JOURNAL_URL WORLD_DB RUN_ID [--kill POS:WINDOW] [--unkeyed]
-[--async] [--flaky SEED:RATE]``. With ``--flaky`` the journal's appends, finishes and
-releases fail at random (rate RATE, seeded) with the errors a busy database, a dropped
-connection or a full disk raise, before or after the write; a run that stops on one
-prints ``{"store_error": ...}`` and exits 4. With ``--kill`` the engine's fault hook
-SIGKILLs this process (a real signal) when the step at position POS reaches WINDOW
-(before, effect, recorded). The world database stands in for the outside world:
-``effects`` deduplicates on the idempotency key and counts every request; ``executions``
-counts every call of every step function, outside the journal. Prints the workflow's
-result as JSON on success.
+[--async] [--flaky SEED:RATE] [--durability MODE]``. With ``--flaky`` the journal's
+appends, finishes and releases fail at random (rate RATE, seeded) with the errors a busy
+database, a dropped connection or a full disk raise, before or after the write; a run
+that stops on one prints ``{"store_error": ...}`` and exits 4. With ``--kill`` the
+engine's fault hook SIGKILLs this process (a real signal) when the step at position POS
+reaches WINDOW (before, effect, recorded). The world database stands in for the outside
+world: ``effects`` deduplicates on the idempotency key and counts every request;
+``executions`` counts every call of every step function, outside the journal. Prints the
+workflow's result as JSON on success.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def main() -> None:
     p.add_argument("--unkeyed", action="store_true")
     p.add_argument("--async", dest="use_async", action="store_true")
     p.add_argument("--flaky")
+    p.add_argument("--durability", choices=("power", "process", "effects"))
     args = p.parse_args()
     w = world(args.world)
 
@@ -106,7 +107,9 @@ def main() -> None:
         if (position, window) == kill:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    engine = durably.Engine(args.journal, fault_hook=hook if kill else None)
+    engine = durably.Engine(
+        args.journal, fault_hook=hook if kill else None, durability=args.durability
+    )
     if args.flaky:
         sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
         from tests.store_faults import FlakyStore

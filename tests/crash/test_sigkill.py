@@ -114,6 +114,24 @@ def test_sigkill_inside_a_gather(
     _assert_exactly_once(tmp_path, ASYNC_STEPS, position, window, effects=2, in_flight=in_flight)
 
 
+@pytest.mark.parametrize(("position", "window"), [("4", "recorded"), ("3", "effect")])
+@pytest.mark.parametrize("durability", ["power", "process", "effects"])
+def test_sigkill_under_each_durability_mode(
+    tmp_path: Path, clean_results: dict[str, Any], durability: str, position: str, window: str
+) -> None:
+    """A SIGKILL loses nothing acknowledged in every mode (the modes differ only on power
+    loss and OS crashes, which no test here can cause): a pure step killed after its
+    record (process and effects modes commit it without an fsync) does not run again, an
+    effect killed after it ran runs again with the same key, each effect lands once."""
+    mode = ("--durability", durability)
+    killed = run_agent(tmp_path, *mode, "--kill", f"{position}:{window}")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = run_agent(tmp_path, *mode)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == clean_results["sync"]
+    _assert_exactly_once(tmp_path, SYNC_STEPS, position, window, effects=3)
+
+
 def recorded_positions(tmp: Path) -> set[str]:
     """Positions with a result in the journal."""
     with sqlite3.connect(tmp / "journal.db") as j:

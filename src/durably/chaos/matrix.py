@@ -135,7 +135,7 @@ def _killer(position: int, window: str) -> FaultHook:
     return hook
 
 
-def _run_agent(point: KillPoint, folder: Path, kill: bool, synchronous: str) -> int:
+def _run_agent(point: KillPoint, folder: Path, kill: bool, store: dict[str, str | None]) -> int:
     """Body of a forked child: run (or restart) the agent under ``point.policy``."""
     world = World(folder / "world.db", honour_keys=point.policy == "journal_keys")
     agent = Agent(world, RUN_ID)
@@ -149,7 +149,10 @@ def _run_agent(point: KillPoint, folder: Path, kill: bool, synchronous: str) -> 
         from ..engine import Engine  # imported in the parent already; cheap here
 
         engine = Engine(
-            f"sqlite:///{folder / 'journal.db'}", fault_hook=hook, synchronous=synchronous
+            f"sqlite:///{folder / 'journal.db'}",
+            fault_hook=hook,
+            durability=store["durability"],
+            synchronous=store["synchronous"],
         )
         engine.run(build_workflow(engine, agent), ALERT_ID, run_id=RUN_ID)
         engine.close()
@@ -181,21 +184,28 @@ def run_matrix(
     *,
     workdir: Path | None = None,
     jobs: int | None = None,
-    synchronous: str = "FULL",
+    synchronous: str | None = None,
+    durability: str | None = None,
     on_done: Callable[[KillPoint], None] | None = None,
 ) -> MatrixReport:
     """Run the clean runs and every kill point; return the audited results.
 
     ``jobs`` kill points run at once (default: the number of CPUs), each in its own
-    forked children and its own databases. ``synchronous`` is the journal's SQLite
-    setting. ``on_done`` is called as each kill point finishes (for a progress bar).
+    forked children and its own databases. ``durability`` is the journal's durability
+    mode (docs/durability.md), ``synchronous`` its SQLite setting (one that contradicts
+    the mode is a ``ConfigError``, raised here before any process starts). ``on_done``
+    is called as each kill point finishes (for a progress bar).
     """
+    from ..store.durability import sqlite_mode
+
+    sqlite_mode(durability, synchronous)  # a contradiction is refused before any fork
+    store = {"synchronous": synchronous, "durability": durability}
     jobs = max(1, min(JOBS_MAX, jobs or os.cpu_count() or 1))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="durably-chaos-", dir=workdir) as tmp:
         todo = deque(_Job(KillPoint(p), Path(tmp) / f"{p}-clean", "clean") for p in policies)
         todo.extend(_Job(kp, Path(tmp) / kp.slug) for kp in kill_points(policies))
-        audits = _schedule(todo, jobs, synchronous, on_done)
+        audits = _schedule(todo, jobs, store, on_done)
     seconds = time.perf_counter() - t0
     clean = {p: {k: audits[KillPoint(p)][k] for k in ("writes", "tokens")} for p in policies}
     rows = []
@@ -217,7 +227,10 @@ def run_matrix(
 
 
 def _schedule(
-    todo: deque[_Job], jobs: int, synchronous: str, on_done: Callable[[KillPoint], None] | None
+    todo: deque[_Job],
+    jobs: int,
+    store: dict[str, str | None],
+    on_done: Callable[[KillPoint], None] | None,
 ) -> dict[KillPoint, dict[str, int]]:
     """Drive the jobs through their forked phases, ``jobs`` at a time; audit each world."""
     active: dict[int, _Job] = {}
@@ -226,7 +239,7 @@ def _schedule(
     def start(job: _Job) -> None:
         kill = job.phase == "kill"
         pid = spawn(
-            lambda: _run_agent(job.point, job.folder, kill, synchronous),
+            lambda: _run_agent(job.point, job.folder, kill, store),
             job.folder / f"{job.phase}.err",
         )
         active[pid] = job

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..chaos import simulate as sim
+from ..errors import ConfigError
 from .common import CommandError, db_option, term
 
 _JOBS = click.IntRange(1, 64)
@@ -89,11 +90,16 @@ def _progress(total: int, label: str, enabled: bool) -> Any:
 )
 @click.option("--jobs", type=_JOBS, default=None, help="Kill points run at once [CPUs].")
 @click.option(
+    "--durability",
+    type=click.Choice(["power", "process", "effects"]),
+    default=None,
+    help="The journal's durability mode (docs/durability.md) [power].",
+)
+@click.option(
     "--synchronous",
     type=click.Choice(["FULL", "NORMAL"]),
-    default="FULL",
-    show_default=True,
-    help="The journal's SQLite synchronous setting.",
+    default=None,
+    help="The journal's SQLite synchronous setting (a store detail: prefer --durability).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
@@ -107,7 +113,8 @@ def chaos(
     detail: bool,
     plot: Path | None,
     jobs: int | None,
-    synchronous: str,
+    durability: str | None,
+    synchronous: str | None,
     as_json: bool,
 ) -> None:
     """SIGKILL an agent at every step boundary and count what it did twice.
@@ -154,8 +161,10 @@ def chaos(
             progress.refresh()
 
         try:
-            report = matrix.run_matrix(jobs=jobs, synchronous=synchronous, on_done=done)
-        except matrix.ChaosError as exc:
+            report = matrix.run_matrix(
+                jobs=jobs, synchronous=synchronous, durability=durability, on_done=done
+            )
+        except (matrix.ChaosError, ConfigError) as exc:
             raise CommandError(str(exc)) from exc
     if plot is not None:
         matrix.plot(report.summaries, plot)

@@ -104,6 +104,12 @@ class Engine:
     for a parked run to be due (a timer; default None: as long as it takes); past it they
     raise ``RunParked`` and the run stays parked for a worker (or the next call). It is an
     engine option, never a keyword of ``engine.run`` (those go to the workflow).
+    ``durability`` says what an acknowledged record survives (DESIGN "Durability
+    modes", docs/durability.md): ``"power"`` (the default: power loss; every commit
+    fsync'd), ``"process"`` (a process crash, not an OS crash: no fsync per commit) or
+    ``"effects"`` (pure steps ride along; an fsync before every effect's intent, at every
+    park and at the end). A store option that contradicts it (SQLite ``synchronous=``)
+    is a ``ConfigError``; ``engine.durability`` is the mode in force.
     Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
     ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
     PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
@@ -122,6 +128,7 @@ class Engine:
         wait_for_lease: bool = True,
         store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
         park_wait_s: float | None = None,
+        durability: str | None = None,
         **store_options: Any,
     ) -> None:
         opts = check_options(
@@ -136,7 +143,8 @@ class Engine:
             park_wait_s=park_wait_s,
         )
         refuse_misspelt_options(store_options, _OWN_OPTIONS)
-        self._base = Base(opts, open_store(opts.url, opts.clock, **store_options))
+        self._base = Base(opts, open_store(opts.url, opts.clock, durability, **store_options))
+        self._durability: str = self._base.store.durability
         self._registry = Registry()
         self._leases = Leases(self._base)
         self._attempts = Attempts(self._base, self._leases)
@@ -159,6 +167,12 @@ class Engine:
     wait_for_lease: _Option[bool] = _Option()
     store_retry_s: _Option[float] = _Option()
     park_wait_s: _Option[float | None] = _Option()
+
+    @property
+    def durability(self) -> str:
+        """The durability mode in force: ``"power"``, ``"process"`` or ``"effects"``
+        (given, or the one a SQLite ``synchronous=`` given alone keeps)."""
+        return self._durability
 
     @property
     def store(self) -> Store:

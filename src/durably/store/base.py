@@ -490,6 +490,8 @@ class Store(
     :class:`~durably.store.postgres.PostgresStore`."""
 
     url: str
+    durability: str
+    """The durability mode its commits keep (:mod:`durably.store.durability`)."""
 
     def close(self) -> None:
         """Release connections."""

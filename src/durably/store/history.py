@@ -24,6 +24,8 @@ from ..errors import LeaseLost, NotADurablyDatabase, SerializationError, StoreEr
 from ..events import NewEvent
 from ..history import INTENT, CorruptRecord, StepRecord
 from . import stream
+from .durability import needs_sync
+from .groupcommit import Append, GroupCommit
 from .tx import Backend, Tx
 
 # Every column of a step row (the blobs a record carries go to the blobs table).
@@ -32,6 +34,9 @@ STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "bl
 
 class History(Backend):
     """Store methods of the history role (see :class:`~durably.store.base.Store`)."""
+
+    durability: str
+    _group: GroupCommit  # the backend's, built with _append_one and _append_many
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation, in one query, checked on the way out."""
@@ -54,13 +59,19 @@ class History(Backend):
         return blobs_from_rows(rows)
 
     def _append_quick(
-        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent],
+        durable: bool = True,
     ) -> bool | None:
         """The backend's tuned append, tried first: write ``records`` and ``events`` in
         one autocommit statement when the dialect can (see the backends) and return
         whether a cancel was asked for. None when it cannot, or when the statement was
         refused (it then wrote nothing): the transaction of :meth:`append` decides, and
-        explains a refusal, as for every other append."""
+        explains a refusal, as for every other append. ``durable`` False (effects mode,
+        a pure step): its commit may skip the fsync."""
         raise NotImplementedError
 
     def append(
@@ -80,26 +91,58 @@ class History(Backend):
         and a different record at a recorded position (a ``StoreError``) or a stale token
         (``LeaseLost``) writes nothing of the append. An append of nothing is a fenced
         read of the cancel flag.
+
+        Appends of other threads made while a commit is in progress share the next
+        transaction and its fsync (:mod:`.groupcommit`); this returns only after the
+        commit that carries this append, and its own refusal is its own.
         """
-        quick = self._append_quick(run_id, token, records, events)
+        durable = needs_sync(self.durability, records)
+        return self._group.submit(Append(run_id, token, records, events, durable))
+
+    def _append_one(self, item: Append) -> bool:
+        """One append alone (group commit's lone writer): the tuned statement, else a
+        transaction of its own."""
+        quick = self._append_quick(item.run_id, item.token, item.records, item.events, item.durable)
         if quick is not None:
             return quick
+        return self._writing(lambda tx: self._append_in(tx, item), durable=item.durable)
 
-        def op(tx: Tx) -> bool:
-            if records:
-                cancel = self._append_records(tx, run_id, token, records)
-            else:
-                # Events alone (a step's retry) or nothing: fenced by the token, read
-                # under the run row's lock (PostgreSQL's lock_token locks the row; SQLite's
-                # BEGIN IMMEDIATE holds the one writer), so no claim raises it before commit.
-                row = tx.one("lock_token", run_id=run_id)
-                if row is None or row[0] != token:
-                    raise LeaseLost(run_id, token)
-                cancel = bool(row[1])
-            tx.events(run_id, events)
-            return cancel
+    def _append_many(self, items: Sequence[Append]) -> None:
+        """Several runs' appends in one transaction and one commit (group commit), in
+        run order (two batches never take run row locks in opposite orders; one run's
+        appends keep theirs). Each is fenced on its own inside a savepoint: a stale token,
+        an overwrite or a refused row rolls back that append alone and is its caller's
+        error; any other error fails the transaction, so every caller's (on PostgreSQL,
+        run again once on a fresh connection when the first died, like every write: each
+        append then recognises its own committed record)."""
+        ordered = sorted(items, key=lambda i: i.run_id)
 
-        return self._writing(op)
+        def op(tx: Tx) -> None:
+            for item in ordered:
+                item.error = None
+                try:
+                    with tx.savepoint():
+                        item.result = self._append_in(tx, item)
+                except (LeaseLost, StoreError) as exc:
+                    item.error = exc
+
+        self._writing(op, durable=any(i.durable for i in items))
+
+    def _append_in(self, tx: Tx, item: Append) -> bool:
+        """One append's statements in the open transaction (see :meth:`append`)."""
+        run_id, token = item.run_id, item.token
+        if item.records:
+            cancel = self._append_records(tx, run_id, token, item.records)
+        else:
+            # Events alone (a step's retry) or nothing: fenced by the token, read under
+            # the run row's lock (PostgreSQL's lock_token locks the row; SQLite's BEGIN
+            # IMMEDIATE holds the one writer), so no claim raises it before commit.
+            row = tx.one("lock_token", run_id=run_id)
+            if row is None or row[0] != token:
+                raise LeaseLost(run_id, token)
+            cancel = bool(row[1])
+        tx.events(run_id, item.events)
+        return cancel
 
     def _append_records(
         self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]

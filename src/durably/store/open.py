@@ -14,16 +14,19 @@ from ..clock import Clock
 from ..errors import ConfigError
 from ..redact import redact, redact_url
 from .base import Store
+from .durability import check_mode
 
 StoreFactory = Callable[[str, Clock, dict[str, object]], Store]
 
 
-def open_store(url: str, clock: Clock, **options: Any) -> Store:
+def open_store(url: str, clock: Clock, durability: str | None = None, **options: Any) -> Store:
     """Open the store a URL names: ``sqlite:///path`` or ``postgresql://...``.
 
-    ``options`` go to the store's constructor; an option the store does not take is a
-    :class:`ConfigError` naming the ones it does.
+    ``durability`` is the mode (:mod:`durably.store.durability`; None: power, or what a
+    SQLite ``synchronous`` given alone keeps). ``options`` go to the store's constructor;
+    an option the store does not take is a :class:`ConfigError` naming the ones it does.
     """
+    check_mode(durability)
     if not isinstance(url, str):
         # bytes or a Path would fail below with a bare TypeError or AttributeError.
         raise ConfigError(
@@ -34,7 +37,7 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
         from .sqlite import SQLiteStore
 
         _check_options("SQLite", SQLiteStore, options)
-        return SQLiteStore(url, clock, **options)
+        return SQLiteStore(url, clock, durability=durability, **options)
     if url.startswith(("postgresql:", "postgres:")):
         try:
             from .postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
@@ -44,7 +47,7 @@ def open_store(url: str, clock: Clock, **options: Any) -> Store:
                 " with pip install 'durably[postgres]'"
             ) from exc
         _check_options("PostgreSQL", PostgresStore, options)
-        store: Store = PostgresStore(url, clock, **options)
+        store: Store = PostgresStore(url, clock, durability=durability, **options)
         return store
     raise ConfigError(
         f"unknown database URL {redact_url(url)!r}: use sqlite:///path/to/file.db (a relative path)"
@@ -65,7 +68,12 @@ def _check_options(kind: str, cls: type, options: dict[str, Any]) -> None:
     """Refuse an option the store does not take (``ConfigError`` naming the ones it
     does): an ignored option is a setting the user believes is in force."""
     params = inspect.signature(cls).parameters
-    allowed = [n for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    # durability is every store's and the engine's own option (passed by name above).
+    allowed = [
+        n
+        for n, p in params.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and n != "durability"
+    ]
     unknown = sorted(set(options) - set(allowed))
     if not unknown:
         return

@@ -30,11 +30,13 @@ only for ``postgresql://`` URLs, so ``import durably`` never loads it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -58,8 +60,10 @@ from ..events import NewEvent
 from ..history import StepRecord
 from .approvals import Approvals
 from .base import Owner, Served, served_pairs
+from .durability import EFFECTS, POWER, PROCESS, check_mode
 from .events import Events
 from .fleet import Fleet
+from .groupcommit import GroupCommit
 from .history import History
 from .leases import Leases
 from .pg import (
@@ -119,7 +123,13 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         pool_min: int = 1,
         pool_max: int = 10,
         connect_timeout_s: float = 5,
+        durability: str | None = None,
     ) -> None:
+        self.durability = check_mode(durability) or POWER
+        # Effects mode: the pooled connections whose session has synchronous_commit off
+        # now (a pure step's append switched it; the next other use switches it back).
+        self._async_sessions: weakref.WeakSet[Conn] = weakref.WeakSet()
+        self._group = GroupCommit(self._append_one, self._append_many)
         if not 0 <= pool_min <= pool_max or pool_max < 1:
             raise ConfigError(
                 f"pool_min={pool_min}, pool_max={pool_max}: need 0 <= pool_min <= pool_max"
@@ -245,7 +255,30 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             timeout=self.connect_timeout_s,
             name="durably",
             open=False,
+            configure=self._configure if self.durability == PROCESS else None,
         )
+
+    def _configure(self, conn: Conn) -> None:
+        """Process mode: no commit of this session waits for its WAL flush (the server
+        still writes it out within a few hundred ms; a crash of this process loses
+        nothing acknowledged, a crash of the server or its host may lose the last
+        commits, never consistency)."""
+        conn.execute("SET synchronous_commit = off")
+
+    def _commit_level(self, conn: Conn, durable: bool) -> None:
+        """Effects mode: a pure step's append commits with ``synchronous_commit`` off; any
+        other use of the connection puts the session's setting back first (a synchronous
+        commit waits for the WAL up to it, so it carries every commit before it too).
+        Switches only when the session is not already so: a run of pure steps costs one
+        extra round trip at its start, not one per step."""
+        if self.durability != EFFECTS:
+            return
+        if durable and conn in self._async_sessions:
+            conn.execute("RESET synchronous_commit")
+            self._async_sessions.discard(conn)
+        elif not durable and conn not in self._async_sessions:
+            conn.execute("SET synchronous_commit = off")
+            self._async_sessions.add(conn)
 
     def _after_fork_in_child(self) -> None:
         """Fresh locks in a forked child: a parent thread may have held them at the fork.
@@ -254,6 +287,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         self._events_lock = threading.Lock()
         self._owner_lock = threading.Lock()
         self._fork_lock = threading.Lock()
+        self._group.reset()
 
     def _check_fork(self) -> None:
         """A forked child gets a pool and listener of its own. The inherited ones are kept
@@ -276,17 +310,19 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             self._pool.open(wait=False)
             self._pid = os.getpid()
 
-    def _call(self, op: Callable[[Conn, bool], T]) -> T:
+    def _call(self, op: Callable[[Conn, bool], T], durable: bool = True) -> T:
         """Run ``op(conn, retried)`` on a pooled connection, retrying once on a lost one.
 
         ``op`` must be one transaction (or one autocommit statement), so a retry never
         sees half of a previous attempt; ``retried`` tells it that the first attempt's
-        outcome is unknown.
+        outcome is unknown. ``durable`` False (effects mode: a pure step's append) lets
+        its commit return before its WAL flush.
         """
         self._check_fork()
         for attempt in range(_ATTEMPTS):
             try:
                 with self._pool.connection() as conn:
+                    self._commit_level(conn, durable)
                     return op(conn, attempt > 0)
             except PoolTimeout as exc:
                 raise StoreBusy(
@@ -314,10 +350,11 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
     def _where(self) -> str:
         return self.where
 
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
         """``op`` in one transaction on a pooled connection, run again once on a fresh
         connection when the first died (``tx.retried``); ``atomic=False``: in autocommit,
-        one round trip per statement."""
+        one round trip per statement; ``durable`` False (effects mode): its commit does
+        not wait for the WAL flush."""
 
         def run(conn: Conn, retried: bool) -> T:
             tx = _PgTx(conn, self, retried)
@@ -326,7 +363,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             with conn.transaction():
                 return op(tx)
 
-        return self._call(run)
+        return self._call(run, durable)
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
         """``op``'s reads in autocommit (``snapshot``: the op orders its reads instead)."""
@@ -428,7 +465,12 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
     # -- the step path's tuned append ---------------------------------------------------
 
     def _append_quick(
-        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent],
+        durable: bool = True,
     ) -> bool | None:
         """The step path in one autocommit round trip: a step's record alone
         (append_record), or with its events (append_with_events, which writes them only
@@ -452,7 +494,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
                 return None if row is None or row[0] != 1 else bool(row[2])
             return None if row is None else bool(row[0])
 
-        return self._call(op)
+        return self._call(op, durable)
 
     # -- the event stream -----------------------------------------------------------------
 
@@ -629,6 +671,14 @@ class _PgTx:
 
     def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
         self._store._write_events(self._conn, run_id, events)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        try:
+            with self._conn.transaction():  # nested: a savepoint
+                yield
+        except psycopg.IntegrityError as exc:  # a row refused: this part's error alone
+            raise self._store._translate(exc) from exc
 
 
 def _scalar(conn: Conn, query: str, params: dict[str, Any]) -> Any:

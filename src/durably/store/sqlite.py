@@ -1,12 +1,14 @@
 """The embedded journal: one SQLite file, WAL mode, fsync'd commits.
 
-Durability: ``synchronous=FULL`` (the default) fsyncs the WAL at every commit, so a
-recorded step survives power loss as well as process death. ``synchronous="NORMAL"``
-fsyncs only at checkpoints: a commit survives a process crash (SIGKILL) but the last
-commits may be lost on power loss or an OS crash; it is several times faster on slow
-disks. On macOS ``fullfsync`` is set, because plain fsync there stops at the drive's
-cache. Writers take the lock up front with ``BEGIN IMMEDIATE`` and wait up to
-``busy_timeout_s`` for another process to finish.
+Durability (:mod:`durably.store.durability`): in ``durability="power"`` (the default,
+``synchronous=FULL``) every commit fsyncs the WAL, so a recorded step survives power
+loss as well as process death. ``"process"`` (``synchronous=NORMAL``) fsyncs only at
+checkpoints: a commit survives a process crash (SIGKILL) but the last commits may be
+lost on power loss or an OS crash; it is several times faster on slow disks.
+``"effects"`` commits pure steps at NORMAL and every other write at FULL. On macOS
+``fullfsync`` is set, because plain fsync there stops at the drive's cache. Writers take
+the lock up front with ``BEGIN IMMEDIATE`` and wait up to ``busy_timeout_s`` for another
+process to finish.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .._fork import reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
+    LeaseLost,
     NotADurablyDatabase,
     SchemaTooNew,
     StoreBusy,
@@ -36,8 +39,10 @@ from ..history import StepRecord
 from ..redact import redact_url
 from .approvals import Approvals
 from .base import Owner, Served, served_json
+from .durability import EFFECTS, sqlite_mode
 from .events import Events
 from .fleet import Fleet
+from .groupcommit import GroupCommit
 from .history import History, record_params
 from .leases import Leases
 from .private import open_private
@@ -90,15 +95,13 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         url: str,
         clock: Clock,
         *,
-        synchronous: str = "FULL",
+        synchronous: str | None = None,
         busy_timeout_s: float = 5.0,
         create: bool = True,
+        durability: str | None = None,
     ) -> None:
-        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
-            raise ConfigError(
-                f"synchronous={synchronous!r}: choose FULL (default, survives power loss),"
-                " EXTRA, or NORMAL (survives process crashes only)"
-            )
+        # The mode's synchronous setting, or a ConfigError for one that contradicts it.
+        self.durability, sync = sqlite_mode(durability, synchronous)
         self.url = url
         self.path = sqlite_path(url)
         self.clock = clock
@@ -107,8 +110,10 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         if self.path != ":memory:" and not create and not os.path.exists(self.path):
             raise StoreError(f"no durably database at {self.path}; check --db / DURABLY_URL")
         open_private(self.path)  # a new journal is created 0600: it holds prompts and secrets
-        self._synchronous = synchronous.upper()
+        self._synchronous = sync
+        self._level = sync  # the connection's synchronous setting now (effects mode moves it)
         self._inherited: list[sqlite3.Connection] = []
+        self._group = GroupCommit(self._append_one, self._append_many)
         self._open()
 
     def _open(self) -> None:
@@ -184,6 +189,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         """A fresh lock (the old one is the forking thread's, in a process where nothing
         else runs). The connection is swapped by :meth:`_live` on first use."""
         self._lock = threading.RLock()
+        self._group.reset()
 
     def _configure(self, synchronous: str) -> None:
         c = self._conn
@@ -192,6 +198,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         if mode.lower() not in ("wal", "memory"):
             raise StoreError(f"{self.path}: could not switch to WAL (journal_mode={mode})")
         c.execute(f"PRAGMA synchronous = {synchronous}")
+        self._level = synchronous
         c.execute("PRAGMA foreign_keys = ON")
         if sys.platform == "darwin":
             # macOS fsync stops at the drive's cache; F_FULLFSYNC reaches the medium.
@@ -246,12 +253,27 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
             if not tables:
                 c.execute("INSERT INTO durably_meta (key, value) VALUES ('app', ?)", (APP_NAME,))
 
+    def _commit_level(self, c: sqlite3.Connection, durable: bool) -> None:
+        """In effects mode, switch the connection to fsync (FULL) the commit of a durable
+        write and to leave a pure step's to the next one (NORMAL). A FULL commit fsyncs
+        the whole WAL file, so it carries every commit before it to the disk too. Other
+        modes never switch. Runs outside a transaction, under the store's lock."""
+        if self.durability != EFFECTS:
+            return
+        level = "FULL" if durable else "NORMAL"
+        if level != self._level:
+            c.execute(f"PRAGMA synchronous = {level}")
+            self._level = level
+
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding the database lock from its start."""
+    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction holding the database lock from its start; ``durable``
+        False (effects mode only: a pure step's records) leaves its fsync to the next
+        durable commit."""
         with self._lock:
             c = self._live()
             try:
+                self._commit_level(c, durable)
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
@@ -280,10 +302,11 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     def _where(self) -> str:
         return self.path
 
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
         """``op`` in one ``BEGIN IMMEDIATE`` transaction: the database's one writer lock,
-        held from the start, is every run row's lock (``atomic`` changes nothing here)."""
-        with self._tx() as c:
+        held from the start, is every run row's lock (``atomic`` changes nothing here);
+        ``durable`` False (effects mode) commits it at NORMAL."""
+        with self._tx(durable) as c:
             return op(_SQLiteTx(c, self))
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
@@ -371,7 +394,12 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     # -- the step path's tuned append ---------------------------------------------------
 
     def _append_quick(
-        self, run_id: str, token: int, records: Sequence[StepRecord], events: Sequence[NewEvent]
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent],
+        durable: bool = True,
     ) -> bool | None:
         """The common case, one step result without blobs or events: the fenced upsert is
         a single statement, so in autocommit mode it is its own atomic transaction (BEGIN
@@ -383,7 +411,9 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         with self._lock:
             try:
                 # fetchall: an unfinished RETURNING statement would keep its write pending.
-                rows = self._live().execute(_Q["append_record"], params).fetchall()
+                c = self._live()
+                self._commit_level(c, durable)
+                rows = c.execute(_Q["append_record"], params).fetchall()
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
         return bool(rows[0][0]) if rows else None
@@ -474,6 +504,21 @@ class _SQLiteTx:
 
     def events(self, run_id: str, events: Sequence[NewEvent]) -> None:
         self._store._write_events(self._c, run_id, events)
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        self._c.execute("SAVEPOINT part")
+        try:
+            yield
+        except sqlite3.IntegrityError as exc:  # a row refused: this part's error alone
+            self._c.execute("ROLLBACK TO part")
+            self._c.execute("RELEASE part")
+            raise self._store._translate(exc) from exc
+        except (Exception, LeaseLost):
+            self._c.execute("ROLLBACK TO part")
+            self._c.execute("RELEASE part")
+            raise
+        self._c.execute("RELEASE part")
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:

@@ -36,6 +36,7 @@ trip; the transaction written once in :mod:`.history` decides everything else).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from ..clock import Clock
@@ -102,6 +103,13 @@ class Tx(Protocol):
         (one already stored, by its dedupe, is skipped)."""
         ...
 
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A savepoint inside this transaction: an exception leaving the block rolls back
+        what the block wrote (and goes on; a database error the dialect rejected a row
+        with comes out as a ``StoreError``), the transaction goes on (group commit: one
+        append of a batch that fails alone)."""
+        ...
+
 
 class Backend:
     """What the role modules need from a store backend (see the module docstring): the
@@ -114,8 +122,9 @@ class Backend:
         """The journal as error messages name it (a file path, a server and schema)."""
         raise NotImplementedError
 
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True) -> T:
-        """Run ``op`` as one write transaction (see the module docstring)."""
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
+        """Run ``op`` as one write transaction (see the module docstring); ``durable``
+        False (effects mode, a pure step's append) lets its commit skip the fsync."""
         raise NotImplementedError
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:

@@ -1,0 +1,115 @@
+"""Group commit: appends of concurrent runs in one process share one transaction and one
+fsync (DESIGN "Durability modes": concurrent runs share commits; no record is
+acknowledged before its commit).
+
+Leader and followers, no thread of its own: a caller that finds no commit in progress
+writes its own append at once, exactly as without group commit (a lone run waits for
+nothing more). Callers that arrive while a commit is in progress queue their appends;
+when it ends, the first of them to wake takes every queued append and writes them all in
+one transaction (the backend's ``write_many``), then releases each caller with its own
+outcome. Each caller is released only after the commit that carries its record, and a
+record that fails on its own (a stale fencing token, an overwrite) fails alone: the
+backend rolls it back to its savepoint and the others commit. A failure of the
+transaction itself (busy, a full disk) is every queued caller's error, and each retries
+as it would have alone.
+
+The queue is per store and per process: a forked child gets a fresh one
+(:meth:`GroupCommit.reset`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..events import NewEvent
+from ..history import StepRecord
+
+
+@dataclass(slots=True, eq=False)
+class Append:
+    """One caller's append, queued: its arguments, then its outcome."""
+
+    run_id: str
+    token: int
+    records: Sequence[StepRecord]
+    events: Sequence[NewEvent]
+    durable: bool
+    result: bool = False
+    error: BaseException | None = None
+    done: bool = field(default=False)
+
+
+WriteOne = Callable[[Append], bool]
+"""Write one append in a transaction of its own; returns whether a cancel was asked for."""
+WriteMany = Callable[[Sequence[Append]], None]
+"""Write every append in one transaction, setting each one's ``result`` or ``error`` (a
+failure of one append alone); raises when the transaction itself fails."""
+
+
+class GroupCommit:
+    """The leader/follower queue of one store (see the module docstring)."""
+
+    def __init__(self, write_one: WriteOne, write_many: WriteMany) -> None:
+        self._write_one = write_one
+        self._write_many = write_many
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh queue and lock (a forked child: the parent's threads are not here)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Append] = []
+        self._busy = False
+        self.batches = 0  # transactions that carried more than one append (for benches)
+        self.batched = 0  # appends they carried
+
+    def submit(self, item: Append) -> bool:
+        """Write ``item`` (alone, or with the appends queued beside it) and return once the
+        commit that carries it is done: its cancel flag, or its own error raised."""
+        cond = self._cond
+        with cond:
+            if not self._busy:
+                self._busy = True
+                batch = None
+            else:
+                self._queue.append(item)
+                while self._busy and not item.done:
+                    cond.wait()
+                if item.done:
+                    return _outcome(item)
+                self._busy = True
+                batch, self._queue = self._queue, []  # the next leader: take them all
+        if batch is None:
+            # Alone: exactly the write without group commit (the step path's own cost).
+            try:
+                return self._write_one(item)
+            finally:
+                with cond:
+                    self._busy = False
+                    if self._queue:  # callers that queued meanwhile: one of them leads
+                        cond.notify_all()
+        try:
+            if len(batch) == 1:
+                item.result = self._write_one(item)
+            else:
+                self._write_many(batch)
+                self.batches += 1
+                self.batched += len(batch)
+        except BaseException as exc:
+            for queued in batch:
+                if queued.error is None:
+                    queued.error = exc
+        finally:
+            with cond:
+                for queued in batch:
+                    queued.done = True
+                self._busy = False
+                cond.notify_all()
+        return _outcome(item)
+
+
+def _outcome(item: Append) -> bool:
+    if item.error is not None:
+        raise item.error
+    return item.result

@@ -1,0 +1,150 @@
+"""Group commit (issue 28): appends made while a commit is in progress share the next
+one; each caller returns only after the commit that carries its record; a lone append
+writes at once, alone; a stale record in a batch fails alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from durably.clock import FakeClock
+from durably.errors import LeaseLost, StoreBusy
+from durably.events import new_event
+from durably.store.groupcommit import Append, GroupCommit
+from durably.store.open import open_store
+
+from ..contract.test_store_contract import ME, alive, new_run, rec
+
+
+def _item(run_id: str, token: int = 1) -> Append:
+    return Append(run_id, token, [rec("0")], (), durable=True)
+
+
+def test_a_lone_append_is_written_alone_at_once() -> None:
+    calls: list[str] = []
+    group = GroupCommit(lambda i: calls.append(i.run_id) or True, lambda b: calls.append("many"))
+    assert group.submit(_item("a")) is True
+    assert calls == ["a"] and group.batches == 0
+
+
+class _Held:
+    """A group whose first writer is held inside its commit until released, so that
+    the callers started meanwhile queue behind it."""
+
+    def __init__(self, write_many: Callable[[Sequence[Append]], None]) -> None:
+        self.started, self.release = threading.Event(), threading.Event()
+        self.group = GroupCommit(self._write_one, write_many)
+        self.returned: dict[str, object] = {}
+
+    def _write_one(self, item: Append) -> bool:
+        self.started.set()
+        self.release.wait(10)
+        return False
+
+    def call(self, run_id: str, committed: threading.Event) -> None:
+        try:
+            self.returned[run_id] = (self.group.submit(_item(run_id)), committed.is_set())
+        except StoreBusy as exc:
+            self.returned[run_id] = exc
+
+    def run(self, committed: threading.Event, followers: int) -> None:
+        leader = threading.Thread(target=self.call, args=("r0", committed))
+        leader.start()
+        assert self.started.wait(10)
+        names = [f"r{k}" for k in range(1, followers + 1)]
+        threads = [threading.Thread(target=self.call, args=(n, committed)) for n in names]
+        for t in threads:
+            t.start()
+        while len(self.group._queue) < followers:  # all queued behind the commit
+            time.sleep(0.001)
+        assert self.returned == {}  # nobody acknowledged before its commit
+        self.release.set()
+        for t in [leader, *threads]:
+            t.join(10)
+
+
+def test_appends_queued_during_a_commit_share_the_next_and_wait_for_it() -> None:
+    committed = threading.Event()
+    batches: list[list[str]] = []
+
+    def write_many(items: Sequence[Append]) -> None:
+        batches.append(sorted(i.run_id for i in items))
+        for i in items:
+            i.result = i.run_id == "r3"
+        committed.set()
+
+    held = _Held(write_many)
+    held.run(committed, 4)
+    assert batches == [["r1", "r2", "r3", "r4"]]
+    # Each caller got its own outcome; the followers only after the batch's commit.
+    assert held.returned == {
+        "r0": (False, False),
+        "r1": (False, True),
+        "r2": (False, True),
+        "r3": (True, True),
+        "r4": (False, True),
+    }
+    assert (held.group.batches, held.group.batched) == (1, 4)
+
+
+def test_a_failed_transaction_is_every_queued_callers_error() -> None:
+    def write_many(items: Sequence[Append]) -> None:
+        raise StoreBusy("locked")
+
+    held = _Held(write_many)
+    held.run(threading.Event(), 2)
+    assert held.returned["r0"] == (False, False)
+    assert isinstance(held.returned["r1"], StoreBusy)
+    assert isinstance(held.returned["r2"], StoreBusy)
+    assert held.group.submit(_item("r9")) is False  # the queue works on afterwards
+
+
+def test_a_batch_fences_each_record_alone(journal_url: str) -> None:
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = {}
+    for run_id in ("a", "b", "c"):
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    ev = new_event("step.completed", "0", {}, 1.0, "b:0:x")
+    items = [
+        Append("a", tokens["a"], [rec("0")], (), durable=True),
+        Append("b", tokens["b"] + 1, [rec("0")], (ev,), durable=True),  # stale
+        Append("c", tokens["c"], [rec("0"), rec("1")], (), durable=True),
+        Append("a", tokens["a"], [rec("0", output='"other"')], (), durable=True),  # overwrite
+    ]
+    store._append_many(items)
+    assert isinstance(items[1].error, LeaseLost)
+    assert items[3].error is not None and "never overwritten" in str(items[3].error)
+    assert items[0].error is None and items[2].error is None
+    assert [r.position for r in store.load_history("a", 0)] == ["0"]
+    assert store.load_history("b", 0) == []
+    assert [r.position for r in store.load_history("c", 0)] == ["0", "1"]
+    page = store.read_events("b", 0, 100)
+    assert page is not None and "step.completed" not in [e.kind for e in page.events]
+    store.close()
+
+
+def test_concurrent_appends_commit_every_record(journal_url: str) -> None:
+    store = open_store(journal_url, FakeClock())
+    runs = [f"r{k}" for k in range(16)]
+    tokens = {}
+    for run_id in runs:
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    start = threading.Barrier(len(runs))
+
+    def drive(run_id: str) -> None:
+        start.wait()
+        for i in range(20):
+            store.append(run_id, tokens[run_id], [rec(str(i))])
+
+    threads = [threading.Thread(target=drive, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for run_id in runs:
+        assert len(store.load_history(run_id, 0)) == 20
+    store.close()
