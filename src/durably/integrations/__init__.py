@@ -5,5 +5,6 @@ imported itself). See docs/integrations.md."""
 from __future__ import annotations
 
 from ._common import IntegrationWarning, WrappedClient, WrapRefused, refuse
+from ._streams import StreamCut
 
-__all__ = ["IntegrationWarning", "WrapRefused", "WrappedClient", "refuse"]
+__all__ = ["IntegrationWarning", "StreamCut", "WrapRefused", "WrappedClient", "refuse"]

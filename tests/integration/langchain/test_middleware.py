@@ -75,8 +75,8 @@ def test_a_streamed_run_delivers_model_deltas_to_a_follower(tmp_path: Path, scen
 
         def follow() -> None:
             for event in engine.follow("s-1", poll_s=0.01):
-                if event.kind == "user" and event.data["kind"] == "model.delta":
-                    texts.append(event.data["data"]["text"])
+                if event.kind == "model.delta":
+                    texts.append(event.data["text"])
 
         follower = threading.Thread(target=follow)
         follower.start()

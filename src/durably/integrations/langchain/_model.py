@@ -104,21 +104,18 @@ def _replay(value: Any) -> Iterator[Any]:
         yield {"response": value["response"]}
 
 
-def _emitter(ctx: Context | AsyncContext) -> Any:
-    def emit(chunk: Any, index: int, info: Any) -> None:
-        if "text" in chunk:
-            ctx.emit("model.delta", {"text": chunk["text"], "index": index})
-
-    return emit
+def _deltas(chunk: Any) -> list[dict[str, Any]]:
+    """The ``model.delta`` data of one live chunk: its text token, if it is one."""
+    return [{"text": chunk["text"]}] if "text" in chunk else []
 
 
 def _options(ctx: Context | AsyncContext, request: ModelRequest) -> dict[str, Any]:
     """``ctx.step_stream``'s options for the model call ``request``: how its record is
-    made and replayed, its deltas' emitter and the arguments its digest covers."""
+    made and replayed, its deltas for followers and the arguments its digest covers."""
     return {
         "assemble": _assemble,
         "replay": _replay,
-        "on_chunk": _emitter(ctx),
+        "deltas": _deltas,
         **_digest.model_call(request),
     }
 
