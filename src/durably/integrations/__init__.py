@@ -1,6 +1,8 @@
 """Model clients as recorded steps: ``durably.integrations.openai.wrap`` and
-``durably.integrations.anthropic.wrap`` (each imports its client library only when
-imported itself). See docs/integrations.md."""
+``durably.integrations.anthropic.wrap``; Pydantic AI agents as durable runs:
+``durably.integrations.pydantic_ai.DurableAgent`` (each imports its library only when
+imported itself). ``refuse`` is how an adapter blocks a run it cannot record. See
+docs/integrations.md."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from agents import Model, ModelProvider, ModelResponse, ModelSettings, ModelTrac
 
 from ... import AsyncContext, current_context
 from ... import usage as report_usage
-from .._common import scrub
+from .._attempts import scrub
 from .._openai_streams import responses_deltas
 from . import _wire
 from ._turns import Turns

@@ -22,7 +22,7 @@ from ... import (
     StoreError,
     current_context,
 )
-from .._common import refuse
+from .. import refuse
 from ._agents import Views
 from ._model import DurableModelProvider, durable_model
 from ._turns import Turns
