@@ -7,7 +7,9 @@ It plays a support model that refunds an order: asked about an order, it calls
 refund, it answers in words. It counts the requests it answers (``/stats``), so a demo
 can show which model calls a resumed run asked again (none that were recorded).
 
-Run it alone with ``python examples/model_server.py [PORT]``.
+Asked with ``stream=True`` it streams the same reply as Server-Sent Events in either
+format (the text a word at a time, ``STREAM_GAP_S`` apart), for agents that stream
+their model calls. Run it alone with ``python examples/model_server.py [PORT]``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -135,6 +138,72 @@ def anthropic_reply(body: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
+# Streamed replies (stream=True): the reply's text goes out a word at a time, this far
+# apart, so `durably runs tail RUN --follow` shows the tokens arriving.
+STREAM_GAP_S = 0.03
+
+
+def _sse(payload: Any, event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(payload)}\n\n".encode()
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text) or [""]
+
+
+def openai_events(reply: dict[str, Any], body: dict[str, Any]) -> list[bytes]:
+    """``reply`` (a chat completion) as the chunks of a streamed one."""
+    base = {k: reply[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+    choice, message = reply["choices"][0], reply["choices"][0]["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        one = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        return _sse({**base, "choices": [one]})
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": w}) for w in _words(message["content"] or "")]
+    for i, call in enumerate(message.get("tool_calls") or []):
+        fn = call["function"]
+        head = {"index": i, "id": call["id"], "type": "function"}
+        out.append(chunk({"tool_calls": [{**head, "function": {"name": fn["name"]}}]}))
+        out.append(
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": fn["arguments"]}}]})
+        )
+    out.append(chunk({}, choice["finish_reason"]))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        out.append(_sse({**base, "choices": [], "usage": reply["usage"]}))
+    return [*out, b"data: [DONE]\n\n"]
+
+
+def anthropic_events(reply: dict[str, Any]) -> list[bytes]:
+    """``reply`` (a message) as the raw events of a streamed one."""
+    start = {**reply, "content": [], "stop_reason": None, "usage": {**reply["usage"]}}
+    start["usage"]["output_tokens"] = 1
+    out = [_sse({"type": "message_start", "message": start}, "message_start")]
+    for i, block in enumerate(reply["content"]):
+        empty = {**block, "text": ""} if block["type"] == "text" else {**block, "input": {}}
+        out.append(
+            _sse(
+                {"type": "content_block_start", "index": i, "content_block": empty},
+                "content_block_start",
+            )
+        )
+        if block["type"] == "text":
+            deltas = [{"type": "text_delta", "text": w} for w in _words(block["text"])]
+        else:
+            deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+        for d in deltas:
+            event = {"type": "content_block_delta", "index": i, "delta": d}
+            out.append(_sse(event, "content_block_delta"))
+        out.append(_sse({"type": "content_block_stop", "index": i}, "content_block_stop"))
+    tail = {"stop_reason": reply["stop_reason"], "stop_sequence": None}
+    usage = {"output_tokens": reply["usage"]["output_tokens"]}
+    out.append(_sse({"type": "message_delta", "delta": tail, "usage": usage}, "message_delta"))
+    return [*out, _sse({"type": "message_stop"}, "message_stop")]
+
+
 class ModelServer:
     """The server, in a thread of this process: ``.url``, ``.requests``, ``.close()``."""
 
@@ -152,6 +221,16 @@ class ModelServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _stream(self, frames: list[bytes]) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for frame in frames:
+                    self.wfile.write(frame)
+                    self.wfile.flush()
+                    time.sleep(STREAM_GAP_S)
+
             def do_GET(self) -> None:
                 self._send(200, {"requests": outer.requests})
 
@@ -161,9 +240,17 @@ class ModelServer:
                     outer.requests += 1
                     n = outer.requests
                 if self.path.endswith("/chat/completions"):
-                    self._send(200, openai_reply(body, n))
+                    reply = openai_reply(body, n)
+                    if body.get("stream"):
+                        self._stream(openai_events(reply, body))
+                    else:
+                        self._send(200, reply)
                 elif self.path.endswith("/messages"):
-                    self._send(200, anthropic_reply(body, n))
+                    reply = anthropic_reply(body, n)
+                    if body.get("stream"):
+                        self._stream(anthropic_events(reply))
+                    else:
+                        self._send(200, reply)
                 else:
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
 

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from .approvals import Decision
     from .saga import AsyncSaga, Saga
-    from .streaming import AsyncStepStream, ChunkHook, StepStream
+    from .streaming import AsyncStepStream, ChunkHook, DeltaFn, StepStream
 
 T = TypeVar("T")
 
@@ -136,6 +136,7 @@ class Context:
         assemble: Callable[[list[Any]], Any] | None = None,
         replay: Callable[[Any], Any] | None = None,
         on_chunk: ChunkHook | None = None,
+        deltas: DeltaFn | None = None,
         **kwargs: Any,
     ) -> StepStream:
         """A streamed step: ``fn(*args, **kwargs)`` returns an iterable of chunks (a
@@ -144,12 +145,15 @@ class Context:
         end, and a replay hands out ``replay(value)`` (default: the recorded list's items)
         without calling ``fn``. It takes one position and has a step's identity, options
         and key; see docs/api.md ("Streamed steps") for early stops and retries.
+        ``deltas(chunk)`` (optional) turns each live chunk into ``model.delta`` events
+        for followers of the run's stream (written at once, off the fsync path; each
+        attempt opens with a ``model.restart``); see docs/events.md.
         """
         from .streaming import StepStream
 
         fn = _streamed_fn(self._core, name, fn)
         return StepStream(
-            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, False
+            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, False, deltas
         )
 
     def wait_for_signal(
@@ -343,6 +347,7 @@ class AsyncContext:
         assemble: Callable[[list[Any]], Any] | None = None,
         replay: Callable[[Any], Any] | None = None,
         on_chunk: ChunkHook | None = None,
+        deltas: DeltaFn | None = None,
         **kwargs: Any,
     ) -> AsyncStepStream:
         """:meth:`Context.step_stream` for async workflows: an async iterator (``async
@@ -353,7 +358,7 @@ class AsyncContext:
 
         fn = _streamed_fn(self._core, name, fn)
         return AsyncStepStream(
-            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, True
+            self._core, self._ex, name, fn, args, kwargs, assemble, replay, on_chunk, True, deltas
         )
 
     def wait_for_signal(
@@ -532,11 +537,11 @@ class AsyncContext:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
             except BaseException as exc:
                 if not local_park(core, exc):
-                    await unwind(core, tasks, exc)
+                    await unwind(core, tasks, exc, self._ex.gathers)
                     raise
                 # A branch parked on its own wait (not latched): the others go on live,
                 # so waits in parallel branches run at the same time.
-                results = await after_park(core, tasks)
+                results = await after_park(core, tasks, self._ex.gathers)
             parks = [r for r in results if local_park(core, r)]
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, Exception):

@@ -16,6 +16,8 @@ from .journal.events import EVENT_KINDS as EVENT_KINDS
 from .journal.events import LEASE_EXPIRED as LEASE_EXPIRED
 from .journal.events import LEASE_LOST as LEASE_LOST
 from .journal.events import LEASE_TAKEN as LEASE_TAKEN
+from .journal.events import MODEL_DELTA as MODEL_DELTA
+from .journal.events import MODEL_RESTART as MODEL_RESTART
 from .journal.events import RUN_BLOCKED as RUN_BLOCKED
 from .journal.events import RUN_CANCEL_REQUESTED as RUN_CANCEL_REQUESTED
 from .journal.events import RUN_CANCELLED as RUN_CANCELLED
@@ -47,6 +49,8 @@ __all__ = [
     "LEASE_EXPIRED",
     "LEASE_LOST",
     "LEASE_TAKEN",
+    "MODEL_DELTA",
+    "MODEL_RESTART",
     "RUN_BLOCKED",
     "RUN_CANCELLED",
     "RUN_CANCEL_REQUESTED",

@@ -175,6 +175,25 @@ STREAM_CHUNKS_MAX: Final = 100_000
 held until the assembled result is recorded, so past it the run is ``blocked``
 (``ConfigError``) rather than growing memory."""
 
+MODEL_DELTAS_MAX: Final = 20_000
+"""``model.delta`` events one attempt of a streamed model call writes, at most: past it
+followers see no more of that attempt (the step still records the whole message), so a
+long generation cannot flood the event stream. Deltas are not counted in a run's history
+size (they are stream-only events, not records)."""
+
+STREAM_QUEUE_MAX: Final = 50_000
+"""Stream-only events waiting for the store's stream writer, at most: when the database
+cannot keep up, newer deltas are dropped (and counted) rather than slowing the caller's
+stream or growing memory."""
+
+STREAM_BATCH_MAX: Final = 2_000
+"""Stream-only events the stream writer puts in one transaction, at most."""
+
+STREAM_FLUSH_S: Final = 2.0
+"""Longest wait, at the end of a streamed call, for its deltas to be written before its
+result is recorded (so a follower reads a call's deltas before its ``step.completed``);
+past it the result is recorded anyway and late deltas follow it."""
+
 EVENTS_PAGE_MAX: Final = 10_000
 """Most events one ``engine.events`` call returns (its ``limit``): a follower pages on with
 the cursor instead of loading a long stream at once."""

@@ -9,13 +9,15 @@ for the caller. The rules are in docs/api.md ("Streamed steps").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .current import StepInfo
 from .errors import ConfigError
+from .events import MODEL_DELTA, MODEL_RESTART, NewEvent, new_event
 from .features import stream
+from .limits import MODEL_DELTAS_MAX, STREAM_FLUSH_S
 from .replay.ops import Call, Outcome
 from .replay.streamops import STOP, Begun, Deliver
 from .steps import fn_text
@@ -30,13 +32,32 @@ it (never for a chunk rebuilt from the record); ``index`` starts at 0 for every 
 so a new series (a retry, a re-run after a crash: ``info.attempt`` /
 ``info.fencing_token``) is told apart."""
 
+DeltaFn = Callable[[Any], Iterable[Mapping[str, Any]]]
+"""``deltas(chunk)``: the ``model.delta`` events a live chunk makes, as their data (for
+example ``[{"text": "Hel"}]``, or ``[{"tool": 0, "arguments": "{\\"ci"}]``); an empty
+iterable for a chunk with nothing to show."""
+
 _OPEN, _DONE, _ENDED = "open", "done", "ended"
 
 
 class _Stream:
     """What both iterators share: the core generator, its state, the result."""
 
-    __slots__ = ("_by", "_core", "_ex", "_gen", "_hook", "_idle", "_pos", "_state", "_value")
+    __slots__ = (
+        "_by",
+        "_core",
+        "_deltas",
+        "_ex",
+        "_gen",
+        "_hook",
+        "_idle",
+        "_name",
+        "_pos",
+        "_sent",
+        "_state",
+        "_unflushed",
+        "_value",
+    )
 
     def __init__(
         self,
@@ -50,12 +71,18 @@ class _Stream:
         replay: Callable[[Any], Any] | None,
         on_chunk: ChunkHook | None,
         in_async: bool,
+        deltas: DeltaFn | None = None,
     ) -> None:
-        if on_chunk is not None and not callable(on_chunk):
-            raise core.poison(
-                ConfigError(f"ctx.step_stream: on_chunk ({fn_text(on_chunk)}) is not callable")
-            )
+        for what, f in (("on_chunk", on_chunk), ("deltas", deltas)):
+            if f is not None and not callable(f):
+                raise core.poison(
+                    ConfigError(f"ctx.step_stream: {what} ({fn_text(f)}) is not callable")
+                )
         self._core = core
+        self._name = name
+        self._deltas = deltas
+        self._sent = 0  # model.delta events of this attempt's series so far
+        self._unflushed = False  # events handed to the stream writer since the last flush
         self._ex = ex
         self._hook = on_chunk
         self._state = _OPEN
@@ -84,9 +111,61 @@ class _Stream:
 
     def _delivered(self, op: Deliver) -> Any:
         self._idle = True
-        if op.info is not None and self._hook is not None:
-            self._hook(op.chunk, op.index, op.info)
+        if op.info is not None:
+            if self._deltas is not None:
+                self._publish(op.chunk, op.index, op.info)
+            if self._hook is not None:
+                self._hook(op.chunk, op.index, op.info)
         return op.chunk
+
+    def _publish(self, chunk: Any, index: int, info: StepInfo) -> None:
+        """Hand the live chunk's ``model.delta`` events to the store's stream writer
+        (never waiting for it). A series is named by (generation, position, fencing
+        token, attempt, index), so a retry or a re-run after a crash is a fresh series,
+        opened by a ``model.restart`` that tells readers to drop what they showed."""
+        core = self._core
+        gen, pos, token = core.setup.generation, info.position, info.fencing_token
+        attempt = info.attempt
+        series = f"g{gen}:{pos}:t{token}:a{attempt}"
+        now = core.clock.time()
+        out: list[NewEvent] = []
+        if index == 0:
+            self._sent = 0
+            # The stream-only events waiting for the next durable write (this step's
+            # step.started, emits before it) go first, so a follower reads them before
+            # the tokens; the durable write that carries them later skips them by their
+            # dedupe names.
+            out.extend(core.events)
+            restart = {"name": self._name, "attempt": attempt, "token": token}
+            out.append(new_event(MODEL_RESTART, pos, restart, now, f"restart:{series}"))
+        try:
+            for data in self._deltas(chunk) if self._deltas is not None else ():
+                if self._sent >= MODEL_DELTAS_MAX:
+                    break  # followers see no more of this attempt; the record is whole
+                fields = {**data, "attempt": attempt, "token": token, "index": self._sent}
+                dedupe = f"delta:{series}:{self._sent}"
+                out.append(new_event(MODEL_DELTA, pos, fields, now, dedupe))
+                self._sent += 1
+        except Exception as exc:  # not JSON data in a mapping, or deltas itself raised
+            raise core.poison(
+                ConfigError(
+                    f"streamed step {pos} {self._name!r}: deltas(chunk) gave no events"
+                    f" ({type(exc).__name__}: {exc}); return a list of dicts of JSON data."
+                    " The run is blocked until it is fixed"
+                )
+            ) from exc
+        if out:
+            self._ex.store.publish(core.run_id, token, out)
+            self._unflushed = True
+
+    def _flush_before(self, op: Any) -> bool:
+        """Whether the deltas handed to the stream writer must be written before ``op``
+        (a write of the step's spend or result): then a follower reads a call's deltas
+        before its ``step.completed``."""
+        if not self._unflushed or isinstance(op, Call):
+            return False
+        self._unflushed = False
+        return True
 
     def _over(self, value: Any, state: str) -> None:
         self._value = value
@@ -132,6 +211,8 @@ class _Stream:
                     if isinstance(op, Deliver):  # a replay hands out no more after a STOP
                         reply = STOP
                         continue
+                    if self._flush_before(op):
+                        _flush_held(self._ex)
                     reply = self._finish_op(op)
         except BaseException:
             self._abandon()
@@ -181,6 +262,8 @@ class StepStream(_Stream, Iterator[Any]):
                         break
                     if isinstance(op, Deliver):
                         break
+                    if self._flush_before(op):
+                        _flush_held(self._ex)
                     reply = op_sync_held(self._ex, op)
         except BaseException:
             self._abandon()
@@ -236,6 +319,8 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
                     break
                 if isinstance(op, Deliver):
                     return self._delivered(op)
+                if self._flush_before(op):
+                    await _flush_async(self._ex)
                 reply = await op_async(self._ex, op)
         except BaseException:
             self._abandon()
@@ -260,7 +345,12 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
                 except StopIteration as stop:
                     self._over(stop.value, _DONE)
                     return
-                reply = STOP if isinstance(op, Deliver) else await op_async(self._ex, op)
+                if isinstance(op, Deliver):
+                    reply = STOP
+                    continue
+                if self._flush_before(op):
+                    await _flush_async(self._ex)
+                reply = await op_async(self._ex, op)
         except BaseException:
             self._abandon()
             raise
@@ -278,3 +368,21 @@ class AsyncStepStream(_Stream, AsyncIterator[Any]):
             self._abandon()
         else:
             await self.aclose()
+
+
+def _flush_held(ex: Executor) -> None:
+    """``flush_stream`` from inside ``ex.hold()``: the run's lock (when branches may
+    record from other threads) is let go while the writer catches up."""
+    lock = ex.lock
+    if lock is None:
+        ex.store.flush_stream(STREAM_FLUSH_S)
+        return
+    with lock.released():
+        ex.store.flush_stream(STREAM_FLUSH_S)
+
+
+async def _flush_async(ex: Executor) -> None:
+    """``flush_stream`` off the event loop (it waits for the writer thread)."""
+    import asyncio
+
+    await asyncio.to_thread(ex.store.flush_stream, STREAM_FLUSH_S)

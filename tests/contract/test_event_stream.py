@@ -111,7 +111,18 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     def waits(ctx: durably.Context) -> object:
         return ctx.wait_for_signal("go", timeout_s=0)
 
+    @engine.workflow()
+    def streamed(ctx: durably.Context) -> str:
+        def pieces(c: dict[str, str]) -> list[dict[str, object]]:
+            return [{"text": c["t"]}] if "t" in c else [{"tool": 0, "arguments": c["a"]}]
+
+        chunks = [{"t": "Hi"}, {"a": '{"x": 1}'}]
+        got = list(ctx.step_stream("model", lambda: iter(chunks), deltas=pieces))
+        return str(len(got))
+
     assert engine.run(good, run_id="good") == "ok"
+    assert engine.run(streamed, run_id="streamed") == "2"
+    assert engine.store.flush_stream(5)
     with pytest.raises(durably.WorkflowFailed):
         engine.run(bad, run_id="bad")
     engine.retry("bad")  # run.resumed
@@ -179,6 +190,7 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
         "lost",
         "stuck",
         "cancel",
+        "streamed",
     )
     for run_id in runs:
         events = all_events(engine, run_id)

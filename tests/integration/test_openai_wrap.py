@@ -377,16 +377,16 @@ def _blocked(engine: durably.Engine, run_id: str) -> str:
     return str(run.park_reason)
 
 
-def test_stream_true_is_refused_and_the_run_blocked(
+def test_stream_true_on_a_method_without_a_streamed_form_is_refused(
     engine: durably.Engine, server: ModelServer
 ) -> None:
     client = _client(server)
 
     @engine.workflow(name="stream")
     def stream(ctx: durably.Context) -> None:
-        client.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
+        client.chat.completions.parse(model="gpt-test", messages=MESSAGES, stream=True)
 
-    with pytest.raises(durably.ConfigError, match="stream=True"):
+    with pytest.raises(durably.ConfigError, match="no streamed form"):
         engine.run(stream, run_id="st")
     assert "stream=True" in _blocked(engine, "st")
     assert server.count() == 0

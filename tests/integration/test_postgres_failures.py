@@ -129,7 +129,7 @@ def test_a_claim_next_whose_reply_was_lost_returns_the_run_it_took(pg_url: str) 
         lost.append(False)  # armed: this call's first commit loses its reply
         return real_claim_next(*args, **kwargs)
 
-    def call(op: Any) -> Any:
+    def call(op: Any, durable: bool = True) -> Any:
         def committed_then_lost(conn: Any, retried: bool) -> Any:
             out = op(conn, retried)
             if lost == [False]:
@@ -137,7 +137,7 @@ def test_a_claim_next_whose_reply_was_lost_returns_the_run_it_took(pg_url: str) 
                 raise psycopg.OperationalError("server closed the connection unexpectedly")
             return out
 
-        return real_call(committed_then_lost)
+        return real_call(committed_then_lost, durable)
 
     store._call, store.claim_next = call, claim_next
     try:

@@ -263,7 +263,7 @@ def test_append_whose_commit_outcome_is_unknown_is_retried_safely(
         original = store._call
         attempts: list[bool] = []
 
-        def call_then_die(op: Any) -> Any:
+        def call_then_die(op: Any, durable: bool = True) -> Any:
             def dying(conn: Any, retried: bool) -> Any:
                 out = op(conn, retried)
                 attempts.append(retried)
@@ -271,7 +271,7 @@ def test_append_whose_commit_outcome_is_unknown_is_retried_safely(
                     conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
                 return out
 
-            return original(dying)
+            return original(dying, durable)
 
         monkeypatch.setattr(store, "_call", call_then_die)
         done = new_event("step.completed", "1", {"name": "s1"}, 1.0, "t:done:1")

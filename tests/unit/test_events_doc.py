@@ -34,4 +34,4 @@ def test_every_kind_constant_is_in_the_table() -> None:
     }
     kinds = {k.kind for k in events.EVENT_KINDS}
     assert constants | {events.USER} == kinds
-    assert events.STREAM_ONLY_KINDS == {"step.started", "user"}
+    assert events.STREAM_ONLY_KINDS == {"step.started", "user", "model.delta", "model.restart"}

@@ -629,3 +629,52 @@ def test_an_error_in_on_chunk_reaches_the_caller_and_records_nothing(
     with pytest.raises(durably.WorkflowFailed, match="event writer failed"):
         engine.run(wf, run_id="h")
     assert [r.position for r in engine.history("h")] == []
+
+
+def test_deltas_are_bounded_per_attempt_and_never_made_on_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durably import streaming
+
+    monkeypatch.setattr(streaming, "MODEL_DELTAS_MAX", 3)
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'd.db'}")
+    crash = [True]
+
+    class Stop(BaseException):
+        pass
+
+    @engine.workflow(name="bounded")
+    def bounded(ctx: durably.Context) -> str:
+        out = "".join(ctx.step_stream("s", lambda: iter("abcdef"), deltas=lambda c: [{"text": c}]))
+        if crash[0]:
+            raise Stop
+        return out
+
+    try:
+        with pytest.raises(Stop):
+            engine.run(bounded, run_id="b")
+        crash[0] = False
+        assert engine.run(bounded, run_id="b") == "abcdef"
+        assert engine.store.flush_stream(5)
+        kinds = [(e.kind, e.data.get("text")) for e in engine.events("b").events]
+        deltas = [t for k, t in kinds if k == "model.delta"]
+        assert deltas == ["a", "b", "c"]  # bounded; the record holds all six
+        assert sum(k == "model.restart" for k, _ in kinds) == 1  # the replay made none
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("bad", [lambda c: [c], lambda c: [{"x": object()}], lambda c: 1 / 0])
+def test_deltas_that_are_not_json_dicts_block_the_run(tmp_path: Path, bad: Any) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path / 'bad.db'}")
+
+    @engine.workflow(name="bad_deltas")
+    def bad_deltas(ctx: durably.Context) -> list[Any]:
+        return list(ctx.step_stream("s", lambda: iter(["a"]), deltas=bad))
+
+    try:
+        with pytest.raises(durably.ConfigError, match="deltas"):
+            engine.run(bad_deltas, run_id="b")
+        assert engine.get_run("b").status == "blocked"
+    finally:
+        engine.close()

@@ -20,12 +20,13 @@ from durably.store import (
     signals,
     spend,
     sqlfiles,
+    streamwriter,
 )
 from durably.store.base import Store
 from durably.store.sqlite import SQLiteStore
 from durably.store.tx import Backend
 
-ROLES = (runs, leases, history, signals, approvals, spend, events, fleet)
+ROLES = (runs, leases, history, signals, approvals, spend, events, fleet, streamwriter)
 QUERY_CALLS = {"q", "one", "scalar"}
 # The store methods each backend still writes itself: dialect mechanics only (polling or
 # LISTEN, the owner-lock session, the server clock, closing). append is written once; its
@@ -41,7 +42,15 @@ PER_BACKEND = {
 }
 # Where the dialects' statements or locks differ, the role asks its backend through a
 # named hook (never a private method of the other backend's shape).
-HOOKS = {"_append_quick", "_lock_for_park", "_served_params", "_open_queues"}
+HOOKS = {
+    "_append_quick",
+    "_lock_for_park",
+    "_served_params",
+    "_open_queues",
+    # The stream writer's own connection (durably.store.streamwriter).
+    "_stream_transact",
+    "_stream_close_conn",
+}
 
 
 def _queries_named_in(module: ModuleType) -> set[str]:
@@ -84,9 +93,10 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         spend.SpendLedger,
         events.Events,
         fleet.Fleet,
+        streamwriter.StreamTier,  # publish, flush_stream: the stream writer's tier
     ]
     written_once = protocol - PER_BACKEND
-    assert len(written_once) == 30
+    assert len(written_once) == 32
     for name in sorted(written_once):
         assert [c.__name__ for c in classes if name in vars(c)] != [], name
         assert len([c for c in classes if name in vars(c)]) == 1, name

@@ -9,7 +9,6 @@ else (outside a run, or inside a running step: the call passes through untouched
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import threading
@@ -26,35 +25,13 @@ from .. import step as step_options
 from .. import usage as report_usage
 from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
-from ..redact import MASK, redact
+from ._attempts import Attempts, scrub
+from ._streams import StreamCut, StreamSpec, open_stream
 
 # Call options that shape how a request travels, not what it asks: left out of the
 # digest (a changed timeout is not a changed call) and never recorded (headers carry
 # credentials).
 TRANSPORT: frozenset[str] = frozenset({"timeout", "extra_headers", "extra_query", "max_retries"})
-
-# Request headers whose values are no credential: an error quoting them keeps them.
-PLAIN_HEADERS: frozenset[str] = frozenset(
-    {
-        "accept",
-        "accept-encoding",
-        "anthropic-version",
-        "connection",
-        "content-length",
-        "content-type",
-        "host",
-        "user-agent",
-    }
-)
-# A quoted value shorter than this is not masked where it appears on its own (masking
-# every "true" would garble the message); credentials are longer.
-SECRET_CHARS_MIN = 8
-
-# The longest wait a Retry-After may ask for (seconds); longer ones are cut to it.
-RETRY_AFTER_MAX_S = 60.0
-# Backoff before retry n (no Retry-After): BACKOFF_S * 2**(n-1), at most BACKOFF_MAX_S.
-BACKOFF_S = 0.5
-BACKOFF_MAX_S = 8.0
 
 Prices = Mapping[str, tuple[float, float]]
 
@@ -86,6 +63,11 @@ class Method:
     rebuild: Callable[[Any, Mapping[str, Any]], Any]
     # response JSON -> (input tokens, output tokens)
     tokens: Callable[[Any], tuple[int, int]]
+    # How a streamed call of this method is recorded (stream=True, or always for a
+    # method that only streams: Anthropic's messages.stream); None: streaming refused.
+    stream: StreamSpec | None = None
+    # The method only streams (it takes no stream argument).
+    streams_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,84 +180,6 @@ class _Refusal:
         raise AssertionError("a refusal is never decoded")
 
 
-def _sent_secrets(exc: BaseException) -> set[str]:
-    """The credentials the failed request carried: the values of its headers (but for
-    :data:`PLAIN_HEADERS` and the client's ``x-stainless-*`` facts), the token of an
-    ``Authorization`` scheme, and its query parameters' values."""
-    request = getattr(exc, "request", None)
-    if request is None:
-        request = getattr(getattr(exc, "response", None), "request", None)
-    found: set[str] = set()
-    headers = getattr(request, "headers", None)
-    if headers is not None:
-        for name, value in headers.items():
-            name = str(name).lower()
-            if name in PLAIN_HEADERS or name.startswith("x-stainless-"):
-                continue
-            value = str(value)
-            found.add(value)
-            scheme, _, token = value.partition(" ")
-            if token and scheme.isalpha():
-                found.add(token.strip())
-    url = getattr(request, "url", None)
-    params = getattr(url, "params", None)
-    if params is not None:
-        found.update(str(v) for _, v in params.multi_items())
-    return {f for f in found if len(f) >= SECRET_CHARS_MIN}
-
-
-def scrub(exc: BaseException, client: Any) -> None:
-    """Mask in ``exc``'s message (in place) every credential of the request it failed:
-    a server or gateway may quote the ``Authorization`` or ``x-api-key`` header, a
-    custom header or a signed query back in its error body, which the client puts in
-    the message, and durably records a failed attempt's message (its record, its
-    ``step.retried``/``step.failed`` event, ``StepFailed``). The client's own key and a
-    URL's password are masked too."""
-    secrets = _sent_secrets(exc)
-    for attr in ("api_key", "auth_token"):
-        value = getattr(client, attr, None)
-        if isinstance(value, str) and len(value) >= SECRET_CHARS_MIN:
-            secrets.add(value)
-    args = exc.args
-    if not args or not isinstance(args[0], str):
-        return
-    text = redact(args[0])
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    if text == args[0]:
-        return
-    exc.args = (text, *args[1:])
-    if isinstance(getattr(exc, "message", None), str):
-        exc.message = text  # type: ignore[attr-defined]
-
-
-def retry_after_s(exc: BaseException) -> float | None:
-    """The wait a rate-limit or overload response asks for (``retry-after-ms``,
-    ``Retry-After`` in seconds or as an HTTP date), at most ``RETRY_AFTER_MAX_S``."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return min(RETRY_AFTER_MAX_S, max(0.0, float(ms) / 1000))
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return min(RETRY_AFTER_MAX_S, max(0.0, float(value)))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return min(RETRY_AFTER_MAX_S, max(0.0, when.timestamp() - time.time()))
-
-
 class Client:
     """The shared state of one wrapped client (the root of its proxy tree)."""
 
@@ -323,7 +227,12 @@ class Client:
         return f"client.{'.'.join(m.path)}(...)"
 
     def prepare(
-        self, ctx: Context | AsyncContext, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        ctx: Context | AsyncContext,
+        m: Method,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        streaming: bool = False,
     ) -> tuple[str, dict[str, Any]]:
         """The step name and the arguments its digest covers, or a refusal."""
         name = current_step_name() or m.step
@@ -352,13 +261,13 @@ class Client:
                 name,
                 f"{self.call_name(m)} takes keyword arguments only; got {len(args)} positional",
             )
-        if kwargs.get("stream") is True:
+        if kwargs.get("stream") is True and not streaming:
             refuse(
                 ctx,
                 name,
-                f"{self.call_name(m)} with stream=True is not recorded yet inside a"
-                " workflow: call it without stream=True (the recorded step returns the"
-                " whole response), or stream inside a plain step (ctx.step)",
+                f"{self.call_name(m)} has no streamed form durably records: call it"
+                " without stream=True (the recorded step returns the whole response), or"
+                " stream inside a plain step (ctx.step)",
             )
         body: dict[str, Any] = {}
         for key, value in kwargs.items():
@@ -427,7 +336,7 @@ class Client:
                 retries=self.settings.retries,
                 backoff=0.0,  # the wait is in the call: Retry-After, else exponential
                 timeout_s=self.settings.timeout_s,
-                retry_on=(*self.provider.retryable, StepTimeout),
+                retry_on=(*self.provider.retryable, StepTimeout, StreamCut),
             )
         return self._options
 
@@ -435,7 +344,7 @@ class Client:
         self, ctx: Context, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name, body = self.prepare(ctx, m, args, kwargs)
-        state = _Attempts()
+        state = Attempts()
 
         def call(**_: Any) -> Any:
             time.sleep(state.before_next())
@@ -455,11 +364,37 @@ class Client:
         data = ctx.step(name, self.options()(call), **body)
         return m.rebuild(data, kwargs)
 
+    def record_stream(
+        self,
+        ctx: Context | AsyncContext,
+        m: Method,
+        spec: StreamSpec,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """A streamed call: the caller's stream object for a sync workflow, an awaitable
+        of it for an async one (``await client...create(stream=True)``), except for a
+        method that only streams (its manager is returned as it is, not awaited)."""
+        name, body = self.prepare(ctx, m, args, kwargs, streaming=True)
+        for key in sorted(spec.refused):
+            if kwargs.get(key) is not None and not isinstance(kwargs[key], self.provider.sentinels):
+                refuse(
+                    ctx,
+                    name,
+                    f"{self.call_name(m)}: {key}= is not recorded by durably in a streamed"
+                    " call yet; call it without streaming, or stream inside a plain step"
+                    " (ctx.step)",
+                )
+        kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        if isinstance(ctx, AsyncContext) and not m.streams_only:
+            return _opened(lambda: open_stream(self, ctx, m, spec, name, body, kwargs))
+        return open_stream(self, ctx, m, spec, name, body, kwargs)
+
     async def record_async(
         self, ctx: AsyncContext, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         name, body = self.prepare(ctx, m, args, kwargs)
-        state = _Attempts()
+        state = Attempts()
 
         async def call(**_: Any) -> Any:
             delay = state.before_next()
@@ -482,27 +417,11 @@ class Client:
         return m.rebuild(data, kwargs)
 
 
-class _Attempts:
-    """The wait before a recorded call's next attempt (its previous one failed)."""
-
-    __slots__ = ("delay", "n")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.delay = 0.0
-
-    def before_next(self) -> float:
-        self.n += 1
-        delay, self.delay = self.delay, 0.0
-        return delay
-
-    def failed(self, exc: BaseException) -> None:
-        # A failed attempt is a call made: it is in the spend ledger (no tokens known).
-        report_usage(input_tokens=0, output_tokens=0)
-        asked = retry_after_s(exc)
-        self.delay = (
-            asked if asked is not None else min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self.n - 1))
-        )
+async def _opened(open_: Callable[[], Any]) -> Any:
+    """The stream ``open_()`` makes, once awaited (the client's async
+    ``create(stream=True)`` is awaited for its stream; like every awaited call, it takes
+    its position when awaited)."""
+    return open_()
 
 
 def dump(resp: Any) -> Any:
@@ -576,6 +495,8 @@ def _recorded(root: Client, m: Method, bound: Callable[..., Any]) -> Callable[..
         ctx = _context()
         if ctx is None:
             return bound(*args, **kwargs)
+        if m.stream is not None and (m.streams_only or kwargs.get("stream") is True):
+            return root.record_stream(ctx, m, m.stream, args, kwargs)
         if isinstance(ctx, AsyncContext) and root.is_async:
             return root.record_async(ctx, m, args, kwargs)
         if isinstance(ctx, Context) and not root.is_async:

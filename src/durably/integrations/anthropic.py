@@ -22,6 +22,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         " pip install 'durably[anthropic]'"
     ) from exc
 
+from . import _anthropic_streams
 from ._common import (
     IntegrationWarning,
     Method,
@@ -59,8 +60,20 @@ PROVIDER = Provider(
     async_name="anthropic.AsyncAnthropic",
     methods={
         ("messages", "create"): Method(
-            ("messages", "create"), "anthropic.messages.create", _message, _tokens
-        )
+            ("messages", "create"),
+            "anthropic.messages.create",
+            _message,
+            _tokens,
+            stream=_anthropic_streams.CREATE,
+        ),
+        ("messages", "stream"): Method(
+            ("messages", "stream"),
+            "anthropic.messages.stream",
+            _message,
+            _tokens,
+            stream=_anthropic_streams.STREAM,
+            streams_only=True,
+        ),
     },
     retryable=(
         _anthropic.RateLimitError,
@@ -81,7 +94,8 @@ def wrap(
     timeout_s: float | None = None,
 ) -> C:
     """``client`` (an ``anthropic.Anthropic`` or ``anthropic.AsyncAnthropic``) with
-    ``messages.create`` recorded as a step inside a workflow; type checkers see the
+    ``messages.create`` (streamed or not) and ``messages.stream`` recorded as steps
+    inside a workflow; type checkers see the
     client's own type. ``prices``, ``retries`` and ``timeout_s`` as in
     :func:`durably.integrations.openai.wrap` (429, 5xx including 529 overloaded,
     timeouts and dropped connections are retried, honouring ``Retry-After``)."""

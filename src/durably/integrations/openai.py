@@ -3,8 +3,11 @@
 ``wrap(openai.OpenAI(...))`` (or ``AsyncOpenAI``) returns an object with the client's own
 interface. Inside a workflow's body ``chat.completions.create``/``parse`` and
 ``responses.create``/``parse`` are recorded steps named ``openai.chat.completions.create``
-and so on (``with durably.step_name("plan"):`` names them); everywhere else, and for
-every other method, the call passes through to the client. See docs/integrations.md.
+and so on (``with durably.step_name("plan"):`` names them); with ``stream=True`` the
+caller iterates the provider's chunks as they arrive, the assembled response is
+recorded, and a replay hands out a synthetic stream of the same chunk types. Everywhere
+else, and for every other method, the call passes through to the client. See
+docs/integrations.md.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ except ImportError as exc:  # pragma: no cover - the extra is not installed
         "durably.integrations.openai needs the openai package: pip install 'durably[openai]'"
     ) from exc
 
+from . import _openai_streams
 from ._common import (
     IntegrationWarning,
     Method,
@@ -84,7 +88,11 @@ _METHODS = {
     m.path: m
     for m in (
         Method(
-            ("chat", "completions", "create"), "openai.chat.completions.create", _chat, _chat_tokens
+            ("chat", "completions", "create"),
+            "openai.chat.completions.create",
+            _chat,
+            _chat_tokens,
+            stream=_openai_streams.CHAT,
         ),
         Method(
             ("chat", "completions", "parse"),
@@ -92,7 +100,13 @@ _METHODS = {
             _chat_parsed,
             _chat_tokens,
         ),
-        Method(("responses", "create"), "openai.responses.create", _response, _responses_tokens),
+        Method(
+            ("responses", "create"),
+            "openai.responses.create",
+            _response,
+            _responses_tokens,
+            stream=_openai_streams.RESPONSES,
+        ),
         Method(
             ("responses", "parse"), "openai.responses.parse", _response_parsed, _responses_tokens
         ),

@@ -8,9 +8,11 @@ no gap and no repeat, whichever process wrote the events and whenever it reconne
 Two durability tiers (DESIGN "Durability tiers"): events that describe a durable write
 (a step completed or failed, a run status change, a lease claim) commit in the same
 transaction as that write, so committed state and committed events always agree.
-Stream-only events (``step.started``) ride with the next durable write and never cost an
-fsync of their own: a SIGKILL may lose an uncommitted stream-only event, never a
-committed one.
+Stream-only events (``step.started``, ``user``) ride with the next durable write and
+never cost an fsync of their own; a streamed model call's ``model.delta`` and
+``model.restart`` are written at once by the store's stream writer, on its own
+connection and off the fsync path. A SIGKILL may lose an unwritten stream-only event,
+never a committed one.
 
 This module is pure (no I/O) and cheap to import; :class:`Follow`, the live read, lives
 in :mod:`durably.events`.
@@ -46,6 +48,8 @@ SIGNAL_RECEIVED: Final = "signal.received"
 APPROVAL_REQUESTED: Final = "approval.requested"
 APPROVAL_DECIDED: Final = "approval.decided"
 USER: Final = "user"
+MODEL_DELTA: Final = "model.delta"
+MODEL_RESTART: Final = "model.restart"
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,9 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     ),
     EventKind(
         RUN_CANCEL_REQUESTED,
-        "a cancel was asked for (engine.cancel): the workflow unwinds at its next step",
+        "a cancel was asked for (engine.cancel): the workflow unwinds at its next step;"
+        " one per request that set the flag (a cancel asked for after a retry cleared it"
+        " is another)",
         {"reason": "the reason given (if any)"},
     ),
     EventKind(
@@ -219,6 +225,33 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         USER,
         "ctx.emit(kind, data): attached to the current position, once, even under replay",
         {"kind": "the caller's kind", "data": "the caller's JSON data"},
+        stream_only=True,
+    ),
+    EventKind(
+        MODEL_RESTART,
+        "a streamed model call's attempt begins sending deltas: readers drop the call's"
+        " earlier deltas (written at once by the stream writer, never fsync'd)",
+        {
+            "name": "the step's name",
+            "attempt": "the execution number, from 1 (crashed executions count)",
+            "token": "the fencing token of the process streaming",
+        },
+        stream_only=True,
+    ),
+    EventKind(
+        MODEL_DELTA,
+        "a piece of a streamed model call as it arrived, before the call is recorded"
+        " (written at once by the stream writer, never fsync'd)",
+        {
+            "text": "the text fragment (if any)",
+            "tool": "which tool call the fragment belongs to, by its index (if any)",
+            "name": "the tool's name, on the tool call's first fragment (if any)",
+            "arguments": "the tool call's argument fragment, JSON text in pieces (if any)",
+            "choice": "the choice it belongs to when a call asked for several (if any)",
+            "attempt": "the execution number of its series",
+            "token": "the fencing token of its series",
+            "index": "its place in the series, from 0",
+        },
         stream_only=True,
     ),
 )

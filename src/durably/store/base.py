@@ -428,6 +428,19 @@ class EventsStore(Protocol):
         passed. SQLite has no notifications: it just sleeps."""
         ...
 
+    def publish(self, run_id: str, token: int, events: Sequence[NewEvent]) -> None:
+        """Hand stream-only ``events`` of ``run_id`` (from the process holding ``token``)
+        to the store's stream writer and return at once: they are written in batches on
+        a connection of its own, never fsync'd, and dropped when ``token`` is no longer
+        the run's (see :mod:`durably.store.streamwriter`). Never raises for the
+        database's sake: an event it cannot write is lost to followers, nothing else."""
+        ...
+
+    def flush_stream(self, timeout_s: float) -> bool:
+        """Wait, at most ``timeout_s``, until every event published before the call is
+        written (or given up); True when it was."""
+        ...
+
 
 class FleetStore(Protocol):
     """The fleet role: owner liveness (the owner lock), the workers table, the database clock."""

@@ -87,6 +87,7 @@ from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
 from .sqlfiles import load_queries, migrations
+from .streamwriter import StreamTier
 from .tx import Tx
 
 APP_NAME = "durably"
@@ -101,7 +102,9 @@ T = TypeVar("T")
 Conn = Connection[tuple[Any, ...]]
 
 
-class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet):
+class PostgresStore(
+    Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+):
     """A :class:`~durably.store.base.Store` on a PostgreSQL database.
 
     The semantics are the role modules' (:mod:`durably.store.tx`); this class is the
@@ -549,6 +552,28 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
             self._events_lock.release()
         time.sleep(max(0.0, deadline - time.monotonic()))
 
+    # -- the stream writer's own connection (durably.store.streamwriter) -----------------
+
+    _stream_conn: tuple[int, Conn] | None = None
+
+    def _stream_transact(self, op: Callable[[Tx], None]) -> None:
+        """``op`` in one transaction on the stream writer's own connection, whose commits
+        do not wait for the WAL flush (``synchronous_commit = off``): stream-only events
+        are never on the fsync path. Followers are woken by the NOTIFY of write_events."""
+        held = self._stream_conn
+        if held is None or held[0] != os.getpid() or held[1].closed:
+            conn = psycopg.connect(self.url, **self._conn_kwargs)
+            conn.execute("SET synchronous_commit = off")
+            held = self._stream_conn = (os.getpid(), conn)
+        conn = held[1]
+        with conn.transaction():
+            op(_PgTx(conn, self, False))
+
+    def _stream_close_conn(self) -> None:
+        held, self._stream_conn = self._stream_conn, None
+        if held is not None and held[0] == os.getpid():  # never one inherited by a fork
+            _close(held[1])
+
     # -- liveness and time -----------------------------------------------------------
 
     def hold_owner(self, owner: Owner) -> None:
@@ -629,6 +654,7 @@ class PostgresStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Even
         holds is the parent's, and closing it would end the parent's sessions."""
         if self._pid != os.getpid():
             return
+        self._close_stream()
         with self._listen_lock:
             self._close_listener()
         with self._events_lock:

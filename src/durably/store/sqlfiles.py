@@ -17,7 +17,18 @@ _SQL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sql")
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
-ROOMS = ("runs", "leases", "history", "events", "signals", "approvals", "spend", "fleet", "meta")
+ROOMS = (
+    "runs",
+    "leases",
+    "history",
+    "events",
+    "stream",
+    "signals",
+    "approvals",
+    "spend",
+    "fleet",
+    "meta",
+)
 """The rooms of each dialect's named queries: ``sql/<dialect>/<room>.sql`` (a dialect
 may lack one: SQLite has no meta queries)."""
 

@@ -50,6 +50,7 @@ from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
 from .sqlfiles import latest_version, load_queries, migrations
+from .streamwriter import StreamTier
 from .tx import Tx
 
 APP_NAME = "durably"
@@ -82,7 +83,9 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet):
+class SQLiteStore(
+    Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+):
     """A :class:`~durably.store.base.Store` on one SQLite database file.
 
     The semantics are the role modules' (:mod:`durably.store.tx`); this class is the
@@ -450,6 +453,45 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
         """SQLite has no notifications: followers poll, so this just waits."""
         time.sleep(timeout_s)
 
+    # -- the stream writer's own connection (durably.store.streamwriter) -----------------
+
+    _stream_conn: tuple[int, sqlite3.Connection] | None = None
+
+    def _stream_transact(self, op: Callable[[Tx], None]) -> None:
+        """``op`` in one ``BEGIN IMMEDIATE`` transaction on the stream writer's
+        connection: ``synchronous=NORMAL`` (in WAL mode a commit then writes the WAL
+        without an fsync) and no checkpoints of its own (those fsync; the store's
+        connection runs them). An in-memory database has one connection: it is used."""
+        if self.path == ":memory:":
+            self._writing(op)
+            return
+        held = self._stream_conn
+        if held is None or held[0] != os.getpid():
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            held = self._stream_conn = (os.getpid(), conn)
+        c = held[1]
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            op(_SQLiteTx(c, self))
+        except BaseException:
+            with contextlib.suppress(sqlite3.DatabaseError):
+                c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
+
+    def _stream_close_conn(self) -> None:
+        held, self._stream_conn = self._stream_conn, None
+        if held is not None and held[0] == os.getpid():  # never one inherited by a fork
+            held[1].close()
+
     # -- liveness and time: SQLite shares this host's processes and clock ---------------
 
     def hold_owner(self, owner: Owner) -> None:
@@ -470,6 +512,7 @@ class SQLiteStore(Runs, Leases, History, Signals, Approvals, SpendLedger, Events
     def close(self) -> None:
         """Close this process's connection; never one inherited across a fork (closing it
         could checkpoint and delete the WAL the parent is still using)."""
+        self._close_stream()
         with self._lock:
             if self._pid == os.getpid():
                 self._conn.close()

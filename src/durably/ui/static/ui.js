@@ -51,6 +51,11 @@
   source.addEventListener("journal", function (msg) {
     var ev;
     try { ev = JSON.parse(msg.data); } catch (e) { return; }
+    if (ev.kind === "model.restart") {
+      // A new attempt of a streamed model call: what the old series showed is void.
+      deltas.textContent = "";
+      return;
+    }
     if (ev.kind === "model.delta") {
       var t = ev.data && (ev.data.text || ev.data.arguments || "");
       deltas.textContent += String(t);

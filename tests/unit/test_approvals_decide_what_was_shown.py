@@ -1,5 +1,5 @@
-"""Review of human approvals (issue 12): ways to decide something other than what was
-shown, or to be told a decision was taken that nothing will act on. Real SQLite files and
+"""Human approvals decide exactly what was shown: no way to decide something other than
+what was shown, or to be told a decision was taken that nothing will act on. Real SQLite files and
 real PostgreSQL schemas; hand-edited rows written with sqlite3 directly."""
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def test_a_retried_decision_with_a_wrong_digest_is_refused(pg_url: str) -> None:
         call = store._call
         dropped: list[bool] = []
 
-        def drop_first(op: Any) -> Any:
+        def drop_first(op: Any, durable: bool = True) -> Any:
             def attempt(conn: Any, retried: bool) -> Any:
                 if not dropped:  # someone else decides, then this connection dies
                     dropped.append(True)
@@ -244,7 +244,7 @@ def test_a_retried_decision_with_a_wrong_digest_is_refused(pg_url: str) -> None:
                     raise psycopg.OperationalError("injected: the server closed the connection")
                 return op(conn, retried)
 
-            return call(attempt)
+            return call(attempt, durable)
 
         store._call = drop_first
         wrong = client_digest("refund", {**ARGS, "amount": 20000})
