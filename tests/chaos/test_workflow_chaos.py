@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+import durably
 from durably.chaos import workflow_chaos as wc
 from durably.cli import main
 
@@ -156,9 +158,17 @@ MODES = f"{Path(__file__).parent / 'modes_workflow.py'}:modes"
     ("flags", "mode"), [((), "power"), (("--durability", "effects"), "effects")]
 )
 def test_durability_reaches_every_run_of_the_sweep(
-    in_tmp: Path, flags: tuple[str, ...], mode: str
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch, flags: tuple[str, ...], mode: str
 ) -> None:
     # It was accepted and ignored with --workflow: the sweep's engines ran in power mode.
+    class Noting(durably.Engine):
+        """The sweep's engine, noting its mode where the forked child's step reads it."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            os.environ["DURABLY_TEST_CHAOS_MODE"] = self.durability  # a child's own env
+
+    monkeypatch.setattr(wc, "Engine", Noting)
     result = _invoke("--workflow", MODES, "--allow-repeat", "mode", "--json", *flags)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
