@@ -601,6 +601,11 @@ def test_abandoned_stream_replays_what_the_caller_saw(
     assert lite.run(ab, run_id="a1") == seen[0]
     assert seen[0] == seen[1]
     assert server.count() == 1
+    # The call was made and paid for: it counts once, with the usage its events carried
+    # (Anthropic's message_start has the input tokens), the replay adding nothing.
+    spend = lite.spend("a1")
+    assert spend.entries == 1
+    assert spend.input_tokens == (11 if kind == "anthropic" else 0)
 
 
 @pytest.mark.parametrize("kind", ["responses", "anthropic"])
@@ -627,6 +632,10 @@ def test_abandoned_async_stream_replays_what_the_caller_saw(
             text += _text(event)
             if len(text) >= 8:
                 break
+        if kind == "anthropic":
+            # Closed here (not left to the next step, whose end of it cannot await the
+            # provider's stream: the loop's finalizer closes that one, outside the step).
+            await stream.close()
         await ctx.step("after", lambda: 1)
         seen.append(text)
         if crash[0]:
@@ -638,3 +647,6 @@ def test_abandoned_async_stream_replays_what_the_caller_saw(
     crash[0] = False
     assert asyncio.run(lite.run_async(aab, run_id="a2")) == seen[0] == TEXT[:8]
     assert server.count() == 1
+    if kind == "anthropic":
+        spend = lite.spend("a2")
+        assert (spend.entries, spend.input_tokens) == (1, 11)
