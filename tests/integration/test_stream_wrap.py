@@ -431,6 +431,9 @@ def test_a_stream_cut_before_its_final_event_is_never_recorded(
         assert server.count() == 1
         [rec] = lite.history("cut1")
         assert rec.status == "failed" and rec.error_type == "durably.integrations.StreamCut"
+        # The attempt's usage counts once (Anthropic's message_start had the input tokens).
+        spend = lite.spend("cut1")
+        assert (spend.entries, spend.input_tokens) == (1, 11 if provider == "anthropic" else 0)
     finally:
         server.close()
 

@@ -153,6 +153,7 @@ def _metered(root: Client, m: Method, spec: StreamSpec, raw: Any, kwargs: Any) -
             yield event
         if not reported:  # no usage event (e.g. no include_usage): the call still counts
             root.spend(m, spec.assemble(seen), kwargs)
+            reported = True
         if not ended:
             raise _cut(m, len(seen))
     finally:
@@ -218,6 +219,7 @@ async def _ametered(
             yield event
         if not reported:
             root.spend(m, spec.assemble(seen), kwargs)
+            reported = True
         if not ended:
             raise _cut(m, len(seen))
     finally:
