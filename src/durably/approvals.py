@@ -34,7 +34,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -71,6 +73,7 @@ DIGEST_PREFIX_MIN: Final = APPROVAL_DIGEST_PREFIX_MIN
 APPROVAL_NAME_PREFIX: Final = "request_approval:"
 """Record names of approval requests: ``request_approval:refund``."""
 
+_log = logging.getLogger("durably")
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -391,6 +394,19 @@ def recorded_decision(output: str | None) -> Decision:
         return Decision(outcome, outcome == APPROVED, by, note, decided)
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError, OSError) as exc:
         raise SerializationError(f"the recorded decision cannot be read ({exc})") from None
+
+
+def pending_list(rows: Iterable[ApprovalRow]) -> list[PendingApproval]:
+    """``rows`` as :class:`PendingApproval` (``engine.pending_approvals``), leaving out
+    with a warning on the ``durably`` logger a row whose arguments are not JSON (edited
+    by hand): one damaged row must not hide every other run's requests."""
+    out = []
+    for row in rows:
+        try:
+            out.append(row.pending())
+        except SerializationError as exc:
+            _log.warning("an approval request is left out of the pending list: %s", exc)
+    return out
 
 
 def is_time(t: Any) -> bool:

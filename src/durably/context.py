@@ -537,11 +537,11 @@ class AsyncContext:
                 results = await asyncio.gather(*tasks, return_exceptions=return_exceptions)
             except BaseException as exc:
                 if not local_park(core, exc):
-                    await unwind(core, tasks, exc)
+                    await unwind(core, tasks, exc, self._ex.gathers)
                     raise
                 # A branch parked on its own wait (not latched): the others go on live,
                 # so waits in parallel branches run at the same time.
-                results = await after_park(core, tasks)
+                results = await after_park(core, tasks, self._ex.gathers)
             parks = [r for r in results if local_park(core, r)]
             for r in results:
                 if isinstance(r, BaseException) and not isinstance(r, Exception):

@@ -20,7 +20,29 @@ def clause(text: object) -> str:
 
 
 class DurablyError(Exception):
-    """Base class of every error durably raises on purpose."""
+    """Base class of every error durably raises on purpose.
+
+    Each one pickles with the arguments it was made with (a subclass's ``__init__`` that
+    takes several and passes one message on would otherwise fail to unpickle): it crosses
+    a process boundary intact (``multiprocessing``, ``concurrent.futures`` process pools,
+    task queues)."""
+
+    _made_with: tuple[tuple[Any, ...], dict[str, Any]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DurablyError:
+        self = super().__new__(cls, *args)
+        self._made_with = (args, kwargs)
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        args, kwargs = getattr(self, "_made_with", (self.args, {}))
+        state = {k: v for k, v in self.__dict__.items() if k != "_made_with"}
+        return (_remade, (type(self), args, kwargs), state)
+
+
+def _remade(cls: type[DurablyError], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """An error made again from its arguments (unpickling; see :class:`DurablyError`)."""
+    return cls(*args, **kwargs)
 
 
 class ConfigError(DurablyError):
@@ -263,9 +285,6 @@ class ToolRejected(DurablyError):
             f"tool {tool!r} was not run: its approval request was {outcome}{who}{noted}."
             " Nothing was executed; to try again, ask in a new request (a new call)"
         )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.tool, self.outcome, self.by, self.note))
 
 
 class ApprovalNotFound(DurablyError, LookupError):

@@ -178,6 +178,9 @@ class Usage:
     output_tokens: int = 0
     # Whether input/output tokens were reported at all (the ledger keeps NULL otherwise).
     split: bool = False
+    # Set by the driver when the attempt timed out while its code runs on (a thread cannot
+    # be stopped): called after each later report, it charges the new spend as it arrives.
+    late: Callable[[Usage], None] | None = field(default=None, compare=False, repr=False)
 
 
 USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage", default=None)
@@ -195,9 +198,12 @@ def usage(
 
     Calls add up within one attempt. The attempt's usage goes to the run's spend ledger
     as soon as the call returns (before its result is recorded, so a crash in between
-    still counts it), and with the step's record. Token counts are ints >= 0, the cost
-    a finite number >= 0; anything else raises ``ConfigError``. Outside a step this
-    checks the numbers and records nothing, so tools stay usable without durably.
+    still counts it), and with the step's record. An attempt that ran past its
+    ``timeout_s`` goes on in the background: what it reports after the timeout reaches
+    the ledger when it arrives (and counts against the budget). Token counts are ints
+    >= 0, the cost a finite number >= 0; anything else raises ``ConfigError``. Outside a
+    step this checks the numbers and records nothing, so tools stay usable without
+    durably.
     """
     from .budget import check_cost, check_tokens
 
@@ -214,6 +220,9 @@ def usage(
     box.split = box.split or input_tokens is not None or output_tokens is not None
     box.cost_usd += cost
     box.reported = True
+    late = box.late  # read after the sums: a report racing the timeout is charged once
+    if late is not None:
+        late(box)
 
 
 def fn_text(fn: Any) -> str:

@@ -18,6 +18,7 @@ from durably.errors import (
 from durably.events import APPROVAL_DECIDED, APPROVAL_REQUESTED
 from durably.history import CANCELLED, PARKED, StepRecord
 from durably.store.base import Store
+from durably.store.open import open_store
 
 from .test_store_contract import ME, OTHER, alive, dead, new_run
 
@@ -122,7 +123,8 @@ def test_right_digest_decides_once_and_wakes_the_parked_run(store: Store, clock:
     assert store.get_approval("r1", "1") == row
     assert store.pending_approvals() == []
     run = store.get_run("r1")
-    assert run is not None and run.status == PARKED and run.wake_at == clock.time()
+    # Due since it parked (5 s ago): due on any worker's clock (see the next test).
+    assert run is not None and run.status == PARKED and run.wake_at == clock.time() - 5
     assert kinds(store)[-1] == APPROVAL_DECIDED
     # A worker claims it now: it is due.
     claimed = store.claim_next(ME, 30, 10, alive, {"wf": {"1"}}, ["default"])
@@ -136,6 +138,36 @@ def test_right_digest_decides_once_and_wakes_the_parked_run(store: Store, clock:
         row.decided_at,
     )
     assert store.get_approval("r1", "1") == row
+
+
+def test_a_decision_on_a_clock_running_ahead_wakes_the_run_when_it_parked(
+    store: Store, clock: FakeClock, store_url: str
+) -> None:
+    """The decider's machine runs an hour ahead of the workers': the run is due on the
+    workers' clock at once (by the time it parked), not an hour later; a decider whose
+    clock runs behind makes it due at the decision, as before."""
+    parked_at = clock.time()
+    park_on(store, clock, expires_in=7200)
+    ahead = open_store(store_url, FakeClock(parked_at + 3600))
+    try:
+        ahead.decide_approval("r1", "1", digest=DIGEST, outcome="approved", by="ana", note=None)
+    finally:
+        ahead.close()
+    run = store.get_run("r1")
+    assert run is not None and run.status == PARKED and run.wake_at == parked_at
+    clock.advance(1)
+    claimed = store.claim_next(ME, 30, 10, alive, {"wf": {"1"}}, ["default"])
+    assert claimed is not None and claimed.run_id == "r1"
+    # A request parked again and decided by a clock behind the park: due at the decision.
+    park_on(store, clock, "r2", expires_in=7200)
+    behind_at = clock.time() - 60
+    behind = open_store(store_url, FakeClock(behind_at))
+    try:
+        behind.decide_approval("r2", "1", digest=DIGEST, outcome="rejected", by=None, note=None)
+    finally:
+        behind.close()
+    run = store.get_run("r2")
+    assert run is not None and run.wake_at == behind_at
 
 
 def test_decision_before_the_park_wakes_the_run_at_once(store: Store, clock: FakeClock) -> None:

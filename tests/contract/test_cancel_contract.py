@@ -73,6 +73,30 @@ def test_a_second_cancel_changes_nothing_and_the_first_reason_stays(
     assert kinds(store, "r1").count(RUN_CANCEL_REQUESTED) == 1
 
 
+def test_a_cancel_after_a_retry_cleared_the_first_is_its_own_event(
+    store: Store, clock: FakeClock
+) -> None:
+    """A retry clears the cancel flag (the retry is the later decision); a cancel asked
+    for after it is a new request, and the stream says so with its own reason."""
+    store.create_run(new_run())
+    token = store.claim("r1", ME, 30, 10, alive).fencing_token
+    store.append("r1", token, [rec("0")])
+    store.request_cancel("r1", "first")
+    store.finish("r1", token, "failed", [], error_type="ValueError", error_message="x")
+    store.requeue("r1", ("failed",))
+    assert store.get_run("r1").cancel_requested_at is None  # type: ignore[union-attr]
+    store.claim("r1", ME, 30, 10, alive)
+    run = store.request_cancel("r1", "second")  # the same clock time: still its own
+    assert run.cancel_reason == "second"
+    page = store.read_events("r1", 0, 1000)
+    assert page is not None
+    asked = [e.data.get("reason") for e in page.events if e.kind == RUN_CANCEL_REQUESTED]
+    assert asked == ["first", "second"]
+    # Asked again while the flag is set: nothing new.
+    store.request_cancel("r1", "third")
+    assert kinds(store, "r1").count(RUN_CANCEL_REQUESTED) == 2
+
+
 def test_a_queued_run_that_never_ran_ends_at_once(store: Store, clock: FakeClock) -> None:
     store.create_run(new_run())
     run = store.request_cancel("r1", None)

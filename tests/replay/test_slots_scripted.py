@@ -60,3 +60,20 @@ def test_emits_number_per_position_and_replay_with_the_same_identity() -> None:
         (USER, "1", "emit:1:0"),
     ]
     assert core.emits.counts == {"0": 2, "1": 1}
+
+
+def test_spend_that_arrives_on_its_own_crosses_the_budget_at_the_next_live_position() -> None:
+    """Usage an attempt reported after its timeout is charged by the driver from the
+    attempt's thread and told to the kernel (``spend_arrived``): the next position that
+    goes live takes the later reading and delivers the halt; an older reading told after
+    it changes nothing."""
+    core = kernel()
+    limit = Budget(tokens=100)
+    drive(budgets.set_budget(core, limit), [(ReadSpend, lambda op: Spend(budget=limit))])
+    assert core.halt_requested is None
+    core.spend_arrived(Spend(tokens=150, entries=2, budget=limit))
+    core.spend_arrived(Spend(tokens=60, entries=1, budget=limit))  # older: ignored
+    assert core.halt_requested is None  # nothing acts until a position goes live
+    with pytest.raises(BudgetExceeded, match="150 tokens"):
+        values.now(core)
+    assert core.budgets.spend is not None and core.budgets.spend.tokens == 150

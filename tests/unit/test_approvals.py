@@ -167,6 +167,81 @@ def test_a_decision_after_the_expiry_is_refused(
     assert engine.run(wf, ARGS, run_id="r1")["outcome"] == "expired"
 
 
+def test_a_re_park_before_the_expiry_wakes_at_the_recorded_expiry(
+    engine: durably.Engine, clock: durably.FakeClock
+) -> None:
+    """The run wakes before its request expires (a sibling branch's timer) and parks
+    on the request again: the expiry is the one recorded with the request, never the
+    time of this replay plus ``timeout_s``."""
+
+    @engine.workflow(name="gathered")
+    async def wf(ctx: durably.AsyncContext) -> str:
+        decision, _ = await ctx.gather(
+            ctx.request_approval("refund", ARGS, timeout_s=3600), ctx.sleep(60)
+        )
+        outcome: str = decision.outcome
+        return outcome
+
+    start = clock.time()
+    with pytest.raises(durably.RunParked):
+        engine.run(wf, run_id="g")
+    assert engine.get_run("g").wake_at == start + 60
+    clock.advance(600)  # the timer is over, the request is not
+    with pytest.raises(durably.RunParked):
+        engine.resume("g")
+    assert engine.get_run("g").wake_at == start + 3600
+    [p] = engine.pending_approvals("g")
+    assert p.expires_at is not None and p.expires_at.timestamp() == start + 3600
+    clock.advance(3000)  # the recorded expiry
+    assert engine.resume("g") == "expired"
+
+
+def _edit_journal(url: str, sql: str) -> None:
+    """Run ``sql`` on the journal directly (a hand edit), on either store."""
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        conn = sqlite3.connect(url[len("sqlite:///") :])
+        with conn:
+            assert conn.execute(sql).rowcount == 1
+        conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        assert pg.execute(sql).rowcount == 1
+
+
+def test_one_damaged_approvals_row_is_skipped_and_reported_the_rest_served(
+    engine: durably.Engine, journal_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-edited row (a time that is no time, arguments that are not JSON) must not
+    make the list fail for every run: it is left out, named in a warning, and every
+    other request is listed."""
+    wf, _ = refund_flow(engine, timeout_s=3600)
+    for run_id in ("bad-time", "bad-args", "fine"):
+        park(engine, wf, run_id)
+    # SQLite keeps text in a REAL column; PostgreSQL takes only a number (NaN is one).
+    when = "'yesterday'" if journal_url.startswith("sqlite") else "'NaN'"
+    _edit_journal(
+        journal_url, f"UPDATE approvals SET requested_at = {when} WHERE run_id = 'bad-time'"
+    )
+    _edit_journal(journal_url, "UPDATE approvals SET args = '{oops' WHERE run_id = 'bad-args'")
+    with caplog.at_level("WARNING", logger="durably"):
+        listed = engine.pending_approvals()
+    assert [p.run_id for p in listed] == ["fine"]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("'bad-time' approval 1" in m and "no time" in m for m in warned), warned
+    assert any("'bad-args'" in m and "not JSON" in m for m in warned), warned
+    # The rows as stored: the unreadable time is left out, the text arguments shown.
+    assert sorted(r.run_id for r in engine.pending_approval_rows()) == ["bad-args", "fine"]
+    assert engine.pending_approvals("bad-time") == []
+    assert [p.run_id for p in engine.pending_approvals("fine")] == ["fine"]
+    # The fine request is still decided as usual.
+    engine.approve("fine", "1", digest=listed[0].digest, by="ana")
+    assert engine.pending_approvals() == []
+
+
 def test_on_timeout_callable_runs_once_as_a_recorded_step(
     engine: durably.Engine, clock: durably.FakeClock
 ) -> None:

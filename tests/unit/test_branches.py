@@ -9,6 +9,7 @@ SIGKILL between two branches' steps: tests/crash/test_branches_crash.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import sys
 import threading
@@ -555,3 +556,107 @@ def test_returning_while_a_branch_is_still_entered_blocks_the_run(
         return "done"  # the framework forgot its task
 
     _run_blocked(engine, w, "r", r"returned while 1 ctx.branches branch\(es\) were still entered")
+
+
+def test_a_thread_that_outlives_the_workflow_runs_no_step(engine: durably.Engine) -> None:
+    """A framework thread that enters its branch after the workflow returned: its step
+    is refused (ConfigError in that thread), never run live after the run completed, and
+    the completed run's history gets no record after its outcome."""
+    tools = Tools()
+    late = tools.sync("late")
+    errors: list[BaseException] = []
+    threads: list[threading.Thread] = []
+    began = threading.Event()
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        group = ctx.branches(["late"])
+
+        def body() -> None:
+            began.wait(10)
+            try:
+                with group.branch(0):
+                    ctx.step("late", late)
+            except BaseException as exc:  # the thread's outcome, checked below
+                errors.append(exc)
+
+        threads.append(threading.Thread(target=body))
+        threads[0].start()
+        return "done"  # the framework forgot its thread
+
+    assert engine.run(w, run_id="r") == "done"
+    began.set()
+    threads[0].join(10)
+    assert [type(e) for e in errors] == [durably.ConfigError]
+    assert "after the workflow returned" in str(errors[0])
+    assert tools.calls == Counter()
+    assert [r.kind for r in engine.history("r")] == [GATHER]
+
+
+def test_a_step_retry_after_the_workflow_failed_is_not_run(engine: durably.Engine) -> None:
+    """A branch still in a step's backoff when the workflow raises (the run fails): its
+    next attempt must not run after the attempt ended (the run is terminal)."""
+    attempts: list[float] = []
+    in_backoff = threading.Event()
+    threads: list[threading.Thread] = []
+
+    @durably.step(retries=1, backoff=0.2)
+    def flaky() -> str:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            in_backoff.set()
+            raise OSError("transient")
+        return "ok"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        group = ctx.branches(["flaky"])
+
+        def body() -> None:
+            with contextlib.suppress(BaseException), group.branch(0):
+                ctx.step("flaky", flaky)
+
+        threads.append(threading.Thread(target=body))
+        threads[0].start()
+        in_backoff.wait(10)
+        raise ValueError("the framework gave up")
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    threads[0].join(10)
+    assert len(attempts) == 1
+    assert engine.get_run("r").status == "failed"
+
+
+def test_a_task_that_outlives_an_async_workflow_runs_no_step(engine: durably.Engine) -> None:
+    """The async form: a task the framework left on the caller's loop enters its branch
+    after ``run_async`` returned; its step is refused, never run after the run completed."""
+    tools = Tools()
+    late = tools.aio("late")
+    errors: list[BaseException] = []
+    kept: list[asyncio.Task[None]] = []
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> str:
+        group = ctx.branches(["late"])
+
+        async def body() -> None:
+            await asyncio.sleep(0.05)
+            try:
+                with group.branch(0):
+                    await ctx.step("late", late)
+            except BaseException as exc:  # the task's outcome, checked below
+                errors.append(exc)
+
+        kept.append(asyncio.create_task(body()))
+        return "done"  # the framework forgot its task
+
+    async def main() -> str:
+        out = await engine.run_async(w, run_id="r")
+        await kept[0]
+        return out
+
+    assert asyncio.run(main()) == "done"
+    assert [type(e) for e in errors] == [durably.ConfigError]
+    assert tools.calls == Counter()
+    assert [r.kind for r in engine.history("r")] == [GATHER]

@@ -500,3 +500,44 @@ def test_a_fork_past_the_budget_stop_is_refused(engine: durably.Engine) -> None:
     with pytest.raises(durably.ConfigError, match="stopped by its budget at position 2"):
         engine.fork("r", at=3, new_run_id="r2")
     engine.fork("r", at=2, new_run_id="r3")
+
+
+def test_usage_a_reconcile_reports_reaches_the_ledger(journal_url: str) -> None:
+    """A reconcile that asks a model what happened spent it for real: its usage is
+    charged (its own entry) beside the crashed attempt's, and counts against the budget."""
+    crashes = {"left": 1}
+
+    def crash_after_the_effect(run_id: str, pos: str, name: str, window: str) -> None:
+        if (pos, window) == ("0", "effect") and crashes["left"]:
+            crashes["left"] -= 1
+            raise Crash("died after the effect, before its record")
+
+    def lookup(key: str) -> str:
+        durably.usage(tokens=300, cost_usd=0.03)  # it asked a model
+        return "sent"
+
+    @durably.step(reconcile=lookup)
+    def send() -> str:
+        durably.usage(tokens=1000, cost_usd=0.1)
+        return "sent"
+
+    clock = durably.FakeClock()
+    with durably.Engine(journal_url, clock=clock, fault_hook=crash_after_the_effect) as e:
+
+        @e.workflow(name="w")
+        def w(ctx: durably.Context) -> str:
+            ctx.budget(tokens=1200)
+            out: str = ctx.step("send", send)
+            ctx.step("after", lambda: "x")
+            return out
+
+        with pytest.raises(Crash):
+            e.run(w, run_id="r")
+        assert spent(e, "r") == (1000, 0.1, 1)
+        # The reconcile's 300 tokens cross the budget: the next step does not run.
+        with pytest.raises(durably.WorkflowFailed, match="BudgetExceeded"):
+            e.run(w, run_id="r")
+        assert spent(e, "r") == (1300, 0.13, 2)
+        # The reconciled step is recorded, then the halt stops the run before "after".
+        shape = [(r.name, r.status) for r in e.history("r")]
+        assert shape == [("send", "ok"), ("durably.budget", "ok")]

@@ -133,6 +133,56 @@ def test_a_compensation_still_retries_under_the_cancel(
     assert engine.get_run("r").status == "cancelled"
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_cancel_that_arrives_during_compensation_lets_the_remaining_undos_run(
+    engine: durably.Engine, other: durably.Engine, kind: str
+) -> None:
+    """The block failed and its undos run; a cancel asked for during the first undo must
+    not cut the rest short (a booking left in place): every undo runs, in order."""
+    log: list[str] = []
+
+    def book(n: int) -> str:
+        log.append(f"book {n}")
+        return f"b{n}"
+
+    def unbook(n: int) -> None:
+        log.append(f"unbook {n}")
+        if n == 3:
+            other.cancel("r", reason="called off mid-undo")
+
+    def pay() -> None:
+        raise ValueError("card declined")
+
+    if kind == "sync":
+
+        @engine.workflow(name="w")
+        def w(ctx: durably.Context) -> None:
+            with ctx.saga() as saga:
+                for n in (1, 2, 3):
+                    saga.step(f"book{n}", book, unbook, n)
+                ctx.step("pay", pay)
+
+        wf: Any = w
+    else:
+
+        @engine.workflow(name="w")
+        async def aw(ctx: durably.AsyncContext) -> None:
+            async with ctx.saga() as saga:
+                for n in (1, 2, 3):
+                    await saga.step(f"book{n}", book, unbook, n)
+                await ctx.step("pay", pay)
+
+        wf = aw
+    with pytest.raises((durably.WorkflowFailed, durably.Cancelled)):
+        engine.run(wf, run_id="r")
+    assert log == ["book 1", "book 2", "book 3", "unbook 3", "unbook 2", "unbook 1"]
+    undone = [name for _, kind_, name, status in _shape(engine, "r") if status == "ok"]
+    assert undone[-3:] == ["undo:book3", "undo:book2", "undo:book1"]
+    # The block's failure came first and its compensation finished: it ends the run.
+    run = engine.get_run("r")
+    assert (run.status, run.error_type) == ("failed", "ValueError")
+
+
 def test_a_cancel_under_a_gather_lets_a_saga_step_in_flight_finish_and_undoes_it(
     engine: durably.Engine, other: durably.Engine
 ) -> None:
@@ -310,3 +360,62 @@ def test_a_cancel_from_another_process_outranks_a_budget_crossed_in_the_same_ste
     run = engine.get_run("r")
     assert (run.status, run.error_message) == ("cancelled", "operator stop")
     assert _shape(engine, "r")[-1] == ("1", HALT, "durably.cancel", "ok")
+
+
+def test_replay_check_reports_a_cancelled_run_whose_new_code_raises_before_its_halt(
+    engine: durably.Engine, other: durably.Engine
+) -> None:
+    """A cancelled run raises Cancelled at its recorded halt on replay: that is how it
+    ended, not a divergence. New code that raises something else before reaching the
+    halt would fail the run where it was cancelled: reported, naming the error."""
+    new_code = {"on": False}
+
+    def book() -> str:
+        other.cancel("r", reason="called off")
+        return "booked"
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.step("book", book)
+        if new_code["on"]:
+            raise RuntimeError("a check the new code makes")
+        return ctx.step("pay", lambda: "paid")
+
+    with pytest.raises(durably.Cancelled):
+        engine.run(w, run_id="r")
+    run = engine.get_run("r")
+    assert run.status == "cancelled"
+    assert check_run(engine, run) is None  # today's code ends at the halt, as live
+    new_code["on"] = True
+    found = check_run(engine, run)
+    assert found is not None and found.kind == "diverges"
+    assert "RuntimeError" in found.reason and "a check the new code makes" in found.reason
+
+
+def test_replay_check_reports_a_failed_run_whose_new_code_raises_another_error(
+    engine: durably.Engine,
+) -> None:
+    """A failed run raises its recorded failure again on replay: not a divergence. New
+    code that raises another error on the way (before the recorded failure) would end
+    the run differently on a retry: reported, naming the error."""
+    new_code = {"on": False}
+
+    def pay() -> str:
+        raise ValueError("card declined")
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> str:
+        ctx.step("book", lambda: "booked")
+        if new_code["on"]:
+            raise RuntimeError("a check the new code makes")
+        return ctx.step("pay", pay)
+
+    with pytest.raises(durably.WorkflowFailed, match="card declined"):
+        engine.run(w, run_id="r")
+    run = engine.get_run("r")
+    assert (run.status, run.error_type) == ("failed", "ValueError")
+    assert check_run(engine, run) is None  # today's code fails where it failed
+    new_code["on"] = True
+    found = check_run(engine, run)
+    assert found is not None and found.kind == "diverges"
+    assert "RuntimeError" in found.reason and "a check the new code makes" in found.reason

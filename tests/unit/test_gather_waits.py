@@ -9,6 +9,8 @@ the clock instead of sleeping), so nothing here sleeps.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -366,3 +368,73 @@ def test_a_branch_wait_is_recorded_before_its_sibling_runs_on(
             engine.resume("r")  # the step runs again; the wait keeps its recorded time
         run = engine.get_run("r")
         assert run.wake_at == pytest.approx(start + MIN)  # not start + 20 + 60
+
+
+class Crash(BaseException):
+    """Stands in for a process death inside one process (real deaths: tests/crash)."""
+
+
+def test_a_sibling_going_in_doubt_keeps_a_parked_branchs_timer_record(
+    journal_url: str, clock: durably.FakeClock
+) -> None:
+    """A branch reaches its timer for the first time in the attempt in which its
+    sibling's effect in doubt is reconciled; the reconcile fails, so the run waits in
+    doubt for a person. The timer's ``waiting`` record (its wake time) is kept: after the
+    person's retry the timer wakes at the time it was first given, not a fresh one."""
+    crashes = {"left": 1}
+    gate = threading.Event()  # the branch's first step waits for it in the first attempt
+
+    def crash_after_the_effect(run_id: str, pos: str, name: str, window: str) -> None:
+        if (pos, window) == ("0.0.0", "effect") and crashes["left"]:
+            crashes["left"] -= 1
+            raise Crash("died after the effect, before its record")
+
+    def prep() -> str:
+        assert gate.wait(10)
+        return "p"
+
+    lookups = {"fail": True}
+
+    def lookup(key: str) -> Any:
+        if lookups["fail"]:
+            # The sibling has parked on its timer by the time the lookup gives up.
+            deadline = time.monotonic() + 5
+            while "0.1.1" not in waiting(engine, "r") and time.monotonic() < deadline:
+                time.sleep(0.01)
+            raise ConnectionError("the receiving system is down")
+        return "sent"
+
+    @durably.step(reconcile=lookup)
+    def send() -> str:
+        return "sent"
+
+    with durably.Engine(
+        journal_url, clock=clock, park_wait_s=0, fault_hook=crash_after_the_effect
+    ) as engine:
+
+        @engine.workflow(name="wf")
+        async def wf(ctx: durably.AsyncContext) -> list[Any]:
+            async def branch() -> None:
+                await ctx.step("prep", prep)
+                await ctx.sleep(MIN)
+
+            return await ctx.gather(ctx.step("send", send), branch())
+
+        with pytest.raises(Crash):
+            engine.run(wf, run_id="r")
+        gate.set()
+        assert "0.1.1" not in waiting(engine, "r")  # the timer was not reached then
+        clock.advance(10)
+        reached = clock.time()
+        with pytest.raises(durably.RunInDoubt, match="reconcile"):
+            engine.run(wf, run_id="r")
+        status, output = waiting(engine, "r")["0.1.1"]
+        assert status == "waiting" and f'"wake_at":{reached + MIN}' in (output or "")
+        clock.advance(MIN / 2)
+        lookups["fail"] = False
+        engine.retry("r")
+        with pytest.raises(durably.RunParked):
+            engine.resume("r")
+        assert engine.get_run("r").wake_at == reached + MIN  # not MIN from the retry
+        clock.advance(MIN / 2)
+        assert engine.resume("r") == ["sent", None]

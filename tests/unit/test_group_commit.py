@@ -4,13 +4,19 @@ writes at once, alone; a stale record in a batch fails alone."""
 
 from __future__ import annotations
 
+import hashlib
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from durably.clock import FakeClock
-from durably.errors import LeaseLost, StoreBusy
+from durably.errors import CorruptRecord, LeaseLost, StoreBusy, StoreDiskFull
 from durably.events import new_event
 from durably.store.groupcommit import Append, GroupCommit
 from durably.store.open import open_store
@@ -20,6 +26,15 @@ from ..contract.test_store_contract import ME, alive, new_run, rec
 
 def _item(run_id: str, token: int = 1) -> Append:
     return Append(run_id, token, [rec("0")], (), durable=True)
+
+
+def _claimed(store: Any, *run_ids: str) -> dict[str, int]:
+    """Create and claim each run; their fencing tokens by run id."""
+    tokens = {}
+    for run_id in run_ids:
+        store.create_run(new_run(run_id))
+        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    return tokens
 
 
 def test_a_lone_append_is_written_alone_at_once() -> None:
@@ -103,10 +118,7 @@ def test_a_failed_transaction_is_every_queued_callers_error() -> None:
 
 def test_a_batch_fences_each_record_alone(journal_url: str) -> None:
     store: Any = open_store(journal_url, FakeClock())
-    tokens = {}
-    for run_id in ("a", "b", "c"):
-        store.create_run(new_run(run_id))
-        tokens[run_id] = store.claim(run_id, ME, 30, 10, alive).fencing_token
+    tokens = _claimed(store, *("a", "b", "c"))
     ev = new_event("step.completed", "0", {}, 1.0, "b:0:x")
     items = [
         Append("a", tokens["a"], [rec("0")], (), durable=True),
@@ -147,4 +159,132 @@ def test_concurrent_appends_commit_every_record(journal_url: str) -> None:
         t.join(30)
     for run_id in runs:
         assert len(store.load_history(run_id, 0)) == 20
+    store.close()
+
+
+class _Crash(BaseException):
+    """An injected crash (a BaseException, like KeyboardInterrupt or LeaseLost)."""
+
+
+def test_a_leaders_own_interruption_is_not_its_followers_error() -> None:
+    written: list[str] = []
+    crashed: list[str] = []
+
+    def write_many(items: Sequence[Append]) -> None:
+        if not crashed:
+            crashed.append(max(i.run_id for i in items))
+            raise _Crash("the leader's thread was interrupted")
+        written.extend(i.run_id for i in items)
+
+    held = _Held(write_many)
+    calls = held.call
+
+    def call(run_id: str, committed: threading.Event) -> None:
+        try:
+            calls(run_id, committed)
+        except _Crash as exc:
+            held.returned[run_id] = exc
+
+    held.call = call  # type: ignore[method-assign]
+    base_one = held._write_one
+    held.group._write_one = lambda i: written.append(i.run_id) or base_one(i)
+    held.run(threading.Event(), 2)
+    got = {
+        k: type(v).__name__ if isinstance(v, BaseException) else v for k, v in held.returned.items()
+    }
+    # One of the two followers led the batch and was interrupted: it alone raises; the
+    # other's append went back to the queue and was written by the next leader.
+    assert sorted(got.values(), key=str) == [(False, False), (False, False), "_Crash"]
+    assert sorted(written) == [
+        "r0",
+        *sorted({"r1", "r2"} - {k for k, v in got.items() if v == "_Crash"}),
+    ]
+    assert held.group._queue == [] and not held.group._busy
+
+
+def test_a_follower_interrupted_while_queued_withdraws_its_append() -> None:
+    """A KeyboardInterrupt in the main thread waiting behind a commit: its append must
+    not stay queued, or a later leader would write it long after its caller gave up."""
+    batches: list[list[str]] = []
+    held = _Held(lambda items: batches.append(sorted(i.run_id for i in items)))
+    leader = threading.Thread(target=held.call, args=("r0", threading.Event()))
+    leader.start()
+    assert held.started.wait(10)
+    main = threading.get_ident()
+
+    def interrupt() -> None:
+        while not held.group._queue:
+            time.sleep(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+
+    kicker = threading.Thread(target=interrupt)
+    kicker.start()
+    with pytest.raises(KeyboardInterrupt):
+        held.group.submit(_item("gave-up"))
+    kicker.join(10)
+    held.release.set()
+    leader.join(10)
+    assert held.group._queue == [] and not held.group._busy
+    # The next batch carries only its own callers' appends.
+    held.started.clear()
+    held.release.clear()
+    held.returned.clear()
+    held.run(threading.Event(), 2)
+    assert batches == [["r1", "r2"]]
+
+
+def test_a_record_failing_its_check_fails_alone_in_a_batch(journal_url: str) -> None:
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = _claimed(store, *("a", "b"))
+    items = [
+        Append("a", tokens["a"], [replace(rec("0"), attempts=0)], (), durable=True),
+        Append("b", tokens["b"], [rec("0")], (), durable=True),
+    ]
+    store._append_many(items)
+    assert isinstance(items[0].error, CorruptRecord)  # its own error, as when alone
+    assert items[1].error is None
+    assert store.load_history("a", 0) == []
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
+    store.close()
+
+
+def test_a_full_disk_inside_a_batch_is_a_disk_full_error(tmp_path: Path) -> None:
+    """SQLite only: its database size limit is a real SQLITE_FULL (PostgreSQL's full disk
+    cannot be made by a test). SQLite may roll the whole transaction back on it, leaving
+    no savepoint: the batch's callers get StoreDiskFull (free space, resume), not "no such
+    savepoint", and nothing of the batch is stored."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = _claimed(store, *("a", "b"))
+    big = "x" * 2_000_000
+    blob = (hashlib.sha256(big.encode()).hexdigest(), big)
+    items = [
+        Append("a", tokens["a"], [rec("0")], (), durable=True),
+        Append("b", tokens["b"], [replace(rec("0"), blobs=(blob,))], (), durable=True),
+    ]
+    pages = store._conn.execute("PRAGMA page_count").fetchone()[0]
+    store._conn.execute(f"PRAGMA max_page_count = {pages + 2}")
+    with pytest.raises(StoreDiskFull, match="disk is full"):
+        store._append_many(items)
+    assert store.load_history("a", 0) == [] and store.load_history("b", 0) == []
+    store._conn.execute("PRAGMA max_page_count = 1073741823")
+    store._append_many(items)  # space again: the same batch commits
+    assert [i.error for i in items] == [None, None]
+    assert len(store.load_history("b", 0)) == 1
+    store.close()
+
+
+def test_a_value_the_database_refuses_fails_alone_in_a_batch(journal_url: str) -> None:
+    """A NUL byte in a record's text: PostgreSQL cannot store it (its caller's StoreError,
+    as when it writes alone), SQLite stores it; either way its batch sibling commits."""
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = _claimed(store, *("a", "b"))
+    items = [
+        Append("a", tokens["a"], [rec("0", output='"a\x00b"')], (), durable=True),
+        Append("b", tokens["b"], [rec("0")], (), durable=True),
+    ]
+    store._append_many(items)
+    stored = len(store.load_history("a", 0))
+    assert (stored, items[0].error) == (1, None) or (stored == 0 and "NUL" in str(items[0].error))
+    assert items[1].error is None
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
     store.close()

@@ -75,3 +75,51 @@ def test_a_failing_sibling_does_not_cut_a_branchs_compensation_short(
     assert run.status == "failed"
     assert check_run(engine, run) is None  # the replay compensates the same way
     assert len(world) == 4
+
+
+def test_a_failing_sibling_does_not_cut_short_a_saga_nested_in_a_deeper_gather(
+    engine: durably.Engine,
+) -> None:
+    """The compensating saga runs in a branch of an inner gather, itself a branch of the
+    outer one: cancelling the outer branch (its sibling failed) must not reach the
+    inner branch's undos through the inner gather."""
+    world: list[str] = []
+    compensating = asyncio.Event()
+
+    async def book(n: int) -> int:
+        world.append(f"book {n}")
+        return n
+
+    async def pay() -> None:
+        raise ValueError("card declined")
+
+    async def unbook(n: int) -> None:
+        compensating.set()
+        await asyncio.sleep(0.05)  # the outer sibling fails while this undo is in flight
+        world.append(f"unbook {n}")
+
+    async def other() -> None:
+        await compensating.wait()
+        raise ValueError("sibling fails")
+
+    async def trip(ctx: durably.AsyncContext) -> None:
+        async with ctx.saga() as saga:
+            await saga.step("b1", book, unbook, 1)
+            await saga.step("b2", book, unbook, 2)
+            await ctx.step("pay", pay)
+
+    async def inner(ctx: durably.AsyncContext) -> Any:
+        return await ctx.gather(trip(ctx), ctx.step("noop", book, 0))
+
+    @engine.workflow(name="w")
+    async def w(ctx: durably.AsyncContext) -> Any:
+        await ctx.gather(inner(ctx), ctx.step("other", other))
+
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run(w, run_id="r")
+    assert [x for x in world if x != "book 0"] == ["book 1", "book 2", "unbook 2", "unbook 1"]
+    undone = [r.name for r in engine.history("r") if r.name.startswith("undo:")]
+    assert undone == ["undo:b2", "undo:b1"]
+    run = engine.get_run("r")
+    assert run.status == "failed"
+    assert check_run(engine, run) is None

@@ -209,8 +209,12 @@ class Attempts:
         store = self._base.store
         core, run_id = att.core, att.run.run_id
         try:
-            core.guard()
-            core.unconsumed_check()
+            # Under the run's lock: a branch's thread records before the end or not at
+            # all (its records are taken below), never beside the outcome's write.
+            with att.executor.hold():
+                core.guard()
+                core.unconsumed_check()
+                core.end("returned")
             try:
                 out = codec.dumps(
                     result, f"workflow {att.workflow.name!r} result", RUN_RESULT_BYTES_MAX
@@ -246,6 +250,8 @@ class Attempts:
         """
         store = self._base.store
         core, run_id, token = att.core, att.run.run_id, att.core.token
+        with att.executor.hold():  # see conclude
+            core.end("raised" if not isinstance(exc, Parked) else "parked")
         self.forget(att)
         signal = core.stopped if core.stopped is not None else exc
         try:

@@ -365,7 +365,8 @@ class Engine:
         oldest first, at most ``APPROVALS_LIST_MAX``: each with ``run_id``,
         ``request_id``, ``action``, ``args``, ``digest``, ``requested_at`` and
         ``expires_at``. A request past its expiry stays listed until its run takes the
-        expiry, but can no longer be decided."""
+        expiry, but can no longer be decided. A row edited by hand so that it cannot be
+        read is left out, with a warning on the ``durably`` logger naming it."""
         return self._messages.pending_approvals(run_id)
 
     def pending_approval_rows(self, run_id: str | None = None) -> list[ApprovalRow]:

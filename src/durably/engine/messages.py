@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import codec
-from ..approvals import APPROVED, ApprovalRow, Decision, PendingApproval
+from ..approvals import APPROVED, ApprovalRow, Decision, PendingApproval, pending_list
 from ..approvals import check_text as check_approval_text
 from ..errors import ConfigError, SerializationError, clause
 from ..history import SIGNAL_DATA_BYTES_MAX, check_name
@@ -43,7 +43,8 @@ class Messages:
 
     def pending_approvals(self, run_id: str | None) -> list[PendingApproval]:
         """Approval requests waiting for a person, oldest first."""
-        return [row.pending() for row in self.pending_approval_rows(run_id)]
+        # A damaged row is left out, with a warning (approvals.pending_list).
+        return pending_list(self.pending_approval_rows(run_id))
 
     def pending_approval_rows(self, run_id: str | None) -> list[ApprovalRow]:
         """The pending requests as stored."""

@@ -179,14 +179,14 @@ def _stream_attempts(
     while True:
         attempt += 1
         core.guard()
-        if attempt > 1 and core.halt_requested is not None:
+        if attempt > 1 and core.halt_pending():
             core.live(pos)
         n = crashed + attempt
         info = CurrentStep(core.run_id, pos, key, n, core.token)
         deadline = None if opts.timeout_s is None else core.clock.time() + opts.timeout_s
         used = Usage()
         opened: Outcome = yield Call(
-            fn, args, kwargs, opts.timeout_s, sig.is_async or _is_asyncgen(fn), info
+            fn, args, kwargs, opts.timeout_s, sig.is_async or _is_asyncgen(fn), info, f"a{n}"
         )
         add_usage(used, opened.usage)
         error = opened.error
@@ -198,7 +198,9 @@ def _stream_attempts(
             while True:
                 # A stale owner (lease lost, the run stopped) pulls no more chunks.
                 core.guard(halt=False)
-                out: Outcome = yield Call(pull, (it,), {}, _left(core, deadline), aio, info)
+                out: Outcome = yield Call(
+                    pull, (it,), {}, _left(core, deadline), aio, info, f"a{n}"
+                )
                 add_usage(used, out.usage)
                 if out.error is not None:
                     error = out.error

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ..context import AsyncContext, Context, workflow_body
-from ..errors import DurablyError, ReplayEnd, Unwind, WorkflowNotRegistered
+from ..errors import DurablyError, ReplayEnd, StepFailed, Unwind, WorkflowNotRegistered
 from ..history import CANCELLED, FAILED_RUN, RunRecord
-from ..replay.kernel import Charge, ReadSpend, RunCore, SetBudget, Write
+from ..replay.kernel import Charge, ReadSpend, RunCore, SetBudget, Write, type_name
 from ..replay.setup import RunSetup
 from ..runtime.drive import Executor
 
@@ -144,9 +144,15 @@ def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> 
     except Exception as exc:
         # A latched stop outranks what the workflow made of it (as in the engine): code
         # that caught the end of history and raised something else still ended there.
-        # A failed run raised live too; a cancelled one raised at its recorded halt (and
-        # its cleanup, saga compensations included, replayed up to the same end).
-        ended = run.status == FAILED_RUN or (run.status == CANCELLED and core.halted is not None)
+        # A failed run raised live too: a step failure it recorded (in a gather, the
+        # one replayed first may be another than the one that ended it live), or the
+        # error type it recorded (another one is new code that would end it
+        # differently); a cancelled one raised at its recorded halt (and its cleanup,
+        # saga compensations included, replayed up to the same end).
+        failed_again = isinstance(exc, StepFailed) or _failure_type(exc) == run.error_type
+        ended = (run.status == FAILED_RUN and failed_again) or (
+            run.status == CANCELLED and core.halted is not None
+        )
         if core.poisoned is None and core.stopped is None and not ended:
             return _diverges(run, exc, f"the workflow raised {type(exc).__name__}: ")
     else:
@@ -188,6 +194,11 @@ async def _body(ctx: AsyncContext, body: Any) -> Any:
     wrapped model call in it replays its step rather than calling the model)."""
     with workflow_body(ctx):
         return await body
+
+
+def _failure_type(exc: BaseException) -> str:
+    """The error type a run that ended with ``exc`` records (as the engine records it)."""
+    return exc.type_name if isinstance(exc, StepFailed) else type_name(exc)
 
 
 def _diverges(run: RunRecord, exc: BaseException, prefix: str = "") -> Finding:

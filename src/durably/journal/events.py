@@ -102,7 +102,9 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
     ),
     EventKind(
         RUN_CANCEL_REQUESTED,
-        "a cancel was asked for (engine.cancel): the workflow unwinds at its next step",
+        "a cancel was asked for (engine.cancel): the workflow unwinds at its next step;"
+        " one per request that set the flag (a cancel asked for after a retry cleared it"
+        " is another)",
         {"reason": "the reason given (if any)"},
     ),
     EventKind(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import inputs
-from ..budget import SpendEntry, exceeded_message
+from ..budget import Spend, SpendEntry, exceeded_message
 from ..errors import (
     BudgetExceeded,
     Cancelled,
@@ -133,6 +133,9 @@ class RunCore:
         self.fault_hook = setup.fault_hook
         self.poisoned: DurablyError | None = None
         self.stopped: Unwind | None = None
+        # Set (under the run's lock) when the engine concludes the attempt: a thread or
+        # task of the framework that outlived the workflow records nothing after it.
+        self.ended: str | None = None
         self.lease_deadline = setup.lease_deadline
         self.token = setup.token
         # The run's incarnation, part of every key (None for runs from before keys had one).
@@ -193,6 +196,8 @@ class RunCore:
             self.gathers.went_live.add(prefix)
         if self.checking:
             raise self.latch(ReplayEnd(pos))
+        if self.budgets.arrived is not self.budgets.arrived_taken:
+            self._take_arrived()
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
 
@@ -332,6 +337,7 @@ class RunCore:
         long pause) may have been replaced by another owner, so it never starts another
         step on its own say-so.
         """
+        self.refuse_after_end()
         if self.poisoned is not None:
             raise self.poisoned
         if self.stopped is None and self.lease_deadline is not None:
@@ -346,6 +352,21 @@ class RunCore:
             raise parked.with_traceback(None)
         if halt and self.halted is not None and not self.compensating_here():
             raise self.halted.with_traceback(None)
+
+    def end(self, how: str) -> None:
+        """The engine concludes the attempt (the workflow ``how``: returned, raised):
+        every later recording call is refused (:meth:`refuse_after_end`)."""
+        if self.ended is None:
+            self.ended = (
+                f"run {self.run_id!r}: a recording call came after the workflow {how} (a"
+                " thread or task of the framework outlived it), so it was not run. Join"
+                " the threads (await the tasks) before the workflow returns."
+            )
+
+    def refuse_after_end(self) -> None:
+        """Raise ``ConfigError`` in a caller that records after the attempt concluded."""
+        if self.ended is not None:
+            raise ConfigError(self.ended)
 
     def guard_replay(self) -> None:
         """:meth:`guard` for a call that may replay a finished record at its position.
@@ -533,7 +554,14 @@ class RunCore:
         next position that goes live (this step's result is still recorded)."""
         if not usage.reported:
             return
-        entry = SpendEntry(
+        self.budgets.spend = yield Charge(self.spend_entry(pos, call, attempt, usage))
+        self.check_budget()
+
+    def spend_entry(self, pos: str, call: str, attempt: int, usage: Usage) -> SpendEntry:
+        """The ledger row of ``usage`` reported by call ``call`` (``"a2"``) at ``pos``:
+        named by generation, position, this claim's token and the call, so a retried
+        write stores it once and another claim's call is its own row."""
+        return SpendEntry(
             f"g{self.budgets.generation}:{pos}:t{self.token}:{call}",
             self.budgets.generation,
             pos,
@@ -544,7 +572,35 @@ class RunCore:
             usage.output_tokens if usage.split else None,
             usage.cost_usd,
         )
-        self.budgets.spend = yield Charge(entry)
+
+    def spend_arrived(self, spend: Spend) -> None:
+        """The driver charged usage that arrived on its own (an attempt that ran past its
+        timeout reported it later, from its thread): ``spend`` is the run's spend after
+        it. Only kept here (another thread calls this, one at a time: the driver
+        serializes the calls); :meth:`live` takes it, so a budget it crosses stops the
+        workflow at its next position that goes live."""
+        state = self.budgets
+        kept = state.arrived
+        # The ledger only grows: the reading with more entries is the later one.
+        if kept is None or spend.entries > kept.entries:
+            state.arrived = spend
+
+    def halt_pending(self) -> bool:
+        """Whether a halt (cancel, budget) waits to be delivered, after taking the spend
+        that arrived on its own (a retry checks this before calling again)."""
+        self._take_arrived()
+        return self.halt_requested is not None
+
+    def _take_arrived(self) -> None:
+        # One read, never reset: a reading set by another thread meanwhile is another
+        # object, taken next time (a reset here could drop it).
+        state = self.budgets
+        arrived = state.arrived
+        if arrived is None or arrived is state.arrived_taken:
+            return
+        state.arrived_taken = arrived
+        if state.spend is None or arrived.entries > state.spend.entries:
+            state.spend = arrived
         self.check_budget()
 
     def check_budget(self) -> None:

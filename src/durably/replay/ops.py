@@ -43,6 +43,10 @@ class Call:
     is_async: bool
     # What ``durably.current_step()`` returns while ``fn`` runs.
     info: CurrentStep | None = None
+    # The call's name in the spend ledger (``"a2"``: attempt 2, ``"r1"``: a reconcile),
+    # when its usage is charged: usage an attempt reports after its timeout is charged
+    # by the driver as it arrives, under this name (see ``RunCore.spend_entry``).
+    spend_call: str | None = None
 
 
 @dataclass(slots=True)

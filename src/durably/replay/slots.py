@@ -50,6 +50,11 @@ class BudgetState:
     one applies."""
     spend: Spend | None = None
     """The run's spend as the ledger last said (None: not read in this claim)."""
+    arrived: Spend | None = None
+    """The run's spend after a late charge the driver made from another thread (usage an
+    attempt reported after its timeout: ``RunCore.spend_arrived``)."""
+    arrived_taken: Spend | None = None
+    """The last of those a position going live took (``RunCore.live``)."""
 
 
 @dataclass(slots=True)

@@ -159,6 +159,7 @@ def _doubt(
             opts.timeout_s,
             signature_of(opts.reconcile).is_async,
             info,
+            f"r{intent.attempts}",
         )
         # A reconcile that reported usage (it asked a model) spent it for real.
         yield from core.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
@@ -218,7 +219,7 @@ def _attempts(
     while True:
         attempt += 1
         core.guard()
-        if attempt > 1 and core.halt_requested is not None:
+        if attempt > 1 and core.halt_pending():
             # A retry is a new call: a cancel asked for while the failed attempt ran or
             # during the backoff, or a budget that attempt crossed, lands here
             # (recorded at this position, over its intent), not after the remaining
@@ -226,27 +227,24 @@ def _attempts(
             # budget, and let the step's failure end the run ``failed`` for the wrong
             # reason. A saga's compensation (not delivered to) keeps its retries.
             core.live(pos)
-        info = CurrentStep(core.run_id, pos, key, crashed + attempt, core.token)
-        out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info)
+        n = crashed + attempt
+        info = CurrentStep(core.run_id, pos, key, n, core.token)
+        out: Outcome = yield Call(fn, args, kwargs, opts.timeout_s, sig.is_async, info, f"a{n}")
         add_usage(spent, out.usage)
         # Real spend reaches the ledger now, before the "effect" window: a crash before
         # the result is recorded re-runs the call, and both calls are counted.
-        yield from core.charge(pos, f"a{crashed + attempt}", crashed + attempt, out.usage)
+        yield from core.charge(pos, f"a{n}", n, out.usage)
         if out.error is None:
             if sig.return_hint is None:
                 warn_untyped_result(name, fn, out.value)
             return (
-                yield from record_ok(
-                    core, pos, name, digest, out.value, sig, crashed + attempt, started, spent
-                )
+                yield from record_ok(core, pos, name, digest, out.value, sig, n, started, spent)
             )
         exc = out.error
         if opts.retryable(exc, attempt):
             yield from retry_wait(core, pos, name, key, exc, sig, attempt, crashed)
             continue
-        yield from record_failed(
-            core, pos, name, digest, key, exc, sig, crashed + attempt, started, spent
-        )
+        yield from record_failed(core, pos, name, digest, key, exc, sig, n, started, spent)
 
 
 def retry_wait(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import threading
 import weakref
@@ -92,6 +93,9 @@ class Executor:
         # This attempt's async gather branches (their tasks, and the ones settling now):
         # the driver's state, never the kernel's.
         self.gathers = GatherTasks()
+        # Serializes telling the core the spend after a late charge (see _LateCharges),
+        # made from the threads of attempts that ran past their timeout.
+        self.late_lock = threading.Lock()
         # Made by the first ctx.branches group of a sync run (its branches may record
         # from several threads): held while the kernel's state changes (see RunLock).
         self.lock: RunLock | None = None
@@ -254,7 +258,7 @@ def op_sync_held(ex: Executor, op: Op) -> Any:
 def op_sync(ex: Executor, op: Op) -> Any:
     """Carry out one operation in this thread; returns the reply for the core."""
     if isinstance(op, Call):
-        return _call_sync(op)
+        return _call_sync(ex, op)
     if isinstance(op, Write):
         for pause in ex.write(op):
             ex.clock.sleep(pause)
@@ -288,7 +292,7 @@ async def drive_async(ex: Executor, gen: Generator[Op, Any, T]) -> T:
 async def op_async(ex: Executor, op: Op) -> Any:
     """Carry out one operation on the running event loop; returns the reply."""
     if isinstance(op, Call):
-        return await _call_async(op)
+        return await _call_async(ex, op)
     if isinstance(op, Write):
         # One short fenced commit; a thread hop would cost more than it saves.
         for pause in ex.write(op):
@@ -324,14 +328,17 @@ def retry_sync(gen: Generator[float, None, T], clock: Clock) -> T:
         clock.sleep(pause)
 
 
-def _call_sync(op: Call) -> Outcome:
+def _call_sync(ex: Executor, op: Call) -> Outcome:
     box = Usage()
     token = USAGE.set(box)
     try:
         with inside_step(op.info):
-            return _run_sync(op, box)
+            out = _run_sync(op, box)
     finally:
         USAGE.reset(token)
+    if isinstance(out.error, StepTimeout):
+        out.usage = _late_usage(ex, op, box)
+    return out
 
 
 def _run_sync(op: Call, box: Usage) -> Outcome:
@@ -381,7 +388,7 @@ def _call_with_timeout(op: Call) -> Any:
     return result[0]
 
 
-async def _call_async(op: Call) -> Outcome:
+async def _call_async(ex: Executor, op: Call) -> Outcome:
     import asyncio
 
     box = Usage()
@@ -396,14 +403,96 @@ async def _call_async(op: Call) -> Outcome:
                 try:
                     value = await asyncio.wait_for(_invoke(op), op.timeout_s)
                 except TimeoutError:
-                    raise StepTimeout(
+                    # A sync step's thread runs on: what it reports from now on is
+                    # charged as it arrives.
+                    stop = StepTimeout(
                         f"{fn_text(op.fn)!r} ran past timeout_s={op.timeout_s}; the attempt failed"
-                    ) from None
+                    )
+                    return Outcome(None, stop, _late_usage(ex, op, box, on_loop=True))
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
+    except asyncio.CancelledError:
+        # Cancelled (a gather branch whose sibling failed, the run stopping): the core
+        # charges nothing for this call, so what it reported so far is charged here, and
+        # a sync step's thread, which runs on, is billed as it reports.
+        _late_usage(ex, op, box, cancelled=True, on_loop=True)
+        raise
     finally:
         USAGE.reset(token)
+
+
+def _late_usage(
+    ex: Executor, op: Call, box: Usage, cancelled: bool = False, on_loop: bool = False
+) -> Usage:
+    """An attempt timed out (or was cancelled) but its code runs on (Python cannot stop
+    a thread), and a model call it made is billed when it returns: returns what it
+    reported so far, for the core to charge with the attempt, and makes every later
+    report reach the ledger as it arrives, as its own entry, from the attempt's thread
+    (see :class:`_LateCharges`). A ``cancelled`` call gets no outcome, so the core
+    charges nothing for it: what it reported so far is charged here too. ``on_loop``:
+    called on the event loop, whose thread must not wait out a failing store's retries
+    (the charge made here goes to a step thread)."""
+    so_far = dataclasses.replace(box, late=None)
+    if op.spend_call is None or op.info is None:
+        return so_far  # a call whose usage is not charged (closing a stream)
+    base = Usage() if cancelled else so_far
+    late = _LateCharges(ex, op.info.position, op.info.attempt, op.spend_call, base)
+    box.late = late
+    # What was reported between the copy and setting the hook (or all of it).
+    if on_loop:
+        _step_threads().submit(lambda: late(box))
+    else:
+        late(box)
+    return so_far
+
+
+class _LateCharges:
+    """Charges what one timed-out attempt reports after its timeout: each report's new
+    spend is one ledger entry (``a2:late1``, ``a2:late2``, ...), the run's spend after it
+    goes to the core (its next position that goes live checks the budget). The ledger is
+    not fenced: the call happened whoever owns the run by then."""
+
+    def __init__(self, ex: Executor, pos: str, attempt: int, call: str, charged: Usage) -> None:
+        self.ex, self.pos, self.attempt, self.call = ex, pos, attempt, call
+        self.charged = charged
+        self.entries = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, box: Usage) -> None:
+        # One report at a time, its entry committed before the next is counted: a
+        # report that returns has reached the ledger, with everything before it.
+        with self.lock:
+            was = self.charged
+            new = Usage(
+                tokens=box.tokens - was.tokens,
+                cost_usd=box.cost_usd - was.cost_usd,
+                reported=True,
+                input_tokens=box.input_tokens - was.input_tokens,
+                output_tokens=box.output_tokens - was.output_tokens,
+                split=box.split,
+            )
+            if not box.reported or (new.tokens, new.cost_usd) == (0, 0):
+                return
+            self.charged = dataclasses.replace(box, late=None)
+            self.entries += 1
+            ex = self.ex
+            entry = ex.core.spend_entry(
+                self.pos, f"{self.call}:late{self.entries}", self.attempt, new
+            )
+            try:
+                spend = retry_sync(
+                    retry.attempts(
+                        lambda: ex.store.record_spend(ex.core.run_id, entry), ex.store_retry_s
+                    ),
+                    ex.clock,
+                )
+            except Exception:
+                # The store stays down, or the engine was closed meanwhile: nobody is left
+                # to tell, and the given-up attempt's own code must not fail for durably.
+                return
+        with ex.late_lock:  # the core keeps the later of two readings told at once
+            ex.core.spend_arrived(spend)
 
 
 async def _invoke(op: Call) -> Any:

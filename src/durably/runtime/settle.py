@@ -12,7 +12,7 @@ from ..limits import SETTLE_TURNS_MAX
 from ..replay.kernel import RunCore
 from ..replay.ops import Wait, Write
 from ..replay.park import Parked
-from .drive import COMPENSATING_TASKS, Executor, wait_async
+from .drive import COMPENSATING_TASKS, Executor, GatherTasks, wait_async
 
 
 async def keep_branch_wait(ex: Executor, parked: Parked) -> NoReturn:
@@ -115,7 +115,7 @@ def local_park(core: RunCore, exc: object) -> bool:
     return isinstance(exc, Parked) and exc is not core.stopped
 
 
-async def unwind(core: RunCore, tasks: list[Any], exc: BaseException) -> None:
+async def unwind(core: RunCore, tasks: list[Any], exc: BaseException, gathers: GatherTasks) -> None:
     """A gather ends by raising ``exc``: settle its branches first.
 
     After a latched park the latch stops every sibling at its next recording call; a step
@@ -123,18 +123,43 @@ async def unwind(core: RunCore, tasks: list[Any], exc: BaseException) -> None:
     again on wake. After a halt (cancel, budget) likewise: a step in flight is recorded (a
     saga then undoes it too) instead of being abandoned with its effect done and
     unrecorded, and a sibling's compensation is not cut short. On any other failure the
-    other branches are cancelled (except one running a saga's compensations).
+    other branches are cancelled, except a saga's compensations running in one of them
+    or in a branch of a gather nested in one (``gathers``: the attempt's branch tasks).
     """
     import asyncio
 
     if not isinstance(exc, Parked) and not (isinstance(exc, Exception) and core.halted is not None):
         for t in tasks:
-            if t not in COMPENSATING_TASKS:
-                t.cancel()
+            cancel_sparing_compensations(t, gathers)
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
+def cancel_sparing_compensations(task: Any, gathers: GatherTasks) -> None:
+    """Cancel a gather branch's task, but never a saga's compensations running in it or
+    deeper down: cancelling a branch that awaits a nested gather cancels every branch of
+    that gather with it, undos in flight included (the compensate marker recorded, the
+    bookings left in place). Then the branches around the compensating ones are
+    cancelled instead, and the way down to them is left to end by itself (its gathers
+    unwind when a cancelled branch ends them, sparing the compensations again)."""
+    if task in COMPENSATING_TASKS:
+        return
+    prefix = next((p for p, t in gathers.tasks.items() if t is task), None)
+    below = (
+        []
+        if prefix is None
+        else [(p, t) for p, t in gathers.tasks.items() if p != prefix and p.startswith(prefix)]
+    )
+    saving = [p for p, t in below if t in COMPENSATING_TASKS and not t.done()]
+    if not saving:
+        task.cancel()
+        return
+    for p, t in below:
+        if t.done() or any(s.startswith(p) or p.startswith(s) for s in saving):
+            continue  # on the way down to a compensation, or one (or inside one)
+        t.cancel()
+
+
+async def after_park(core: RunCore, tasks: list[Any], gathers: GatherTasks) -> list[Any]:
     """Wait for the branches still running after one parked on its own, and return every
     branch's result (its own park for those that parked). A branch that ends any other
     way than by returning or parking (a failure, a stop of the run) ends the gather as it
@@ -158,6 +183,6 @@ async def after_park(core: RunCore, tasks: list[Any]) -> list[Any]:
                 break
             await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
     except BaseException as exc:
-        await unwind(core, tasks, exc)
+        await unwind(core, tasks, exc, gathers)
         raise
     return [t.exception() or t.result() for t in tasks]

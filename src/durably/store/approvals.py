@@ -5,6 +5,7 @@ fenced read of a decision (over the :mod:`.tx` protocol). Parking on a request i
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ from . import stream
 from .base import APPROVALS_LIST_MAX
 from .tx import Backend, Tx
 
+log = logging.getLogger("durably")
+
 
 class Approvals(Backend):
     """Store methods of the approvals role (see :class:`~durably.store.base.Store`)."""
@@ -31,11 +34,22 @@ class Approvals(Backend):
     def pending_approvals(
         self, run_id: str | None = None, limit: int = APPROVALS_LIST_MAX
     ) -> list[ApprovalRow]:
-        """Undecided requests of runs not finished, oldest first (see the Store protocol)."""
+        """Undecided requests of runs not finished, oldest first (see the Store protocol).
+
+        A row that fails its check on the way out (edited by hand) is left out with a
+        warning on the ``durably`` logger naming it: one damaged row must not hide every
+        other run's requests from the people who decide them (its own run meets the
+        error when it reads its decision)."""
         rows = self._reading(
             lambda tx: tx.q("pending_approvals", run_id=run_id, limit=limit).fetchall()
         )
-        return [approval_row(r) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(approval_row(r))
+            except NotADurablyDatabase as exc:
+                log.warning("an approval request is left out of the pending list: %s", exc)
+        return out
 
     def get_approval(self, run_id: str, request_id: str) -> ApprovalRow | None:
         """The request at ``request_id`` of the run, or None."""
@@ -115,20 +129,27 @@ def same_decision(
 def approval_row(row: Sequence[Any]) -> ApprovalRow:
     """An ``approvals`` row (run_id, request_id, action, args, digest, requested_at,
     expires_at, decided_at, outcome, by_name, note: every approvals query selects them in
-    this order), checked on the way out: an outcome the code does not know is a damaged row."""
-    out = ApprovalRow(
-        str(row[0]),
-        str(row[1]),
-        str(row[2]),
-        str(row[3]),
-        str(row[4]),
-        float(row[5]),
-        None if row[6] is None else float(row[6]),
-        None if row[7] is None else float(row[7]),
-        None if row[8] is None else str(row[8]),
-        None if row[9] is None else str(row[9]),
-        None if row[10] is None else str(row[10]),
-    )
+    this order), checked on the way out: an outcome the code does not know, or a time
+    that is none (SQLite keeps text in a REAL column), is a damaged row."""
+    try:
+        out = ApprovalRow(
+            str(row[0]),
+            str(row[1]),
+            str(row[2]),
+            str(row[3]),
+            str(row[4]),
+            float(row[5]),
+            None if row[6] is None else float(row[6]),
+            None if row[7] is None else float(row[7]),
+            None if row[8] is None else str(row[8]),
+            None if row[9] is None else str(row[9]),
+            None if row[10] is None else str(row[10]),
+        )
+    except (TypeError, ValueError) as exc:
+        raise NotADurablyDatabase(
+            f"run {str(row[0])[:200]!r} approval {str(row[1])[:200]}: a time of the row is"
+            f" no time ({exc}); the row was edited by hand: repair it or restore a backup"
+        ) from None
     times = (out.requested_at, out.expires_at, out.decided_at)
     if not all(t is None or is_time(t) for t in times):
         raise NotADurablyDatabase(

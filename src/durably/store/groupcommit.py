@@ -74,8 +74,18 @@ class GroupCommit:
                 batch = None
             else:
                 self._queue.append(item)
-                while self._busy and not item.done:
-                    cond.wait()
+                try:
+                    while self._busy and not item.done:
+                        cond.wait()
+                except BaseException:
+                    # Interrupted while queued (a KeyboardInterrupt in the main thread):
+                    # withdraw the append, or a later leader would write it long after its
+                    # caller gave up on it. One a leader already took is in its commit.
+                    if not item.done and any(q is item for q in self._queue):
+                        self._queue = [q for q in self._queue if q is not item]
+                        if not self._busy and self._queue:
+                            cond.notify_all()  # it may have been the one to lead next
+                    raise
                 if item.done:
                     return _outcome(item)
                 self._busy = True
@@ -89,6 +99,7 @@ class GroupCommit:
                     self._busy = False
                     if self._queue:  # callers that queued meanwhile: one of them leads
                         cond.notify_all()
+        again: list[Append] = []
         try:
             if len(batch) == 1:
                 item.result = self._write_one(item)
@@ -96,14 +107,24 @@ class GroupCommit:
                 self._write_many(batch)
                 self.batches += 1
                 self.batched += len(batch)
-        except BaseException as exc:
+        except Exception as exc:  # the transaction failed: every caller's error
             for queued in batch:
                 if queued.error is None:
                     queued.error = exc
+        except BaseException as exc:
+            # The leader's own interruption (a KeyboardInterrupt, an injected crash, a
+            # SystemExit) is not the others' error: their appends go back to the queue
+            # for the next leader (an append sent again after a commit whose outcome is
+            # unknown changes nothing), and only this caller raises it.
+            item.error = exc
+            again = [q for q in batch if q is not item]
+            for queued in again:
+                queued.result, queued.error = False, None
         finally:
             with cond:
                 for queued in batch:
-                    queued.done = True
+                    queued.done = not any(q is queued for q in again)
+                self._queue[:0] = again
                 self._busy = False
                 cond.notify_all()
         return _outcome(item)

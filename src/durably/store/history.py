@@ -37,6 +37,9 @@ class History(Backend):
 
     durability: str
     _group: GroupCommit  # the backend's, built with _append_one and _append_many
+    # The driver's errors: raised inside a batch, they fail its transaction (every
+    # caller's error); anything else one append raises is that append's alone.
+    _driver_errors: tuple[type[Exception], ...] = ()
 
     def load_history(self, run_id: str, generation: int) -> list[StepRecord]:
         """All records of one generation, in one query, checked on the way out."""
@@ -111,10 +114,11 @@ class History(Backend):
         """Several runs' appends in one transaction and one commit (group commit), in
         run order (two batches never take run row locks in opposite orders; one run's
         appends keep theirs). Each is fenced on its own inside a savepoint: a stale token,
-        an overwrite or a refused row rolls back that append alone and is its caller's
-        error; any other error fails the transaction, so every caller's (on PostgreSQL,
-        run again once on a fresh connection when the first died, like every write: each
-        append then recognises its own committed record)."""
+        an overwrite, a refused row or a record that fails its check rolls back that
+        append alone and is its caller's error; a driver's error fails the transaction,
+        so every caller's (on PostgreSQL, run again once on a fresh connection when the
+        first died, like every write: each append then recognises its own committed
+        record)."""
         ordered = sorted(items, key=lambda i: i.run_id)
 
         def op(tx: Tx) -> None:
@@ -124,6 +128,13 @@ class History(Backend):
                     with tx.savepoint():
                         item.result = self._append_in(tx, item)
                 except (LeaseLost, StoreError) as exc:
+                    item.error = exc
+                except Exception as exc:
+                    if isinstance(exc, self._driver_errors):
+                        raise
+                    # Not the database's: this append's own (a record that fails its
+                    # check, a value the driver cannot bind), raised to its caller as
+                    # when it writes alone; the savepoint undid it, the others commit.
                     item.error = exc
 
         self._writing(op, durable=any(i.durable for i in items))

@@ -118,6 +118,8 @@ class PostgresStore(
     setting its caller believes is in force.
     """
 
+    _driver_errors = (psycopg.Error,)  # a batch member raising one fails the transaction
+
     def __init__(
         self,
         url: str,
@@ -703,7 +705,9 @@ class _PgTx:
         try:
             with self._conn.transaction():  # nested: a savepoint
                 yield
-        except psycopg.IntegrityError as exc:  # a row refused: this part's error alone
+        except (psycopg.IntegrityError, psycopg.DataError) as exc:
+            # A row refused, or a value that cannot be stored (a NUL in text): this
+            # part's error alone (the savepoint leaves the transaction usable).
             raise self._store._translate(exc) from exc
 
 

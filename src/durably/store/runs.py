@@ -209,7 +209,7 @@ class Runs(Backend):
             events: list[NewEvent] = []
             if run.cancel_requested_at is None:
                 tx.q("request_cancel", run_id=run_id, reason=why, now=now)
-                events.append(stream.cancel_requested(why, now))
+                events.append(stream.cancel_requested(why, run.fencing_token, now))
                 if run.status == PARKED:
                     tx.notify()
             else:

@@ -93,6 +93,8 @@ class SQLiteStore(
     transactions, error translation, and the step path's own writes.
     """
 
+    _driver_errors = (sqlite3.Error,)  # a batch member raising one fails the transaction
+
     def __init__(
         self,
         url: str,
@@ -561,14 +563,21 @@ class _SQLiteTx:
         try:
             yield
         except sqlite3.IntegrityError as exc:  # a row refused: this part's error alone
-            self._c.execute("ROLLBACK TO part")
-            self._c.execute("RELEASE part")
+            self._undo_part()
             raise self._store._translate(exc) from exc
         except (Exception, LeaseLost):
-            self._c.execute("ROLLBACK TO part")
-            self._c.execute("RELEASE part")
+            self._undo_part()
             raise
         self._c.execute("RELEASE part")
+
+    def _undo_part(self) -> None:
+        # A full disk or an I/O error may have rolled the whole transaction back already
+        # (SQLite does for some): no savepoint is left to go back to, and the error that
+        # did it (a StoreDiskFull to its callers) is the one to raise, not "no such
+        # savepoint".
+        if self._c.in_transaction:
+            self._c.execute("ROLLBACK TO part")
+            self._c.execute("RELEASE part")
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:

@@ -117,9 +117,13 @@ def status_changed(
     return [new_event(kind, None, data, now, f"t{token}:{kind}")]
 
 
-def cancel_requested(reason: str | None, now: float) -> NewEvent:
-    """``run.cancel_requested``: written once per run (the first request sets the flag)."""
-    return new_event(RUN_CANCEL_REQUESTED, None, {"reason": reason}, now, RUN_CANCEL_REQUESTED)
+def cancel_requested(reason: str | None, token: int, now: float) -> NewEvent:
+    """``run.cancel_requested`` for a request that set the flag on the run at fencing
+    token ``token``: once per request (a request while the flag is set writes nothing).
+    Only a retry clears the flag, and it takes a new token, so a cancel asked for after a
+    retry is its own event; a write retried after an unknown outcome is not."""
+    dedupe = f"t{token}:{RUN_CANCEL_REQUESTED}"
+    return new_event(RUN_CANCEL_REQUESTED, None, {"reason": reason}, now, dedupe)
 
 
 def parked(kind: str, reason: str, wake_at: float | None, token: int, now: float) -> NewEvent:

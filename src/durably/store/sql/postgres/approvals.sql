@@ -52,9 +52,13 @@ WHERE run_id = %(run_id)s AND request_id = %(request_id)s AND outcome IS NULL
 -- name: wake_for_approval
 -- A decision wakes the run parked on it, and the workers (a run not parked yet sees the
 -- decision when it parks: park_run checks for it).
+-- Due by the time it parked, if the decider's clock says later: a decider whose clock
+-- runs ahead of the workers' must not leave the run parked for the difference (as a
+-- signal's wake); a wake already due sooner stays.
 WITH woken AS (
-    UPDATE runs SET wake_at = %(now)s, updated_at = %(now)s
+    UPDATE runs SET wake_at = least(%(now)s::double precision, updated_at), updated_at = %(now)s
     WHERE run_id = %(run_id)s AND status = 'parked'
+      AND (wake_at IS NULL OR wake_at > least(%(now)s::double precision, updated_at))
     RETURNING 1
 )
 SELECT pg_notify(%(channel)s, '') FROM woken;

@@ -48,5 +48,9 @@ WHERE run_id = :run_id AND request_id = :request_id AND outcome IS NULL
 -- name: wake_for_approval
 -- A decision wakes the run parked on it (a run not parked yet sees the decision when it
 -- parks: park_run checks for it).
-UPDATE runs SET wake_at = :now, updated_at = :now
-WHERE run_id = :run_id AND status = 'parked';
+-- Due by the time it parked, if the decider's clock says later: a decider whose clock
+-- runs ahead of the workers' must not leave the run parked for the difference (as a
+-- signal's wake); a wake already due sooner stays.
+UPDATE runs SET wake_at = min(:now, updated_at), updated_at = :now
+WHERE run_id = :run_id AND status = 'parked'
+  AND (wake_at IS NULL OR wake_at > min(:now, updated_at));

@@ -1,4 +1,4 @@
-"""Edges of waits in ``ctx.gather`` branches found by review: an approval request made in
+"""Waits in ``ctx.gather`` branches: an approval request made in
 a branch whose siblings go on writing must not reach the journal without its
 ``approvals`` row (the park writes both, in one transaction).
 

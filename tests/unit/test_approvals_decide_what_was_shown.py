@@ -1,5 +1,5 @@
-"""Review of human approvals (issue 12): ways to decide something other than what was
-shown, or to be told a decision was taken that nothing will act on. Real SQLite files and
+"""Human approvals decide exactly what was shown: no way to decide something other than
+what was shown, or to be told a decision was taken that nothing will act on. Real SQLite files and
 real PostgreSQL schemas; hand-edited rows written with sqlite3 directly."""
 
 from __future__ import annotations
