@@ -7,6 +7,7 @@ database that cannot keep up makes the writer drop events, never the caller wait
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 
@@ -121,4 +122,45 @@ def test_a_forked_child_writes_through_a_writer_of_its_own(tmp_path: object) -> 
         texts = [e.data["text"] for e in engine.events("w4").events if e.kind == MODEL_DELTA]
         assert texts == [f"t{i}" for i in range(6)]
     finally:
+        engine.close()
+
+
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")  # a thread at the fork
+def test_a_fork_waits_for_the_writers_transaction(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child forked while the writer thread is inside its transaction would inherit
+    SQLite's process-wide lock state and never write the journal: the fork waits for
+    the transaction, as it does for the store's own."""
+    engine = durably.Engine(f"sqlite:///{tmp_path}/fork2.db")
+    try:
+        store = engine.store
+        token = _claimed(engine, "w5", Owner("here", 5, "0", ""))
+        inside, go_on = threading.Event(), threading.Event()
+        real = streamwriter.write_batch
+
+        def held(tx: object, batch: object) -> None:
+            inside.set()
+            go_on.wait(10)
+            real(tx, batch)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(streamwriter, "write_batch", held)
+        store.publish("w5", token, _deltas(token, 0, 2))
+        assert inside.wait(10)
+        monkeypatch.setattr(streamwriter, "write_batch", real)
+        threading.Timer(0.2, go_on.set).start()  # the fork waits until then
+
+        def child() -> None:
+            store.busy_timeout_s = 0.5  # type: ignore[attr-defined]
+            store.publish("w5", token, _deltas(token, 2, 2))
+            assert store.flush_stream(10)
+            writer = store._stream_writer  # type: ignore[attr-defined]
+            assert (writer.written, writer.failed) == (2, 0)
+
+        run_in_child(child)
+        assert store.flush_stream(10)
+        texts = [e.data["text"] for e in engine.events("w5").events if e.kind == MODEL_DELTA]
+        assert texts == [f"t{i}" for i in range(4)]
+    finally:
+        go_on.set()
         engine.close()

@@ -465,3 +465,38 @@ def test_a_streamed_run_parks_at_an_approval_and_resumes_once_approved(
         assert engine.run(streamed, run_id="p") == "done: closed bob"
         assert CALLS == ["close_account"]
         assert server.requests - before == 1  # the last turn only
+
+
+def test_a_streamed_run_replays_every_turn_after_a_fork(
+    engine: durably.Engine, server: AgentsModelServer
+) -> None:
+    """run_streamed through a handoff and a tool, then a fork at its last turn: each
+    earlier turn's digest, computed live from the provider's own stream events and on
+    the replay from the synthetic ones, is the same (no NonDeterminism), and the replay
+    asks the model once."""
+
+    async def conversation() -> list[str]:
+        async with AsyncOpenAI(base_url=server.url, api_key="sk-test-xxxxxxxx") as client:
+            billing = make_agent(client, "refund").clone(name="billing")
+            triage = make_agent(client, "triage", handoffs=[handoff(billing)])
+            streamed = DurableRunner.run_streamed(triage, "refund A-1")
+            async for _ in streamed.stream_events():
+                pass
+            more = [*streamed.to_input_list(), {"role": "user", "content": "thanks"}]
+            again = DurableRunner.run_streamed(billing, more)
+            async for _ in again.stream_events():
+                pass
+            return [str(streamed.final_output), str(again.final_output)]
+
+    @engine.workflow(name="two_streamed")
+    async def two(ctx: durably.AsyncContext) -> list[str]:
+        return await conversation()
+
+    expected = ["done: refunded 500 cents on A-1"] * 2
+    assert engine.run(two, run_id="ts") == expected
+    turns = [s.position for s in engine.history("ts") if s.name == "openai_agents.model.stream"]
+    assert len(turns) == 4
+    before = server.requests
+    fork = engine.fork("ts", at=int(turns[-1]))
+    assert engine.resume(fork.run_id) == expected
+    assert server.requests - before == 1

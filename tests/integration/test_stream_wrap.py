@@ -450,6 +450,9 @@ def test_a_stream_cut_before_its_final_event_is_never_recorded(
         assert server.count() == 1
         [rec] = lite.history("cut1")
         assert rec.status == "failed" and rec.error_type == "durably.integrations.StreamCut"
+        # The attempt's usage counts once (Anthropic's message_start had the input tokens).
+        spend = lite.spend("cut1")
+        assert (spend.entries, spend.input_tokens) == (1, 11 if provider == "anthropic" else 0)
     finally:
         server.close()
 
@@ -549,3 +552,123 @@ def test_streamed_calls_in_branches_on_threads(lite: durably.Engine, server: SSE
         mine = [e for e in events if e.position == pos]
         assert mine[0].kind == "model.restart"
         assert "".join(e.data.get("text", "") for e in mine) == TEXT
+
+
+# -- a stream the caller abandons mid-iteration: the record is what it saw ------------
+
+
+def _text(event: Any) -> str:
+    # openai chat chunk, responses event, anthropic raw event
+    if hasattr(event, "choices"):
+        return "".join(c.delta.content or "" for c in event.choices)
+    t = getattr(event, "type", "")
+    if t == "response.output_text.delta":
+        return str(event.delta)
+    if t == "content_block_delta" and getattr(event.delta, "type", "") == "text_delta":
+        return str(event.delta.text)
+    return ""
+
+
+def _open_stream(kind: str, server: SSEServer) -> Any:
+    if kind == "chat":
+        c = openai_wrap.wrap(openai.OpenAI(api_key="sk-test", base_url=f"{server.url}/v1"))
+        return c.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
+    if kind == "responses":
+        c = openai_wrap.wrap(openai.OpenAI(api_key="sk-test", base_url=f"{server.url}/v1"))
+        return c.responses.create(model="gpt-test", input="Where is order A-17?", stream=True)
+    a = anthropic_wrap.wrap(anthropic.Anthropic(api_key="sk-ant-test", base_url=server.url))
+    return a.messages.create(model="claude-test", max_tokens=10, messages=MESSAGES, stream=True)
+
+
+@pytest.mark.parametrize(
+    ("kind", "how"),
+    [
+        ("responses", "close"),
+        ("responses", "next_step"),
+        ("responses", "exception"),
+        ("chat", "next_step"),
+        ("anthropic", "exception"),
+    ],
+)
+def test_abandoned_stream_replays_what_the_caller_saw(
+    kind: str, how: str, lite: durably.Engine, server: SSEServer
+) -> None:
+    seen: list[str] = []
+    crash = [True]
+
+    @lite.workflow(name="ab")
+    def ab(ctx: durably.Context) -> str:
+        text = ""
+        stream = _open_stream(kind, server)
+        try:
+            for event in stream:
+                text += _text(event)
+                if len(text) >= 8:
+                    if how == "exception":
+                        raise ValueError("consumer failed")
+                    break
+        except ValueError:
+            pass
+        if how == "close":
+            stream.close()
+        ctx.step("after", lambda: 1)
+        seen.append(text)
+        if crash[0]:
+            raise Crash
+        return text
+
+    with pytest.raises(Crash):
+        lite.run(ab, run_id="a1")
+    crash[0] = False
+    assert lite.run(ab, run_id="a1") == seen[0]
+    assert seen[0] == seen[1]
+    assert server.count() == 1
+    # The call was made and paid for: it counts once, with the usage its events carried
+    # (Anthropic's message_start has the input tokens), the replay adding nothing.
+    spend = lite.spend("a1")
+    assert spend.entries == 1
+    assert spend.input_tokens == (11 if kind == "anthropic" else 0)
+
+
+@pytest.mark.parametrize("kind", ["responses", "anthropic"])
+def test_abandoned_async_stream_replays_what_the_caller_saw(
+    kind: str, lite: durably.Engine, server: SSEServer
+) -> None:
+    seen: list[str] = []
+    crash = [True]
+
+    @lite.workflow(name="aab")
+    async def aab(ctx: durably.AsyncContext) -> str:
+        text = ""
+        if kind == "responses":
+            c = openai_wrap.wrap(openai.AsyncOpenAI(api_key="sk-test", base_url=f"{server.url}/v1"))
+            stream: Any = await c.responses.create(model="gpt-test", input="Hi", stream=True)
+        else:
+            a = anthropic_wrap.wrap(
+                anthropic.AsyncAnthropic(api_key="sk-ant-test", base_url=server.url)
+            )
+            stream = await a.messages.create(
+                model="claude-test", max_tokens=10, messages=MESSAGES, stream=True
+            )
+        async for event in stream:
+            text += _text(event)
+            if len(text) >= 8:
+                break
+        if kind == "anthropic":
+            # Closed here (not left to the next step, whose end of it cannot await the
+            # provider's stream: the loop's finalizer closes that one, outside the step).
+            await stream.close()
+        await ctx.step("after", lambda: 1)
+        seen.append(text)
+        if crash[0]:
+            raise Crash
+        return text
+
+    with pytest.raises(Crash):
+        asyncio.run(lite.run_async(aab, run_id="a2"))
+    crash[0] = False
+    assert asyncio.run(lite.run_async(aab, run_id="a2")) == seen[0] == TEXT[:8]
+    assert server.count() == 1
+    if kind == "anthropic":
+        spend = lite.spend("a2")
+        assert (spend.entries, spend.input_tokens) == (1, 11)

@@ -216,7 +216,12 @@ def _stream_attempts(
                 chunks.append(chunk)
                 if (yield Deliver(chunk, len(chunks) - 1, info)) is STOP:
                     stopped = True
-                    yield Call(aclose_chunks if aio else close_chunks, (it,), {}, None, aio)
+                    # What the function reports while it is closed (a provider's stream
+                    # stopped early: the usage its events carried) is this attempt's.
+                    closed: Outcome = yield Call(
+                        aclose_chunks if aio else close_chunks, (it,), {}, None, aio, info
+                    )
+                    add_usage(used, closed.usage)
                     break
         add_usage(spent, used)
         # Real spend reaches the ledger before the result is recorded (see _attempts).

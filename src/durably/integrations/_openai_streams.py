@@ -148,23 +148,49 @@ def responses_deltas(event: Any) -> list[dict[str, Any]]:
 def responses_assemble(events: list[Any]) -> Any:
     """The stream's final response (its ``response.completed``, or ``incomplete`` /
     ``failed``); a stream stopped early keeps its latest snapshot with the output items
-    that were done."""
+    the caller saw: those done as they were, an unfinished one with the text and
+    arguments that had arrived (a replay then hands out what the caller read live)."""
     latest: Any = None
-    done: dict[int, Any] = {}
+    items: dict[int, Any] = {}
     for e in events:
         kind = getattr(e, "type", "")
         if kind in _TERMINAL:
             return dump(e.response)
-        if kind == "response.output_item.done":
-            done[e.output_index] = dump(e.item)
+        if kind in ("response.output_item.added", "response.output_item.done"):
+            items[e.output_index] = dump(e.item)
+        elif kind == "response.content_part.added":
+            _part(items, e.output_index, e.content_index, dump(e.part))
+        elif kind == "response.output_text.delta":
+            part = _part(items, e.output_index, e.content_index, None)
+            if part is not None:
+                part["text"] = str(part.get("text") or "") + str(e.delta or "")
+        elif kind == "response.function_call_arguments.delta":
+            item = items.get(e.output_index)
+            if isinstance(item, dict):
+                item["arguments"] = str(item.get("arguments") or "") + str(e.delta or "")
         resp = getattr(e, "response", None)
         if resp is not None:
             latest = resp
     if latest is None:
         return None
     data = dump(latest)
-    data["output"] = [done[i] for i in sorted(done)]
+    data["output"] = [items[i] for i in sorted(items)]
     return data
+
+
+def _part(items: dict[int, Any], oi: int, ci: int, part: Any) -> dict[str, Any] | None:
+    """Content part ``ci`` of unfinished output item ``oi`` (set to ``part`` if given)."""
+    item = items.get(oi)
+    if not isinstance(item, dict):
+        return None
+    content = item.setdefault("content", [])
+    if not isinstance(content, list):
+        return None
+    if part is not None:
+        while len(content) <= ci:
+            content.append({"type": "output_text", "text": "", "annotations": []})
+        content[ci] = part
+    return content[ci] if ci < len(content) and isinstance(content[ci], dict) else None
 
 
 def responses_final(event: Any) -> bool:

@@ -153,12 +153,26 @@ def _metered(root: Client, m: Method, spec: StreamSpec, raw: Any, kwargs: Any) -
             yield event
         if not reported:  # no usage event (e.g. no include_usage): the call still counts
             root.spend(m, spec.assemble(seen), kwargs)
+            reported = True
         if not ended:
             raise _cut(m, len(seen))
     finally:
+        if not reported and seen:  # stopped early or failed mid-stream: still paid for
+            _spend_partial(root, m, spec, seen, kwargs)
         close = getattr(raw, "close", None)
         if callable(close):
             close()
+
+
+def _spend_partial(root: Client, m: Method, spec: StreamSpec, seen: list[Any], kwargs: Any) -> None:
+    """The usage of a stream that did not reach its end (the caller stopped early, the
+    provider failed mid-stream): what its events carry so far (Anthropic's
+    ``message_start`` has the input tokens) counts for this attempt. Never raises: it
+    runs while the stream is closed, where an error would hide the reason it was."""
+    try:
+        root.spend(m, spec.assemble(seen), kwargs)
+    except Exception:  # pragma: no cover - a partial message its parser cannot read
+        pass
 
 
 def _cut(m: Method, n: int) -> StreamCut:
@@ -205,9 +219,12 @@ async def _ametered(
             yield event
         if not reported:
             root.spend(m, spec.assemble(seen), kwargs)
+            reported = True
         if not ended:
             raise _cut(m, len(seen))
     finally:
+        if not reported and seen:
+            _spend_partial(root, m, spec, seen, kwargs)
         close = getattr(raw, "close", None)
         if callable(close):
             await close()

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from .._fork import reset_after_fork
+from .._fork import ForkGate, reset_after_fork
 from ..clock import Clock
 from ..errors import (
     ConfigError,
@@ -456,6 +456,10 @@ class SQLiteStore(
     # -- the stream writer's own connection (durably.store.streamwriter) -----------------
 
     _stream_conn: tuple[int, sqlite3.Connection] | None = None
+    # Makes os.fork() wait for the stream writer's transaction in progress, as the
+    # store's lock does for its own (_before_fork): a child forked inside one inherits
+    # SQLite's process-wide lock state and could never write the journal.
+    _stream_gate: ForkGate | None = None
 
     def _stream_transact(self, op: Callable[[Tx], None]) -> None:
         """``op`` in one ``BEGIN IMMEDIATE`` transaction on the stream writer's
@@ -478,14 +482,17 @@ class SQLiteStore(
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             held = self._stream_conn = (os.getpid(), conn)
         c = held[1]
-        c.execute("BEGIN IMMEDIATE")
-        try:
-            op(_SQLiteTx(c, self))
-        except BaseException:
-            with contextlib.suppress(sqlite3.DatabaseError):
-                c.execute("ROLLBACK")
-            raise
-        c.execute("COMMIT")
+        if self._stream_gate is None:  # only the writer thread gets here
+            self._stream_gate = ForkGate()
+        with self._stream_gate.inside():
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                op(_SQLiteTx(c, self))
+            except BaseException:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    c.execute("ROLLBACK")
+                raise
+            c.execute("COMMIT")
 
     def _stream_close_conn(self) -> None:
         held, self._stream_conn = self._stream_conn, None

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .._fork import reset_after_fork
 from ..events import NewEvent
 from ..limits import STREAM_BATCH_MAX, STREAM_QUEUE_MAX
 from .tx import Backend, Tx
@@ -94,6 +95,16 @@ class StreamWriter:
         """Events written (a stale series and a failed batch are not counted)."""
         self.failed = 0
         """Events lost to a failed transaction (the database was unreachable or busy)."""
+        reset_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: a fresh lock (a parent thread may have held this one at the
+        fork), no thread, queue or counts of the parent's; its own writer starts on its
+        first publish."""
+        self._cond = threading.Condition(threading.Lock())
+        self._pid = -1  # _check_fork, on the next call, forgets the rest
+        self._check_fork()
+        self.dropped = self.written = self.failed = 0
 
     def publish(self, run_id: str, token: int, events: Sequence[NewEvent]) -> None:
         """Queue ``events`` of ``run_id`` (from the process holding ``token``) for writing;

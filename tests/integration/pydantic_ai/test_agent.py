@@ -428,3 +428,32 @@ def test_a_destructive_durably_tool_that_also_requires_approval_asks_once(
         assert kinds.count("request_approval") == 1
     finally:
         engine.close()
+
+
+def test_digests_keep_what_the_model_was_asked_under_a_generated_keys_name() -> None:
+    """A tool's argument, a tool's result or a tool's parameter named like a generated
+    key (``id``, ``timestamp``, ``metadata``) is what the model was asked: a change to
+    it changes the digest (a resume against changed code raises NonDeterminism)."""
+    from pydantic_ai.models import ModelRequestParameters
+    from pydantic_ai.tools import ToolDefinition
+
+    def asked(arg: int, result: int, id_type: str) -> dict[str, Any]:
+        tool = ToolDefinition(
+            name="lookup",
+            parameters_json_schema={
+                "type": "object",
+                "properties": {"id": {"type": id_type}},
+            },
+        )
+        messages = [
+            ModelRequest(parts=[UserPromptPart("hi")]),
+            ModelResponse(parts=[ToolCallPart("lookup", {"id": arg}, tool_call_id="c1")]),
+            ModelRequest(parts=[ToolReturnPart("lookup", {"id": result}, tool_call_id="c1")]),
+        ]
+        return model_request("m", messages, {}, ModelRequestParameters(function_tools=[tool]))
+
+    base = asked(1, 10, "integer")
+    assert asked(1, 10, "integer") == base
+    assert asked(2, 10, "integer") != base  # the tool call's argument
+    assert asked(1, 11, "integer") != base  # the tool's result
+    assert asked(1, 10, "string") != base  # the tool's parameter schema

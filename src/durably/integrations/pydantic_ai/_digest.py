@@ -38,6 +38,14 @@ VOLATILE: frozenset[str] = frozenset(
         "metadata",
     }
 )
+# Fields whose value is what the model was asked, whole: a tool call's arguments, a
+# prompt's or a tool result's content, a tool's or an output's JSON schema. A key
+# inside them named like a generated one (a tool's ``id`` parameter, a result's
+# ``timestamp``) is the user's data: stripping it would hide a change to it from the
+# digest. Their values come from the user's code or the record, so they are stable.
+PAYLOAD: frozenset[str] = frozenset(
+    {"args", "content", "parameters_json_schema", "json_schema", "return_schema"}
+)
 # Model settings that shape how a request travels, not what it asks; headers may carry
 # credentials and are never recorded (docs/integrations.md).
 TRANSPORT: frozenset[str] = frozenset({"timeout", "extra_headers", "extra_query"})
@@ -54,10 +62,11 @@ def dumps(value: Any) -> str:
 
 
 def strip(value: Any) -> Any:
-    """JSON ``value`` without the :data:`VOLATILE` keys, at every depth (iterative depth
-    is bounded by the message structure the framework builds, so recursion is fine)."""
+    """JSON ``value`` without the :data:`VOLATILE` keys, at every depth of the
+    framework's structure but not inside a :data:`PAYLOAD` field (recursion depth is
+    bounded by the message structure the framework builds)."""
     if isinstance(value, Mapping):
-        return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+        return {k: v if k in PAYLOAD else strip(v) for k, v in value.items() if k not in VOLATILE}
     if isinstance(value, list | tuple):
         return [strip(v) for v in value]
     return value
