@@ -263,12 +263,13 @@ def _child(
 ) -> int:
     """Body of a forked child: a fresh Engine on the journal (in the sweep's durability
     mode, ``store``), the workflow, one drive."""
+    # Only the options given: a PostgreSQL journal takes no ``synchronous`` (None included).
+    options: dict[str, Any] = {k: v for k, v in (store or {}).items() if v is not None}
     engine = Engine(
         url,
         fault_hook=_Recorder(folder / "executions.jsonl", phase, target),
         park_wait_s=0,
-        durability=(store or {}).get("durability"),
-        synchronous=(store or {}).get("synchronous"),
+        **options,
     )
     engine.workflow(name=wf.name, version=wf.version, prompt_version=wf.prompt_version)(wf.fn)
     out: dict[str, Any]
