@@ -6,8 +6,10 @@ Shared by the recorded calls (:mod:`._common`) and the streamed ones (:mod:`._st
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import time
+from collections.abc import Iterator
 from typing import Any
 
 # durably's public API only (the import-linter contract in pyproject.toml keeps it so).
@@ -137,3 +139,19 @@ class Attempts:
         self.delay = (
             asked if asked is not None else min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (self.n - 1))
         )
+
+
+@contextlib.contextmanager
+def provider_errors(provider: Any, client: Any, state: Attempts) -> Iterator[None]:
+    """Around one request to the provider (plain or streamed, sync or async): a failure
+    the provider calls retryable is masked (:func:`scrub`) and counted for the next
+    attempt's backoff, a status error is masked; both are raised on to the step."""
+    try:
+        yield
+    except provider.retryable as exc:
+        scrub(exc, client)
+        state.failed(exc)
+        raise
+    except provider.status_error as exc:
+        scrub(exc, client)
+        raise

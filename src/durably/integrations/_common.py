@@ -25,7 +25,7 @@ from .. import step as step_options
 from .. import usage as report_usage
 from ..limits import COST_USD_MAX, TOKENS_MAX
 from ..naming import current_step_name
-from ._attempts import Attempts, scrub
+from ._attempts import Attempts, provider_errors
 from ._streams import StreamCut, StreamSpec, open_stream
 
 # Call options that shape how a request travels, not what it asks: left out of the
@@ -348,15 +348,8 @@ class Client:
 
         def call(**_: Any) -> Any:
             time.sleep(state.before_next())
-            try:
+            with provider_errors(self.provider, self.client, state):
                 resp = self.target(m.path)(**kwargs)
-            except self.provider.retryable as exc:
-                scrub(exc, self.client)
-                state.failed(exc)
-                raise
-            except self.provider.status_error as exc:
-                scrub(exc, self.client)
-                raise
             data = dump(resp)
             self.spend(m, data, kwargs)
             return data
@@ -400,15 +393,8 @@ class Client:
             delay = state.before_next()
             if delay:
                 await asyncio.sleep(delay)
-            try:
+            with provider_errors(self.provider, self.client, state):
                 resp = await self.target(m.path)(**kwargs)
-            except self.provider.retryable as exc:
-                scrub(exc, self.client)
-                state.failed(exc)
-                raise
-            except self.provider.status_error as exc:
-                scrub(exc, self.client)
-                raise
             data = dump(resp)
             self.spend(m, data, kwargs)
             return data

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from .. import AsyncContext, AsyncStepStream, Context, StepStream
-from ._attempts import Attempts, scrub
+from ._attempts import Attempts, provider_errors, scrub
 
 
 class Method(Protocol):
@@ -254,15 +254,8 @@ def open_stream(
             delay = state.before_next()
             if delay:
                 await asyncio.sleep(delay)
-            try:
+            with provider_errors(root.provider, root.client, state):
                 raw = await root.target(spec.target)(**call_kwargs)
-            except root.provider.retryable as exc:
-                scrub(exc, root.client)
-                state.failed(exc)
-                raise
-            except root.provider.status_error as exc:
-                scrub(exc, root.client)
-                raise
             return _ametered(root, m, spec, raw, kwargs)
 
         asteps = ctx.step_stream(
@@ -279,15 +272,8 @@ def open_stream(
 
     def call(**_: Any) -> Any:
         time.sleep(state.before_next())
-        try:
+        with provider_errors(root.provider, root.client, state):
             raw = root.target(spec.target)(**call_kwargs)
-        except root.provider.retryable as exc:
-            scrub(exc, root.client)
-            state.failed(exc)
-            raise
-        except root.provider.status_error as exc:
-            scrub(exc, root.client)
-            raise
         return _metered(root, m, spec, raw, kwargs)
 
     steps = ctx.step_stream(
