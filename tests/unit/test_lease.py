@@ -72,3 +72,36 @@ def test_a_run_longer_than_several_leases_keeps_its_lease(tmp_path: Path, kind: 
     finally:
         rival.close()
         engine.close()
+
+
+def test_a_renewal_refused_after_the_own_deadline_passed_says_so(tmp_path: Path) -> None:
+    """A driver paused past its lease (here a retry's backoff on a fake clock; in the fleet
+    a SIGSTOP) and taken over meanwhile learns of it from a refused renewal or from its own
+    deadline check, whichever runs first; the reason it gives is the same either way: its
+    own deadline, which it knows, not a takeover it can only infer. (The fleet test of a
+    SIGSTOPped worker on PostgreSQL failed when the renewal won the race.)"""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    clock = durably.FakeClock()
+    # The heartbeat never beats: the renewal after the backoff is the one that is refused.
+    engine = durably.Engine(url, clock=clock, lease_s=3600, heartbeat_s=3000)
+    rival = open_store(url, clock)
+    attempts: list[int] = []
+
+    @durably.step(retries=1, backoff=1.0)
+    def flaky() -> int:
+        attempts.append(1)
+        if len(attempts) == 1:
+            clock.advance(3601)  # past the lease: the rival may take the run
+            rival.claim("paused", RIVAL, 30, 10, lambda _: False)
+            raise ConnectionError("the first attempt fails; the backoff follows")
+        return 1
+
+    @engine.workflow(name="paused")
+    def wf(ctx: durably.Context) -> int:
+        return flaky()
+
+    with pytest.raises(durably.StaleLease) as caught:
+        engine.run(wf, run_id="paused")
+    assert caught.value.reason is not None, caught.value
+    assert "past its lease deadline" in caught.value.reason
+    assert attempts == [1]  # the second attempt never ran here

@@ -209,7 +209,7 @@ class LeaseKeeper:
                 if renewed:
                     core.lease_renewed(asked_at + self._lease_s)
                 else:
-                    core.lose_lease()
+                    core.token_refused(asked_at)
                     self.remove(core)
 
 

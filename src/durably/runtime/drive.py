@@ -126,7 +126,7 @@ class Executor:
         if renewed:
             core.lease_renewed(asked_at + self.lease_s)
         else:
-            core.lose_lease()
+            core.token_refused(asked_at)
 
     def write(self, op: Write) -> Generator[float, None, None]:
         """Append records, fenced by the core's token; yields the pauses to wait between
@@ -206,14 +206,17 @@ class Executor:
 
 @contextlib.contextmanager
 def recording(core: RunCore) -> Iterator[None]:
-    """Around a store call that records for ``core``: a refused write (``LeaseLost``) or a
-    ``StoreError`` is latched in the core as its stop signal and raised as that signal
-    (a BaseException), never as an ordinary exception the workflow could catch."""
+    """Around a store call that records for ``core``: a refused write (``LeaseLost``, its
+    reason the driver's own deadline when that had passed) or a ``StoreError`` is latched
+    in the core as its stop signal and raised as that signal (a BaseException), never as
+    an ordinary exception the workflow could catch."""
     try:
         yield
     except LeaseLost as exc:
-        core.latch(exc)
-        raise
+        if exc.reason is not None:
+            core.latch(exc)
+            raise
+        raise core.token_refused() from None
     except StoreError as exc:
         stop = StoreFailed(exc)
         core.latch(stop)
