@@ -34,12 +34,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ._log import LazyLogger
 from .errors import ConfigError, SerializationError
 from .history import NAME_BYTES_MAX, check_name
 from .journal.text import utc_text
@@ -73,7 +73,7 @@ DIGEST_PREFIX_MIN: Final = APPROVAL_DIGEST_PREFIX_MIN
 APPROVAL_NAME_PREFIX: Final = "request_approval:"
 """Record names of approval requests: ``request_approval:refund``."""
 
-_log = logging.getLogger("durably")
+_log = LazyLogger("durably")
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

@@ -19,9 +19,9 @@ written by different hosts, so a worker compares its clock with the database's.
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from dataclasses import dataclass
 
+from ._log import LazyLogger
 from .clock import Clock
 from .history import RunRecord
 from .limits import CLOCK_SKEW_WARN_S as CLOCK_SKEW_WARN_S
@@ -29,7 +29,7 @@ from .limits import RECOVER_SCAN_MAX as RECOVER_SCAN_MAX
 from .store.base import Served, Store, serves
 from .store.owner import Owner
 
-log = logging.getLogger("durably")
+log = LazyLogger("durably")
 
 # CLOCK_SKEW_WARN_S (durably.limits) is the skew a check warns about; this is how often.
 CLOCK_CHECK_EVERY_S = 300.0

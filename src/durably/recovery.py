@@ -19,10 +19,10 @@ and wake time), for a worker or a later ``recover``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._log import LazyLogger
 from .errors import DurablyError, RunLeased, RunParked
 from .journal.text import utc_text
 from .limits import RECOVER_WAIT_S
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .journal.records import RunRecord
     from .store.base import Served, Store
 
-_log = logging.getLogger("durably")
+_log = LazyLogger("durably")
 
 
 def recover_runs(

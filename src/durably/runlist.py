@@ -14,7 +14,6 @@ pass) and encodes the cursor; the stores run the query (``Store.list_runs``).
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
 import math
@@ -94,6 +93,8 @@ class RunPage:
 
 def encode_cursor(run: RunRecord) -> str:
     """The cursor naming ``run``'s place in the order: the next page starts after it."""
+    import base64  # here and below: cursors only, not a cost of every start
+
     raw = json.dumps([run.created_at, run.run_id], separators=(",", ":")).encode()
     return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
@@ -103,6 +104,8 @@ def decode_cursor(after: object) -> tuple[float, str] | None:
     if after is None:
         return None
     if isinstance(after, str) and after.startswith(_CURSOR_PREFIX):
+        import base64
+
         body = after[len(_CURSOR_PREFIX) :]
         try:
             value = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))

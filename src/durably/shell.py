@@ -11,8 +11,6 @@ journal (a queue name) goes through :func:`option`. A test greps every printer i
 
 from __future__ import annotations
 
-import shlex
-
 __all__ = ["command", "option"]
 
 
@@ -23,6 +21,8 @@ def command(verb: str, *args: str, options: str = "") -> str:
     are used as given. An argument that starts with ``-`` puts the options first and the
     arguments after ``--``, where the command line never reads them as options.
     """
+    import shlex  # printed in error messages only: not a cost of every start
+
     quoted = " ".join(shlex.quote(a) for a in args)
     if any(a.startswith("-") for a in args):
         parts = ["durably", verb, options, "--", quoted]
@@ -35,6 +35,8 @@ def option(flag: str, value: str) -> str:
     """``--flag VALUE`` for :func:`command`'s ``options``, with ``value`` (journal text,
     e.g. a queue name) quoted for a POSIX shell; a value that starts with ``-`` is
     written ``--flag=VALUE``, so it cannot read as another option."""
+    import shlex
+
     if value.startswith("-"):
         return f"{flag}={shlex.quote(value)}"
     return f"{flag} {shlex.quote(value)}"

@@ -9,10 +9,10 @@ replays it when due; when another process took it first, it follows that run to 
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from typing import Any
 
+from .._log import INFO, WARNING, LazyLogger
 from ..clock import SystemClock
 from ..context import AsyncContext, Context, workflow_body
 from ..errors import RunLeased, RunParked
@@ -29,7 +29,7 @@ LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wai
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
 FOLLOW_POLL_S = 0.05  # between looks at a run another process is driving (engine.run)
 
-_log = logging.getLogger("durably")
+_log = LazyLogger("durably")
 
 
 def _held(run: RunRecord, now: float) -> bool:
@@ -215,7 +215,7 @@ class Driver:
                 if waited is None and not live:
                     raise leased
                 _log.log(
-                    logging.WARNING if waited else logging.INFO,
+                    WARNING if waited else INFO,
                     "%s",
                     waited.message() if waited else _following(run),
                 )

@@ -11,12 +11,12 @@ their leases are given back at once so another process need not wait for them.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from dataclasses import dataclass
 
 from .._fork import reset_after_fork
+from .._log import LazyLogger
 from ..clock import Clock
 from ..errors import DurablyError, StoreError
 from ..history import RunRecord
@@ -29,7 +29,7 @@ from .base import Base
 # claim may take them over at once instead of waiting lease_s for its own lease.
 _UNRELEASED: set[tuple[str, str]] = set()
 
-_log = logging.getLogger("durably")
+_log = LazyLogger("durably")
 
 
 class Leases:

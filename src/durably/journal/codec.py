@@ -13,7 +13,6 @@ so a future change of encoding can never silently mismatch an old history.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime as dt
 import enum
@@ -38,7 +37,7 @@ list digest as under 1. A run keeps the rule it recorded."""
 CODEC_VERSIONS = (1, 2)
 
 _TAG_DECODERS: dict[str, Callable[[Any], Any]] = {
-    "$bytes": lambda v: base64.b64decode(v),
+    "$bytes": lambda v: _module("base64").b64decode(v),
     "$tuple": lambda v: tuple(v),
     "$set": lambda v: set(v),
     "$frozenset": lambda v: frozenset(v),
@@ -104,7 +103,7 @@ def to_json(value: Any, where: str = "value") -> Any:
         tag = "$set" if isinstance(value, set) else "$frozenset"
         return {tag: sorted((to_json(v, where) for v in value), key=_sort_key)}
     if isinstance(value, bytes | bytearray | memoryview):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+        return {"$bytes": _module("base64").b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, dt.datetime):
         return {"$datetime": value.isoformat()}
     if isinstance(value, dt.date):

@@ -6,7 +6,6 @@ before any live step runs); a replay returns the recorded value.
 from __future__ import annotations
 
 import datetime as dt
-import random as _random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +53,8 @@ def now(core: RunCore) -> dt.datetime:
 
 def random(core: RunCore) -> float:
     """A recorded float in [0, 1)."""
+    import random as _random  # on first use: a workflow that draws none never loads it
+
     return float(value(core, RANDOM, _random.random))
 
 

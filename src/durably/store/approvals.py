@@ -5,10 +5,10 @@ fenced read of a decision (over the :mod:`.tx` protocol). Parking on a request i
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 from typing import Any
 
+from .._log import LazyLogger
 from ..approvals import EXPIRED, OUTCOMES, ApprovalRow, is_time
 from ..errors import (
     ApprovalAlreadyDecided,
@@ -25,7 +25,7 @@ from . import stream
 from .base import APPROVALS_LIST_MAX
 from .tx import Backend, Tx
 
-log = logging.getLogger("durably")
+log = LazyLogger("durably")
 
 
 class Approvals(Backend):

@@ -12,15 +12,15 @@ to a file not there yet gets its target created 0600 the same way.
 
 from __future__ import annotations
 
-import logging
 import os
-import shlex
 import stat
 import threading
 
+from .._log import LazyLogger
+
 __all__ = ["open_private"]
 
-log = logging.getLogger("durably")
+log = LazyLogger("durably")
 
 _SUFFIXES = ("", "-wal", "-shm")
 _warned: set[str] = set()
@@ -74,6 +74,8 @@ def _warn_if_shared(path: str, what: str) -> None:
         if key in _warned:
             return
         _warned.add(key)
+    import shlex  # for this warning only: not a cost of every start
+
     modes = ", ".join(f"{p} is {m:04o}" for p, m in shared)
     log.warning(
         "durably: the %s %s can be read by other local users (%s); it holds prompts,"

@@ -7,7 +7,6 @@ implementation; a test on a fake clock never sleeps.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Generator
 from typing import TypeVar
 
@@ -32,6 +31,8 @@ def attempts(op: Callable[[], T], budget_s: float) -> Generator[float, None, T]:
         try:
             return op()
         except StoreError as exc:
+            import random  # on a transient failure only: not a cost of every start
+
             # Full jitter on the upper half: many processes retrying one database spread out.
             pause = delay * (0.5 + random.random() / 2)
             if not exc.transient or waited + pause > budget_s:

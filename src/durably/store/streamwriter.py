@@ -36,7 +36,6 @@ moves to one writer thread.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -45,11 +44,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .._fork import reset_after_fork
+from .._log import LazyLogger
 from ..events import NewEvent
 from ..limits import STREAM_BATCH_MAX, STREAM_QUEUE_MAX
 from .tx import Backend, Tx
 
-_log = logging.getLogger("durably.store")
+_log = LazyLogger("durably.store")
 
 Transact = Callable[[Callable[[Tx], None]], None]
 """``transact(op)``: run ``op(tx)`` as one write transaction on the writer's own
