@@ -7,7 +7,7 @@ DEV_EXTRAS ?= dev,plot,otel
 # Exact versions of every dependency, so CI and every checkout install the same ones.
 CONSTRAINTS := constraints.txt
 
-.PHONY: demo test lint typecheck pytest bench clean constraints
+.PHONY: demo test lint typecheck pytest bench bench-restart bench-dbos clean constraints
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -70,5 +70,23 @@ pytest: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/step_overhead.py
 
+## bench-restart: restart to the first live step of a crashed 1,000-step run against
+## `python -c "import durably"`, and that against a bare interpreter, in one run
+bench-restart: $(VENV)/.installed-dev
+	$(BIN)/python bench/restart.py
+
+## bench-dbos: durably and DBOS side by side (per step, 100 concurrent runs), each against
+## the raw fsync'd commit measured beside them. DBOS gets its own venv (.venv-dbos, made
+## on first use), never durably's. PostgreSQL too: make bench-dbos DBOS_ARGS="--pg URL"
+DBOS_VENV := .venv-dbos
+DBOS_VERSION := 3.4.0
+DBOS_ARGS ?=
+$(DBOS_VENV)/bin/python:
+	$(PYTHON) -m venv $(DBOS_VENV)
+	$(DBOS_VENV)/bin/python -m pip install --quiet dbos==$(DBOS_VERSION)
+
+bench-dbos: $(VENV)/.installed-dev $(DBOS_VENV)/bin/python
+	$(BIN)/python bench/dbos_compare.py --dbos-python $(DBOS_VENV)/bin/python $(DBOS_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache demo-output
+	rm -rf $(VENV) $(DBOS_VENV) .pytest_cache .mypy_cache .ruff_cache demo-output

@@ -43,10 +43,11 @@ def trivial_effect(i: int, *, idempotency_key: str) -> dict[str, int]:
     return {"i": i}
 
 
-def raw_sqlite_s(path: Path, synchronous: str, n: int) -> float:
-    """Mean seconds of one INSERT+COMMIT in WAL at ``synchronous``."""
+def raw_sqlite_s(path: Path, synchronous: str, n: int, journal_mode: str = "WAL") -> float:
+    """Mean seconds of one INSERT+COMMIT in ``journal_mode`` (durably's: WAL) at
+    ``synchronous``."""
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA journal_mode={journal_mode}")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute(
         "CREATE TABLE t (run_id TEXT, seq INTEGER, output TEXT, PRIMARY KEY (run_id, seq))"
