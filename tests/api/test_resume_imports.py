@@ -3,7 +3,9 @@
 A restart's cost is mostly imports: the standard library modules durably reaches only on
 rare paths (logging for a warning, difflib for a misspelled option, random for a retry's
 jitter or ``ctx.random()``, base64 for bytes values and list cursors, shlex for the chmod
-advice) are imported where they are used, so a resume that uses none never loads them.
+advice) are imported where they are used, and so are the engine's rooms a run's own path
+never calls (admin: retry/fork/cancel/recover; the read methods; signals and approvals
+sent from outside), so a resume that uses none never loads them.
 The run here is real: recorded on a SQLite file by a process SIGKILLed in its last step,
 resumed by a fresh interpreter that lists ``sys.modules`` at its first live step.
 """
@@ -18,7 +20,11 @@ from pathlib import Path
 
 # Each is what the resume below does not use: a regression that imports one at the top
 # of a module on the resume's path shows here.
-NOT_ON_A_RESUME = ("logging", "difflib", "random", "base64", "shlex", "asyncio", "uuid")
+NOT_ON_A_RESUME = (
+    *("logging", "difflib", "random", "base64", "shlex", "asyncio", "uuid"),
+    *("durably.engine.admin", "durably.engine.reads", "durably.engine.messages"),
+    "durably.recovery",
+)
 
 _WORKFLOW = """
 import json, os, signal, sys

@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import runlist
 from ..approvals import APPROVED, REJECTED, ApprovalRow, Decision, PendingApproval
@@ -27,18 +28,15 @@ from ..journal.text import utc_text as utc_text
 from ..limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
 from ..limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from ..replay.kernel import FaultHook
-from ..runlist import LiveWorker, RunPage
 from ..store import retry
 from ..store.base import Store
 from ..store.open import open_store
-from .admin import Admin
 from .attempt import Attempts, decode_input, park_reason
 from .base import Base
 from .create import Creator
 from .drive import Driver
 from .handle import Handle
 from .leases import Leases
-from .messages import Messages
 from .options import (
     DEFAULT_URL,
     LEASE_S_DEFAULT,
@@ -47,8 +45,13 @@ from .options import (
     refuse_misspelt_options,
 )
 from .queues import QueueLimits, Queues
-from .reads import Reads
 from .registry import Registry, Workflow, newest, version_key
+
+if TYPE_CHECKING:
+    from ..runlist import LiveWorker, RunPage
+    from .admin import Admin
+    from .messages import Messages
+    from .reads import Reads
 
 T = TypeVar("T")
 
@@ -152,9 +155,38 @@ class Engine:
         self._driver = Driver(self._base, self._registry, self._attempts)
         active = self._attempts.active
         self._queues = Queues(self._base, self._registry, self._create, self._leases, active)
-        self._admin = Admin(self._base, self._registry, self._create, self._driver, active)
-        self._reads = Reads(self._base)
-        self._messages = Messages(self._base)
+        self._rooms_lock = threading.Lock()
+        self._outside_rooms: tuple[Admin, Reads, Messages] | None = None
+
+    # The rooms a run's own path never uses (retry/fork/cancel/recover, the list and read
+    # methods, signals and approvals sent from outside) are imported and built together at
+    # the first use of one: a process that only resumes runs never loads them (issue 28).
+    @property
+    def _admin(self) -> Admin:
+        return self._outside()[0]
+
+    @property
+    def _reads(self) -> Reads:
+        return self._outside()[1]
+
+    @property
+    def _messages(self) -> Messages:
+        return self._outside()[2]
+
+    def _outside(self) -> tuple[Admin, Reads, Messages]:
+        rooms = self._outside_rooms
+        if rooms is None:
+            from .admin import Admin
+            from .messages import Messages
+            from .reads import Reads
+
+            with self._rooms_lock:
+                if self._outside_rooms is None:
+                    active = self._attempts.active
+                    admin = Admin(self._base, self._registry, self._create, self._driver, active)
+                    self._outside_rooms = (admin, Reads(self._base), Messages(self._base))
+                rooms = self._outside_rooms
+        return rooms
 
     # The options, as attributes (engine.url, engine.lease_s, ...): each reads the options
     # every room shares, and setting one (tests switch fault_hook) replaces them there.
