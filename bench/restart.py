@@ -6,18 +6,20 @@ Prints, from one run on this machine (fresh interpreters, interleaved, medians):
 - a restart: a fresh interpreter that imports durably, opens the journal, claims the
   crashed run and replays its 999 recorded steps, timed from spawning it to its first live
   step, and its ratio to ``import durably`` (target <= 2x);
-- the CPU time of each child (less disturbed by other programs' load than wall time), the
-  modules a resume has imported at its first live step, and, in-process, what the replay of
-  the 999 steps costs once everything is imported (the part of the restart that is not
-  start-up).
+- the CPU time of each child (less disturbed than wall time by other programs' load); and,
+  from inside the restarting child, what its parts cost: importing the engine
+  (``durably.Engine``), opening the journal (``Engine(url)``), and ``engine.run`` up to
+  the first live step (claim, load of the history, replay of 999 steps); and the modules
+  it has imported by its first live step.
 
-Bytecode is cached as in any deployment (the first start of each kind writes it and is not
+Bytecode is cached as in any deployment (a first start of each kind writes it and is not
 counted; PYTHONDONTWRITEBYTECODE, set in some sandboxes, is removed from the children's
 environment so the figures do not measure the compiler).
 
-Run: ``python bench/restart.py [--steps N] [--rounds R] [--dir PATH] [--against SRC]``.
-``--against SRC`` adds a second column measured from another checkout's ``src/`` (e.g. a
-worktree of main), alternating with this one in the same rounds.
+    python bench/restart.py [--steps N] [--rounds R] [--dir PATH] [--against SRC]
+
+``--against SRC`` adds a column measured from another checkout's ``src/`` (e.g. a worktree
+of main: ``git worktree add --detach /tmp/base main``), alternating with this one.
 """
 
 from __future__ import annotations
@@ -34,67 +36,34 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE_SRC = Path(__file__).resolve().parents[1] / "src"
 
-CRASH_SCRIPT = textwrap.dedent(
+# One program, two lives: "crash" records the run and is SIGKILLed in its last step;
+# "resume" is what a deployed program does after the crash (import, open the same
+# journal, run the same workflow again) and prints, as JSON, the wall clock at its first
+# live step (compared with the parent's clock before the spawn), the parts' times and,
+# when asked ("modules"), the modules imported by then.
+CHILD = textwrap.dedent(
     """
-    import os, signal, sys, durably
-    engine = durably.Engine(sys.argv[1])
-    n = int(sys.argv[2])
-    def trivial(i):
-        if i == n - 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return {"i": i}
-    @engine.workflow(name="resume")
-    def many(ctx, steps):
-        for i in range(steps):
-            ctx.step("s", trivial, i)
-        return steps
-    engine.run(many, n, run_id="crashed")
-    """
-)
-
-# What a deployed program does after a crash: import, open the same journal, run the same
-# workflow again. It prints the wall clock at its first live step (compared with the
-# parent's clock before the spawn) and, on request, the modules imported by then.
-RESUME_SCRIPT = textwrap.dedent(
-    """
-    import sys, time
-    import durably
-    engine = durably.Engine(sys.argv[1])
-    first_live, mods = [], []
-    def trivial(i):
-        if not first_live:
-            first_live.append(time.time())
-            mods.extend(sys.modules)  # MODULES
-        return {"i": i}
-    @engine.workflow(name="resume")
-    def many(ctx, steps):
-        for i in range(steps):
-            ctx.step("s", trivial, i)
-        return steps
-    engine.run(many, int(sys.argv[2]), run_id="crashed")
-    print(first_live[0])
-    """
-)
-
-# The same resume in one process, everything imported beforehand: the replay alone.
-REPLAY_SCRIPT = textwrap.dedent(
-    """
-    import sys, time, json
-    import durably
+    import os, signal, sys, time
+    url, n, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     t_import = time.perf_counter()
+    import durably
     durably.Engine
     t_open = time.perf_counter()
-    engine = durably.Engine(sys.argv[1])
+    engine = durably.Engine(url)
     t_opened = time.perf_counter()
-    first_live = []
+    first_live, mods = [], []
     def trivial(i):
+        if mode == "crash" and i == n - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
         if not first_live:
-            first_live.append(time.perf_counter())
+            first_live.append((time.time(), time.perf_counter()))
+            if mode == "modules":
+                mods.extend(sys.modules)
         return {"i": i}
     @engine.workflow(name="resume")
     def many(ctx, steps):
@@ -102,20 +71,18 @@ REPLAY_SCRIPT = textwrap.dedent(
             ctx.step("s", trivial, i)
         return steps
     t_run = time.perf_counter()
-    engine.run(many, int(sys.argv[2]), run_id="crashed")
+    engine.run(many, n, run_id="crashed")
+    wall, perf = first_live[0]
+    import json
     print(json.dumps({
+        "first_live": wall,
         "engine_import": t_open - t_import,
         "open": t_opened - t_open,
-        "replay": first_live[0] - t_run,
+        "replay": perf - t_run,
+        "modules": sorted(mods),
     }))
     """
 )
-
-MODULES_SCRIPT = RESUME_SCRIPT.replace(
-    "print(first_live[0])",
-    "import json; print(json.dumps(sorted(mods)))",
-)
-RESUME_SCRIPT = RESUME_SCRIPT.replace("mods.extend(sys.modules)  # MODULES", "pass")
 
 
 def child_env(src: Path) -> dict[str, str]:
@@ -127,11 +94,9 @@ def child_env(src: Path) -> dict[str, str]:
 
 
 def make_crashed(path: Path, steps: int, env: dict[str, str]) -> None:
-    """Record a run that was SIGKILLed in its last step, folded into one file (no -wal)."""
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    """Record a run SIGKILLed in its last step, folded into one file (no -wal)."""
     subprocess.run(
-        [sys.executable, "-c", CRASH_SCRIPT, f"sqlite:///{path}", str(steps)],
+        [sys.executable, "-c", CHILD, f"sqlite:///{path}", str(steps), "crash"],
         check=False,
         env=env,
     )
@@ -163,52 +128,60 @@ def spawn(args: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, cpu, out.stdout
 
 
-def one_round(side: dict[str, object], base: Path, scratch: Path, steps: int) -> dict[str, float]:
+def resume(env: dict[str, str], base: Path, scratch: Path, steps: int, mode: str) -> Any:
+    """One restart of the crashed run: (seconds to first live step, CPU, wall to exit,
+    the child's report)."""
+    fresh_copy(base, scratch)
+    t0 = time.time()
+    url = f"sqlite:///{scratch}"
+    whole, cpu, out = spawn([sys.executable, "-c", CHILD, url, str(steps), mode], env)
+    got = json.loads(out)
+    return got["first_live"] - t0, cpu, whole, got
+
+
+def one_round(env: dict[str, str], base: Path, scratch: Path, steps: int) -> dict[str, float]:
     """One measurement of each command for one checkout."""
-    env = side["env"]
-    assert isinstance(env, dict)
     py = sys.executable
     bare, bare_cpu, _ = spawn([py, "-c", "pass"], env)
     imp, imp_cpu, _ = spawn([py, "-c", "import durably"], env)
-    engine, _, _ = spawn([py, "-c", "import durably; durably.Engine"], env)
-    fresh_copy(base, scratch)
-    t0 = time.time()
-    whole, cpu, out = spawn([py, "-c", RESUME_SCRIPT, f"sqlite:///{scratch}", str(steps)], env)
-    first_live = float(out.strip()) - t0
+    engine, engine_cpu, _ = spawn([py, "-c", "import durably; durably.Engine"], env)
+    first_live, cpu, whole, got = resume(env, base, scratch, steps, "resume")
     return {
         "bare": bare,
         "bare_cpu": bare_cpu,
         "import": imp,
         "import_cpu": imp_cpu,
         "engine": engine,
+        "engine_cpu": engine_cpu,
         "restart": first_live,
-        "restart_exit": whole,
         "restart_cpu": cpu,
+        "restart_exit": whole,
+        "engine_import": got["engine_import"],
+        "open": got["open"],
+        "replay": got["replay"],
     }
 
 
-def in_process(side: dict[str, object], base: Path, scratch: Path, steps: int) -> dict[str, float]:
-    """Opening the journal and replaying the history, with the imports already done."""
-    env = side["env"]
-    assert isinstance(env, dict)
-    fresh_copy(base, scratch)
-    _, _, out = spawn(
-        [sys.executable, "-c", REPLAY_SCRIPT, f"sqlite:///{scratch}", str(steps)], env
-    )
-    got: dict[str, float] = json.loads(out)
-    return got
-
-
-def modules(side: dict[str, object], base: Path, scratch: Path, steps: int) -> list[str]:
-    """The modules a resume has imported at its first live step."""
-    env = side["env"]
-    assert isinstance(env, dict)
-    fresh_copy(base, scratch)
-    _, _, out = spawn(
-        [sys.executable, "-c", MODULES_SCRIPT, f"sqlite:///{scratch}", str(steps)], env
-    )
-    mods: list[str] = json.loads(out)
-    return mods
+ROWS = (
+    ("bare", "python -c pass (ms)"),
+    ("bare_cpu", "  CPU (ms)"),
+    ("import", 'python -c "import durably" (ms)'),
+    ("import_cpu", "  CPU (ms)"),
+    ("engine", 'python -c "import durably; durably.Engine" (ms)'),
+    ("engine_cpu", "  CPU (ms)"),
+    ("restart", "restart to the first live step (ms)"),
+    ("restart_cpu", "  CPU (ms), to the exit"),
+    ("restart_exit", "restart, spawn to exit (the run finished) (ms)"),
+    ("engine_import", "in the restart: durably.Engine imported (ms)"),
+    ("open", "in the restart: Engine(url) (ms)"),
+    ("replay", "in the restart: run to the first live step (ms)"),
+)
+RATIOS = (
+    ("import", "bare", "import durably / bare start (target <= 4x)"),
+    ("restart", "import", "restart / import durably (target <= 2x)"),
+    ("restart_cpu", "import_cpu", "  the same in CPU time"),
+    ("restart", "engine", 'restart / "import durably; durably.Engine"'),
+)
 
 
 def main() -> None:
@@ -221,38 +194,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2 or args.rounds < 1:
         parser.error("--steps must be >= 2 and --rounds >= 1")
-    sides: dict[str, dict[str, object]] = {"this": {"src": HERE_SRC}}
+    sides = {"this": HERE_SRC}
     if args.against is not None:
         if not (args.against / "durably" / "__init__.py").is_file():
             parser.error(f"--against {args.against}: no durably/__init__.py there (give a src/)")
-        sides = {"against": {"src": args.against.resolve()}, **sides}
-    for side in sides.values():
-        src = side["src"]
-        assert isinstance(src, Path)
-        side["env"] = child_env(src)
+        sides = {"against": args.against.resolve(), **sides}
+    envs = {name: child_env(src) for name, src in sides.items()}
     med = statistics.median
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
-        got: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-        bases = {}
-        for name, side in sides.items():
-            base = Path(d) / f"{name}-crashed.db"
-            env = side["env"]
-            assert isinstance(env, dict)
-            make_crashed(base, args.steps, env)
-            bases[name] = base
-            one_round(side, base, Path(d) / "warm.db", args.steps)  # writes the bytecode
+        bases, scratch = {}, Path(d) / "restart.db"
+        for name, env in envs.items():
+            bases[name] = Path(d) / f"{name}-crashed.db"
+            make_crashed(bases[name], args.steps, env)
+            one_round(env, bases[name], scratch, args.steps)  # writes the bytecode
         for r in range(args.rounds):
-            order = list(sides) if r % 2 == 0 else list(reversed(sides))
-            for name in order:
-                got[name].append(one_round(sides[name], bases[name], Path(d) / "r.db", args.steps))
-        inproc = {
-            name: [
-                in_process(sides[name], bases[name], Path(d) / "p.db", args.steps) for _ in range(5)
-            ]
-            for name in sides
-        }
+            for name in list(sides) if r % 2 == 0 else list(reversed(sides)):
+                got[name].append(one_round(envs[name], bases[name], scratch, args.steps))
         mods = {
-            name: modules(sides[name], bases[name], Path(d) / "m.db", args.steps) for name in sides
+            name: resume(envs[name], bases[name], scratch, args.steps, "modules")[3]["modules"]
+            for name in sides
         }
     print(
         f"restart of a crashed {args.steps}-step run on SQLite, median of {args.rounds}"
@@ -260,46 +221,19 @@ def main() -> None:
         f" {os.getloadavg()[0]:.1f} at the end (other programs share the machine)"
     )
     names = list(sides)
-    print(f"  {'':48}" + "".join(f"{n:>14}" for n in names))
-    ratio = {"import/bare": ("import", "bare"), "restart/import": ("restart", "import")}
-    lines: list[tuple[str, Callable[[str], str]]] = [
-        (f"{label} (ms)", lambda n, k=key: f"{med(x[k] for x in got[n]) * 1e3:.1f}")
-        for key, label in (
-            ("bare", "python -c pass"),
-            ("bare_cpu", "  CPU"),
-            ("import", 'python -c "import durably"'),
-            ("import_cpu", "  CPU"),
-            ("engine", 'python -c "import durably; durably.Engine"'),
-            ("restart", "restart to the first live step"),
-            ("restart_cpu", "  CPU"),
-            ("restart_exit", "restart, spawn to exit (the run finished)"),
+    print(f"  {'':50}" + "".join(f"{n:>10}" for n in names))
+    for key, label in ROWS:
+        print(
+            f"  {label:50}" + "".join(f"{med(x[key] for x in got[n]) * 1e3:10.1f}" for n in names)
         )
-    ]
-    lines += [
-        (label, lambda n, k=key: f"{med(x[ratio[k][0]] / x[ratio[k][1]] for x in got[n]):.2f}x")
-        for key, label in (
-            ("import/bare", "import durably / bare start (target <= 4x)"),
-            ("restart/import", "restart / import durably (target <= 2x)"),
-        )
-    ]
-    lines += [
-        (f"in-process: {label} (ms)", lambda n, k=key: f"{med(x[k] for x in inproc[n]) * 1e3:.1f}")
-        for key, label in (
-            ("engine_import", "durably.Engine imported"),
-            ("open", "Engine(url)"),
-            ("replay", f"replay of {args.steps - 1} steps"),
-        )
-    ]
-    lines += [
-        ("modules at the first live step: durably's", lambda n: str(_own(mods[n]))),
-        ("  all", lambda n: str(len(mods[n]))),
-    ]
-    for label, value in lines:
-        print(f"  {label:48}" + "".join(f"{value(n):>14}" for n in names))
-
-
-def _own(modules: list[str]) -> int:
-    return sum(1 for m in modules if m.split(".")[0] == "durably")
+    for a, b, label in RATIOS:
+        print(f"  {label:50}" + "".join(f"{med(x[a] / x[b] for x in got[n]):9.2f}x" for n in names))
+    own = {n: sum(1 for m in mods[n] if m.split(".")[0] == "durably") for n in names}
+    for label, count in (
+        ("modules at the first live step: durably's", own),
+        ("  all", {n: len(mods[n]) for n in names}),
+    ):
+        print(f"  {label:50}" + "".join(f"{count[n]:10}" for n in names))
 
 
 if __name__ == "__main__":
