@@ -25,7 +25,7 @@ from .errors import (
     ConfigError,
     clause,
 )
-from .features import approvals, budgets, emits, signals, timers, versions
+from .features import budgets, emits, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
 from .misuse import async_step_in_sync
@@ -268,6 +268,10 @@ class Context:
         arguments, and its result is the expired Decision's ``value``. The expiry is
         recorded, so a replay takes the same branch, once.
         """
+        # The approvals room loads with the first request: a run that asks for none (and
+        # a resume of it) never imports it (issue 28).
+        from .features import approvals
+
         decision: Decision = drive_sync(
             self._ex, approvals.request_approval(self._core, action, args, timeout_s, on_timeout)
         )

@@ -5,7 +5,8 @@ rare paths (logging for a warning, difflib for a misspelled option, random for a
 jitter or ``ctx.random()``, base64 for bytes values and list cursors, shlex for the chmod
 advice) are imported where they are used, and so are the engine's rooms a run's own path
 never calls (admin: retry/fork/cancel/recover; the read methods; signals and approvals
-sent from outside), so a resume that uses none never loads them.
+sent from outside), and the approvals room until a run asks for an approval or one is
+read, so a resume that uses none never loads them.
 The run here is real: recorded on a SQLite file by a process SIGKILLed in its last step,
 resumed by a fresh interpreter that lists ``sys.modules`` at its first live step.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 NOT_ON_A_RESUME = (
     *("logging", "difflib", "random", "base64", "shlex", "asyncio", "uuid"),
     *("durably.engine.admin", "durably.engine.reads", "durably.engine.messages"),
-    "durably.recovery",
+    *("durably.recovery", "durably.approvals", "durably.features.approvals"),
 )
 
 _WORKFLOW = """

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import runlist
-from ..approvals import APPROVED, REJECTED, ApprovalRow, Decision, PendingApproval
 from ..budget import Budget, Spend
 from ..clock import Clock, SystemClock
 from ..events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
@@ -48,6 +47,7 @@ from .queues import QueueLimits, Queues
 from .registry import Registry, Workflow, newest, version_key
 
 if TYPE_CHECKING:
+    from ..approvals import ApprovalRow, Decision, PendingApproval
     from ..runlist import LiveWorker, RunPage
     from .admin import Admin
     from .messages import Messages
@@ -433,6 +433,8 @@ class Engine:
         run ``RunNotFound``, an unknown request ``ApprovalNotFound``, a finished run (or
         one being cancelled, which never uses a decision) ``RunFinished``.
         """
+        from ..approvals import APPROVED  # loaded with the messages room anyway
+
         return self._messages.decide(
             run_id, request_id, digest, APPROVED, by, note, "engine.approve"
         )
@@ -449,6 +451,8 @@ class Engine:
         """Reject the request (see :meth:`approve`; the same checks): the workflow's
         ``request_approval`` returns a Decision with outcome ``"rejected"`` and ``reason``
         as its ``note``."""
+        from ..approvals import REJECTED
+
         return self._messages.decide(
             run_id, request_id, digest, REJECTED, by, reason, "engine.reject"
         )

@@ -10,12 +10,14 @@ at construction (STYLE habit 18: no ``object`` cargo to dodge an import cycle).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ..approvals import ApprovalRequest
 from ..errors import Unwind
 from ..journal.records import StepRecord
 from ..journal.text import utc_text
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest
 
 _FIELDS: Final = frozenset(
     {"reason", "wake_at", "wait_signals", "detail", "approvals", "waits", "records"}

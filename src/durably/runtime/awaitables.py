@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..errors import ConfigError
-from ..features import approvals, signals
+from ..features import signals
 from ..replay import stepping
 from ..replay.kernel import RunCore
 from ..replay.ops import Op
@@ -155,6 +155,8 @@ def run_approval(
 ) -> Coroutine[Any, Any, Decision]:
     """``await ctx.request_approval(...)``; a request that parked in an earlier attempt
     inside a gather branch lets its siblings replay first."""
+    from ..features import approvals  # with the first request, as in Context (issue 28)
+
     core.check_dropped()
     if parked_before(core):
         return _after_siblings(

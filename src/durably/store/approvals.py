@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._log import LazyLogger
-from ..approvals import EXPIRED, OUTCOMES, ApprovalRow, is_time
 from ..errors import (
     ApprovalAlreadyDecided,
     ApprovalMismatch,
@@ -24,6 +23,9 @@ from ..shell import command
 from . import stream
 from .base import APPROVALS_LIST_MAX
 from .tx import Backend, Tx
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRow
 
 log = LazyLogger("durably")
 
@@ -131,6 +133,10 @@ def approval_row(row: Sequence[Any]) -> ApprovalRow:
     expires_at, decided_at, outcome, by_name, note: every approvals query selects them in
     this order), checked on the way out: an outcome the code does not know, or a time
     that is none (SQLite keeps text in a REAL column), is a damaged row."""
+    # The approvals room loads with the first approval read: a run that asks for none
+    # (and a resume of it) never imports it (issue 28).
+    from ..approvals import OUTCOMES, ApprovalRow, is_time
+
     try:
         out = ApprovalRow(
             str(row[0]),
@@ -181,6 +187,8 @@ def check_decidable(
     before saying whether the request was decided (it names another action).
     ``cancelling``: a cancel was asked for, so the run unwinds at its next wake and never
     uses a decision (accepting one would tell the person it was approved)."""
+    from ..approvals import EXPIRED
+
     if status is None:
         raise RunNotFound(
             f"no run {run_id!r} in {where}; nothing was decided. `durably approvals list`"

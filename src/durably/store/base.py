@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..approvals import ApprovalRequest, ApprovalRow
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from ..limits import APPROVALS_LIST_MAX as APPROVALS_LIST_MAX
 from .owner import Owner
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest, ApprovalRow
 
 __all__ = ["NewRun", "Owner", "Store"]
 

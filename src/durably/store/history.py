@@ -17,9 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalRequest
 from ..errors import LeaseLost, NotADurablyDatabase, SerializationError, StoreError
 from ..events import NewEvent
 from ..history import INTENT, CorruptRecord, StepRecord
@@ -27,6 +26,9 @@ from . import stream
 from .durability import needs_sync
 from .groupcommit import Append, GroupCommit
 from .tx import Backend, Tx
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest
 
 # Every column of a step row (the blobs a record carries go to the blobs table).
 STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..approvals import ApprovalRequest, ApprovalRow
 from ..errors import NotADurablyDatabase
 from ..events import (
     APPROVAL_DECIDED,
@@ -47,6 +46,9 @@ from ..history import (
     TERMINAL,
     RunRecord,
 )
+
+if TYPE_CHECKING:
+    from ..approvals import ApprovalRequest, ApprovalRow
 
 # The run status a release or finish moves to -> the event it writes.
 _STATUS_EVENTS = {
