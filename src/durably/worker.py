@@ -231,8 +231,11 @@ class Worker:
             log.info("durably worker: run %s parked (%s)", run.run_id, exc.reason)
             self._count("parked")
         except StaleLease as exc:
-            if exc.reason is None:
-                log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+            if exc.taken:  # the journal refused its token (after a pause, says so too)
+                after = f" ({exc.reason})" if exc.reason else ""
+                log.warning(
+                    "durably worker: lost run %s to another worker; stopped it%s", run.run_id, after
+                )
             else:  # its own deadline passed (a pause): maybe no one else has it yet
                 log.warning("durably worker: lost run %s: %s", run.run_id, exc)
             self._count("stale")
