@@ -81,6 +81,11 @@ def runs() -> None:
     help="Start after the runs already shown: the cursor the page before printed (same filters).",
 )
 @click.option(
+    "--pruned",
+    is_flag=True,
+    help="List the tombstones of pruned and deleted runs instead (newest first).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -98,6 +103,7 @@ def runs_list(
     since: str | None,
     limit: int,
     after: str | None,
+    pruned: bool,
     as_json: bool,
 ) -> None:
     """List runs, newest first, with a count of runs per status under the table
@@ -112,6 +118,9 @@ def runs_list(
             " --status, not --queue, --search or --after",
             as_json,
         )
+    if pruned:
+        _list_tombstones(db, limit, as_json)
+        return
     start = None if since is None else since_time(since, time.time(), as_json)
     engine = open_engine(db, as_json)
     try:
@@ -166,6 +175,37 @@ def runs_list(
     console.print(count_line(shown, len(rows)))
     if cursor is not None:
         console.print(f"next page: --after {cursor}", soft_wrap=True)
+
+
+def _list_tombstones(db: str, limit: int, as_json: bool) -> None:
+    """``runs list --pruned``: what is left of pruned and deleted runs."""
+    engine = open_engine(db, as_json)
+    try:
+        tombs = engine.list_tombstones(limit=limit)
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json_text([t.as_json() for t in tombs]))
+        return
+    cols = [Column("run_id", whole=True)] + [
+        Column(c) for c in ("workflow", "status", "finished", "removed", "how")
+    ]
+    rows = [
+        [
+            term(t.run_id),
+            term(t.workflow),
+            term(t.status),
+            ts(t.finished_at) if t.finished_at is not None else "",
+            ts(t.removed_at),
+            t.how,
+        ]
+        for t in tombs
+    ]
+    where = term(redact_url(db))
+    title = f"tombstones in {where}" if rows else f"no tombstones in {where}"
+    print_table(_console(), cols, rows, title)
 
 
 def _runs(
@@ -577,3 +617,13 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     _console().print(f"{term(run_id)}: {term_lines(why.sentence)}", soft_wrap=True)
     if values is not None:
         click.echo(values)  # inert already, line breaks kept; not through rich markup
+
+
+def _add_delete() -> None:
+    # `runs delete` lives with prune (cli/retention.py): the two share the retention room.
+    from .retention import runs_delete
+
+    runs.add_command(runs_delete)
+
+
+_add_delete()

@@ -167,7 +167,7 @@ class History(Backend):
         for rec in records:
             if rec.blobs:
                 # The record's blobs first, in its transaction: no record names a missing
-                # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
+                # blob. Digest-keyed inserts: a retry writes no blob twice (it only counts a touch).
                 tx.many("put_blob", blob_params(rec, now))
             # fetchall: an unfinished RETURNING statement would keep SQLite's write pending.
             rows = tx.q("append_record", **record_params(run_id, rec), token=token).fetchall()
@@ -306,9 +306,11 @@ def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
 
 
 def blob_params(rec: StepRecord, now: float) -> list[dict[str, Any]]:
-    """The ``put_blob`` parameters of the blobs ``rec`` carries (UTF-8 bytes)."""
+    """The ``put_blob`` parameters of the blobs ``rec`` carries (UTF-8 bytes), in digest
+    order: citing a stored blob locks its row (see put_blob), and two transactions that
+    lock the same rows in one order cannot deadlock on them."""
     out = []
-    for digest, text in rec.blobs:
+    for digest, text in sorted(rec.blobs):
         data = text.encode("utf-8")
         out.append({"digest": digest, "data": data, "size": len(data), "now": now})
     return out
