@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .runlist import LiveWorker, RunPage
     from .runtime.branches import Branches
     from .steps import step, usage
+    from .store.retained import Redaction, Tombstone
     from .streaming import AsyncStepStream, StepStream
     from .tools import tool
 
@@ -78,6 +79,8 @@ _LAZY: dict[str, str] = {
     "Decision": ".approvals",
     "PendingApproval": ".approvals",
     "PruneReport": ".engine.retention",
+    "Redaction": ".store.retained",
+    "Tombstone": ".store.retained",
     "Budget": ".budget",
     "Spend": ".budget",
     "Clock": ".clock",
@@ -198,6 +201,7 @@ __all__ = [
     "NotADurablyDatabase",
     "PendingApproval",
     "PruneReport",
+    "Redaction",
     "RunBlocked",
     "RunConflict",
     "RunFinished",
@@ -224,6 +228,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Tombstone",
     "ToolRejected",
     "Workflow",
     "WorkflowFailed",

@@ -440,7 +440,8 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
         run = engine.get_run(run_id)
         steps = engine.history(run_id)
         spend = engine.spend(run_id)
-        args = _step_inputs(engine, steps) if with_inputs else {}
+        redaction = engine.redaction(run_id)
+        args = _step_inputs(engine, steps) if with_inputs and redaction is None else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
@@ -450,10 +451,27 @@ def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
         if with_inputs:
             for row, s in zip(shown, steps, strict=True):
                 row["inputs"] = args.get(s.position)
-        click.echo(json_text({"run": run_json(run), "spend": spend_json(spend), "steps": shown}))
+        out = {"run": run_json(run), "spend": spend_json(spend), "steps": shown}
+        if redaction is not None:  # the key only then: older readers see what they knew
+            out["redacted"] = _redaction_json(redaction)
+        click.echo(json_text(out))
         return
     _print_run(run, steps, spend)
+    if redaction is not None:
+        _console().print(_redaction_line(redaction), soft_wrap=True)
     _print_inputs(steps, args)
+
+
+def _redaction_json(red: Any) -> dict[str, Any]:
+    return {"at": red.redacted_at, "by": red.redacted_by}
+
+
+def _redaction_line(red: Any) -> str:
+    """What ``runs show`` and ``runs why`` say of a redacted run."""
+    return (
+        f"redacted at {ts(red.redacted_at)} by {term(red.redacted_by)}: the shape is kept,"
+        " every value is a marker; it cannot run, retry, fork or replay"
+    )
 
 
 # -- runs show --inputs ------------------------------------------------------------------
@@ -601,6 +619,7 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     values = None
     try:
         why = explain(engine, run_id, now=time.time())
+        redaction = engine.redaction(run_id)
         if show_values:
             from .values import show_values as values_of
 
@@ -610,11 +629,14 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     finally:
         engine.close()
     if as_json:
-        click.echo(
-            json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
-        )
+        out = why.to_json() if values is None else {**why.to_json(), "values": values}
+        if redaction is not None:
+            out = {**out, "redacted": _redaction_json(redaction)}
+        click.echo(json_text(out))
         return
     _console().print(f"{term(run_id)}: {term_lines(why.sentence)}", soft_wrap=True)
+    if redaction is not None:
+        _console().print(_redaction_line(redaction), soft_wrap=True)
     if values is not None:
         click.echo(values)  # inert already, line breaks kept; not through rich markup
 

@@ -32,7 +32,7 @@ from ..runlist import LiveWorker, RunPage
 from ..store import retry
 from ..store.base import Store
 from ..store.open import open_store
-from ..store.retained import Tombstone
+from ..store.retained import Redaction, Tombstone
 from .admin import Admin
 from .attempt import Attempts, decode_input, park_reason
 from .base import Base
@@ -643,6 +643,12 @@ class Engine:
         many. Their run ids can then start fresh runs, whose effects get new keys."""
         before = finished_before_time(removed_before, self._base.opts.clock.time())
         return self._base.store.drop_tombstones(before)
+
+    def redaction(self, run_id: str) -> Redaction | None:
+        """When and by whom the run was redacted (``delete_run(..., redact=True)``), or
+        None when it was not."""
+        self._base.known_run_id(run_id)
+        return self._base.store.get_redaction(run_id)
 
     def apply_retention(self) -> PruneReport | None:
         """One background prune for ``retain_finished`` (workers call it in their loop):

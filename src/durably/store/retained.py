@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..journal.records import CANCELLED, COMPLETED, FAILED_RUN
+from ..journal.records import CANCELLED, COMPLETED, FAILED_RUN, REDACTED_DIGEST
 
 PRUNABLE: Final = (COMPLETED, FAILED_RUN, CANCELLED)
 """The statuses prune and delete take: a run that ended and can never run again by
@@ -19,7 +19,9 @@ MARKER: Final = "[redacted]"
 """What redaction writes in place of a text value (a message, a reason, a name)."""
 MARKER_JSON: Final = json.dumps(MARKER)
 """What redaction writes in place of a JSON value (an input, an output, event data)."""
-MARKER_DIGEST: Final = "0" * 64
+MARKER_EVENT: Final = '{"redacted":true}'
+"""What redaction writes in place of an event's data (an event's data is an object)."""
+MARKER_DIGEST: Final = REDACTED_DIGEST
 """What redaction writes in place of a digest (a hash of a short value is guessable)."""
 
 

@@ -35,6 +35,7 @@ from ..errors import RunNotFinished, RunNotFound
 from .retained import (
     MARKER,
     MARKER_DIGEST,
+    MARKER_EVENT,
     MARKER_JSON,
     PRUNABLE,
     Freed,
@@ -99,6 +100,19 @@ def redacted_inputs(inputs: str | None) -> str | None:
     args = [marker for _ in manifest.get("args", [])]
     kwargs = {k: marker for k in manifest.get("kwargs", {})}
     return json.dumps({"args": args, "kwargs": kwargs}, sort_keys=True, separators=(",", ":"))
+
+
+# Step names that carry a value: an approval's action (and the on_timeout step named
+# after it). Every other step name is the code's, part of the shape.
+_NAMED_BY_VALUE: Final = ("request_approval:", "on_timeout:")
+
+
+def redacted_name(name: str) -> str:
+    """A step's name with the value some names carry (an approval's action) replaced."""
+    for prefix in _NAMED_BY_VALUE:
+        if name.startswith(prefix):
+            return prefix + MARKER
+    return name
 
 
 def _text(data: Any) -> str | None:
@@ -314,7 +328,12 @@ class Retention(Backend):
 
     def _redact(self, run_id: str, by: str) -> set[str]:
         now = self.clock.time()
-        marks = {"marker": MARKER, "marker_json": MARKER_JSON, "marker_digest": MARKER_DIGEST}
+        marks = {
+            "marker": MARKER,
+            "marker_json": MARKER_JSON,
+            "marker_digest": MARKER_DIGEST,
+            "marker_event": MARKER_EVENT,
+        }
 
         def op(tx: Tx) -> set[str]:
             row = tx.one("lock_run_for_delete", run_id=run_id)
@@ -330,9 +349,10 @@ class Retention(Backend):
                         "generation": gen,
                         "position": pos,
                         "inputs": redacted_inputs(inputs),
+                        "name": redacted_name(name),
                         **marks,
                     }
-                    for gen, pos, inputs in steps
+                    for gen, pos, inputs, name in steps
                 ],
             )
             for name in ("redact_events", "redact_signals", "redact_approvals"):

@@ -107,17 +107,18 @@ SET input = %(marker_json)s, input_digest = %(marker_digest)s,
 WHERE run_id = %(run_id)s;
 
 -- name: redactable_steps
-SELECT generation, position, inputs FROM steps WHERE run_id = %(run_id)s;
+SELECT generation, position, inputs, name FROM steps WHERE run_id = %(run_id)s;
 
 -- name: redact_step
 UPDATE steps
-SET input_digest = %(marker_digest)s, inputs = %(inputs)s,
+SET name = %(name)s, input_digest = %(marker_digest)s, inputs = %(inputs)s,
     output = CASE WHEN output IS NULL THEN NULL ELSE %(marker_json)s END,
     error_message = CASE WHEN error_message IS NULL THEN NULL ELSE %(marker)s END
 WHERE run_id = %(run_id)s AND generation = %(generation)s AND position = %(position)s;
 
 -- name: redact_events
-UPDATE events SET data = %(marker_json)s WHERE run_id = %(run_id)s;
+-- Event data is an object on the way out (store/stream.py checks it).
+UPDATE events SET data = %(marker_event)s WHERE run_id = %(run_id)s;
 
 -- name: redact_signals
 UPDATE signals SET data = %(marker_json)s WHERE run_id = %(run_id)s;

@@ -101,17 +101,18 @@ SET input = :marker_json, input_digest = :marker_digest,
 WHERE run_id = :run_id;
 
 -- name: redactable_steps
-SELECT generation, position, inputs FROM steps WHERE run_id = :run_id;
+SELECT generation, position, inputs, name FROM steps WHERE run_id = :run_id;
 
 -- name: redact_step
 UPDATE steps
-SET input_digest = :marker_digest, inputs = :inputs,
+SET name = :name, input_digest = :marker_digest, inputs = :inputs,
     output = CASE WHEN output IS NULL THEN NULL ELSE :marker_json END,
     error_message = CASE WHEN error_message IS NULL THEN NULL ELSE :marker END
 WHERE run_id = :run_id AND generation = :generation AND position = :position;
 
 -- name: redact_events
-UPDATE events SET data = :marker_json WHERE run_id = :run_id;
+-- Event data is an object on the way out (store/stream.py checks it).
+UPDATE events SET data = :marker_event WHERE run_id = :run_id;
 
 -- name: redact_signals
 UPDATE signals SET data = :marker_json WHERE run_id = :run_id;
