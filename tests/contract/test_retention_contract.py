@@ -272,3 +272,34 @@ def test_a_citer_holding_the_blob_row_lock_makes_the_sweep_wait_and_keep_it(
         citer.close()
         assert report.run_ids == ("a",)
         assert digest in {r[0] for r in dump(pg_url)["blobs"]}, "the sweep deleted a cited blob"
+
+
+def test_background_retention_has_one_pruner_at_a_time(journal_url: str) -> None:
+    from durably.engine.retention import RETAIN_INTERVAL_S
+
+    clock = FakeClock()
+    keep = dt.timedelta(hours=1)
+    with (
+        _engine(journal_url, clock) as plain,
+        durably.Engine(journal_url, clock=clock, retain_finished=keep) as first,
+        durably.Engine(journal_url, clock=clock, retain_finished=keep) as second,
+    ):
+        _make(plain, clock, "old", "ok", "x")
+        _make(plain, clock, "parked", "park", "y")
+        assert plain.apply_retention() is None  # no retain_finished: never prunes
+        clock.advance(2 * 3600)
+        _make(plain, clock, "recent", "ok", "z")
+        report = first.apply_retention()
+        assert report is not None and report.run_ids == ("old",)
+        assert second.apply_retention() is None, "a second pruner ran while the lease was held"
+        assert first.apply_retention() is None  # at most once per interval
+        clock.advance(RETAIN_INTERVAL_S * 2 + 1)  # the first pruner's lease expired
+        later = second.apply_retention()
+        assert later is not None and later.runs == 0
+        assert {r.run_id for r in plain.list_runs().runs} == {"parked", "recent"}
+
+
+def test_retain_finished_refuses_what_is_not_a_positive_timedelta(journal_url: str) -> None:
+    for bad in (30, dt.timedelta(0), "30d"):
+        with pytest.raises(durably.ConfigError, match="retain_finished"):
+            durably.Engine(journal_url, retain_finished=bad)  # type: ignore[arg-type]

@@ -51,7 +51,7 @@ from .options import (
 from .queues import QueueLimits, Queues
 from .reads import Reads
 from .registry import Registry, Workflow, newest, version_key
-from .retention import PruneReport, Retention, finished_before_time
+from .retention import PruneReport, Retention, check_retain, finished_before_time
 
 T = TypeVar("T")
 
@@ -150,6 +150,7 @@ class Engine:
             park_wait_s=park_wait_s,
         )
         refuse_misspelt_options(store_options, _OWN_OPTIONS)
+        check_retain(retain_finished)
         self._base = Base(opts, open_store(opts.url, opts.clock, durability, **store_options))
         self._durability: str = self._base.store.durability
         self._registry = Registry()

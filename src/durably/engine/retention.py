@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,17 +118,21 @@ def refuse_redacted(base: Base, run: RunRecord, doing: str) -> None:
     )
 
 
+def check_retain(retain_finished: object) -> None:
+    """Refuse a ``retain_finished=`` that is not None or a positive timedelta."""
+    if retain_finished is not None and (
+        not isinstance(retain_finished, _dt.timedelta) or retain_finished <= _dt.timedelta(0)
+    ):
+        raise ConfigError(
+            f"retain_finished={retain_finished!r:.80}: pass a timedelta > 0 (how long"
+            " finished runs are kept, e.g. timedelta(days=30)) or None (kept forever)"
+        )
+
+
 class Retention:
     """The engine's retention room (see the module docstring)."""
 
     def __init__(self, base: Base, retain_finished: _dt.timedelta | None) -> None:
-        if retain_finished is not None and (
-            not isinstance(retain_finished, _dt.timedelta) or retain_finished <= _dt.timedelta(0)
-        ):
-            raise ConfigError(
-                f"retain_finished={retain_finished!r:.80}: pass a timedelta > 0 (how long"
-                " finished runs are kept, e.g. timedelta(days=30)) or None (kept forever)"
-            )
         self._base = base
         self.retain_finished = retain_finished
         self._owner = uuid.uuid4().hex
@@ -164,9 +167,10 @@ class Retention:
         """One background prune, when ``retain_finished`` is set, the interval passed and
         this process holds the journal's prune lease (one pruner at a time); None when
         it did not run."""
-        if self.retain_finished is None or time.monotonic() < self._next_tick:
+        now = self._base.opts.clock.time()  # the engine's clock: tests move it
+        if self.retain_finished is None or now < self._next_tick:
             return None
-        self._next_tick = time.monotonic() + RETAIN_INTERVAL_S
+        self._next_tick = now + RETAIN_INTERVAL_S
         store = self._base.store
         if not store.take_maintenance("prune", self._owner, RETAIN_INTERVAL_S * 2):
             return None
