@@ -303,3 +303,40 @@ def test_retain_finished_refuses_what_is_not_a_positive_timedelta(journal_url: s
     for bad in (30, dt.timedelta(0), "30d"):
         with pytest.raises(durably.ConfigError, match="retain_finished"):
             durably.Engine(journal_url, retain_finished=bad)  # type: ignore[arg-type]
+
+
+def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
+    engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork copies records that cite blobs without storing them: when its copy commits
+    between the mark and the sweep of its source run's prune, it touches the blobs."""
+    from durably import inputs
+    from durably.store.base import NewRun
+
+    _make(engine, clock, "a", "ok", "a long argument " + "a" * BIG)
+    source = engine.get_run("a")
+    records = [r for r in engine.history("a") if r.status == "ok"]  # read before the prune
+    clock.advance(3600)
+    real_mark = engine.store._mark  # type: ignore[attr-defined]
+
+    def mark_then_fork(*args: Any) -> set[str]:
+        marked: set[str] = real_mark(*args)
+        new = NewRun(
+            "f",
+            source.workflow,
+            source.version,
+            source.prompt_version,
+            source.queue,
+            source.input,
+            source.input_digest,
+            source.codec_version,
+        )
+        engine.store.fork_run(new, records)
+        return marked
+
+    monkeypatch.setattr(engine.store, "_mark", mark_then_fork)
+    assert engine.prune(dt.timedelta(minutes=30)).run_ids == ("a",)
+    monkeypatch.undo()
+    loaded = [inputs.load(r.inputs, engine.blobs) for r in engine.history("f") if r.inputs]
+    assert loaded, "the fork copied no inputs"
+    assert engine.resume("f") == "done"

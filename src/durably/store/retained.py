@@ -92,3 +92,39 @@ def tombstone_from_row(row: Sequence[Any]) -> Tombstone:
         float(row[6]),
         str(row[7]),
     )
+
+
+_OUTPUT_REF: Final = '{"$blob":"'
+
+
+def cited(inputs: str | None, output: str | None) -> tuple[set[str], set[str]]:
+    """The blob digests a record cites directly: (values, conversation heads)."""
+    values: set[str] = set()
+    heads: set[str] = set()
+    if output is not None and output.startswith(_OUTPUT_REF):
+        values.add(str(json.loads(output)["$blob"]))
+    if inputs:
+        manifest = json.loads(inputs)
+        refs = list(manifest.get("args", [])) + list(manifest.get("kwargs", {}).values())
+        for ref in refs:
+            if not isinstance(ref, dict):
+                continue
+            if isinstance(ref.get("b"), str):
+                values.add(ref["b"])
+            if isinstance(ref.get("l"), str):
+                heads.add(ref["l"])
+    return values, heads
+
+
+def node_citations(text: str | None) -> list[str]:
+    """What a conversation node's text cites (its item and its parent); nothing for any
+    other blob."""
+    if not text or not text.startswith("{"):
+        return []
+    try:
+        node = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(node, dict) or set(node) != {"i", "p"}:
+        return []
+    return [d for d in (node["i"], node["p"]) if isinstance(d, str)]

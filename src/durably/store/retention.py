@@ -41,11 +41,11 @@ from .retained import (
     Freed,
     Redaction,
     Tombstone,
+    cited,
+    node_citations,
     tombstone_from_row,
 )
 from .tx import Backend, Tx
-
-_OUTPUT_REF: Final = '{"$blob":"'
 
 RUNS_PER_BATCH: Final = 50
 """Runs deleted per transaction."""
@@ -56,39 +56,6 @@ RECORDS_PER_PAGE: Final = 2_000
 NODE_BYTES_MAX: Final = 300
 """Blobs at most this large are read as text by the sweep: a conversation node (its item's
 hash and its parent's) is about 140 bytes; any other blob cites nothing."""
-
-
-def cited(inputs: str | None, output: str | None) -> tuple[set[str], set[str]]:
-    """The blob digests a record cites directly: (values, conversation heads)."""
-    values: set[str] = set()
-    heads: set[str] = set()
-    if output is not None and output.startswith(_OUTPUT_REF):
-        values.add(str(json.loads(output)["$blob"]))
-    if inputs:
-        manifest = json.loads(inputs)
-        refs = list(manifest.get("args", [])) + list(manifest.get("kwargs", {}).values())
-        for ref in refs:
-            if not isinstance(ref, dict):
-                continue
-            if isinstance(ref.get("b"), str):
-                values.add(ref["b"])
-            if isinstance(ref.get("l"), str):
-                heads.add(ref["l"])
-    return values, heads
-
-
-def node_citations(text: str | None) -> list[str]:
-    """What a conversation node's text cites (its item and its parent); nothing for any
-    other blob."""
-    if not text or not text.startswith("{"):
-        return []
-    try:
-        node = json.loads(text)
-    except ValueError:
-        return []
-    if not isinstance(node, dict) or set(node) != {"i", "p"}:
-        return []
-    return [d for d in (node["i"], node["p"]) if isinstance(d, str)]
 
 
 def redacted_inputs(inputs: str | None) -> str | None:

@@ -136,3 +136,10 @@ INSERT INTO maintenance (name, owner, expires_at) VALUES (%(name)s, %(owner)s, %
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE maintenance.owner = excluded.owner OR maintenance.expires_at < %(now)s
 RETURNING owner;
+
+-- name: touch_blobs
+-- A fork's copied records cite these blobs without storing them: count a touch on each
+-- (under the row's lock, as put_blob does), so a sweep running meanwhile keeps them.
+-- Returns the digests still stored.
+UPDATE blobs SET touches = touches + 1 WHERE digest = ANY(%(digests)s::text[])
+RETURNING digest;
