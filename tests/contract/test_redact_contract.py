@@ -215,3 +215,10 @@ def test_delete_run_refuses_a_live_run_and_leaves_it_unchanged(engine: durably.E
         engine.get_run("queued")
     with pytest.raises(durably.RunPruned):
         engine.delete_run("queued")
+    # A redacted run deleted: its input is unknown, so any input is refused as pruned.
+    engine.run("secretive", "x", "plain", run_id="forgotten")
+    engine.delete_run("forgotten", redact=True)
+    engine.delete_run("forgotten")
+    for given in ("x", "y"):
+        with pytest.raises(durably.RunPruned):
+            engine.run("secretive", given, "plain", run_id="forgotten")

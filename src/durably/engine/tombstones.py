@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..errors import DurablyError, RunConflict, RunPruned
+from ..journal.records import REDACTED_DIGEST
 from ..store.base import NewRun
 from ..store.retained import Tombstone
 
@@ -37,7 +38,9 @@ def check_recreate(tomb: Tombstone, new: NewRun) -> DurablyError:
             f"run_id {new.run_id!r} belonged to workflow {tomb.workflow!r}, not"
             f" {new.workflow!r}, and was {tomb.how}; choose another run_id"
         )
-    if tomb.input_digest != new.input_digest:
+    if tomb.input_digest != new.input_digest and tomb.input_digest != REDACTED_DIGEST:
+        # (A redacted run's input is unknown: no input can be told apart from it, so any
+        # is refused as the pruned run, the safe side.)
         return RunConflict(
             f"run_id {new.run_id!r} was started with other input (and was {tomb.how});"
             " use a new run_id for new input"
