@@ -149,6 +149,20 @@ class RunFinished(DurablyError):
     """The run has already finished, so it cannot take this request."""
 
 
+class RunPruned(RunFinished):
+    """The run finished and was pruned or deleted: only its tombstone is left, so it can
+    be neither run again (its effects would happen twice) nor read."""
+
+
+class RunRedacted(RunFinished):
+    """The run's values were replaced by a marker (``durably runs delete --redact``): it
+    keeps its shape for reading, and nothing can run, retry, fork or replay it."""
+
+
+class RunNotFinished(DurablyError):
+    """The run has not finished, so it cannot be deleted or redacted yet."""
+
+
 class RunConflict(DurablyError):
     """A run_id was reused with another workflow or another input."""
 
