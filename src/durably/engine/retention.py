@@ -10,12 +10,12 @@ what happened, and paces the background job.
 from __future__ import annotations
 
 import datetime as _dt
-import logging
-import uuid
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from .._log import LazyLogger
 from ..errors import (
     ConfigError,
     RunNotFound,
@@ -26,7 +26,7 @@ from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed
 from .base import Base
 from .tombstones import when
 
-log = logging.getLogger("durably")
+log = LazyLogger("durably")
 
 RETAIN_INTERVAL_S: Final = 60.0
 """How often a worker of an engine with ``retain_finished=`` tries to prune."""
@@ -135,7 +135,9 @@ class Retention:
     def __init__(self, base: Base, retain_finished: _dt.timedelta | None) -> None:
         self._base = base
         self.retain_finished = retain_finished
-        self._owner = uuid.uuid4().hex
+        # 32 random hex digits, as uuid4().hex gave, without importing uuid (it pulls in
+        # platform: a cost of every Engine() and of every restart; issue 28).
+        self._owner = os.urandom(16).hex()
         self._next_tick = 0.0
 
     def prune(
