@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,9 @@ from .tx import Backend, Tx
 
 # Every column of a step row (the blobs a record carries go to the blobs table).
 STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")
+# The record's fields read at once (C code), named as the queries' parameters are.
+_record_values = operator.attrgetter(*STEP_FIELDS)
+_PARAM_NAMES = tuple("input_digest" if f == "digest" else f for f in STEP_FIELDS)
 
 
 class History(Backend):
@@ -299,8 +303,7 @@ def overwrite_error(run_id: str, position: str) -> StoreError:
 def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of a record's row, checked on the way in."""
     rec.check()
-    params: dict[str, Any] = {f: getattr(rec, f) for f in STEP_FIELDS}
-    params["input_digest"] = params.pop("digest")
+    params: dict[str, Any] = dict(zip(_PARAM_NAMES, _record_values(rec), strict=True))
     params["run_id"] = run_id
     return params
 
