@@ -106,6 +106,16 @@ class History(Backend):
         durable = needs_sync(self.durability, records)
         return self._group.submit(Append(run_id, token, records, events, durable))
 
+    def append_all(self, appends: Sequence[Append]) -> None:
+        """Several callers' appends (the async runs of one event loop) in one commit,
+        with any other threads' appends queued beside them (:meth:`GroupCommit.submit_all`):
+        each ``Append`` gets its own ``result`` (the cancel flag) or ``error`` (what
+        :meth:`append` would have raised for it alone); returns once the commit that
+        carries them is done."""
+        for item in appends:
+            item.durable = needs_sync(self.durability, item.records)
+        self._group.submit_all(appends)
+
     def _append_one(self, item: Append) -> bool:
         """One append alone (group commit's lone writer): the tuned statement, else a
         transaction of its own."""
