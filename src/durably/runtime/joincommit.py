@@ -115,11 +115,14 @@ def _state(store: Store, create: bool) -> LoopAppends | None:
     if type(store).append is not History.append or not isinstance(store, History):
         return None  # a wrapper (or a store with its own append): called as it is
     loop = asyncio.get_running_loop()
-    per_store = _LOOPS.get(loop)
-    if per_store is None:
-        if not create:
-            return None
-        per_store = _LOOPS[loop] = {}
+    try:
+        per_store = _LOOPS.get(loop)
+        if per_store is None:
+            if not create:
+                return None
+            per_store = _LOOPS[loop] = {}
+    except TypeError:
+        return None  # a loop that takes no weak reference (uvloop's): appends go at once
     state = per_store.get(id(store))
     if state is None and create:
         state = per_store[id(store)] = LoopAppends(loop, store)
