@@ -106,4 +106,6 @@ def test_a_refusal_after_the_own_deadline_passed_says_so(tmp_path: Path, refused
         engine.run(wf, run_id="paused")
     assert caught.value.reason is not None, caught.value
     assert "past its lease deadline" in caught.value.reason
+    assert caught.value.taken  # and the journal said another owner has it
+    assert "another owner has claimed the run" in str(caught.value)
     assert attempts == [1]  # the second attempt never ran here
