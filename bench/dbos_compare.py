@@ -92,7 +92,9 @@ def one_round(
         if backend == "sqlite":
             out["raw"] = raw_sqlite_s(tmp / f"raw-{tag}.db", "FULL", 500)
             # DBOS's own settings: the rollback journal, synchronous FULL.
-            out["raw_dbos_mode"] = raw_sqlite_s(tmp / f"raw-delete-{tag}.db", "FULL", 500, "DELETE")
+            out["raw_dbos_mode"] = raw_sqlite_s(
+                tmp / f"raw-delete-{tag}.db", "FULL", 500, journal_mode="DELETE"
+            )
             durably_url = f"sqlite:///{tmp / f'durably-{tag}.db'}"
             durably_many = f"sqlite:///{tmp / f'durably-many-{tag}.db'}"
             dbos_url = f"sqlite:///{tmp / f'dbos-{tag}.sqlite'}"
