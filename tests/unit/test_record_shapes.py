@@ -1,10 +1,11 @@
-"""A loaded record's type check keeps refusing bad values once good shapes are known.
+"""A loaded record's type check keeps refusing bad values on its fast path.
 
-``StepRecord.check`` remembers the shapes (the tuple of its values' exact types) it found
-well typed, so a long history costs one tuple and one set lookup per record (issue 28). A
-remembered shape must never let through a record whose types differ in any field: a
-``bool`` where an ``int`` belongs, text where a number belongs, a ``str`` subclass
-nowhere refused before, each after the well-typed shapes around it were remembered.
+``StepRecord.check`` compares the tuple of its values' exact types with the well-typed
+ones, so a long history costs one tuple and one set lookup per record (issue 28), and
+only a record off that path takes the field-by-field check. The fast path must never let
+through a record whose types differ in any field: a ``bool`` where an ``int`` belongs,
+text where a number belongs, a ``str`` subclass (well typed, off the fast path), each
+checked after well-typed records went through it.
 """
 
 from __future__ import annotations
