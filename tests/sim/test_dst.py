@@ -30,7 +30,7 @@ def test_seeds_hold_every_invariant(chunk: int) -> None:
     total = 0
     first = 1000 * chunk
     for seed in range(first, first + SEEDS_PER_CHUNK):
-        rep = simulate(Config(seed=seed, steps=SEED_STEPS))
+        rep = simulate(Config(seed=seed, steps=SEED_STEPS, trace=False))
         assert rep.ok, rep.summary() + "\n" + "\n".join(rep.trace[-40:])
         assert rep.faults["lost"] and rep.faults["kill"], "faults were injected"
         total += rep.steps
@@ -46,10 +46,18 @@ def test_the_same_seed_gives_the_same_output() -> None:
     assert a.steps >= 1500
 
 
+def _first_violation(workloads: tuple[str, ...], seeds: range, steps: int) -> str | None:
+    for seed in seeds:
+        rep = simulate(Config(seed=seed, steps=steps, workloads=workloads, trace=False))
+        if rep.violations:
+            return rep.violations[0].invariant
+    return None
+
+
 def test_a_take_signal_retried_after_a_lost_reply_that_hands_another_signal_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The review bug put back: take_signal no longer finds what its first attempt
+    """A review bug put back: take_signal no longer finds what its first attempt
     consumed (the query taken_signal finds nothing), so a retry after a lost reply takes
     a second signal and the first is lost. The simulator must catch it."""
     monkeypatch.setitem(
@@ -57,14 +65,32 @@ def test_a_take_signal_retried_after_a_lost_reply_that_hands_another_signal_is_c
         "taken_signal",
         "SELECT seq, data FROM signals WHERE 0 AND run_id = :run_id AND :name = :consumer",
     )
-    found = None
-    for seed in range(5, 30):
-        rep = simulate(Config(seed=seed, steps=3000, workloads=("waits",)))
-        if rep.violations:
-            found = rep.violations[0]
-            break
-    assert found is not None, "the put-back bug went unnoticed"
-    assert found.invariant in ("signal-consumed-twice", "signal-handed-differently")
+    found = _first_violation(("waits",), range(5, 30), 3000)
+    assert found in ("signal-consumed-twice", "signal-handed-differently"), found
+
+
+def test_a_park_that_misses_a_signal_committed_just_before_it_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review bug put back: park_run no longer wakes the run at once when a signal it
+    waits for was sent while it was still running (between its look and its park), so
+    the run sleeps with the signal there. The simulator must catch it."""
+    q = sqlite_store._Q["park_run"]
+    cut = q[q.index("OR (:wait_signal IS NOT NULL") : q.index("OR (:wait_approval")]
+    monkeypatch.setitem(sqlite_store._Q, "park_run", q.replace(cut, ""))
+    assert _first_violation(("waits",), range(0, 20), 3000) == "park-missed-signal"
+
+
+def test_a_decision_that_loses_to_a_later_expiry_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review bug put back: the driver's expiry no longer yields to a person's decision
+    committed first (expire_approval without its outcome IS NULL), so an acknowledged
+    approval is overwritten by the expiry. The simulator must catch it."""
+    q = sqlite_store._Q["expire_approval"]
+    assert "AND outcome IS NULL" in q
+    monkeypatch.setitem(sqlite_store._Q, "expire_approval", q.replace("AND outcome IS NULL", ""))
+    assert _first_violation(("approval", "chain"), range(0, 20), 3000) == "decision-lost"
 
 
 def test_the_command_prints_steps_and_exits_zero() -> None:

@@ -64,11 +64,12 @@ class Scheduler:
         self.current: Task | None = None
         self.main = greenlet.getcurrent()
         self.actions = 0
+        self.tx_s = 0.004  # the longest a transaction takes (drawn uniformly up to it)
         self._order = 0
         # Called at each point to choose what happens to the task there: returns a
         # verdict (see Task.verdict); set by the simulation.
         self.decide: Callable[[Task, str, str], str] = lambda task, kind, what: ""
-        self.trace: list[str] = []
+        self.trace: list[tuple[int, float, str, str, str, str]] = []
         # Exceptions that left a task's body (a bug of the simulation or of durably).
         self.escaped: list[tuple[Task, BaseException]] = []
         self.tracing = True
@@ -83,11 +84,15 @@ class Scheduler:
             return ""
         if not task.proc.alive:
             raise SimKill(task.proc.name)
+        if kind == "tx":
+            # A transaction takes time: the others' waits run out meanwhile, so a caller
+            # can act between any two transactions of a worker.
+            self.now += self.rng.random() * self.tx_s
         task.verdict = self.decide(task, kind, what)
         if self.tracing:
-            at = self.now - self.start
-            line = f"{self.actions} t={at:.3f} {task.name} {kind} {what} {task.verdict}"
-            self.trace.append(line.rstrip())
+            self.trace.append(
+                (self.actions, self.now - self.start, task.name, kind, what, task.verdict)
+            )
         if task.verdict == "kill":
             self.kill(task.proc)
             raise SimKill(task.proc.name)
@@ -134,6 +139,13 @@ class Scheduler:
     def kill(self, proc: Proc) -> None:
         """The process dies at once (its greenlets unwind when next switched to)."""
         proc.alive = False
+
+    def trace_lines(self) -> list[str]:
+        """The trace as text: action, simulated time, task, point, what, verdict."""
+        return [
+            f"{n} t={at:.3f} {who} {kind} {what} {verdict}".rstrip()
+            for n, at, who, kind, what, verdict in self.trace
+        ]
 
     def stop_all(self) -> None:
         """Kill every process and unwind every task now (a greenlet left suspended would

@@ -24,7 +24,7 @@ from .workloads import CATALOG, Workload, set_world
 from .world import Violation, World
 
 LEASE_S = 6.0
-POLL_S = 0.5  # between claims of an idle worker (the real default is 0.2)
+POLL_S = 1.0  # between claims of an idle worker (the real default is 0.2)
 TERMINAL = ("completed", "failed", "cancelled", "continued")
 # Waiting for a person (a fix of the code, a look at an effect in doubt): the drain does
 # not wait for these; the final check asks durably.explain why they wait.
@@ -47,6 +47,7 @@ class Config:
     runs_in_flight: int = 8
     drain_s: float = 900.0  # simulated seconds the drain may take
     workloads: tuple[str, ...] = tuple(w.name for w in CATALOG)
+    trace: bool = True  # keep the trace (off: faster; a failure is replayed with it on)
 
     def command(self) -> str:
         """The command line that replays this configuration."""
@@ -117,6 +118,7 @@ class Simulation:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         self.sched = Scheduler(cfg.seed)
+        self.sched.tracing = cfg.trace
         self.clock = SimClock(self.sched)
         base = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = tempfile.mkdtemp(prefix="durably-dst-", dir=base)
@@ -185,6 +187,7 @@ class Simulation:
         store.world = self.world
         opened.close()
         eng.store = store
+        proc.data["store"] = store  # closed when the process is replaced
         keeper = eng._leases.keeper
         keeper._store = store
         keeper.threaded = False  # the simulation beats it (LeaseKeeper.beat)
@@ -268,13 +271,13 @@ class Simulation:
         """The runs started and not settled (one query; a plan whose run was never
         created, its start having failed, counts as live until it is settled here)."""
         marks = ",".join("?" * len(SETTLED))
-        done = {
+        live = {
             r[0]
             for r in self.world.db.execute(
-                f"SELECT run_id FROM runs WHERE status IN ({marks})", SETTLED
+                f"SELECT run_id FROM runs WHERE status NOT IN ({marks})", SETTLED
             )
         }
-        return [p for p in self.plans.values() if p.run_id not in done]
+        return [p for p in self.plans.values() if p.run_id in live]
 
     def status(self, run_id: str) -> str | None:
         row = self.world.db.execute(
@@ -291,6 +294,14 @@ class Simulation:
         return not row[0]
 
     def _act(self, eng: durably.Engine, rng: Any) -> None:
+        hot = self.world.hot
+        if hot and rng.random() < 0.7:
+            run_id = sorted(hot)[rng.randrange(len(hot))]
+            name = hot.pop(run_id)
+            fact = self.world.fact(run_id)
+            fact.signals_sent += 1
+            eng.signal(run_id, name, f"{run_id}:{fact.signals_sent}")
+            return
         live = self._live_plans()
         r = rng.random()
         if len(live) < self.cfg.runs_in_flight and r < 0.45:
@@ -357,12 +368,16 @@ class Simulation:
         fact.decided[p.request_id] = d.outcome
 
     def _fork(self, eng: durably.Engine, rng: Any) -> None:
+        completed = {
+            r[0]
+            for r in self.world.db.execute(
+                "SELECT run_id FROM runs WHERE status = 'completed' AND workflow = 'chain'"
+            )
+        }
         done = [
             p
             for p in self.plans.values()
-            if p.workload.name == "chain"
-            and self.status(p.run_id) == "completed"
-            and p.forked_from is None
+            if p.workload.name == "chain" and p.run_id in completed and p.forked_from is None
         ]
         if not done:
             return
@@ -417,7 +432,12 @@ class Simulation:
                 self._restart_dead()
                 try:
                     if not self.sched.step():
-                        break
+                        if not self.restart_at and all(p.alive for p in self.procs):
+                            break
+                        # Every process is dead at once: time passes until the first
+                        # comes back (as a supervisor restarts it).
+                        self.sched.now = max(self.sched.now, min(self.restart_at.values()))
+                        continue
                 except Deadlock:
                     break
                 for task, exc in self.sched.escaped:
@@ -444,7 +464,7 @@ class Simulation:
         rep.actions = self.sched.actions
         rep.runs = len(self.plans)
         rep.violations = list(self.world.violations)
-        rep.trace = self.sched.trace
+        rep.trace = self.sched.trace_lines()
         rep.sim_seconds = self.sched.now - 1_700_000_000.0
         rep.wall_s = time.perf_counter() - t0
         return rep
@@ -565,8 +585,12 @@ class Simulation:
 
 
 def simulate(cfg: Config) -> Report:
-    """Run one simulation."""
-    return Simulation(cfg).run()
+    """Run one simulation (a failure found without the trace is run again with it: the
+    same seed gives the same interleaving)."""
+    rep = Simulation(cfg).run()
+    if rep.violations and not cfg.trace:
+        rep = Simulation(replace(cfg, trace=True)).run()
+    return rep
 
 
 def shrink(cfg: Config, found: Report, budget_runs: int = 12) -> tuple[Config, Report]:

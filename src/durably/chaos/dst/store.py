@@ -178,6 +178,8 @@ class SimStore(SQLiteStore):
     ) -> tuple[int, str] | None:
         got = super().take_signal(run_id, token, name, consumer)
         self.world.after_take(run_id, name, consumer, got)
+        if got is None:
+            self.world.found_waiting(run_id, name)
         return got
 
     def request_cancel(self, run_id: str, reason: str | None) -> Any:
@@ -196,6 +198,24 @@ class SimStore(SQLiteStore):
         return super().fork_run(
             dataclasses.replace(new, incarnation=_incarnation(new.run_id)), records
         )
+
+    def park(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().park(run_id, *args, **kwargs)
+        finally:
+            self.world.check_wake(run_id)
+
+    def send_signal(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().send_signal(run_id, *args, **kwargs)
+        finally:
+            self.world.check_wake(run_id)
+
+    def approval_decision(self, run_id: str, token: int, request_id: str) -> Any:
+        try:
+            return super().approval_decision(run_id, token, request_id)
+        finally:
+            self.world.check_decision(run_id, request_id)
 
 
 def _incarnation(run_id: str) -> str:

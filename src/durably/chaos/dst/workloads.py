@@ -164,7 +164,7 @@ class Workload:
 
 
 CATALOG: tuple[Workload, ...] = (
-    Workload("chain", chain, lambda r: (r.randint(3, 12),), chain_expect, weight=3),
+    Workload("chain", chain, lambda r: (r.randint(6, 20),), chain_expect, weight=3),
     Workload("waits", waits, lambda r: (r.randint(1, 3),), signals=("go",), weight=2),
     Workload("approval", approval, lambda r: (r.randint(1, 99),), approvals=True, weight=2),
     Workload("trip", trip, lambda r: (r.random() < 0.4,), may_fail=True),

@@ -9,6 +9,7 @@ no turn of the scheduler). Violations are collected; the simulation stops at the
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class World:
         self.facts: dict[str, Facts] = {}
         self.taken: dict[tuple[str, str], tuple[int, str]] = {}  # (run, consumer) -> seq, name
         self.step_names: dict[tuple[str, str], str] = {}  # from the fault hook
+        self.hot: dict[str, str] = {}  # runs whose wait just found no signal, its name
         self.live_steps = 0
         self.replayed_steps = 0
 
@@ -206,6 +208,54 @@ class World:
                     run_id,
                     f"the wait at {consumer} got #{got[0]} but the wait at {other} got #{seq}",
                 )
+
+    def found_waiting(self, run_id: str, name: str) -> None:
+        """A wait found no signal and is about to park: an outside caller may be woken
+        to send one right now (between the look and the park), the moment a park that
+        misses a signal committed just before it would show."""
+        self.hot[run_id] = name
+        if self.sched.rng.random() < 0.5:
+            for t in self.sched.tasks:
+                if t.proc.data.get("role") == "caller":
+                    t.wake_at = min(t.wake_at, self.sched.now)
+
+    def check_wake(self, run_id: str) -> None:
+        """A run parked waiting for a signal that is already there must be due now (the
+        park must see a signal committed a moment before it; a send must wake the run
+        parked on it)."""
+        row = self.db.execute(
+            "SELECT status, wait_signal, wake_at FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None or row[0] != "parked" or row[1] is None:
+            return
+        names = json.loads(row[1])
+        marks = ",".join("?" * len(names))
+        waiting = self.db.execute(
+            f"SELECT min(seq) FROM signals WHERE run_id = ? AND consumed_by IS NULL"
+            f" AND name IN ({marks})",
+            (run_id, *names),
+        ).fetchone()[0]
+        if waiting is not None and (row[2] is None or row[2] > self.sched.now):
+            self.violate(
+                "park-missed-signal",
+                run_id,
+                f"parked waiting for {names} (wake at {row[2]}) with signal #{waiting} there",
+            )
+
+    def check_decision(self, run_id: str, request_id: str) -> None:
+        """A decision a person was told was taken is the one stored (an expiry taken
+        later never replaces it)."""
+        acked = self.fact(run_id).decided.get(request_id)
+        if acked is None:
+            return
+        row = self.db.execute(
+            "SELECT outcome FROM approvals WHERE run_id = ? AND request_id = ?",
+            (run_id, request_id),
+        ).fetchone()
+        if row is not None and row[0] != acked:
+            self.violate(
+                "decision-lost", run_id, f"{request_id} acknowledged {acked}, stored {row[0]}"
+            )
 
     def close(self) -> None:
         self.db.close()
