@@ -24,6 +24,7 @@ from ..runtime.drive import drive_async, drive_sync
 from .attempt import Attempt, Attempts
 from .base import Base
 from .registry import Registry, Workflow
+from .retention import refuse_redacted
 
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
@@ -67,6 +68,7 @@ class Driver:
         is parked, else ``RunParked``; ``live``: follow a live owner's run, else
         ``RunLeased``)."""
         run = self._base.get_run(run_id)
+        refuse_redacted(self._base, run, "be resumed")
         return self.drive_to_end(self._registry.for_run(run), run, wait, live)
 
     def execute_claimed(self, run: RunRecord) -> Any:

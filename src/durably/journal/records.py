@@ -84,6 +84,10 @@ RUN_STATUSES: Final = frozenset(
 )
 TERMINAL: Final = frozenset({COMPLETED, FAILED_RUN, CANCELLED, CONTINUED})
 
+REDACTED_DIGEST: Final = "0" * 64
+"""The digest a redacted run's input and steps carry instead of theirs (``durably runs
+delete --redact``): a hash of a short value is guessable, and no value hashes to it."""
+
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:

@@ -83,10 +83,11 @@ from .pg import (
 from .pg import (
     classify as classify,
 )
+from .retention import Retention
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
-from .sqlfiles import load_queries, migrations
+from .sqlfiles import load_queries, migrations, pending
 from .streamwriter import StreamTier
 from .tx import Tx
 
@@ -103,7 +104,16 @@ Conn = Connection[tuple[Any, ...]]
 
 
 class PostgresStore(
-    Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+    Runs,
+    Leases,
+    History,
+    Signals,
+    Approvals,
+    SpendLedger,
+    Events,
+    Fleet,
+    Retention,
+    StreamTier,
 ):
     """A :class:`~durably.store.base.Store` on a PostgreSQL database.
 
@@ -238,18 +248,18 @@ class PostgresStore(
                     " options=-csearch_path%3Ddurably to the URL after CREATE SCHEMA durably)"
                     " or another database. Nothing was changed."
                 )
-            if current > len(steps):
+            if current > steps[-1].version:
                 raise SchemaTooNew(
                     f"{self.where} has journal schema {current}, newer than this durably"
-                    f" knows ({len(steps)}); upgrade durably"
+                    f" knows ({steps[-1].version}); upgrade durably"
                 )
-            for mig in steps[current:]:
+            for mig in pending(steps, current):
                 # No parameters: psycopg sends the file as one multi-statement query.
                 conn.execute(mig.sql.encode())
                 conn.execute(_Q["set_meta"], {"key": "schema_version", "value": str(mig.version)})
             if current == 0:
                 conn.execute(_Q["set_meta"], {"key": "app", "value": APP_NAME})
-        self.schema_version = max(current, len(steps))
+        self.schema_version = max(current, steps[-1].version)
 
     def _new_pool(self) -> ConnectionPool[Conn]:
         return ConnectionPool(

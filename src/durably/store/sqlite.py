@@ -46,10 +46,11 @@ from .groupcommit import GroupCommit
 from .history import History, record_params
 from .leases import Leases
 from .private import open_private
+from .retention import Retention
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
-from .sqlfiles import latest_version, load_queries, migrations
+from .sqlfiles import latest_version, load_queries, migrations, pending
 from .streamwriter import StreamTier
 from .tx import Tx
 
@@ -84,7 +85,16 @@ def sqlite_path(url: str) -> str:
 
 
 class SQLiteStore(
-    Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+    Runs,
+    Leases,
+    History,
+    Signals,
+    Approvals,
+    SpendLedger,
+    Events,
+    Fleet,
+    Retention,
+    StreamTier,
 ):
     """A :class:`~durably.store.base.Store` on one SQLite database file.
 
@@ -247,12 +257,12 @@ class SQLiteStore(
                 if app is None or app[0] != APP_NAME:
                     raise NotADurablyDatabase(f"{self.path}: durably_meta is not durably's")
             steps = migrations("sqlite")
-            if current > len(steps):
+            if current > steps[-1].version:
                 raise SchemaTooNew(
                     f"{self.path} has journal schema {current}, newer than this durably"
-                    f" knows ({len(steps)}); upgrade durably"
+                    f" knows ({steps[-1].version}); upgrade durably"
                 )
-            for mig in steps[current:]:
+            for mig in pending(steps, current):
                 _exec_script(c, mig.sql)
                 c.execute(f"PRAGMA user_version = {mig.version}")
             if not tables:
