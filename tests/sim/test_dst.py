@@ -90,7 +90,7 @@ def test_a_decision_that_loses_to_a_later_expiry_is_caught(
     q = sqlite_store._Q["expire_approval"]
     assert "AND outcome IS NULL" in q
     monkeypatch.setitem(sqlite_store._Q, "expire_approval", q.replace("AND outcome IS NULL", ""))
-    assert _first_violation(("approval", "chain"), range(0, 20), 3000) == "decision-lost"
+    assert _first_violation(("approval",), range(0, 20), 3000) == "decision-lost"
 
 
 def test_the_command_prints_steps_and_exits_zero() -> None:

@@ -1,9 +1,9 @@
 """``python -m durably.chaos.dst --seed N --steps S [--workers W]``: run simulations.
 
 Prints each seed's simulated steps and outcomes; on a violation, the seed, the smallest
-configuration found that still breaks the same invariant, its command line, and the
-tail of its trace; exits 1. The same seed prints the same lines (timings aside, on
-their own ``time:`` line).
+configuration found that still breaks the same invariant, its command line, and its
+trace (the violating run's actions, then the last actions of every process); exits 1.
+The same seed prints the same lines (timings aside, on their own ``time:`` line).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=2000, help="simulated steps per seed (default 2000)"
     )
     p.add_argument("--workers", type=int, default=3, help="simulated worker processes (default 3)")
-    p.add_argument("--callers", type=int, default=2, help="outside callers (default 2)")
+    p.add_argument("--callers", type=int, default=2, help="outside callers, 1..8 (default 2)")
     p.add_argument(
         "--faults",
         default=",".join(KINDS),
@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workloads",
         default=",".join(w.name for w in CATALOG),
-        help="workloads to run, comma-separated (default all)",
+        help="workloads to run, comma-separated (default all:"
+        f" {','.join(w.name for w in CATALOG)})",
     )
     p.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
     return p
@@ -62,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the simulations the arguments ask for; 0 when no invariant broke, 1 otherwise."""
     p = _parser()
     a = p.parse_args(argv)
-    if a.steps < 1 or a.seeds < 1 or not 1 <= a.workers <= 32 or not 0 <= a.callers <= 8:
-        p.error("--steps and --seeds must be >= 1, --workers 1..32, --callers 0..8")
+    if a.steps < 1 or a.seeds < 1 or not 1 <= a.workers <= 32 or not 1 <= a.callers <= 8:
+        # (No caller starts no run: a simulation without callers would never end.)
+        p.error("--steps and --seeds must be >= 1, --workers 1..32, --callers 1..8")
     faults = _words(a.faults, KINDS, "fault kind", p)
     workloads = _words(a.workloads, tuple(w.name for w in CATALOG), "workload", p)
     if not workloads:
@@ -88,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
                 cfg, rep = shrink(cfg, rep)
                 print(f"shrunk to: {cfg.command()}")
                 print(rep.summary())
-            print(f"trace (last {TRACE_TAIL} of {len(rep.trace)} actions):")
-            for line in rep.trace[-TRACE_TAIL:]:
+            v = rep.violations[0]
+            mine = [ln for ln in rep.trace if f"({v.run_id})" in ln or f" {v.run_id}@" in ln]
+            print(f"trace of run {v.run_id} (last {TRACE_TAIL} of its {len(mine)} actions):")
+            for line in mine[-TRACE_TAIL:]:
+                print("  " + line)
+            print(f"the last {TRACE_TAIL // 4} actions of all processes before it:")
+            for line in rep.trace[-(TRACE_TAIL // 4) :]:
                 print("  " + line)
             print(f"FAILED at seed {seed}: replay with {cfg.command()}")
             return 1

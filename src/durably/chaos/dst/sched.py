@@ -64,6 +64,7 @@ class Scheduler:
         self.current: Task | None = None
         self.main = greenlet.getcurrent()
         self.actions = 0
+        self.killed = False  # a process died since the last step: unwind its tasks
         self.tx_s = 0.004  # the longest a transaction takes (drawn uniformly up to it)
         self._order = 0
         # Called at each point to choose what happens to the task there: returns a
@@ -137,8 +138,9 @@ class Scheduler:
         return task
 
     def kill(self, proc: Proc) -> None:
-        """The process dies at once (its greenlets unwind when next switched to)."""
+        """The process dies at once (its greenlets unwind at the next step)."""
         proc.alive = False
+        self.killed = True
 
     def trace_lines(self) -> list[str]:
         """The trace as text: action, simulated time, task, point, what, verdict."""
@@ -161,21 +163,27 @@ class Scheduler:
 
     def runnable(self) -> list[Task]:
         now = self.now
-        return [t for t in self.tasks if t.wake_at <= now and t.proc.frozen_until <= now]
+        return [
+            t
+            for t in self.tasks
+            if t.wake_at <= now and t.proc.frozen_until <= now and t.proc.alive
+        ]
 
     def step(self) -> bool:
         """Run one task to its next point; False when no task is left."""
+        if self.killed:
+            # Let killed processes unwind now (their calls are refused).
+            self.killed = False
+            for t in self.tasks:
+                if not t.proc.alive:
+                    self._switch(t)
+            self.killed = any(not t.glet.dead and not t.proc.alive for t in self.tasks)
         self.tasks = [t for t in self.tasks if not t.glet.dead]
-        live = [t for t in self.tasks if t.proc.alive]
-        for t in self.tasks:  # let killed processes unwind (their calls are refused)
-            if not t.proc.alive:
-                self._switch(t)
-        self.tasks = [t for t in self.tasks if not t.glet.dead]
-        if not live:
+        if not any(t.proc.alive for t in self.tasks):
             return False
         ready = self.runnable()
         if not ready:
-            nxt = min(max(t.wake_at, t.proc.frozen_until) for t in self.tasks)
+            nxt = min(max(t.wake_at, t.proc.frozen_until) for t in self.tasks if t.proc.alive)
             if not math.isfinite(nxt):
                 raise Deadlock("every task waits forever")
             self.now = max(self.now, nxt)

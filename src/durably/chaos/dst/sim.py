@@ -24,6 +24,8 @@ from .workloads import CATALOG, Workload, set_world
 from .world import Violation, World
 
 LEASE_S = 6.0
+# Workloads a caller may also run with engine.run (no outside input to wait for).
+IN_PROCESS = ("chain", "fan")
 POLL_S = 1.0  # between claims of an idle worker (the real default is 0.2)
 TERMINAL = ("completed", "failed", "cancelled", "continued")
 # Waiting for a person (a fix of the code, a look at an effect in doubt): the drain does
@@ -116,6 +118,8 @@ class Simulation:
     """The processes of one simulation around one journal file."""
 
     def __init__(self, cfg: Config) -> None:
+        if cfg.callers < 1 or cfg.workers < 1 or cfg.steps < 1:
+            raise ValueError("a simulation needs a caller (who starts runs), a worker and steps")
         self.cfg = cfg
         self.sched = Scheduler(cfg.seed)
         self.sched.tracing = cfg.trace
@@ -171,14 +175,17 @@ class Simulation:
     def engine(self, proc: Proc) -> durably.Engine:
         """A process's engine: its own store (connection) on the journal, its own owner."""
         self.npid += 1
+        caller = proc.data.get("role") == "caller"
         eng = durably.Engine(
             self.url,
             clock=self.clock,
             lease_s=LEASE_S,
             store_retry_s=3.0,
             fault_hook=self._hook,
-            wait_for_lease=False,
-            park_wait_s=0.0,
+            # A caller's engine.run waits in-process while its run parks and follows a
+            # worker that claimed it first (the waits on the store: the simulated clock).
+            wait_for_lease=caller,
+            park_wait_s=None if caller else 0.0,
             durability="process",
         )
         opened = eng.store
@@ -261,7 +268,7 @@ class Simulation:
                     continue
                 try:
                     self._act(eng, rng)
-                except DurablyError:
+                except (DurablyError, durably.Cancelled):
                     pass  # an answer of the engine the caller accepts (refused, finished...)
 
         self.sched.spawn(proc, name, loop)
@@ -310,6 +317,16 @@ class Simulation:
             run_id = f"r{self.nrun}"
             args = w.draw(rng)
             self.plans[run_id] = RunPlan(run_id, w, args)  # before: a lost reply may create it
+            if w.name in IN_PROCESS and rng.random() < 0.25:
+                # engine.run in this process: it drives the run itself, or follows the
+                # worker that claimed it first, and must return what an uncrashed run does.
+                got = eng.run(w.name, *args, run_id=run_id)
+                want = w.expect(*args) if w.expect is not None else got
+                if got != want and not self.world.fact(run_id).cancel_asked:
+                    self.world.violate(
+                        "in-process-result", run_id, f"engine.run gave {got!r}, not {want!r}"
+                    )
+                return
             eng.start(w.name, *args, run_id=run_id)
             return
         if not live:
@@ -470,6 +487,8 @@ class Simulation:
         return rep
 
     def _restart_dead(self) -> None:
+        if all(p.alive for p in self.procs):
+            return
         for proc in list(self.procs):
             if proc.alive or any(not t.glet.dead for t in proc.tasks):
                 continue
