@@ -22,7 +22,8 @@ SIM_CHUNKS = 4
 SEEDS_PER_CHUNK = -(-SIM_STEPS // (SEED_STEPS * SIM_CHUNKS))
 
 
-@pytest.mark.timeout(600)
+# Ten minutes a chunk of the suite's form (a loaded machine), more for make sim's.
+@pytest.mark.timeout(600 * max(1, SIM_STEPS // 200_000))
 @pytest.mark.parametrize("chunk", range(SIM_CHUNKS))
 def test_seeds_hold_every_invariant(chunk: int) -> None:
     """Every seed of this chunk runs its steps with faults and ends with no violation;

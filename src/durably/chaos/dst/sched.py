@@ -17,7 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import greenlet
+try:
+    import greenlet
+except ImportError as exc:  # a dev dependency: the library itself never needs it
+    raise ImportError(
+        "durably.chaos.dst runs its simulated processes as greenlets: pip install greenlet"
+        " (or install durably's dev extras: pip install -e '.[dev]')"
+    ) from exc
 
 
 class SimKill(BaseException):
