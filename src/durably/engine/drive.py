@@ -21,6 +21,7 @@ from ..history import PARKED, QUEUED, RUNNING, RunRecord
 from ..limits import LEASE_WAIT_MAX_S
 from ..ownership import LeaseWait, describe_owner, lease_wait, owner_dead
 from ..runtime.drive import drive_async, drive_sync
+from ..runtime.joincommit import joining
 from .attempt import Attempt, Attempts
 from .base import Base
 from .registry import Registry, Workflow
@@ -248,7 +249,13 @@ class Driver:
         return self.attempts.conclude(att, result)
 
     async def drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
-        """One attempt on the running event loop (a sync workflow runs inline)."""
+        """One attempt on the running event loop (a sync workflow runs inline). From its
+        claim to its end the run counts among the loop's async runs, whose appends share
+        commits (:mod:`durably.runtime.joincommit`)."""
+        with joining(self._base.store):
+            return await self._drive_async(w, run, claimed)
+
+    async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool) -> Any:
         import asyncio
 
         attempts = self.attempts

@@ -88,7 +88,7 @@ class _NoWrites(Executor):
     """An executor that records nothing: a write means the replay went live, which the
     check core never lets happen; should one come anyway, the run's check ends there."""
 
-    def write(self, op: Write) -> Generator[float, None, None]:
+    def write(self, op: Write, cancel: bool | None = None) -> Generator[float, None, None]:
         raise self.core.latch(ReplayEnd(op.records[0].position if op.records else "?"))
         yield  # pragma: no cover - makes this a generator like Executor.write
 

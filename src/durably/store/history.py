@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,9 @@ from .tx import Backend, Tx
 
 # Every column of a step row (the blobs a record carries go to the blobs table).
 STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")
+# The record's fields read at once (C code), named as the queries' parameters are.
+_record_values = operator.attrgetter(*STEP_FIELDS)
+_PARAM_NAMES = tuple("input_digest" if f == "digest" else f for f in STEP_FIELDS)
 
 
 class History(Backend):
@@ -101,6 +105,16 @@ class History(Backend):
         """
         durable = needs_sync(self.durability, records)
         return self._group.submit(Append(run_id, token, records, events, durable))
+
+    def append_all(self, appends: Sequence[Append]) -> None:
+        """Several callers' appends (the async runs of one event loop) in one commit,
+        with any other threads' appends queued beside them (:meth:`GroupCommit.submit_all`):
+        each ``Append`` gets its own ``result`` (the cancel flag) or ``error`` (what
+        :meth:`append` would have raised for it alone); returns once the commit that
+        carries them is done."""
+        for item in appends:
+            item.durable = needs_sync(self.durability, item.records)
+        self._group.submit_all(appends)
 
     def _append_one(self, item: Append) -> bool:
         """One append alone (group commit's lone writer): the tuned statement, else a
@@ -311,8 +325,7 @@ def overwrite_error(run_id: str, position: str) -> StoreError:
 def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of a record's row, checked on the way in."""
     rec.check()
-    params: dict[str, Any] = {f: getattr(rec, f) for f in STEP_FIELDS}
-    params["input_digest"] = params.pop("digest")
+    params: dict[str, Any] = dict(zip(_PARAM_NAMES, _record_values(rec), strict=True))
     params["run_id"] = run_id
     return params
 
