@@ -225,7 +225,7 @@ class Simulation:
                     self.sched.sleep(1.0)
                     continue
                 if run is None:
-                    if self.draining and self._all_done():
+                    if self.draining and self._all_done() and self._callers_done():
                         return
                     self.sched.sleep(POLL_S)
                     continue
@@ -292,6 +292,12 @@ class Simulation:
         ).fetchone()
         return None if row is None else str(row[0])
 
+    def _callers_done(self) -> bool:
+        # A caller's call retried into the drain may still start (or fork) a run.
+        return all(
+            t.glet.dead for p in self.procs if p.data.get("role") == "caller" for t in p.tasks
+        )
+
     def _all_done(self) -> bool:
         # A run whose start never committed (its caller saw the failure) is no run.
         marks = ",".join("?" * len(SETTLED))
@@ -345,8 +351,10 @@ class Simulation:
         elif r < 0.9:
             self.world.fact(run_id).cancel_asked = True
             eng.cancel(run_id, "sim")
-        else:
+        elif r < 0.99:
             self._fork(eng, rng)
+        else:
+            self._prune(eng)
 
     def _pick(self, rng: Any) -> Workload:
         pool = [w for w in self.workloads for _ in range(w.weight)]
@@ -403,6 +411,17 @@ class Simulation:
         new_id = f"r{self.nrun}f"
         self.plans[new_id] = RunPlan(new_id, src.workload, src.args, forked_from=src.run_id)
         eng.fork(src.run_id, at=rng.randint(0, src.args[0] + 1), new_run_id=new_id)
+
+    def _prune(self, eng: durably.Engine) -> None:
+        """Retention at any moment: cancelled and failed runs that finished more than 60
+        simulated seconds ago
+        go; a run that was not finished must never go (checked whatever the reply)."""
+        before = self.world.runs_now()
+        try:
+            # Completed runs stay, for the final check of their results.
+            eng.prune(self.sched.now - 60.0, status=("cancelled", "failed"))
+        finally:
+            self.world.after_prune(before)
 
     def _answer(self, eng: durably.Engine) -> None:
         """The drain: answer every wait so the runs can end (signals, decisions)."""
@@ -520,7 +539,9 @@ class Simulation:
             for plan in self.plans.values():
                 run = eng.store.get_run(plan.run_id)
                 if run is None:
-                    continue  # its start's reply was lost before the commit: never made
+                    # Its start failed before the commit (never made), or it finished
+                    # and was pruned (world.after_prune checked it had finished).
+                    continue
                 self.report.outcomes[run.status] += 1
                 if run.status not in TERMINAL:
                     why = durably.explain(eng, plan.run_id)

@@ -219,6 +219,18 @@ class World:
                 if t.proc.data.get("role") == "caller":
                     t.wake_at = min(t.wake_at, self.sched.now)
 
+    def runs_now(self) -> dict[str, str]:
+        """Every run's status now (before a prune)."""
+        return dict(self.db.execute("SELECT run_id, status FROM runs").fetchall())
+
+    def after_prune(self, before: dict[str, str]) -> None:
+        """No run that had not finished before a prune is gone after it (one that
+        finished meanwhile finished after the prune's cutoff, so it stays too)."""
+        have = {r[0] for r in self.db.execute("SELECT run_id FROM runs")}
+        for run_id, status in before.items():
+            if run_id not in have and status not in ("completed", "failed", "cancelled"):
+                self.violate("pruned-unfinished", run_id, f"a prune removed a {status} run")
+
     def check_wake(self, run_id: str) -> None:
         """A run parked waiting for a signal that is already there must be due now (the
         park must see a signal committed a moment before it; a send must wake the run
