@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import NotADurablyDatabase, RunConflict, RunFinished, RunNotFound, StoreError
+from ..errors import (
+    NotADurablyDatabase,
+    RunConflict,
+    RunFinished,
+    RunNotFound,
+    StoreError,
+    clause,
+)
 from ..events import NewEvent
 from ..history import (
     BLOCKED,
@@ -343,7 +350,7 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         return RunRecord(*row).check()
     except CorruptRecord as exc:
         raise NotADurablyDatabase(
-            f"corrupt run row: {exc}. The row was changed outside durably or written by a"
+            f"corrupt run row: {clause(exc)}. The row was changed outside durably or written by a"
             " newer version: upgrade durably, or restore that row from a backup (nothing"
             " was changed by this read)"
         ) from exc
