@@ -7,7 +7,7 @@ DEV_EXTRAS ?= dev,plot,otel
 # Exact versions of every dependency, so CI and every checkout install the same ones.
 CONSTRAINTS := constraints.txt
 
-.PHONY: demo test lint typecheck pytest bench bench-restart bench-dbos clean constraints
+.PHONY: demo test lint typecheck pytest bench bench-restart bench-dbos sim clean constraints
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,12 @@ typecheck: $(VENV)/.installed-dev
 
 pytest: $(VENV)/.installed-dev
 	$(BIN)/pytest -n $(PYTEST_WORKERS)
+
+## sim: the deterministic simulation's long form: 1,000,000 simulated steps across seeds
+## (tests/sim with DURABLY_SIM_STEPS; make test runs 200,000). One seed alone:
+## python -m durably.chaos.dst --seed N --steps S [--workers W]
+sim: $(VENV)/.installed-dev
+	DURABLY_SIM_STEPS=$${DURABLY_SIM_STEPS:-1000000} $(BIN)/pytest -q tests/sim -k every_invariant
 
 ## bench: the benchmarks of bench/ (not part of the test suite)
 bench: $(VENV)/.installed-dev

@@ -336,8 +336,14 @@ class RunCore:
         at = self.clock.time() if asked_at is None and deadline is not None else asked_at
         if self.stopped is None and deadline is not None and at is not None and at >= deadline:
             late = f"was past its lease deadline by {at - deadline:.1f} s"
-            return self.latch(LeaseLost(self.run_id, self.token, late, taken=True))
-        return self.latch(LeaseLost(self.run_id, self.token))
+            lost = LeaseLost(self.run_id, self.token, late, taken=True)
+        else:
+            lost = LeaseLost(self.run_id, self.token)
+        # The refusal is raised even when another stop was latched first: the park of a
+        # run whose token another claim raised meanwhile must end as a lost lease, never
+        # re-raise the internal Parked it was recording (found by durably.chaos.dst).
+        self.latch(lost)
+        return lost
 
     def lease_renewed(self, deadline: float) -> None:
         """The lease was renewed until ``deadline`` (on the engine's clock)."""
