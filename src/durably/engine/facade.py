@@ -41,6 +41,8 @@ from .leases import Leases
 from .messages import Messages
 from .options import (
     DEFAULT_URL,
+    HISTORY_MAX_DEFAULT,
+    HISTORY_WARN_DEFAULT,
     LEASE_S_DEFAULT,
     MAX_STARTS_DEFAULT,
     check_options,
@@ -110,6 +112,13 @@ class Engine:
     ``"effects"`` (pure steps ride along; an fsync before every effect's intent, at every
     park and at the end). A store option that contradicts it (SQLite ``synchronous=``)
     is a ``ConfigError``; ``engine.durability`` is the mode in force.
+    ``history_warn`` and ``history_max`` bound a run's current generation, as
+    ``(records, bytes)`` (default ``(10_000, 10 MiB)`` and ``(50_000, 50 MiB)``; None: no
+    bound): past the warning the run gets one ``run.history_warning`` event per
+    generation and a log line; at the limit the next recording call raises
+    ``durably.HistoryTooLarge`` before writing (catch it and ``ctx.continue_as_new``;
+    uncaught, the run is ``blocked``). Counted in the driver from what it loads and
+    writes, with no query of its own.
     Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
     ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
     PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
@@ -129,6 +138,8 @@ class Engine:
         store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
         park_wait_s: float | None = None,
         durability: str | None = None,
+        history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT,
+        history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT,
         **store_options: Any,
     ) -> None:
         opts = check_options(
@@ -141,6 +152,8 @@ class Engine:
             wait_for_lease=wait_for_lease,
             store_retry_s=store_retry_s,
             park_wait_s=park_wait_s,
+            history_warn=history_warn,
+            history_max=history_max,
         )
         refuse_misspelt_options(store_options, _OWN_OPTIONS)
         self._base = Base(opts, open_store(opts.url, opts.clock, durability, **store_options))
@@ -167,6 +180,8 @@ class Engine:
     wait_for_lease: _Option[bool] = _Option()
     store_retry_s: _Option[float] = _Option()
     park_wait_s: _Option[float | None] = _Option()
+    history_warn: _Option[tuple[int, int] | None] = _Option()
+    history_max: _Option[tuple[int, int] | None] = _Option()
 
     @property
     def durability(self) -> str:

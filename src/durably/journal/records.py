@@ -132,6 +132,19 @@ class StepRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+def stored_chars(rec: StepRecord) -> int:
+    """The stored text a record holds, in characters (what history limits count: its
+    name, digest, output, error and inputs manifest; a blob counts by its reference, as
+    the record keeps only the digest). Cheap: lengths only, nothing encoded."""
+    return (
+        len(rec.name)
+        + len(rec.digest)
+        + len(rec.output or "")
+        + len(rec.error_message or "")
+        + len(rec.inputs or "")
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A run as the journal knows it."""
@@ -184,8 +197,9 @@ class RunRecord:
         return self.status in TERMINAL
 
     def key(self, position: str) -> str:
-        """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
-        return idempotency_key(self.run_id, self.incarnation, position)
+        """The idempotency key of ``position`` in this run's current generation (see
+        :func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.incarnation, position, self.generation)
 
 
 # The Python types each column may hold once read back. A hand-edited SQLite row can hold

@@ -141,6 +141,7 @@ class Executor:
         recording call stops too, whatever the workflow catches.
         """
         core = self.core
+        core.count_written(op.records)  # the history limits' count: no query of its own
         with recording(core):
             cancel = yield from retry.attempts(
                 lambda: self.store.append(core.run_id, core.token, op.records, op.events),

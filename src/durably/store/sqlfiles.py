@@ -21,6 +21,7 @@ ROOMS = (
     "runs",
     "leases",
     "history",
+    "generations",
     "events",
     "stream",
     "signals",

@@ -42,8 +42,9 @@ from .base import Owner, Served, served_json
 from .durability import EFFECTS, sqlite_mode
 from .events import Events
 from .fleet import Fleet
+from .generations import Generations
 from .groupcommit import GroupCommit
-from .history import History, record_params
+from .history import record_params
 from .leases import Leases
 from .private import open_private
 from .runs import Runs
@@ -84,7 +85,7 @@ def sqlite_path(url: str) -> str:
 
 
 class SQLiteStore(
-    Runs, Leases, History, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+    Runs, Leases, Generations, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
 ):
     """A :class:`~durably.store.base.Store` on one SQLite database file.
 
