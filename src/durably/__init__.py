@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .runlist import LiveWorker, RunPage
     from .runtime.branches import Branches
     from .steps import step, usage
+    from .store.base import Generation
     from .streaming import AsyncStepStream, StepStream
     from .tools import tool
 
@@ -85,6 +86,7 @@ _LAZY: dict[str, str] = {
     "StepInfo": ".current",
     "current_step": ".current",
     "Engine": ".engine",
+    "Generation": ".store.base",
     "Handle": ".engine",
     "Workflow": ".engine",
     "ApprovalAlreadyDecided": ".errors",
@@ -183,6 +185,7 @@ __all__ = [
     "FakeClock",
     "FaultStepInfo",
     "Follow",
+    "Generation",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",

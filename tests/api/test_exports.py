@@ -41,6 +41,7 @@ PINNED_ALL = [
     "FakeClock",
     "FaultStepInfo",
     "Follow",
+    "Generation",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",

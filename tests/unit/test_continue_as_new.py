@@ -162,3 +162,99 @@ def test_a_cancel_outranks_the_hand_over(journal_url: str) -> None:
     run = engine.store.get_run("cx")
     assert run is not None and run.status == "cancelled" and run.generation == 0
     engine.close()
+
+
+def test_runs_show_list_and_why_know_generations(tmp_path: object) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    engine = durably.Engine(url)
+
+    @engine.workflow(name="gens")
+    def gens(ctx: durably.Context, n: int) -> int:
+        ctx.step("k", _key, n)
+        if n < 2:
+            return ctx.continue_as_new(n + 1)
+        return n
+
+    engine.run(gens, 0, run_id="g")
+    inc = engine.store.get_run("g").incarnation  # type: ignore[union-attr]
+    engine.close()
+
+    def cli_out(*args: str) -> str:
+        res = CliRunner().invoke(cli, [*args, "--db", url])
+        assert res.exit_code == 0, res.output
+        return res.output
+
+    shown = json.loads(cli_out("runs", "show", "g", "--json", "--generation", "1"))
+    assert shown["generation"] == 1 and shown["run"]["generation"] == 2
+    assert [s["key"] for s in shown["steps"]] == [f"g:{inc}:g1.0"]
+    assert [(g["generation"], g["status"], g["input"]) for g in shown["generations"]] == [
+        (0, "continued", {"args": [0], "kwargs": {}}),
+        (1, "continued", {"args": [1], "kwargs": {}}),
+    ]
+    text = cli_out("runs", "show", "g")
+    assert f"g:{inc}:g2.0" in text and "generation 2 (current)" in text
+    assert "completed g2" in cli_out("runs", "list")
+    assert "(generation 2: continued as new 2x)" in cli_out("runs", "why", "g")
+    res = CliRunner().invoke(cli, ["runs", "show", "g", "--generation", "5", "--db", url])
+    assert res.exit_code != 0 and "has generations 0 to 2" in res.output
+
+
+def test_replay_check_replays_the_current_generation_with_its_input(tmp_path: object) -> None:
+    from durably.inspect.replaycheck import check_run
+
+    url = f"sqlite:///{tmp_path}/j.db"
+
+    def make(step_name: str) -> durably.Engine:
+        engine = durably.Engine(url, park_wait_s=0)
+
+        @engine.workflow(name="gens")
+        def gens(ctx: durably.Context, n: int) -> object:
+            # Generation 0 and 1 record "early"; generation 2 the name under test.
+            ctx.step("early" if n < 2 else step_name, _key, n)
+            if n < 2:
+                return ctx.continue_as_new(n + 1)
+            return ctx.wait_for_signal("go")
+
+        return engine
+
+    engine = make("late")
+    with pytest.raises(durably.RunParked):
+        engine.run("gens", 0, run_id="rc")
+    run = engine.get_run("rc")
+    assert run.generation == 2
+    assert check_run(engine, run) is None  # generation 2, with input n=2, replays
+    engine.close()
+    changed = make("renamed")  # only the current generation's step differs
+    found = check_run(changed, changed.get_run("rc"))
+    assert found is not None and "'late'" in found.reason and "'renamed'" in found.reason
+    changed.close()
+
+
+def test_each_generation_asks_for_its_own_approval(journal_url: str) -> None:
+    engine = durably.Engine(journal_url, park_wait_s=0)
+
+    @engine.workflow(name="asks")
+    def asks(ctx: durably.Context, n: int) -> str:
+        d = ctx.request_approval("deploy", {"n": n})
+        if n == 0:
+            return ctx.continue_as_new(1)
+        return f"{d.outcome} by {d.by}"
+
+    with pytest.raises(durably.RunParked):
+        engine.run(asks, 0, run_id="ap")
+    (first,) = engine.pending_approvals("ap")
+    assert first.request_id == "0"
+    engine.approve("ap", "0", digest=first.digest, by="ana")
+    with pytest.raises(durably.RunParked):  # generation 1 waits for a decision of its own
+        engine.resume("ap")
+    (second,) = engine.pending_approvals("ap")
+    assert second.request_id == "g1.0"
+    engine.approve("ap", "g1.0", digest=second.digest, by="bob")
+    assert engine.resume("ap") == "approved by bob"
+    engine.close()

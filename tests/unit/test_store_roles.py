@@ -14,6 +14,7 @@ from durably.store import (
     approvals,
     events,
     fleet,
+    generations,
     history,
     leases,
     runs,
@@ -26,7 +27,7 @@ from durably.store.base import Store
 from durably.store.sqlite import SQLiteStore
 from durably.store.tx import Backend
 
-ROLES = (runs, leases, history, signals, approvals, spend, events, fleet, streamwriter)
+ROLES = (runs, leases, history, generations, signals, approvals, spend, events, fleet, streamwriter)
 QUERY_CALLS = {"q", "one", "scalar"}
 # The store methods each backend still writes itself: dialect mechanics only (polling or
 # LISTEN, the owner-lock session, the server clock, closing). append is written once; its
@@ -88,6 +89,7 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         runs.Runs,
         leases.Leases,
         history.History,
+        generations.Generations,
         signals.Signals,
         approvals.Approvals,
         spend.SpendLedger,
@@ -96,7 +98,7 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         streamwriter.StreamTier,  # publish, flush_stream: the stream writer's tier
     ]
     written_once = protocol - PER_BACKEND
-    assert len(written_once) == 32
+    assert len(written_once) == 35
     for name in sorted(written_once):
         assert [c.__name__ for c in classes if name in vars(c)] != [], name
         assert len([c for c in classes if name in vars(c)]) == 1, name

@@ -29,7 +29,7 @@ from ..limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from ..replay.kernel import FaultHook
 from ..runlist import LiveWorker, RunPage
 from ..store import retry
-from ..store.base import Store
+from ..store.base import Generation, Store
 from ..store.open import open_store
 from .admin import Admin
 from .attempt import Attempts, decode_input, park_reason
@@ -272,6 +272,13 @@ class Engine:
         reported ``durably.usage``, repeated and failed attempts included) and its stored
         budget; raises ``RunNotFound``."""
         return self._reads.spend(run_id)
+
+    def generations(self, run_id: str) -> list[Generation]:
+        """The run's finished generations, oldest first (each ended ``continued`` by
+        ``ctx.continue_as_new``: its number, input, records and end time); empty for a
+        run that never continued as new. ``RunNotFound`` for an unknown run."""
+        self._base.get_run(run_id)
+        return self._base.call(lambda: self._base.store.list_generations(run_id))
 
     def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
         """The run's history in program order: its current generation's, or
