@@ -37,6 +37,11 @@ def test_keys_positions_and_old_generations(journal_url: str) -> None:
     evs = engine.events("mb").events
     assert [e.data["data"] for e in evs if e.kind == "user"] == [0, 1, 2]
     assert [e.position for e in evs if e.kind == "user"] == ["0", "g1.0", "g2.0"]
+    # Step events too: one claim drives all three generations under one token, and
+    # their dedupe names differ by the generation (else generation 1's are dropped).
+    done = [e for e in evs if e.kind == "step.completed"]
+    assert [e.position for e in done] == ["0", "g1.0", "g2.0"]
+    assert [e.data["key"] for e in done] == keys
     assert [e.data["generation"] for e in evs if e.kind == "run.continued"] == [1, 2]
     # The same call again finds the run by generation 0's input, and its result.
     assert engine.run(mailbox, 0, [], run_id="mb") == keys

@@ -141,7 +141,7 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         {
             "generation": "the generation",
             "records": "records it holds",
-            "bytes": "characters of stored text its records hold",
+            "bytes": "UTF-8 bytes of stored text its records hold",
             "warn_records": "the warning's records bound",
             "warn_bytes": "the warning's bytes bound",
             "max_records": "history_max's records bound (if any)",

@@ -132,17 +132,22 @@ class StepRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-def stored_chars(rec: StepRecord) -> int:
-    """The stored text a record holds, in characters (what history limits count: its
+def stored_bytes(rec: StepRecord) -> int:
+    """The UTF-8 bytes of stored text a record holds (what history limits count: its
     name, digest, output, error and inputs manifest; a blob counts by its reference, as
-    the record keeps only the digest). Cheap: lengths only, nothing encoded."""
+    the record keeps only the digest). Cheap: a length for ASCII text (nearly all of a
+    journal: JSON, digests), an encode only for text that is not."""
     return (
-        len(rec.name)
+        _utf8_len(rec.name)
         + len(rec.digest)
-        + len(rec.output or "")
-        + len(rec.error_message or "")
+        + _utf8_len(rec.output or "")
+        + _utf8_len(rec.error_message or "")
         + len(rec.inputs or "")
     )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from ..journal.events import (
     new_event,
 )
 from ..journal.keys import generation_prefix, idempotency_key
-from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord, stored_chars
+from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord, stored_bytes
 from ..journal.text import storable_text
 from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
@@ -140,7 +140,7 @@ class RunCore:
         # write adds to it (count_written), each position going live checks it.
         self.size = HistorySize(
             len(setup.history),
-            sum(stored_chars(rec) for rec in setup.history),
+            sum(stored_bytes(rec) for rec in setup.history),
             setup.history_warn,
             setup.history_max,
         )
@@ -274,7 +274,7 @@ class RunCore:
             if pos not in history and pos not in counted:
                 counted.add(pos)
                 size.records += 1
-            size.bytes += stored_chars(rec)
+            size.bytes += stored_bytes(rec)
 
     def key(self, pos: str) -> str:
         """The idempotency key of ``pos`` in this run's current generation."""

@@ -87,7 +87,7 @@ class HistorySize:
     records: int
     """Positions recorded in the generation (an intent and its result count once)."""
     bytes: int
-    """Characters of stored text its records hold (outputs, inputs manifests, errors,
+    """UTF-8 bytes of stored text its records hold (outputs, inputs manifests, errors,
     names and digests; a blob by its reference)."""
     warn: tuple[int, int] | None
     """``(records, bytes)`` past which the generation gets its warning (None: never)."""
