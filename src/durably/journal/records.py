@@ -135,19 +135,17 @@ class StepRecord:
 def stored_bytes(rec: StepRecord) -> int:
     """The UTF-8 bytes of stored text a record holds (what history limits count: its
     name, digest, output, error and inputs manifest; a blob counts by its reference, as
-    the record keeps only the digest). Cheap: a length for ASCII text (nearly all of a
-    journal: JSON, digests), an encode only for text that is not."""
-    return (
-        _utf8_len(rec.name)
-        + len(rec.digest)
-        + _utf8_len(rec.output or "")
-        + _utf8_len(rec.error_message or "")
-        + len(rec.inputs or "")
-    )
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    the record keeps only the digest). Cheap, as it runs for every record a claim loads:
+    lengths, and an encode only of an output or error that is not ASCII (a name is at
+    most NAME_BYTES_MAX, counted by its characters)."""
+    out = rec.output or ""
+    size = len(rec.name) + len(rec.digest) + len(out) + len(rec.inputs or "")
+    if not out.isascii():
+        size += len(out.encode("utf-8", "surrogatepass")) - len(out)
+    msg = rec.error_message
+    if msg is not None:
+        size += len(msg) if msg.isascii() else len(msg.encode("utf-8", "surrogatepass"))
+    return size
 
 
 @dataclass(frozen=True, slots=True)
