@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import durably
-from durably.events import MODEL_DELTA, new_event
+from durably.events import MODEL_DELTA, MODEL_RESTART, new_event
 from durably.store import streamwriter
 from durably.store.owner import Owner
 
@@ -100,6 +100,36 @@ def test_a_database_that_cannot_keep_up_drops_events_and_never_blocks(
         assert writer is not None and writer.dropped > 0
         stored = [e for e in engine.events("w3").events if e.kind == MODEL_DELTA]
         assert len(stored) == 40 - writer.dropped
+    finally:
+        engine.close()
+
+
+def test_a_full_queue_still_takes_a_restart(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deltas may be dropped when the database cannot keep up, a ``model.restart`` never:
+    a follower that missed it would show the new attempt's text after the old one's."""
+    path = f"{tmp_path}/slow.db"
+    engine = durably.Engine(f"sqlite:///{path}", busy_timeout_s=5)
+    try:
+        token = _claimed(engine, "w5", Owner("here", 5, "0", ""))
+        monkeypatch.setattr(streamwriter, "STREAM_QUEUE_MAX", 10)
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # the writer's transaction waits behind it
+        try:
+            engine.store.publish("w5", token, _deltas(token, 0, 4))  # taken by the writer
+            time.sleep(0.1)
+            engine.store.publish("w5", token, _deltas(token, 4, 10))  # fills the queue
+            restart = new_event(MODEL_RESTART, "0", {"attempt": 2}, time.time(), "r:2")
+            engine.store.publish("w5", token, [restart, *_deltas(token, 14, 4)])
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert engine.store.flush_stream(10)
+        kinds = [e.kind for e in engine.events("w5").events if e.kind != "run.created"]
+        assert MODEL_RESTART in kinds, kinds
+        writer = engine.store._stream_writer
+        assert writer is not None and writer.dropped == 4  # the second attempt's deltas
     finally:
         engine.close()
 

@@ -201,3 +201,30 @@ def test_a_run_finished_elsewhere_since_we_looked_returns_its_outcome(
     assert engine.run(w, run_id="r") == "first"
     assert engine._driver.drive_sync(w, stale) == "first"  # not run again, not reopened
     assert calls == [1] and engine.get_run("r").status == "completed"
+
+
+def test_a_hand_edited_run_row_is_named_with_what_to_do(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    engine = durably.Engine(url)
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> int:
+        return 1
+
+    engine.run(w, run_id="ok")
+    engine.run(w, run_id="edited")
+    engine.close()
+    with sqlite3.connect(tmp_path / "j.db") as conn:
+        conn.execute("UPDATE runs SET status = 'bogus' WHERE run_id = 'edited'")
+    res = CliRunner().invoke(cli, ["runs", "list", "--db", url])
+    assert res.exit_code == 1
+    assert "run 'edited': unknown status 'bogus'" in res.output, res.output
+    assert "restore that row" in res.output and "Traceback" not in res.output
+    with sqlite3.connect(tmp_path / "j.db") as conn:  # the read changed nothing
+        assert conn.execute("SELECT status FROM runs WHERE run_id = 'edited'").fetchone() == (
+            "bogus",
+        )

@@ -74,12 +74,14 @@ def test_a_run_longer_than_several_leases_keeps_its_lease(tmp_path: Path, kind: 
         engine.close()
 
 
-def test_a_renewal_refused_after_the_own_deadline_passed_says_so(tmp_path: Path) -> None:
-    """A driver paused past its lease (here a retry's backoff on a fake clock; in the fleet
-    a SIGSTOP) and taken over meanwhile learns of it from a refused renewal or from its own
-    deadline check, whichever runs first; the reason it gives is the same either way: its
-    own deadline, which it knows, not a takeover it can only infer. (The fleet test of a
-    SIGSTOPped worker on PostgreSQL failed when the renewal won the race.)"""
+@pytest.mark.parametrize("refused", ["renewal", "write"])
+def test_a_refusal_after_the_own_deadline_passed_says_so(tmp_path: Path, refused: str) -> None:
+    """A driver paused past its lease (here on a fake clock; in the fleet a SIGSTOP) and
+    taken over meanwhile learns of it from a refused renewal (after a retry's backoff), a
+    refused write (the workflow's failure recorded) or its own deadline check, whichever
+    runs first; the reason it gives is the same every way: its own deadline, which it
+    knows, not a takeover it can only infer. (The fleet test of a SIGSTOPped worker on
+    PostgreSQL failed when the renewal won the race.)"""
     url = f"sqlite:///{tmp_path / 'j.db'}"
     clock = durably.FakeClock()
     # The heartbeat never beats: the renewal after the backoff is the one that is refused.
@@ -98,7 +100,7 @@ def test_a_renewal_refused_after_the_own_deadline_passed_says_so(tmp_path: Path)
 
     @engine.workflow(name="paused")
     def wf(ctx: durably.Context) -> int:
-        return flaky()
+        return ctx.step("flaky", flaky) if refused == "renewal" else flaky()
 
     with pytest.raises(durably.StaleLease) as caught:
         engine.run(wf, run_id="paused")

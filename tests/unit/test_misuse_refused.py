@@ -116,3 +116,39 @@ def test_an_async_do_of_a_sync_saga_and_an_async_tool_block_too(engine: durably.
             engine.run(wf, run_id=run_id)
         assert engine.get_run(run_id).status == "blocked", run_id
         assert engine.history(run_id) == []
+
+
+def test_a_sync_step_function_returning_a_coroutine_blocks_the_run(
+    engine: durably.Engine,
+) -> None:
+    """A lambda around an async call, in a sync workflow: the coroutine is never awaited,
+    so nothing it stands for happened. The run blocks (the workflow cannot catch it and go
+    on, no failed step is recorded, no retry spends attempts) and resumes once fixed."""
+    fn: list[Callable[..., Any]] = [lambda x: _fetch(x)]
+    calls: list[int] = []
+    caught: list[str] = []
+
+    @durably.step(retries=2, backoff=0.0)
+    def fetch(x: int) -> int:
+        calls.append(x)
+        return fn[0](x)  # type: ignore[no-any-return]
+
+    @engine.workflow(name="w")
+    def w(ctx: durably.Context) -> Any:
+        first = ctx.step("first", lambda: 1)
+        try:
+            return first + ctx.step("fetch", fetch, 1)
+        except Exception as exc:  # the workflow cannot turn the misuse into a result
+            caught.append(type(exc).__name__)
+            return "caught"
+
+    with pytest.raises(durably.ConfigError, match=r"returned an awaitable \(coroutine\)"):
+        engine.run(w, run_id="r")
+    run = engine.get_run("r")
+    assert run.status == "blocked" and caught == ["ConfigError"], (run.status, caught)
+    assert "make the workflow async" in (run.park_reason or "")
+    assert calls == [1]  # no retry
+    assert [s.name for s in engine.history("r")] == ["first"]  # nothing recorded at fetch
+    fn[0] = lambda x: x + 1
+    engine.retry("r")
+    assert engine.run(w, run_id="r") == 3

@@ -800,3 +800,40 @@ def test_parked_waiting_for_an_approval(journal_url: str) -> None:
         assert got["action"] == "close ticket" and got["expires_at"] is None
         assert "(no expiry)" in got["sentence"]
         assert "`durably approve asks 2 --digest " in got["sentence"]
+
+
+def test_running_after_a_long_streamed_call(
+    engine: durably.Engine, journal_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A streamed call's deltas are many and say nothing ``why`` reads: they must not fill
+    its bound on events read, or the retry after them (the step in flight) goes unseen."""
+    from durably.inspect import why_facts
+
+    monkeypatch.setattr(why_facts, "EVENTS_SCAN_MAX", 30)
+    inside, release = threading.Event(), threading.Event()
+    attempts: list[int] = []
+
+    @durably.step(retries=1, backoff=0)
+    def call_model(prompt: str) -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RateLimitError("429: slow down")
+        inside.set()
+        assert release.wait(60)
+        return "answer"
+
+    def tokens() -> Iterator[str]:
+        yield from (f"t{i}" for i in range(60))
+
+    @engine.workflow(name="wf")
+    def wf(ctx: durably.Context) -> str:
+        with ctx.step_stream("draft", tokens, deltas=lambda c: [{"text": c}]) as s:
+            "".join(s)
+        return ctx.step("call_model", call_model, "hi")
+
+    with running(engine, wf, "streamed", release):
+        assert inside.wait(60)
+        assert engine.store.flush_stream(10)
+        got = why(journal_url, "streamed")
+    assert got["step"] == "call_model" and got["attempt"] == 2, got
+    assert got["retry_error_type"].endswith("RateLimitError")

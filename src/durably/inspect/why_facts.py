@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .. import events as ev_kinds
 from ..budget import Spend
@@ -37,6 +37,7 @@ QUEUE_SCAN_MAX = 10_000
 """Runs of one status looked at to count a queue (beyond it the count is "at least")."""
 EVENTS_SCAN_MAX = 100_000
 """Events read to find the step in flight and the last error (a bound on one ``why``)."""
+_STREAM_TIER: Final = frozenset({ev_kinds.MODEL_DELTA, ev_kinds.MODEL_RESTART})
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +135,14 @@ def queue_view(engine: Engine, run: RunRecord) -> QueueView:
 
 
 def read_events(engine: Engine, run_id: str) -> list[Event]:
-    """The run's events, oldest first (at most :data:`EVENTS_SCAN_MAX`)."""
+    """The run's events, oldest first, without the stream tier's ``model.delta`` and
+    ``model.restart`` (tokens say nothing ``why`` reads, and a long streamed call would
+    fill the bound before the events after it): at most :data:`EVENTS_SCAN_MAX` kept."""
     out: list[Event] = []
     cursor = 0
     while len(out) < EVENTS_SCAN_MAX:
-        page = engine.events(run_id, after=cursor, limit=1000)
-        out.extend(page.events)
+        page = engine.events(run_id, after=cursor, limit=min(1000, EVENTS_SCAN_MAX - len(out)))
+        out.extend(e for e in page.events if e.kind not in _STREAM_TIER)
         if not page.events or page.cursor == cursor:
             break
         cursor = page.cursor

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..budget import Budget, SpendEntry
 from ..current import StepInfo as CurrentStep
+from ..errors import ConfigError
 from ..journal.events import NewEvent
 from ..journal.records import StepRecord
 from ..steps import Usage
@@ -111,8 +112,11 @@ Op = Call | Write | Wait | TakeSignal | Charge | ReadSpend | SetBudget | ReadDec
 
 @dataclass(slots=True)
 class Outcome:
-    """What a :class:`Call` produced: a value or an exception, and the spend reported."""
+    """What a :class:`Call` produced: a value or an exception, and the spend reported.
+    ``misuse`` is a driver's own refusal (a sync workflow given an awaitable to run): it
+    blocks the run like any misuse, never counting as the step's failure or retry."""
 
     value: Any = None
     error: Exception | None = None
     usage: Usage = field(default_factory=Usage)
+    misuse: ConfigError | None = None

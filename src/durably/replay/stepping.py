@@ -162,6 +162,8 @@ def _doubt(
         )
         # A reconcile that reported usage (it asked a model) spent it for real.
         yield from core.charge(pos, f"r{intent.attempts}", intent.attempts, out.usage)
+        if out.misuse is not None:
+            raise core.poison(out.misuse)
         if out.error is not None:
             core.in_doubt = (
                 f"step {pos} {name!r}: reconcile({key!r}) raised"
@@ -233,6 +235,8 @@ def _attempts(
         # Real spend reaches the ledger now, before the "effect" window: a crash before
         # the result is recorded re-runs the call, and both calls are counted.
         yield from core.charge(pos, f"a{n}", n, out.usage)
+        if out.misuse is not None:
+            raise core.poison(out.misuse)
         if out.error is None:
             if sig.return_hint is None:
                 warn_untyped_result(name, fn, out.value)

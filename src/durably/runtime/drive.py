@@ -348,18 +348,28 @@ def _call_sync(ex: Executor, op: Call) -> Outcome:
 def _run_sync(op: Call, box: Usage) -> Outcome:
     try:
         if op.is_async:
-            raise ConfigError(
+            misuse = ConfigError(
                 f"{fn_text(op.fn)!r} is an async function: call it from an async workflow"
-                " (async def, await ctx.step(...)), or pass a sync function"
+                " (async def, await ctx.step(...)), or pass a sync function. The run is"
+                " blocked; fix the code, then resume it."
             )
+            return Outcome(None, misuse, box, misuse)
         if op.timeout_s is None:
             value = op.fn(*op.args, **op.kwargs)
         else:
             value = _call_with_timeout(op)
         if inspect.isawaitable(value):
+            # Never awaited here, so what it stands for did not happen: recording it (or
+            # failing the step, which a workflow may catch and go on from) would be wrong.
             if inspect.iscoroutine(value):
                 value.close()
-            raise ConfigError(f"{fn_text(op.fn)!r} returned an awaitable: use an async workflow")
+            misuse = ConfigError(
+                f"{fn_text(op.fn)!r} returned an awaitable ({type(value).__name__}), which a"
+                " sync workflow cannot await: make the workflow async (async def, await"
+                " ctx.step(...)), or have the step function return its result. The run is"
+                " blocked; fix the code, then resume it."
+            )
+            return Outcome(None, misuse, box, misuse)
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)

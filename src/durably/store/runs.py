@@ -309,4 +309,8 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
     try:
         return RunRecord(*row).check()
     except CorruptRecord as exc:
-        raise NotADurablyDatabase(f"corrupt run row: {exc}") from exc
+        raise NotADurablyDatabase(
+            f"corrupt run row: {exc}. The row was changed outside durably or written by a"
+            " newer version: upgrade durably, or restore that row from a backup (nothing"
+            " was changed by this read)"
+        ) from exc

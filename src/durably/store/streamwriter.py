@@ -9,7 +9,8 @@ What the stream-only tier promises:
 - **Never slows the caller.** :meth:`StreamWriter.publish` appends to a bounded queue
   under a lock held for microseconds and returns; it never touches the database. When
   the queue is full (the database cannot keep up) newer events are dropped and counted
-  (:attr:`StreamWriter.dropped`), never waited for.
+  (:attr:`StreamWriter.dropped`), never waited for; a ``model.restart`` is queued even
+  then, so a follower always learns to drop an earlier attempt's text.
 - **Never on the fsync path.** The writer's connection commits without a flush of its
   own (SQLite: ``synchronous=NORMAL`` in WAL mode and no checkpoints from it;
   PostgreSQL: ``synchronous_commit = off``). A later durable commit of the same database
@@ -45,7 +46,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .._fork import reset_after_fork
-from ..events import NewEvent
+from ..events import MODEL_RESTART, NewEvent
 from ..limits import STREAM_BATCH_MAX, STREAM_QUEUE_MAX
 from .tx import Backend, Tx
 
@@ -116,8 +117,14 @@ class StreamWriter:
             if self._closing:
                 return
             if self._queued + len(events) > STREAM_QUEUE_MAX:
-                self.dropped += len(events)
-                return
+                # A ``model.restart`` is kept past the bound (one per attempt of a
+                # streamed call, so the queue still stays bounded): without it a follower
+                # would append the next attempt's text to what it showed of the last.
+                kept = tuple(e for e in events if e.kind == MODEL_RESTART)
+                self.dropped += len(events) - len(kept)
+                if not kept:
+                    return
+                events = kept
             idle = not self._queue
             self._queue.append(Pending(run_id, token, tuple(events)))
             self._queued += len(events)
