@@ -164,3 +164,23 @@ def test_unconsumed_signals_are_bounded(journal_url: str, monkeypatch: pytest.Mo
         engine.signal(handle.run_id, "go", "one too many")
     assert SIGNALS_PENDING_MAX == 10_000
     engine.close()
+
+
+def test_a_saga_still_compensates_at_the_limit(tmp_path: object) -> None:
+    engine = durably.Engine(f"sqlite:///{tmp_path}/j.db", history_warn=None, history_max=(3, 10**9))
+    undone: list[str] = []
+
+    @engine.workflow()
+    def booking(ctx: durably.Context) -> str:
+        with ctx.saga() as saga:
+            saga.step("hold", lambda: "held", lambda: undone.append("held"))
+            ctx.step("a", _work, 1)
+            ctx.step("b", _work, 2)  # the third record: at the limit
+            ctx.step("c", _work, 3)  # refused: HistoryTooLarge leaves the saga
+        return "booked"
+
+    with pytest.raises(durably.HistoryTooLarge):
+        engine.run(booking, run_id="saga")
+    assert undone == ["held"]  # the compensation ran past the limit: nothing stranded
+    assert engine.store.get_run("saga").status == "blocked"  # type: ignore[union-attr]
+    engine.close()

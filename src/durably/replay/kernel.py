@@ -219,7 +219,9 @@ class RunCore:
             raise self._deliver_halt(pos, self.halt_requested)
         size = self.size
         if size.max is not None and (size.records >= size.max[0] or size.bytes >= size.max[1]):
-            if pos not in self.history:  # a wait in progress is counted already
+            # A wait in progress is counted already; a saga's compensation undoes what
+            # the run did (bounded by its steps), so the limit never strands an effect.
+            if pos not in self.history and not self.compensating_here():
                 # Not latched: the workflow may catch it and continue as new.
                 raise HistoryTooLarge(self.run_id, size.records, size.bytes, size.max)
         if size.warn is not None and not size.warned:
