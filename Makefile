@@ -7,7 +7,7 @@ DEV_EXTRAS ?= dev,plot,otel
 # Exact versions of every dependency, so CI and every checkout install the same ones.
 CONSTRAINTS := constraints.txt
 
-.PHONY: demo test lint typecheck pytest bench clean constraints
+.PHONY: demo test lint typecheck pytest bench sim clean constraints
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -49,10 +49,24 @@ demo: $(VENV)/.installed-demo
 	$(BIN)/python examples/openai_agent.py
 	@echo "Watch the demo's runs in the dashboard: $(BIN)/durably ui --db sqlite:///demo-output/journal.db --open"
 
+# pytest worker processes (pytest-xdist) of make test and make pytest. The suite waits on
+# subprocesses, SIGKILLs and leases much of its time, so more workers than the 2 cores of
+# the CI machine keep them busy; make pytest PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
+
 ## test: install with dev (and otel) extras, then ruff, the import-linter contract of
 ## pyproject.toml (lint-imports: the direction of dependency), `durably lint` of the
-## examples and the chaos tools (non-determinism in workflow bodies), mypy (strict) and pytest
-test: $(VENV)/.installed-dev lint typecheck pytest
+## examples and the chaos tools (non-determinism in workflow bodies), then mypy (strict)
+## and pytest side by side: mypy's output is printed after pytest's, and either failing
+## fails make test
+test: $(VENV)/.installed-dev lint
+	@set -u; log=$$(mktemp); trap 'rm -f "$$log"' EXIT; \
+	echo "$(BIN)/mypy > $$log (beside pytest)"; \
+	$(BIN)/mypy >"$$log" 2>&1 & mypy_pid=$$!; \
+	$(MAKE) --no-print-directory pytest; pytest_status=$$?; \
+	wait $$mypy_pid; mypy_status=$$?; \
+	echo "--- $(BIN)/mypy (exit $$mypy_status):"; cat "$$log"; \
+	[ $$pytest_status -eq 0 ] && [ $$mypy_status -eq 0 ]
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests bench examples
@@ -64,7 +78,13 @@ typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 pytest: $(VENV)/.installed-dev
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS)
+
+## sim: the deterministic simulation's long form: 1,000,000 simulated steps across seeds
+## (tests/sim with DURABLY_SIM_STEPS; make test runs 200,000). One seed alone:
+## python -m durably.chaos.dst --seed N --steps S [--workers W]
+sim: $(VENV)/.installed-dev
+	DURABLY_SIM_STEPS=$${DURABLY_SIM_STEPS:-1000000} $(BIN)/pytest -q tests/sim -k every_invariant
 
 ## bench: the benchmarks of bench/ (not part of the test suite)
 bench: $(VENV)/.installed-dev

@@ -7,7 +7,11 @@ STEPS trivial steps through one engine (steps per second, all runs together), an
 the medians, their ratio and how many appends the shared commits carried.
 
     python bench/concurrent_runs.py [--runs 100] [--steps 20] [--rounds 5] [--mode power]
-        [--pg postgresql://...]
+        [--async] [--pg postgresql://...]
+
+``--async``: the runs are asyncio tasks on one event loop (an async workflow whose step is
+an async function, ``await engine.run_async(...)``) instead of threads; their appends
+join one commit per turn of the loop (:mod:`durably.runtime.joincommit`).
 
 With ``--pg`` the journal is a throwaway schema of that server, and the raw rate is one
 psycopg INSERT + COMMIT per row with ``synchronous_commit`` on.
@@ -68,6 +72,39 @@ def concurrent_steps_per_s(url: str, runs: int, steps: int, mode: str) -> tuple[
     return runs * steps / elapsed, per_batch
 
 
+async def _trivial_async(i: int) -> dict[str, int]:
+    """The async benchmark's step."""
+    return {"i": i}
+
+
+def concurrent_async_steps_per_s(url: str, runs: int, steps: int, mode: str) -> tuple[float, float]:
+    """:func:`concurrent_steps_per_s` with the runs as asyncio tasks on one loop."""
+    import asyncio
+
+    engine = durably.Engine(url, **({} if mode == "power" else {"durability": mode}))
+
+    @engine.workflow(name="bench_async")
+    async def many(ctx: durably.AsyncContext, n: int) -> int:
+        for i in range(n):
+            await ctx.step("s", _trivial_async, i)
+        return n
+
+    tag = uuid.uuid4().hex[:6]
+
+    async def all_runs() -> float:
+        t0 = time.perf_counter()
+        await asyncio.gather(
+            *(engine.run_async(many, steps, run_id=f"{tag}-{k}") for k in range(runs))
+        )
+        return time.perf_counter() - t0
+
+    elapsed = asyncio.run(all_runs())
+    group = getattr(engine.store, "_group", None)
+    per_batch = group.batched / group.batches if group is not None and group.batches else 1.0
+    engine.close()
+    return runs * steps / elapsed, per_batch
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
@@ -76,7 +113,9 @@ def main() -> None:
     parser.add_argument("--mode", default="power", choices=("power", "process", "effects"))
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--pg", default=None, help="a PostgreSQL server URL")
+    parser.add_argument("--async", dest="use_async", action="store_true", help="asyncio runs")
     args = parser.parse_args()
+    measure = concurrent_async_steps_per_s if args.use_async else concurrent_steps_per_s
     raw, rate, batch = [], [], []
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, contextlib.ExitStack() as stack:
         pg = None
@@ -91,11 +130,12 @@ def main() -> None:
             else:
                 raw.append(1 / raw_sqlite_s(Path(tmp) / f"raw-{r}.db", "FULL", 500))
                 url = f"sqlite:///{Path(tmp) / f'j-{r}.db'}"
-            steps, per = concurrent_steps_per_s(url, args.runs, args.steps, args.mode)
+            steps, per = measure(url, args.runs, args.steps, args.mode)
             rate.append(steps)
             batch.append(per)
     raw_m, rate_m = statistics.median(raw), statistics.median(rate)
-    print(f"medians of {args.rounds} interleaved rounds ({args.mode} mode)")
+    kind = "asyncio tasks" if args.use_async else "threads"
+    print(f"medians of {args.rounds} interleaved rounds ({args.mode} mode, runs as {kind})")
     print(f"  raw single-commit rate ({'pg' if pg else 'sqlite FULL'})   {raw_m:8.0f} commits/s")
     print(
         f"  concurrent runs, steps/s               {rate_m:8.0f} ({args.runs} x {args.steps} steps)"

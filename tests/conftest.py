@@ -3,6 +3,12 @@
 PostgreSQL tests use ``pg_url``. In CI (``CI=true``) they must run, so an unreachable
 server fails them; on a developer's machine without PostgreSQL they skip with a message
 that says how to enable them.
+
+``make test`` runs the suite on several pytest-xdist worker processes (``-n``). Each test
+has its own tmp_path, PostgreSQL schema and free port, so tests share nothing but the
+machine; the modules of ``SERIAL_TIMING`` (real SIGSTOPs and leases of a second or two,
+timed against real worker processes) are scheduled as one unit, so they run one after
+another on one worker and never compete with each other for the CPU.
 """
 
 from __future__ import annotations
@@ -12,10 +18,44 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 PG_URL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
+
+# Test modules whose outcome rests on real time (a stopped worker's lease of 1.5 s running
+# out, a renewal that must come within a lease): one unit of xdist's schedule (see above).
+SERIAL_TIMING = frozenset(
+    {
+        "tests/fleet/test_workers.py",
+        "tests/fleet/test_stop_latches.py",
+        "tests/fleet/test_torture.py",
+        "tests/integration/test_owner_lock.py",
+    }
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's schedule: each test on its own, but ``SERIAL_TIMING`` as one unit.
+
+    xdist's own ``--dist loadgroup`` cannot do it here: it renames the node ids of a
+    group's tests through ``Item._nodeid``, which pytest 9 no longer reads (pytest-xdist
+    3.8), so the groups were silently ignored."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return Scheduling(config, log)
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The unit of xdist's schedule a test belongs to: ``serial_timing`` for the tests of
+    ``SERIAL_TIMING``, else the test's own node id."""
+    path = nodeid.split("::", 1)[0]  # node ids are relative to the rootdir
+    return "serial_timing" if path in SERIAL_TIMING else nodeid
 
 
 def _pg_reachable(url: str) -> str | None:

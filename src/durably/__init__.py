@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .context import AsyncContext, Context, current_context
     from .current import StepInfo, current_step
     from .engine import Engine, Handle, Workflow
+    from .engine.retention import PruneReport
     from .errors import (
         ApprovalAlreadyDecided,
         ApprovalMismatch,
@@ -40,9 +41,12 @@ if TYPE_CHECKING:
         RunFinished,
         RunInDoubt,
         RunLeased,
+        RunNotFinished,
         RunNotFound,
         RunParked,
+        RunPruned,
         RunQuarantined,
+        RunRedacted,
         SerializationError,
         SignalQueueFull,
         StaleLease,
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
     from .runtime.branches import Branches
     from .steps import step, usage
     from .store.base import Generation
+    from .store.retained import Redaction, Tombstone
     from .streaming import AsyncStepStream, StepStream
     from .tools import tool
 
@@ -75,6 +80,9 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "Decision": ".approvals",
     "PendingApproval": ".approvals",
+    "PruneReport": ".engine.retention",
+    "Redaction": ".store.retained",
+    "Tombstone": ".store.retained",
     "Budget": ".budget",
     "Spend": ".budget",
     "Clock": ".clock",
@@ -107,9 +115,12 @@ _LAZY: dict[str, str] = {
     "RunFinished": ".errors",
     "RunInDoubt": ".errors",
     "RunLeased": ".errors",
+    "RunNotFinished": ".errors",
     "RunNotFound": ".errors",
     "RunParked": ".errors",
+    "RunPruned": ".errors",
     "RunQuarantined": ".errors",
+    "RunRedacted": ".errors",
     "SerializationError": ".errors",
     "SignalQueueFull": ".errors",
     "StaleLease": ".errors",
@@ -194,16 +205,21 @@ __all__ = [
     "NonDeterminism",
     "NotADurablyDatabase",
     "PendingApproval",
+    "PruneReport",
+    "Redaction",
     "RunBlocked",
     "RunConflict",
     "RunFinished",
     "RunInDoubt",
     "RunLeased",
+    "RunNotFinished",
     "RunNotFound",
     "RunPage",
     "RunParked",
+    "RunPruned",
     "RunQuarantined",
     "RunRecord",
+    "RunRedacted",
     "SerializationError",
     "SignalQueueFull",
     "Spend",
@@ -218,6 +234,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "SystemClock",
+    "Tombstone",
     "ToolRejected",
     "Workflow",
     "WorkflowFailed",

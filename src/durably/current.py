@@ -68,17 +68,23 @@ def in_step() -> bool:
     return _IN_STEP.get()
 
 
-@contextlib.contextmanager
-def inside_step(info: StepInfo | None) -> Iterator[None]:
+class inside_step:
     """Around one call of a step function (or one chunk of a streamed step): it sees
-    ``info`` as :func:`current_step` and no workflow context."""
-    step = _STEP.set(info)
-    hidden = _IN_STEP.set(True)
-    try:
-        yield
-    finally:
-        _IN_STEP.reset(hidden)
-        _STEP.reset(step)
+    ``info`` as :func:`current_step` and no workflow context. A class, not a generator:
+    it is around every step's call (and every chunk of a streamed step)."""
+
+    __slots__ = ("_hidden", "_info", "_step")
+
+    def __init__(self, info: StepInfo | None) -> None:
+        self._info = info
+
+    def __enter__(self) -> None:
+        self._step = _STEP.set(self._info)
+        self._hidden = _IN_STEP.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _IN_STEP.reset(self._hidden)
+        _STEP.reset(self._step)
 
 
 @contextlib.contextmanager

@@ -149,6 +149,20 @@ class RunFinished(DurablyError):
     """The run has already finished, so it cannot take this request."""
 
 
+class RunPruned(RunFinished):
+    """The run finished and was pruned or deleted: only its tombstone is left, so it can
+    be neither run again (its effects would happen twice) nor read."""
+
+
+class RunRedacted(RunFinished):
+    """The run's values were replaced by a marker (``durably runs delete --redact``): it
+    keeps its shape for reading, and nothing can run, retry, fork or replay it."""
+
+
+class RunNotFinished(DurablyError):
+    """The run has not finished, so it cannot be deleted or redacted yet."""
+
+
 class RunConflict(DurablyError):
     """A run_id was reused with another workflow or another input."""
 
@@ -368,15 +382,26 @@ class StaleLease(DurablyError):
     swallow it); ``engine.run`` and workers surface it as this error.
     """
 
-    def __init__(self, run_id: str, token: int, reason: str | None = None) -> None:
+    def __init__(
+        self, run_id: str, token: int, reason: str | None = None, taken: bool | None = None
+    ) -> None:
         self.run_id = run_id
         self.token = token
         self.reason = reason
+        self.taken = reason is None if taken is None else taken
+        """True when the journal refused the token (another owner holds the run); False
+        when only this process's own lease deadline passed (``reason`` says so)."""
         if reason is None:
             super().__init__(
                 f"run {run_id!r}: fencing token {token} is stale; another owner has claimed"
                 " the run, so this process stopped driving it (nothing it recorded is lost;"
                 " the new owner carries on)"
+            )
+        elif self.taken:
+            super().__init__(
+                f"run {run_id!r}: this process {reason}, and its fencing token {token} is"
+                " stale: another owner has claimed the run, so this process stopped driving"
+                " it (nothing it recorded is lost; the new owner carries on)"
             )
         else:
             super().__init__(
@@ -404,13 +429,17 @@ class ReplayEnd(Unwind):
 
 
 class LeaseLost(Unwind):
-    """Internal: an append or renewal was refused because the fencing token is stale, or
-    (``reason`` set) the driver's own lease deadline passed."""
+    """Internal: an append or renewal was refused because the fencing token is stale
+    (``taken``), or the driver's own lease deadline passed (``reason`` says so; both may
+    hold: a refusal after a pause)."""
 
-    def __init__(self, run_id: str, token: int, reason: str | None = None) -> None:
+    def __init__(
+        self, run_id: str, token: int, reason: str | None = None, taken: bool | None = None
+    ) -> None:
         self.run_id = run_id
         self.token = token
         self.reason = reason
+        self.taken = reason is None if taken is None else taken
         why = f": {reason}" if reason else ""
         super().__init__(f"run {run_id!r}: lease lost (token {token}){why}")
 

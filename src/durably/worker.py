@@ -128,6 +128,7 @@ class Worker:
             while not self._stopping.is_set():
                 self._maybe_check_clock()
                 self._maybe_beat()
+                self._maybe_retain()
                 if max_runs is not None and self.stats.claimed >= max_runs:
                     break
                 if not self._slots.acquire(timeout=min(self.poll_interval_s, STOP_CHECK_S)):
@@ -164,6 +165,17 @@ class Worker:
             self.engine.beat_worker(self.queues)
         except DurablyError as exc:
             log.warning("durably worker: cannot record this worker as alive (%s)", exc)
+
+    def _maybe_retain(self) -> None:
+        """Apply the engine's ``retain_finished`` (a bounded prune at most once a minute,
+        only while this worker holds the journal's prune lease: one pruner at a time)."""
+        try:
+            report = self.engine.apply_retention()
+        except DurablyError as exc:
+            log.warning("durably worker: cannot prune finished runs (%s); retrying later", exc)
+            return
+        if report is not None and report.runs:
+            self.stats.other["pruned"] += report.runs
 
     def _unregister(self) -> None:
         try:
@@ -231,8 +243,11 @@ class Worker:
             log.info("durably worker: run %s parked (%s)", run.run_id, exc.reason)
             self._count("parked")
         except StaleLease as exc:
-            if exc.reason is None:
-                log.warning("durably worker: lost run %s to another worker; stopped it", run.run_id)
+            if exc.taken:  # the journal refused its token (after a pause, says so too)
+                after = f" ({exc.reason})" if exc.reason else ""
+                log.warning(
+                    "durably worker: lost run %s to another worker; stopped it%s", run.run_id, after
+                )
             else:  # its own deadline passed (a pause): maybe no one else has it yet
                 log.warning("durably worker: lost run %s: %s", run.run_id, exc)
             self._count("stale")

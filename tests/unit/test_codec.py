@@ -206,3 +206,25 @@ def test_a_dict_the_fast_path_must_not_take_encodes_as_before(value: dict[Any, A
 def test_a_flat_dict_with_a_lone_surrogate_is_still_refused() -> None:
     with pytest.raises(SerializationError, match="surrogate"):
         codec.dumps({"text": "cut \udc80"})
+
+
+_flat_dicts = st.dictionaries(
+    st.text(max_size=8),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    max_size=6,
+)
+
+
+@given(_flat_dicts)
+def test_a_flat_dict_is_encoded_as_the_canonical_encoder_does(value: dict[str, Any]) -> None:
+    # dumps' fast path (a dict of scalars, issue 28) uses a C encoder made once: the
+    # same text as the canonical encoding (non-finite floats are tagged by the general
+    # path, so they are not generated here).
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if len(value) == 1 and next(iter(value)).startswith("$"):
+        return  # escaped by the general path: not the fast path's
+    assert codec.dumps(value) == canonical

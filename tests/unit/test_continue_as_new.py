@@ -263,3 +263,25 @@ def test_each_generation_asks_for_its_own_approval(journal_url: str) -> None:
     engine.approve("ap", "g1.0", digest=second.digest, by="bob")
     assert engine.resume("ap") == "approved by bob"
     engine.close()
+
+
+def test_deleting_and_redacting_a_run_that_continued_as_new(journal_url: str) -> None:
+    engine = durably.Engine(journal_url)
+
+    @engine.workflow(name="gone")
+    def gone(ctx: durably.Context, secret: str, n: int) -> int:
+        ctx.step("k", _key, n)
+        return n if n == 2 else ctx.continue_as_new(secret, n + 1)
+
+    assert engine.run(gone, "s3cr3t", 0, run_id="red") == 2
+    engine.delete_run("red", redact=True)
+    gens = engine.generations("red")
+    assert len(gens) == 2 and all("s3cr3t" not in g.input for g in gens)
+    assert engine.run(gone, "s3cr3t", 0, run_id="del") == 2
+    engine.delete_run("del")
+    # The tombstone keeps generation 0's input digest: the same call is the pruned run.
+    with pytest.raises(durably.RunPruned):
+        engine.run(gone, "s3cr3t", 0, run_id="del")
+    with pytest.raises(durably.RunConflict):
+        engine.run(gone, "s3cr3t", 2, run_id="del")  # the last generation's input
+    engine.close()

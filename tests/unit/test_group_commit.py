@@ -288,3 +288,34 @@ def test_a_value_the_database_refuses_fails_alone_in_a_batch(journal_url: str) -
     assert items[1].error is None
     assert [r.position for r in store.load_history("b", 0)] == ["0"]
     store.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_batch_of_steps_is_pipelined_and_falls_back_on_a_refusal(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durably.store.history import History
+
+    store: Any = open_store(pg_url, FakeClock())
+    tokens = _claimed(store, "a", "b", "c")
+    slow: list[int] = []
+    real = History._append_many
+    monkeypatch.setattr(History, "_append_many", lambda s, items: slow.append(1) or real(s, items))
+
+    def step(run_id: str, pos: str, token: int) -> Append:
+        ev = new_event("step.completed", pos, {}, 1.0, f"t{token}:{pos}:step.completed")
+        return Append(run_id, token, [rec(pos)], (ev,), durable=True)
+
+    batch = [step(r, "0", tokens[r]) for r in ("a", "b", "c")]
+    store._append_many(batch)
+    assert slow == []  # one pipelined transaction, not a savepoint per append
+    assert [(i.result, i.error) for i in batch] == [(False, None)] * 3
+    again = [step("a", "1", tokens["a"]), step("b", "1", tokens["b"] + 1)]  # b: stale
+    store._append_many(again)
+    assert slow == [1]  # rolled back, then written append by append
+    assert again[0].error is None and isinstance(again[1].error, LeaseLost)
+    assert [r.position for r in store.load_history("a", 0)] == ["0", "1"]
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
+    kinds = [e.kind for e in store.read_events("a", 0, 100).events]
+    assert kinds.count("step.completed") == 2
+    store.close()

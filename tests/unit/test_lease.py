@@ -106,4 +106,41 @@ def test_a_refusal_after_the_own_deadline_passed_says_so(tmp_path: Path, refused
         engine.run(wf, run_id="paused")
     assert caught.value.reason is not None, caught.value
     assert "past its lease deadline" in caught.value.reason
+    assert caught.value.taken  # and the journal said another owner has it
+    assert "another owner has claimed the run" in str(caught.value)
     assert attempts == [1]  # the second attempt never ran here
+
+
+@pytest.mark.parametrize("wait", ["timer", "signal"])
+def test_a_park_refused_because_another_claim_took_the_run_is_a_stale_lease(
+    tmp_path: Path, wait: str
+) -> None:
+    """Another owner takes the run over (its token raised) after the last step's record
+    and before the park's write: the refused park must end the attempt as a lost lease
+    (``StaleLease``), never let the internal ``Parked`` it was recording escape
+    ``engine.run`` (a worker thread would die of it). Found by durably.chaos.dst: the
+    refusal returned the stop latched first, the park itself."""
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    clock = durably.FakeClock()
+    rival = open_store(url, clock)
+
+    def take_over(run_id: str, position: str, name: str, window: str) -> None:
+        if name == "last" and window == "recorded":
+            rival.claim(run_id, RIVAL, 30, 10, lambda _: True)  # its owner judged gone
+
+    engine = durably.Engine(url, clock=clock, fault_hook=take_over, park_wait_s=0)
+
+    @engine.workflow(name="parks")
+    def wf(ctx: durably.Context) -> None:
+        ctx.step("last", lambda: 1)
+        if wait == "timer":
+            ctx.sleep(60)
+        else:
+            ctx.wait_for_signal("go")
+
+    with pytest.raises(durably.StaleLease):
+        engine.run(wf, run_id="p")
+    run = rival.get_run("p")
+    assert run is not None and run.owner is not None and run.owner.startswith("another-host")
+    engine.close()
+    rival.close()

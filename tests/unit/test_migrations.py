@@ -68,7 +68,7 @@ def test_sqlite_migrations_match_schema(tmp_path: Path) -> None:
         assert got[table] == want[table], f"table {table} differs from schema.sql"
     with sqlite3.connect(migrated) as check:
         version = check.execute("PRAGMA user_version").fetchone()[0]
-    assert version == len(migrations("sqlite"))
+    assert version == migrations("sqlite")[-1].version
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------
@@ -127,7 +127,7 @@ def test_postgres_migrations_match_schema(pg_two_schemas: tuple[str, str, str]) 
     server, migrated, direct = pg_two_schemas
     sep = "&" if "?" in server else "?"
     store = PostgresStore(f"{server}{sep}options=-csearch_path%3D{migrated}", FakeClock())
-    assert store.schema_version == len(migrations("postgres"))
+    assert store.schema_version == migrations("postgres")[-1].version
     store.close()
     with psycopg.connect(server, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{direct}"')

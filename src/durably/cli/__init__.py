@@ -9,7 +9,8 @@ Modules: :mod:`.common` (options and formatting every command shares), :mod:`.ru
 :mod:`.cancel`, :mod:`.recover`, :mod:`.signal`, :mod:`.worker`, :mod:`.replay`
 (``replay --check``), :mod:`.migrate`, :mod:`.proof` (``chaos``, ``simulate``,
 ``bench``), :mod:`.approvals` (``approvals list``, ``approve``, ``reject``), :mod:`.ui`
-(``ui``, the dashboard), :mod:`.lint` (``lint``), :mod:`.audit` (``audit``).
+(``ui``, the dashboard), :mod:`.lint` (``lint``), :mod:`.audit` (``audit``),
+:mod:`.retention` (``prune``, ``runs delete``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "ui": "durably.cli.ui:ui_cmd",
     "lint": "durably.cli.lint:lint_cmd",
     "audit": "durably.cli.audit:audit_cmd",
+    "prune": "durably.cli.retention:prune_cmd",
 }
 
 

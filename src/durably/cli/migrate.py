@@ -51,7 +51,7 @@ def migrate(db: str, idempotency: bool, as_json: bool) -> None:
             store.close()
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
-    latest = len(migrations(dialect))
+    latest = migrations(dialect)[-1].version
     shown = redact_url(db)
     if as_json:
         click.echo(
@@ -93,7 +93,7 @@ def _schema_version(store: Store) -> int:
         return version
     path = getattr(store, "path", None)
     if not isinstance(path, str) or path == ":memory:":
-        return len(migrations("sqlite"))  # a fresh in-memory journal is fully migrated
+        return migrations("sqlite")[-1].version  # a fresh in-memory journal is fully migrated
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:

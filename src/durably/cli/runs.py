@@ -86,6 +86,11 @@ def runs() -> None:
     help="Start after the runs already shown: the cursor the page before printed (same filters).",
 )
 @click.option(
+    "--pruned",
+    is_flag=True,
+    help="List the tombstones of pruned and deleted runs instead (newest first).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -103,6 +108,7 @@ def runs_list(
     since: str | None,
     limit: int,
     after: str | None,
+    pruned: bool,
     as_json: bool,
 ) -> None:
     """List runs, newest first, with a count of runs per status under the table
@@ -119,6 +125,9 @@ def runs_list(
             " --status, not --queue, --search or --after",
             as_json,
         )
+    if pruned:
+        _list_tombstones(db, limit, as_json)
+        return
     start = None if since is None else since_time(since, time.time(), as_json)
     engine = open_engine(db, as_json)
     try:
@@ -173,6 +182,37 @@ def runs_list(
     console.print(count_line(shown, len(rows)))
     if cursor is not None:
         console.print(f"next page: --after {cursor}", soft_wrap=True)
+
+
+def _list_tombstones(db: str, limit: int, as_json: bool) -> None:
+    """``runs list --pruned``: what is left of pruned and deleted runs."""
+    engine = open_engine(db, as_json)
+    try:
+        tombs = engine.list_tombstones(limit=limit)
+    except DurablyError as exc:
+        raise CommandError(str(exc), as_json) from exc
+    finally:
+        engine.close()
+    if as_json:
+        click.echo(json_text([t.as_json() for t in tombs]))
+        return
+    cols = [Column("run_id", whole=True)] + [
+        Column(c) for c in ("workflow", "status", "finished", "removed", "how")
+    ]
+    rows = [
+        [
+            term(t.run_id),
+            term(t.workflow),
+            term(t.status),
+            ts(t.finished_at) if t.finished_at is not None else "",
+            ts(t.removed_at),
+            t.how,
+        ]
+        for t in tombs
+    ]
+    where = term(redact_url(db))
+    title = f"tombstones in {where}" if rows else f"no tombstones in {where}"
+    print_table(_console(), cols, rows, title)
 
 
 def _runs(
@@ -428,7 +468,8 @@ def runs_show(
         steps = engine.history(run_id, generation)
         spend = engine.spend(run_id)
         gens = engine.generations(run_id) if run.generation > 0 else []
-        args = _step_inputs(engine, steps) if with_inputs else {}
+        redaction = engine.redaction(run_id)
+        args = _step_inputs(engine, steps) if with_inputs and redaction is None else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
@@ -445,11 +486,15 @@ def runs_show(
         if run.generation > 0:
             out["generation"] = shown_gen
             out["generations"] = [generation_json(g) for g in gens]
+        if redaction is not None:  # the key only then: older readers see what they knew
+            out["redacted"] = _redaction_json(redaction)
         click.echo(json_text(out))
         return
     _print_run(run, steps, spend, keyed)
     if run.generation > 0:
         _print_generations(run, gens, shown_gen)
+    if redaction is not None:
+        _console().print(_redaction_line(redaction), soft_wrap=True)
     _print_inputs(steps, args)
 
 
@@ -476,6 +521,18 @@ def _print_generations(run: RunRecord, gens: list[Generation], shown: int) -> No
             f" {g.records:,} records, input {term(g.input[:200])}",
             soft_wrap=True,
         )
+
+
+def _redaction_json(red: Any) -> dict[str, Any]:
+    return {"at": red.redacted_at, "by": red.redacted_by}
+
+
+def _redaction_line(red: Any) -> str:
+    """What ``runs show`` and ``runs why`` say of a redacted run."""
+    return (
+        f"redacted at {ts(red.redacted_at)} by {term(red.redacted_by)}: the shape is kept,"
+        " every value is a marker; it cannot run, retry, fork or replay"
+    )
 
 
 # -- runs show --inputs ------------------------------------------------------------------
@@ -626,6 +683,7 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     values = None
     try:
         why = explain(engine, run_id, now=time.time())
+        redaction = engine.redaction(run_id)
         if show_values:
             from .values import show_values as values_of
 
@@ -635,10 +693,23 @@ def runs_why(run_id: str, db: str, as_json: bool, show_values: bool) -> None:
     finally:
         engine.close()
     if as_json:
-        click.echo(
-            json_text(why.to_json() if values is None else {**why.to_json(), "values": values})
-        )
+        out = why.to_json() if values is None else {**why.to_json(), "values": values}
+        if redaction is not None:
+            out = {**out, "redacted": _redaction_json(redaction)}
+        click.echo(json_text(out))
         return
     _console().print(f"{term(run_id)}: {term_lines(why.sentence)}", soft_wrap=True)
+    if redaction is not None:
+        _console().print(_redaction_line(redaction), soft_wrap=True)
     if values is not None:
         click.echo(values)  # inert already, line breaks kept; not through rich markup
+
+
+def _add_delete() -> None:
+    # `runs delete` lives with prune (cli/retention.py): the two share the retention room.
+    from .retention import runs_delete
+
+    runs.add_command(runs_delete)
+
+
+_add_delete()

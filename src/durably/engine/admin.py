@@ -20,12 +20,15 @@ from ..history import (
 from ..recovery import recover_runs
 from ..replay.kernel import cancelled_error
 from ..store.base import NewRun
+from ..store.retained import Tombstoned
 from ..store.runs import check_requeueable
 from .attempt import ActiveRuns
 from .base import Base
 from .create import Creator
 from .drive import Driver
 from .registry import Registry, Workflow, unregistered
+from .retention import refuse_redacted
+from .tombstones import check_recreate
 
 
 class Admin:
@@ -49,6 +52,7 @@ class Admin:
         """Re-open a failed, in-doubt, quarantined or blocked run; returns it queued."""
         store = self._base.store
         run = self._base.get_run(run_id)
+        refuse_redacted(self._base, run, "be retried")
         if run.status == FAILED_RUN:
             history = self._base.history(run_id)
             reopen.check_not_compensated(run, history)
@@ -87,22 +91,24 @@ class Admin:
         """The new run replaying ``run_id`` below ``at``, and the registration that will
         drive it (a stand-in when this engine does not register it)."""
         run = self._base.get_run(run_id)
+        refuse_redacted(self._base, run, "be forked")
         history = self._base.history(run_id)
         records = reopen.fork_records(history, reopen.fork_at(at, history))
         new_id = self._creator.new_run_id(new_run_id)
-        forked = self._base.store.fork_run(
-            NewRun(
-                new_id,
-                run.workflow,
-                run.version,
-                run.prompt_version,
-                run.queue,
-                run.input,
-                run.input_digest,
-                run.codec_version,
-            ),
-            records,
+        new = NewRun(
+            new_id,
+            run.workflow,
+            run.version,
+            run.prompt_version,
+            run.queue,
+            run.input,
+            run.input_digest,
+            run.codec_version,
         )
+        try:
+            forked = self._base.store.fork_run(new, records)
+        except Tombstoned as exc:
+            raise check_recreate(exc.tomb, new) from None
         try:
             w = self._registry.for_run(forked)  # the registration that will drive it, if here
         except WorkflowNotRegistered:

@@ -336,7 +336,7 @@ class Attempts:
             # Our lease may only have run out locally: releasing it (a stale token changes
             # nothing) lets the next owner start at once.
             self._leases.give_back(run_id, token)
-            raise StaleLease(run_id, token, lost.reason) from None
+            raise StaleLease(run_id, token, lost.reason, lost.taken) from None
         except StoreFailed as failed:
             self._leases.give_back(run_id, token)
             raise failed.error from (exc if exc is not failed else None)

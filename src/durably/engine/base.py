@@ -7,7 +7,8 @@ The store is the one attribute set after construction: ``engine.store`` may be s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 from ..errors import ConfigError, RunNotFound
@@ -16,6 +17,7 @@ from ..redact import redact_url
 from ..store import retry
 from ..store.base import Store
 from .options import Options
+from .tombstones import pruned_error
 
 T = TypeVar("T")
 
@@ -42,8 +44,27 @@ class Base:
         self.known_run_id(run_id)
         run = self.store.get_run(run_id)
         if run is None:
+            self.raise_if_pruned(run_id)
             raise self.not_found(run_id)
         return run
+
+    def raise_if_pruned(self, run_id: str) -> None:
+        """Raise ``RunPruned`` when ``run_id`` has a tombstone (read only once a run was
+        not found: a run that exists costs nothing)."""
+        tomb = self.store.get_tombstone(run_id)
+        if tomb is not None:
+            raise pruned_error(tomb)
+
+    @contextlib.contextmanager
+    def pruned_for_not_found(self, run_id: str) -> Iterator[None]:
+        """Turn a ``RunNotFound`` the store raised for ``run_id`` into ``RunPruned`` when
+        the run has a tombstone (signal, cancel, approve, events)."""
+        try:
+            yield
+        except RunNotFound:
+            if isinstance(run_id, str):
+                self.raise_if_pruned(run_id)
+            raise
 
     def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
         """The run's history in program order (of ``generation``, default the current

@@ -12,8 +12,11 @@ from .. import codec
 from ..errors import ConfigError, RunConflict
 from ..history import KEY_CHARS_MAX, RUN_ID_CHARS_MAX, RUN_INPUT_BYTES_MAX, RunRecord, unstorable
 from ..store.base import NewRun
+from ..store.retained import Tombstoned
 from .base import Base
 from .registry import Registry, Workflow
+from .retention import refuse_redacted
+from .tombstones import check_recreate
 
 
 class Creator:
@@ -78,19 +81,16 @@ class Creator:
             {"args": list(args), "kwargs": kwargs}, "workflow input", RUN_INPUT_BYTES_MAX
         )
         digest = hashlib.sha256(text.encode()).hexdigest()
-        run, created = self._base.store.create_run(
-            NewRun(
-                run_id,
-                w.name,
-                w.version,
-                w.prompt_version,
-                queue,
-                text,
-                digest,
-                codec.CODEC_VERSION,
-            )
+        new = NewRun(
+            run_id, w.name, w.version, w.prompt_version, queue, text, digest, codec.CODEC_VERSION
         )
+        try:
+            run, created = self._base.store.create_run(new)
+        except Tombstoned as exc:
+            # The id of a pruned or deleted run: a fresh run would repeat its effects.
+            raise check_recreate(exc.tomb, new) from None
         if not created:
+            refuse_redacted(self._base, run, "run again")
             if run.workflow != w.name:
                 raise RunConflict(
                     f"run_id {run_id!r} belongs to workflow {run.workflow!r}, not {w.name!r};"

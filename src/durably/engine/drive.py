@@ -21,9 +21,11 @@ from ..history import PARKED, QUEUED, RUNNING, RunRecord
 from ..limits import LEASE_WAIT_MAX_S
 from ..ownership import LeaseWait, describe_owner, lease_wait, owner_dead
 from ..runtime.drive import drive_async, drive_sync
+from ..runtime.joincommit import joining
 from .attempt import Attempt, Attempts, RunContinued
 from .base import Base
 from .registry import Registry, Workflow
+from .retention import refuse_redacted
 
 LEASE_WAIT_SLACK_S = 0.05  # past the lease's expiry, so the claim after the wait finds it over
 PARK_WAIT_SLICE_S = 1.0  # longest real-time wait between looks at a parked run's row
@@ -67,6 +69,7 @@ class Driver:
         is parked, else ``RunParked``; ``live``: follow a live owner's run, else
         ``RunLeased``)."""
         run = self._base.get_run(run_id)
+        refuse_redacted(self._base, run, "be resumed")
         return self.drive_to_end(self._registry.for_run(run), run, wait, live)
 
     def execute_claimed(self, run: RunRecord) -> Any:
@@ -256,14 +259,16 @@ class Driver:
     async def drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
         """One attempt on the running event loop (a sync workflow runs inline); a
         generation that continues as new is followed by the next one's (see
-        :meth:`drive_sync`)."""
-        while True:
-            try:
-                return await self._attempt_async(w, run, claimed)
-            except RunContinued as cont:
-                run, claimed = cont.run, True
+        :meth:`drive_sync`). From its claim to its end the run counts among the loop's
+        async runs, whose appends share commits (:mod:`durably.runtime.joincommit`)."""
+        with joining(self._base.store):
+            while True:
+                try:
+                    return await self._drive_async(w, run, claimed)
+                except RunContinued as cont:
+                    run, claimed = cont.run, True
 
-    async def _attempt_async(self, w: Workflow, run: RunRecord, claimed: bool) -> Any:
+    async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool) -> Any:
         import asyncio
 
         attempts = self.attempts

@@ -12,6 +12,7 @@ live. The outcome (result, failure, block, doubt) is recorded in one fenced tran
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import inspect
 import os
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from ..runlist import LiveWorker, RunPage
 from ..store import retry
 from ..store.base import Generation, Store
 from ..store.open import open_store
+from ..store.retained import Redaction, Tombstone
 from .admin import Admin
 from .attempt import Attempts, decode_input, park_reason
 from .base import Base
@@ -51,6 +53,7 @@ from .options import (
 from .queues import QueueLimits, Queues
 from .reads import Reads
 from .registry import Registry, Workflow, newest, version_key
+from .retention import PruneReport, Retention, check_retain, finished_before_time
 
 T = TypeVar("T")
 
@@ -119,6 +122,9 @@ class Engine:
     ``durably.HistoryTooLarge`` before writing (catch it and ``ctx.continue_as_new``;
     uncaught, the run is ``blocked``). Counted in the driver from what it loads and
     writes, with no query of its own.
+    ``retain_finished`` (a timedelta, default None: keep every run) lets this engine's
+    workers prune runs that finished longer ago than that (:meth:`prune`, one bounded
+    batch a minute, one pruner per journal at a time; docs/retention.md).
     Other keyword options go to the store: ``synchronous``, ``busy_timeout_s`` and
     ``create`` for SQLite; ``pool_min``, ``pool_max`` and ``connect_timeout_s`` for
     PostgreSQL. An option the store does not take is a ``ConfigError`` naming the ones it
@@ -140,6 +146,7 @@ class Engine:
         durability: str | None = None,
         history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT,
         history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT,
+        retain_finished: datetime.timedelta | None = None,
         **store_options: Any,
     ) -> None:
         opts = check_options(
@@ -156,6 +163,7 @@ class Engine:
             history_max=history_max,
         )
         refuse_misspelt_options(store_options, _OWN_OPTIONS)
+        check_retain(retain_finished)
         self._base = Base(opts, open_store(opts.url, opts.clock, durability, **store_options))
         self._durability: str = self._base.store.durability
         self._registry = Registry()
@@ -168,6 +176,7 @@ class Engine:
         self._admin = Admin(self._base, self._registry, self._create, self._driver, active)
         self._reads = Reads(self._base)
         self._messages = Messages(self._base)
+        self._retention = Retention(self._base, retain_finished)
 
     # The options, as attributes (engine.url, engine.lease_s, ...): each reads the options
     # every room shares, and setting one (tests switch fault_hook) replaces them there.
@@ -380,7 +389,8 @@ class Engine:
         Any process may signal. Raises ``RunNotFound`` for an unknown run and
         ``RunFinished`` for one already completed, failed, cancelled or continued.
         """
-        return self._messages.signal(run_id, name, data)
+        with self._base.pruned_for_not_found(run_id):
+            return self._messages.signal(run_id, name, data)
 
     def pending_approvals(self, run_id: str | None = None) -> list[PendingApproval]:
         """Approval requests waiting for a person (of one run, or of all runs still going),
@@ -423,9 +433,10 @@ class Engine:
         run ``RunNotFound``, an unknown request ``ApprovalNotFound``, a finished run (or
         one being cancelled, which never uses a decision) ``RunFinished``.
         """
-        return self._messages.decide(
-            run_id, request_id, digest, APPROVED, by, note, "engine.approve"
-        )
+        with self._base.pruned_for_not_found(run_id):
+            return self._messages.decide(
+                run_id, request_id, digest, APPROVED, by, note, "engine.approve"
+            )
 
     def reject(
         self,
@@ -439,9 +450,10 @@ class Engine:
         """Reject the request (see :meth:`approve`; the same checks): the workflow's
         ``request_approval`` returns a Decision with outcome ``"rejected"`` and ``reason``
         as its ``note``."""
-        return self._messages.decide(
-            run_id, request_id, digest, REJECTED, by, reason, "engine.reject"
-        )
+        with self._base.pruned_for_not_found(run_id):
+            return self._messages.decide(
+                run_id, request_id, digest, REJECTED, by, reason, "engine.reject"
+            )
 
     # -- queues and workers --------------------------------------------------------------
 
@@ -573,7 +585,8 @@ class Engine:
         a run that completed, failed or continued. ``reason`` is cut to
         ``CANCEL_REASON_CHARS_MAX`` characters.
         """
-        return self._admin.cancel(run_id, reason)
+        with self._base.pruned_for_not_found(run_id):
+            return self._admin.cancel(run_id, reason)
 
     def fork(self, run_id: str, *, at: int, new_run_id: str | None = None) -> Handle:
         """Start a new run that replays ``run_id`` up to top-level position ``at`` and goes
@@ -596,6 +609,75 @@ class Engine:
         """
         forked, w = self._admin.fork(run_id, at, new_run_id)
         return Handle(self, forked.run_id, w)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def prune(
+        self,
+        finished_before: datetime.timedelta | datetime.datetime | float,
+        status: str | Sequence[str] | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Delete the runs that finished before ``finished_before`` (a timedelta: that
+        long ago; an aware datetime; or seconds since the epoch), with every generation's
+        records, events, signals, approvals and spend rows, then the blobs no remaining
+        run cites; returns what went (:class:`PruneReport`).
+
+        ``status`` limits it to some of ``completed``, ``failed``, ``cancelled`` (default
+        all three). A run that is not finished (queued, running, parked, blocked, in
+        doubt, quarantined) is never touched: each batch re-reads its runs under their
+        locks. It works in bounded batches, each its own transaction. Each run leaves a
+        tombstone: running its id again with the same input raises ``RunPruned`` (never a
+        silent fresh run repeating its effects), with other input ``RunConflict``.
+        ``dry_run`` reads the same and changes nothing. On SQLite the file does not
+        shrink by itself (docs/retention.md: ``incremental_vacuum``).
+        """
+        return self._retention.prune(finished_before, status, dry_run)
+
+    def delete_run(
+        self, run_id: str, redact: bool = False, *, by: str | None = None
+    ) -> PruneReport:
+        """Forget one finished run (``completed``, ``failed`` or ``cancelled``; a live run
+        raises ``RunNotFinished``: cancel it and let it reach ``cancelled`` first).
+
+        Without ``redact`` the run goes now, every generation, leaving its tombstone (as
+        :meth:`prune`). With ``redact`` it stays with its shape (ids, workflow, version,
+        positions, step names, kinds, statuses, attempts, keys, timings, spend) and every
+        value is replaced by a marker: inputs and their digests, outputs, error messages,
+        park and cancel reasons, events' data, signal data, approval actions, arguments
+        and names, and the blobs no other run cites are deleted. A redacted run raises
+        ``RunRedacted`` from ``run``, ``start``, ``resume``, ``retry``, ``fork`` and
+        ``replay --check``; ``by`` (who asked) is recorded with the time. Old row
+        versions stay in the database files until vacuumed (docs/retention.md).
+        """
+        return self._retention.delete_run(run_id, redact, by)
+
+    def list_tombstones(
+        self, limit: int = 100, after: tuple[float, str] | None = None
+    ) -> list[Tombstone]:
+        """The tombstones of pruned and deleted runs, newest first (``durably runs list
+        --pruned``); ``after`` is the last one's ``(removed_at, run_id)``."""
+        return self._base.store.list_tombstones(limit, after)
+
+    def prune_tombstones(
+        self, removed_before: datetime.timedelta | datetime.datetime | float
+    ) -> int:
+        """Remove the tombstones of runs removed before ``removed_before``; returns how
+        many. Their run ids can then start fresh runs, whose effects get new keys."""
+        before = finished_before_time(removed_before, self._base.opts.clock.time())
+        return self._base.store.drop_tombstones(before)
+
+    def redaction(self, run_id: str) -> Redaction | None:
+        """When and by whom the run was redacted (``delete_run(..., redact=True)``), or
+        None when it was not."""
+        self._base.known_run_id(run_id)
+        return self._base.store.get_redaction(run_id)
+
+    def apply_retention(self) -> PruneReport | None:
+        """One background prune for ``retain_finished`` (workers call it in their loop):
+        at most one a minute, only while this process holds the journal's prune lease;
+        None when it did not run."""
+        return self._retention.tick()
 
     def skip(self, run_id: str, output: Any, position: str | None = None) -> RunRecord:
         """Record ``output`` as the result of the ``in_doubt`` step without running it

@@ -113,7 +113,14 @@ class LeaseKeeper:
     and its next step raises instead of running any further effect. Each successful
     renewal moves the core's local lease deadline (on the engine's clock, taken before
     the call, so the local deadline is never later than the stored one).
+
+    The simulator's seam (:mod:`durably.chaos.dst`): with ``threaded`` set False before
+    the first :meth:`add`, no thread is started and whoever set it calls :meth:`beat`
+    (one round of renewals) on its own schedule and clock; :meth:`cores` is what a beat
+    would renew. Real use never sets it.
     """
+
+    threaded = True
 
     def __init__(self, store: Store, clock: Clock, lease_s: float, every_s: float) -> None:
         self._store = store
@@ -142,7 +149,7 @@ class LeaseKeeper:
         """Keep ``core``'s lease until the returned handle is stopped."""
         with self._lock:
             self._cores[id(core)] = core
-            if self._pid != os.getpid():  # first use, or a forked child without threads
+            if self._pid != os.getpid() and self.threaded:  # first use, or a forked child
                 self._pid = os.getpid()
                 t = threading.Thread(target=self._loop, daemon=True, name="durably-lease")
                 t.start()
@@ -194,23 +201,31 @@ class LeaseKeeper:
         """Stop the thread."""
         self._stop.set()
 
+    def cores(self) -> list[RunCore]:
+        """The cores whose leases this keeper renews now."""
+        with self._lock:
+            return list(self._cores.values())
+
     def _loop(self) -> None:
         while not self._stop.wait(self._every_s):
-            if self.check_owner_lock():
-                continue
-            with self._lock:
-                cores = list(self._cores.values())
-            for core in cores:
-                asked_at = self._clock.time()
-                try:
-                    renewed = self._store.renew(core.run_id, core.token, self._lease_s)
-                except DurablyError:
-                    continue  # a busy database: try again at the next beat
-                if renewed:
-                    core.lease_renewed(asked_at + self._lease_s)
-                else:
-                    core.token_refused(asked_at)
-                    self.remove(core)
+            self.beat()
+
+    def beat(self) -> None:
+        """One round: look at the owner lock, then renew every core's lease once (a
+        refused renewal tells the core and stops renewing it)."""
+        if self.check_owner_lock():
+            return
+        for core in self.cores():
+            asked_at = self._clock.time()
+            try:
+                renewed = self._store.renew(core.run_id, core.token, self._lease_s)
+            except DurablyError:
+                continue  # a busy database: try again at the next beat
+            if renewed:
+                core.lease_renewed(asked_at + self._lease_s)
+            else:
+                core.token_refused(asked_at)
+                self.remove(core)
 
 
 @dataclass

@@ -108,6 +108,7 @@ class Reads:
         _check_cursor(after, limit)
         page = self._base.call(lambda: self._base.store.read_events(run_id, after, limit))
         if page is None:
+            self._base.raise_if_pruned(run_id)
             raise self._base.not_found(run_id)
         return page
 

@@ -18,8 +18,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ..context import AsyncContext, Context, workflow_body
-from ..errors import DurablyError, ReplayEnd, StepFailed, Unwind, WorkflowNotRegistered
+from ..errors import (
+    DurablyError,
+    ReplayEnd,
+    RunRedacted,
+    StepFailed,
+    Unwind,
+    WorkflowNotRegistered,
+)
 from ..history import CANCELLED, FAILED_RUN, RunRecord
+from ..journal.records import REDACTED_DIGEST
+from ..journal.text import utc_text
 from ..replay.kernel import Charge, ReadSpend, RunCore, SetBudget, Write, type_name
 from ..replay.setup import RunSetup
 from ..runtime.drive import Executor
@@ -79,7 +88,7 @@ class _NoWrites(Executor):
     """An executor that records nothing: a write means the replay went live, which the
     check core never lets happen; should one come anyway, the run's check ends there."""
 
-    def write(self, op: Write) -> Generator[float, None, None]:
+    def write(self, op: Write, cancel: bool | None = None) -> Generator[float, None, None]:
         raise self.core.latch(ReplayEnd(op.records[0].position if op.records else "?"))
         yield  # pragma: no cover - makes this a generator like Executor.write
 
@@ -120,8 +129,23 @@ def check_runs(engine: Engine, runs: Iterable[RunRecord]) -> Report:
     return report
 
 
+def refuse_redacted(engine: Engine, run: RunRecord) -> None:
+    """Raise ``RunRedacted`` for a redacted run (its digest is the marker: others cost
+    no query)."""
+    if run.input_digest != REDACTED_DIGEST:
+        return
+    red = engine.redaction(run.run_id)
+    if red is not None:
+        raise RunRedacted(
+            f"run {run.run_id!r} was redacted {utc_text(red.redacted_at)} by"
+            f" {red.redacted_by}: its values are gone, so it cannot be replayed"
+        )
+
+
 def check_run(engine: Engine, run: RunRecord, runner: _Runner | None = None) -> Finding | None:
-    """Replay one run; a :class:`Finding` when it would not replay cleanly."""
+    """Replay one run; a :class:`Finding` when it would not replay cleanly. A redacted
+    run raises ``RunRedacted``: its values are gone, there is nothing to replay."""
+    refuse_redacted(engine, run)
     try:
         w = engine.registration_for(run)
     except WorkflowNotRegistered as exc:
@@ -270,6 +294,8 @@ def runs_to_check(
         for run in page.runs:
             if status is None and (run.status == QUEUED or (run.terminal and not finished)):
                 continue
+            if run.input_digest == REDACTED_DIGEST and engine.redaction(run.run_id):
+                continue  # nothing to replay (check_run refuses it with RunRedacted)
             yield run
         if page.next is None:
             return

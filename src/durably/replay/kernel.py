@@ -409,15 +409,22 @@ class RunCore:
     def token_refused(self, asked_at: float | None = None) -> Unwind:
         """A renewal or a write asked for at ``asked_at`` (default: now) was refused, the
         token being stale: latch the stop and return it for ``raise``. When this driver's
-        own deadline had already passed by then (a SIGSTOP, a long pause), that is the
-        reason given, as :meth:`guard` gives it: after such a pause the refusal and the
-        local check race, and the reason must not depend on which of them ran first."""
+        own deadline had already passed by then (a SIGSTOP, a long pause), the reason says
+        so as :meth:`guard` would, and that the token was refused: after such a pause the
+        refusal and the local check race, and the reason must not depend on which of them
+        ran first."""
         deadline = self.lease_deadline
         at = self.clock.time() if asked_at is None and deadline is not None else asked_at
         if self.stopped is None and deadline is not None and at is not None and at >= deadline:
             late = f"was past its lease deadline by {at - deadline:.1f} s"
-            return self.latch(LeaseLost(self.run_id, self.token, late))
-        return self.latch(LeaseLost(self.run_id, self.token))
+            lost = LeaseLost(self.run_id, self.token, late, taken=True)
+        else:
+            lost = LeaseLost(self.run_id, self.token)
+        # The refusal is raised even when another stop was latched first: the park of a
+        # run whose token another claim raised meanwhile must end as a lost lease, never
+        # re-raise the internal Parked it was recording (found by durably.chaos.dst).
+        self.latch(lost)
+        return lost
 
     def lease_renewed(self, deadline: float) -> None:
         """The lease was renewed until ``deadline`` (on the engine's clock)."""

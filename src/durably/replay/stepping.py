@@ -345,6 +345,9 @@ def record_ok(
         ) from None
     core.fault(pos, name, "effect", sig)
     stored, blob = inputs.output_ref(text, core.output_inline_max)
+    # Built once with its inputs manifest and blobs (a copy per field change costs a
+    # step several microseconds).
+    manifest, blobs = _inputs_of(core, pos, OK)
     rec = StepRecord(
         pos,
         STEP,
@@ -358,6 +361,8 @@ def record_ok(
         started,
         core.clock.time(),
         *_usage_cols(usage),
+        manifest,
+        blobs if blob is None else (*blobs, blob),
     )
     done = {
         "name": name,
@@ -370,9 +375,6 @@ def record_ok(
     if usage.split:
         done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
     events = [*core.take_events(), core.step_event(STEP_COMPLETED, pos, done)]
-    rec = _with_inputs(core, rec)
-    if blob is not None:
-        rec = rec.replace(blobs=(*rec.blobs, blob))
     yield Write([*core.take_pending(), rec], events)
     core.fault(pos, name, "recorded", sig)
     return decode_output(core, text, sig, pos, name)
@@ -382,16 +384,23 @@ def _with_inputs(core: RunCore, rec: StepRecord) -> StepRecord:
     """``rec`` with its step's inputs manifest, and the blobs not yet sent (the first
     record of a position carries them; a later one, e.g. the result after its
     intent, only the manifest)."""
-    # A result or failure is the position's last record: its manifest can go.
-    m = (
-        core.manifests.get(rec.position)
-        if rec.status == INTENT
-        else core.manifests.pop(rec.position, None)
-    )
-    if m is None:
+    manifest, blobs = _inputs_of(core, rec.position, rec.status)
+    if manifest is None:
         return rec
+    return rec.replace(inputs=manifest, blobs=blobs)
+
+
+def _inputs_of(
+    core: RunCore, pos: str, status: str
+) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """The inputs manifest of the record at ``pos`` (None: none kept) and the blobs it
+    carries (see :func:`_with_inputs`)."""
+    # A result or failure is the position's last record: its manifest can go.
+    m = core.manifests.get(pos) if status == INTENT else core.manifests.pop(pos, None)
+    if m is None:
+        return None, ()
     blobs, m.blobs = tuple(m.blobs), []
-    return rec.replace(inputs=m.text, blobs=blobs)
+    return m.text, blobs
 
 
 def _ms(seconds: float | None) -> float:

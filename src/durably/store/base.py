@@ -20,6 +20,7 @@ from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
 from ..limits import APPROVALS_LIST_MAX as APPROVALS_LIST_MAX
 from .owner import Owner
+from .retained import PRUNABLE, Freed, Redaction, Tombstone
 
 __all__ = ["NewRun", "Owner", "Store"]
 
@@ -530,6 +531,49 @@ class GenerationsStore(Protocol):
         ...
 
 
+class RetentionStore(Protocol):
+    """Prune finished runs, delete or redact one, tombstones, leases of background jobs
+    (:mod:`durably.store.retention`)."""
+
+    def prune(
+        self,
+        before: float,
+        statuses: Sequence[str] = PRUNABLE,
+        dry_run: bool = False,
+        runs_max: int | None = None,
+    ) -> Freed:
+        """Delete finished runs that finished before ``before`` in bounded batches, each
+        leaving a tombstone, then sweep the blobs only they cited; ``dry_run`` writes
+        nothing. A run not finished is never read for deletion."""
+        ...
+
+    def delete_run(self, run_id: str, redact: bool = False, by: str = "") -> Freed:
+        """Delete one finished run now (leaving its tombstone), or redact it."""
+        ...
+
+    def get_tombstone(self, run_id: str) -> Tombstone | None:
+        """The tombstone of ``run_id``, or None."""
+        ...
+
+    def list_tombstones(
+        self, limit: int = 100, after: tuple[float, str] | None = None
+    ) -> list[Tombstone]:
+        """Tombstones, newest first."""
+        ...
+
+    def drop_tombstones(self, before: float) -> int:
+        """Remove tombstones of runs removed before ``before``; returns how many."""
+        ...
+
+    def get_redaction(self, run_id: str) -> Redaction | None:
+        """When and by whom the run was redacted, or None."""
+        ...
+
+    def take_maintenance(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Take or renew the lease of background job ``name``; False when held."""
+        ...
+
+
 class Store(
     RunsStore,
     LeasesStore,
@@ -540,6 +584,7 @@ class Store(
     SpendStore,
     EventsStore,
     FleetStore,
+    RetentionStore,
     Protocol,
 ):
     """A journal database, every role at once. Every method is safe to call from any

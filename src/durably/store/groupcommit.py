@@ -99,10 +99,35 @@ class GroupCommit:
                     self._busy = False
                     if self._queue:  # callers that queued meanwhile: one of them leads
                         cond.notify_all()
+        self._lead(batch, item)
+        return _outcome(item)
+
+    def submit_all(self, items: Sequence[Append]) -> None:
+        """Write ``items``, several callers' appends gathered by one thread (the async
+        runs of one event loop, :mod:`durably.runtime.joincommit`), in one transaction
+        with any appends queued beside them, once no commit is in progress; returns once
+        it is committed, with each item's ``result`` or ``error`` set (a stale token fails
+        its item alone). A ``BaseException`` of this thread during the write (a
+        KeyboardInterrupt) is raised, with every item's ``error`` set to it; the other
+        threads' appends go back to the queue."""
+        if not items:
+            return
+        cond = self._cond
+        with cond:
+            while self._busy:
+                cond.wait()
+            self._busy = True
+            batch, self._queue = [*items, *self._queue], []
+        self._lead(batch, None, mine=items)
+
+    def _lead(self, batch: list[Append], item: Append | None, mine: Sequence[Append] = ()) -> None:
+        """Write ``batch`` as the leader: ``item`` is the leader's own append (None for
+        :meth:`submit_all`, whose appends are ``mine``); releases every other caller."""
         again: list[Append] = []
+        interrupted: BaseException | None = None
         try:
             if len(batch) == 1:
-                item.result = self._write_one(item)
+                batch[0].result = self._write_one(batch[0])
             else:
                 self._write_many(batch)
                 self.batches += 1
@@ -115,19 +140,25 @@ class GroupCommit:
             # The leader's own interruption (a KeyboardInterrupt, an injected crash, a
             # SystemExit) is not the others' error: their appends go back to the queue
             # for the next leader (an append sent again after a commit whose outcome is
-            # unknown changes nothing), and only this caller raises it.
-            item.error = exc
-            again = [q for q in batch if q is not item]
+            # unknown changes nothing), and only this caller raises it (submit_all: with
+            # each of its own appends).
+            if item is not None:
+                item.error = exc
+            for own in mine:
+                own.result, own.error = False, exc
+            again = [q for q in batch if q is not item and not any(q is m for m in mine)]
             for queued in again:
                 queued.result, queued.error = False, None
+            interrupted = exc
         finally:
-            with cond:
+            with self._cond:
                 for queued in batch:
                     queued.done = not any(q is queued for q in again)
                 self._queue[:0] = again
                 self._busy = False
-                cond.notify_all()
-        return _outcome(item)
+                self._cond.notify_all()
+        if interrupted is not None and item is None:
+            raise interrupted
 
 
 def _outcome(item: Append) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +31,9 @@ from .tx import Backend, Tx
 
 # Every column of a step row (the blobs a record carries go to the blobs table).
 STEP_FIELDS: tuple[str, ...] = tuple(f for f in StepRecord.__slots__ if f != "blobs")
+# The record's fields read at once (C code), named as the queries' parameters are.
+_record_values = operator.attrgetter(*STEP_FIELDS)
+_PARAM_NAMES = tuple("input_digest" if f == "digest" else f for f in STEP_FIELDS)
 
 
 class History(Backend):
@@ -102,6 +106,16 @@ class History(Backend):
         durable = needs_sync(self.durability, records)
         return self._group.submit(Append(run_id, token, records, events, durable))
 
+    def append_all(self, appends: Sequence[Append]) -> None:
+        """Several callers' appends (the async runs of one event loop) in one commit,
+        with any other threads' appends queued beside them (:meth:`GroupCommit.submit_all`):
+        each ``Append`` gets its own ``result`` (the cancel flag) or ``error`` (what
+        :meth:`append` would have raised for it alone); returns once the commit that
+        carries them is done."""
+        for item in appends:
+            item.durable = needs_sync(self.durability, item.records)
+        self._group.submit_all(appends)
+
     def _append_one(self, item: Append) -> bool:
         """One append alone (group commit's lone writer): the tuned statement, else a
         transaction of its own."""
@@ -122,11 +136,16 @@ class History(Backend):
         ordered = sorted(items, key=lambda i: i.run_id)
 
         def op(tx: Tx) -> None:
+            # Every member's blobs first, in one digest order: citing a stored blob locks
+            # its row (put_blob), and two batches locking shared blobs in opposite orders
+            # would deadlock on PostgreSQL. A blob of a member refused below stays,
+            # cited by nothing: harmless (content-addressed, never a candidate of a sweep).
+            put_blobs(tx, [r for item in ordered for r in item.records], self.clock.time())
             for item in ordered:
                 item.error = None
                 try:
                     with tx.savepoint():
-                        item.result = self._append_in(tx, item)
+                        item.result = self._append_in(tx, item, blobs_put=True)
                 except (LeaseLost, StoreError) as exc:
                     item.error = exc
                 except Exception as exc:
@@ -139,11 +158,12 @@ class History(Backend):
 
         self._writing(op, durable=any(i.durable for i in items))
 
-    def _append_in(self, tx: Tx, item: Append) -> bool:
-        """One append's statements in the open transaction (see :meth:`append`)."""
+    def _append_in(self, tx: Tx, item: Append, blobs_put: bool = False) -> bool:
+        """One append's statements in the open transaction (see :meth:`append`);
+        ``blobs_put``: its records' blobs are written already."""
         run_id, token = item.run_id, item.token
         if item.records:
-            cancel = self._append_records(tx, run_id, token, item.records)
+            cancel = self._append_records(tx, run_id, token, item.records, blobs_put)
         else:
             # Events alone (a step's retry) or nothing: fenced by the token, read under
             # the run row's lock (PostgreSQL's lock_token locks the row; SQLite's BEGIN
@@ -156,7 +176,12 @@ class History(Backend):
         return cancel
 
     def _append_records(
-        self, tx: Tx, run_id: str, token: int, records: Sequence[StepRecord]
+        self,
+        tx: Tx,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        blobs_put: bool = False,
     ) -> bool:
         """Upsert ``records`` (fenced) in the open transaction, their blobs first; returns
         whether a cancel was asked for. Raises ``LeaseLost`` on a stale token, or a
@@ -164,11 +189,12 @@ class History(Backend):
         this very write, retried after an unknown commit: success)."""
         now = self.clock.time()
         cancel = False
+        if not blobs_put:
+            # The records' blobs first, in their transaction: no record names a missing
+            # blob. Digest-keyed inserts: a retry writes no blob twice (it only counts a
+            # touch, see put_blob).
+            put_blobs(tx, records, now)
         for rec in records:
-            if rec.blobs:
-                # The record's blobs first, in its transaction: no record names a missing
-                # blob. Digest-keyed DO NOTHING inserts: a retry writes nothing twice.
-                tx.many("put_blob", blob_params(rec, now))
             # fetchall: an unfinished RETURNING statement would keep SQLite's write pending.
             rows = tx.q("append_record", **record_params(run_id, rec), token=token).fetchall()
             cancel = bool(rows[0][0]) if rows else self._refused(tx, run_id, token, rec)
@@ -299,19 +325,23 @@ def overwrite_error(run_id: str, position: str) -> StoreError:
 def record_params(run_id: str, rec: StepRecord) -> dict[str, Any]:
     """The named parameters of a record's row, checked on the way in."""
     rec.check()
-    params: dict[str, Any] = {f: getattr(rec, f) for f in STEP_FIELDS}
-    params["input_digest"] = params.pop("digest")
+    params: dict[str, Any] = dict(zip(_PARAM_NAMES, _record_values(rec), strict=True))
     params["run_id"] = run_id
     return params
 
 
-def blob_params(rec: StepRecord, now: float) -> list[dict[str, Any]]:
-    """The ``put_blob`` parameters of the blobs ``rec`` carries (UTF-8 bytes)."""
-    out = []
-    for digest, text in rec.blobs:
-        data = text.encode("utf-8")
-        out.append({"digest": digest, "data": data, "size": len(data), "now": now})
-    return out
+def put_blobs(tx: Tx, records: Sequence[StepRecord], now: float) -> None:
+    """Write the blobs ``records`` carry (UTF-8 bytes), each once, in digest order:
+    citing a stored blob locks its row (see put_blob), and two transactions that lock
+    the same rows in one order cannot deadlock on them."""
+    blobs = dict(b for rec in records for b in rec.blobs)
+    if blobs:
+        tx.many("put_blob", [_blob_row(d, blobs[d], now) for d in sorted(blobs)])
+
+
+def _blob_row(digest: str, text: str, now: float) -> dict[str, Any]:
+    data = text.encode("utf-8")
+    return {"digest": digest, "data": data, "size": len(data), "now": now}
 
 
 def blobs_from_rows(rows: Sequence[Sequence[Any]]) -> dict[str, str]:

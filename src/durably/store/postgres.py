@@ -64,7 +64,7 @@ from .durability import EFFECTS, POWER, PROCESS, check_mode
 from .events import Events
 from .fleet import Fleet
 from .generations import Generations
-from .groupcommit import GroupCommit
+from .groupcommit import Append, GroupCommit
 from .leases import Leases
 from .pg import (
     _EVENTS_VALUES_MAX,
@@ -83,10 +83,11 @@ from .pg import (
 from .pg import (
     classify as classify,
 )
+from .retention import Retention
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
-from .sqlfiles import load_queries, migrations
+from .sqlfiles import load_queries, migrations, pending
 from .streamwriter import StreamTier
 from .tx import Tx
 
@@ -103,7 +104,16 @@ Conn = Connection[tuple[Any, ...]]
 
 
 class PostgresStore(
-    Runs, Leases, Generations, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+    Runs,
+    Leases,
+    Generations,
+    Signals,
+    Approvals,
+    SpendLedger,
+    Events,
+    Fleet,
+    Retention,
+    StreamTier,
 ):
     """A :class:`~durably.store.base.Store` on a PostgreSQL database.
 
@@ -238,18 +248,18 @@ class PostgresStore(
                     " options=-csearch_path%3Ddurably to the URL after CREATE SCHEMA durably)"
                     " or another database. Nothing was changed."
                 )
-            if current > len(steps):
+            if current > steps[-1].version:
                 raise SchemaTooNew(
                     f"{self.where} has journal schema {current}, newer than this durably"
-                    f" knows ({len(steps)}); upgrade durably"
+                    f" knows ({steps[-1].version}); upgrade durably"
                 )
-            for mig in steps[current:]:
+            for mig in pending(steps, current):
                 # No parameters: psycopg sends the file as one multi-statement query.
                 conn.execute(mig.sql.encode())
                 conn.execute(_Q["set_meta"], {"key": "schema_version", "value": str(mig.version)})
             if current == 0:
                 conn.execute(_Q["set_meta"], {"key": "app", "value": APP_NAME})
-        self.schema_version = max(current, len(steps))
+        self.schema_version = max(current, steps[-1].version)
 
     def _new_pool(self) -> ConnectionPool[Conn]:
         return ConnectionPool(
@@ -484,22 +494,75 @@ class PostgresStore(
         leaves unwritten for that transaction to explain (None)."""
         if len(records) != 1 or records[0].blobs:
             return None
-        params = _record_params(run_id, token, records[0])
-        if events:
-            params.update(self._event_params(run_id, events))
-            query = _events_sql("append_with_events", len(events))
-        else:
-            query = _Q["append_record"]
+        query, params = self._quick_statement(run_id, token, records[0], events)
 
         def op(conn: Conn, _retried: bool) -> bool | None:
             # A retry after an unknown commit runs it again: the record then stored is
             # refused (or, an intent, taken again as it is) and the transaction decides.
-            row = conn.execute(query, params).fetchone()
-            if events:
-                return None if row is None or row[0] != 1 else bool(row[2])
-            return None if row is None else bool(row[0])
+            return _quick_cancel(conn.execute(query, params).fetchone(), bool(events))
 
         return self._call(op, durable)
+
+    def _quick_statement(
+        self, run_id: str, token: int, rec: StepRecord, events: Sequence[NewEvent]
+    ) -> tuple[str, dict[str, Any]]:
+        """The one statement of :meth:`_append_quick`: ``rec`` alone (append_record) or
+        with ``events`` (append_with_events), and its parameters."""
+        params = _record_params(run_id, token, rec)
+        if not events:
+            return _Q["append_record"], params
+        params.update(self._event_params(run_id, events))
+        return _events_sql("append_with_events", len(events)), params
+
+    def _append_many(self, items: Sequence[Append]) -> None:
+        """A batch of step appends (one record each, no blobs: the step path) pipelined:
+        each append's one statement of :meth:`_append_quick`, all sent in one
+        transaction without waiting for each other's results (psycopg's pipeline mode),
+        so the batch costs one round trip and one commit instead of four round trips an
+        append. Should any be refused (a stale token, a record stored already) or fail,
+        the whole transaction is rolled back and the batch is written by the written-once
+        path, a savepoint per append, which explains each refusal alone."""
+        if not (
+            _PIPELINE
+            and all(len(i.records) == 1 and not i.records[0].blobs for i in items)
+            and self._pipelined(sorted(items, key=lambda i: i.run_id))
+        ):
+            super()._append_many(items)
+
+    def _pipelined(self, ordered: Sequence[Append]) -> bool:
+        """Write ``ordered`` (see :meth:`_append_many`); False when it wrote nothing and
+        the savepoint path must."""
+        try:
+            calls = [
+                (*self._quick_statement(i.run_id, i.token, i.records[0], i.events), i)
+                for i in ordered
+            ]
+        except Exception:
+            return False  # a record that fails its check: its own error, said alone
+
+        def op(conn: Conn, _retried: bool) -> list[bool]:
+            with conn.transaction():
+                with conn.pipeline():
+                    cursors = [conn.execute(query, params) for query, params, _ in calls]
+                cancels = [
+                    _quick_cancel(cur.fetchone(), bool(item.events))
+                    for cur, (_, _, item) in zip(cursors, calls, strict=True)
+                ]
+                if any(c is None for c in cancels):
+                    raise _Refused  # rolls the transaction back: nothing written
+            return [bool(c) for c in cancels]
+
+        try:
+            cancels = self._call(op, durable=any(i.durable for i in ordered))
+        except _Refused:
+            return False
+        except StoreError as exc:
+            if exc.transient:
+                raise  # the transaction failed: every caller's error, as in one alone
+            return False  # a value the server refused: the savepoint path names its append
+        for item, cancel in zip(ordered, cancels, strict=True):
+            item.result, item.error = cancel, None
+        return True
 
     # -- the event stream -----------------------------------------------------------------
 
@@ -663,6 +726,22 @@ class PostgresStore(
         with self._owner_lock:
             self._drop_owner_conn()
         self._pool.close()
+
+
+class _Refused(Exception):
+    """A pipelined batch met a refused append: rolled back, written the other way."""
+
+
+# psycopg's pipeline mode needs libpq 14 or later.
+_PIPELINE = psycopg.Pipeline.is_supported()
+
+
+def _quick_cancel(row: Any, with_events: bool) -> bool | None:
+    """The cancel flag of :meth:`PostgresStore._append_quick`'s statement from its row,
+    or None when the record was refused (it wrote nothing)."""
+    if with_events:
+        return None if row is None or row[0] != 1 else bool(row[2])
+    return None if row is None else bool(row[0])
 
 
 class _PgTx:

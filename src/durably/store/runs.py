@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import NotADurablyDatabase, RunConflict, RunFinished, RunNotFound, StoreError
+from ..errors import (
+    NotADurablyDatabase,
+    RunConflict,
+    RunFinished,
+    RunNotFound,
+    StoreError,
+    clause,
+)
 from ..events import NewEvent
 from ..history import (
     BLOCKED,
@@ -24,6 +31,7 @@ from ..history import (
 from . import stream
 from .base import NewRun, status_list
 from .history import record_params
+from .retained import Tombstoned, cited, tombstone_from_row
 from .tx import Backend, Tx
 
 RUN_FIELDS = len(RunRecord.__slots__)
@@ -47,6 +55,7 @@ class Runs(Backend):
         def op(tx: Tx) -> tuple[RunRecord, bool]:
             created = tx.q("insert_run", **params).rowcount == 1
             if created:
+                refuse_tombstoned(tx, new.run_id)
                 tx.events(new.run_id, [stream.created(new.workflow, new.queue, now)])
             row = tx.one("get_run", run_id=new.run_id)
             assert row is not None, "a run row vanished inside its own transaction"
@@ -76,6 +85,8 @@ class Runs(Backend):
                     if run.incarnation == new.incarnation:
                         return run
                 raise fork_conflict(new.run_id)
+            refuse_tombstoned(tx, new.run_id)
+            touch_cited(tx, records, self._where)
             for p in rows:
                 tx.q("insert_record", **p)
             tx.events(new.run_id, [stream.created(new.workflow, new.queue, now)])
@@ -239,6 +250,35 @@ class Runs(Backend):
         return self._writing(op)
 
 
+def touch_cited(tx: Tx, records: Sequence[StepRecord], where: str) -> None:
+    """Count a touch on every blob ``records`` cite (a fork copies citations without
+    storing the blobs), so a prune's sweep running meanwhile keeps them; a blob already
+    swept (its run was pruned since the fork read it) refuses the fork."""
+    digests: set[str] = set()
+    for rec in records:
+        values, heads = cited(rec.inputs, rec.output)
+        digests |= values | heads
+    if not digests:
+        return
+    wanted = sorted(digests)  # one lock order: no deadlock with another toucher
+    found = {str(r[0]) for r in tx.q("touch_blobs", digests=tx.array(wanted)).fetchall()}
+    if found != digests:
+        raise StoreError(
+            f"{where}: {len(digests - found)} blob(s) the forked run cites are gone (the run"
+            " was pruned or redacted while the fork was being made); nothing was forked"
+        )
+
+
+def refuse_tombstoned(tx: Tx, run_id: str) -> None:
+    """Roll back the creation of ``run_id`` when it has a tombstone (raises
+    ``Tombstoned``). Read after the insert, in its transaction: on PostgreSQL a prune
+    committing meanwhile let the insert through (its row was deleted), and this later
+    statement reads the prune's commit, tombstone included."""
+    row = tx.one("get_tombstone", run_id=run_id)
+    if row is not None:
+        raise Tombstoned(tombstone_from_row(row))
+
+
 def cancel_not_found(run_id: str, where: str) -> RunNotFound:
     """``engine.cancel`` of a run the journal does not hold: say what to check."""
     return RunNotFound(
@@ -310,7 +350,7 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         return RunRecord(*row).check()
     except CorruptRecord as exc:
         raise NotADurablyDatabase(
-            f"corrupt run row: {exc}. The row was changed outside durably or written by a"
+            f"corrupt run row: {clause(exc)}. The row was changed outside durably or written by a"
             " newer version: upgrade durably, or restore that row from a backup (nothing"
             " was changed by this read)"
         ) from exc

@@ -6,6 +6,7 @@ numbered files ``NNNN_description.sql`` applied in order.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ ROOMS = (
     "spend",
     "fleet",
     "meta",
+    "retention",
 )
 """The rooms of each dialect's named queries: ``sql/<dialect>/<room>.sql`` (a dialect
 may lack one: SQLite has no meta queries)."""
@@ -83,16 +85,24 @@ def migrations(dialect: str, root: str = _SQL_DIR) -> list[Migration]:
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 found.append(Migration(int(m.group(1)), m.group(2), f.read()))
     found.sort(key=lambda mig: mig.version)
-    for expected, mig in enumerate(found, start=1):
-        if mig.version != expected:
-            raise RuntimeError(f"migrations of {dialect} skip from {expected - 1} to {mig.version}")
+    # Numbers may skip one a parallel branch holds (0011 was written while 0010 was):
+    # migrations apply by number (pending(): those above the journal's version), so a
+    # gap is harmless; a number used twice is a merge mistake.
+    for before, mig in itertools.pairwise(found):
+        if mig.version == before.version:
+            raise RuntimeError(f"migrations of {dialect} number {mig.version} twice")
     return found
+
+
+def pending(steps: list[Migration], current: int) -> list[Migration]:
+    """The migrations of ``steps`` a journal at schema ``current`` has not applied."""
+    return [mig for mig in steps if mig.version > current]
 
 
 def latest_version(dialect: str) -> int:
     """The number of the newest migration of ``dialect``, without reading the files."""
     names = os.listdir(os.path.join(_SQL_DIR, dialect, "migrations"))
-    return sum(1 for n in names if re.match(r"^\d{4}_\w+\.sql$", n))
+    return max((int(n[:4]) for n in names if re.match(r"^\d{4}_\w+\.sql$", n)), default=0)
 
 
 def _read(dialect: str, name: str) -> str:

@@ -47,10 +47,11 @@ from .groupcommit import GroupCommit
 from .history import record_params
 from .leases import Leases
 from .private import open_private
+from .retention import Retention
 from .runs import Runs
 from .signals import Signals
 from .spend import SpendLedger
-from .sqlfiles import latest_version, load_queries, migrations
+from .sqlfiles import latest_version, load_queries, migrations, pending
 from .streamwriter import StreamTier
 from .tx import Tx
 
@@ -85,7 +86,16 @@ def sqlite_path(url: str) -> str:
 
 
 class SQLiteStore(
-    Runs, Leases, Generations, Signals, Approvals, SpendLedger, Events, Fleet, StreamTier
+    Runs,
+    Leases,
+    Generations,
+    Signals,
+    Approvals,
+    SpendLedger,
+    Events,
+    Fleet,
+    Retention,
+    StreamTier,
 ):
     """A :class:`~durably.store.base.Store` on one SQLite database file.
 
@@ -234,30 +244,34 @@ class SQLiteStore(
         """Create or upgrade the schema; refuse files that are not durably journals."""
         if self._schema_is_current():
             return
-        with self._tx() as c:
-            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables and "durably_meta" not in tables:
-                raise NotADurablyDatabase(
-                    f"{self.path} is a SQLite database but not a durably journal (it has"
-                    f" tables {sorted(tables)[:5]}); point --db / DURABLY_URL at another"
-                    " file. Nothing in it was changed."
-                )
-            current = c.execute("PRAGMA user_version").fetchone()[0]
-            if tables:
-                app = c.execute("SELECT value FROM durably_meta WHERE key='app'").fetchone()
-                if app is None or app[0] != APP_NAME:
-                    raise NotADurablyDatabase(f"{self.path}: durably_meta is not durably's")
-            steps = migrations("sqlite")
-            if current > len(steps):
-                raise SchemaTooNew(
-                    f"{self.path} has journal schema {current}, newer than this durably"
-                    f" knows ({len(steps)}); upgrade durably"
-                )
-            for mig in steps[current:]:
-                _exec_script(c, mig.sql)
-                c.execute(f"PRAGMA user_version = {mig.version}")
-            if not tables:
-                c.execute("INSERT INTO durably_meta (key, value) VALUES ('app', ?)", (APP_NAME,))
+        # The op runs after _writing's _live(), so self._conn is this process's.
+        self._writing(lambda tx: self._migrate_in(self._conn))
+
+    def _migrate_in(self, c: sqlite3.Connection) -> None:
+        """:meth:`_migrate`'s work, in its write transaction."""
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "durably_meta" not in tables:
+            raise NotADurablyDatabase(
+                f"{self.path} is a SQLite database but not a durably journal (it has"
+                f" tables {sorted(tables)[:5]}); point --db / DURABLY_URL at another"
+                " file. Nothing in it was changed."
+            )
+        current = c.execute("PRAGMA user_version").fetchone()[0]
+        if tables:
+            app = c.execute("SELECT value FROM durably_meta WHERE key='app'").fetchone()
+            if app is None or app[0] != APP_NAME:
+                raise NotADurablyDatabase(f"{self.path}: durably_meta is not durably's")
+        steps = migrations("sqlite")
+        if current > steps[-1].version:
+            raise SchemaTooNew(
+                f"{self.path} has journal schema {current}, newer than this durably"
+                f" knows ({steps[-1].version}); upgrade durably"
+            )
+        for mig in pending(steps, current):
+            _exec_script(c, mig.sql)
+            c.execute(f"PRAGMA user_version = {mig.version}")
+        if not tables:
+            c.execute("INSERT INTO durably_meta (key, value) VALUES ('app', ?)", (APP_NAME,))
 
     def _commit_level(self, c: sqlite3.Connection, durable: bool) -> None:
         """In effects mode, switch the connection to fsync (FULL) the commit of a durable
@@ -271,11 +285,19 @@ class SQLiteStore(
             c.execute(f"PRAGMA synchronous = {level}")
             self._level = level
 
-    @contextlib.contextmanager
-    def _tx(self, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction holding the database lock from its start; ``durable``
-        False (effects mode only: a pure step's records) leaves its fsync to the next
-        durable commit."""
+    # -- the transaction protocol (durably.store.tx) --------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return self.path
+
+    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
+        """``op`` in one ``BEGIN IMMEDIATE`` transaction: the database's one writer lock,
+        held from the start, is every run row's lock (``atomic`` changes nothing here);
+        ``durable`` False (effects mode) commits it at NORMAL."""
+        # Not a generator-based context manager: every step's write comes here, and one
+        # costs it about 2 us. A statement's error inside is a StoreError, like for BEGIN
+        # and COMMIT, never the driver's bare exception.
         with self._lock:
             c = self._live()
             try:
@@ -284,11 +306,8 @@ class SQLiteStore(
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
             try:
-                yield c
+                out = op(_SQLiteTx(c, self))
             except sqlite3.DatabaseError as exc:
-                # Raised by a statement inside the transaction (a lock, a full disk, a
-                # row that does not decode): the caller gets a StoreError, like for
-                # BEGIN and COMMIT, never the driver's bare exception.
                 with contextlib.suppress(sqlite3.DatabaseError):
                     c.execute("ROLLBACK")
                 raise self._translate(exc) from exc
@@ -301,19 +320,7 @@ class SQLiteStore(
                 with contextlib.suppress(sqlite3.DatabaseError):
                     c.execute("ROLLBACK")
                 raise self._translate(exc) from exc
-
-    # -- the transaction protocol (durably.store.tx) --------------------------------------
-
-    @property
-    def _where(self) -> str:
-        return self.path
-
-    def _writing(self, op: Callable[[Tx], T], atomic: bool = True, durable: bool = True) -> T:
-        """``op`` in one ``BEGIN IMMEDIATE`` transaction: the database's one writer lock,
-        held from the start, is every run row's lock (``atomic`` changes nothing here);
-        ``durable`` False (effects mode) commits it at NORMAL."""
-        with self._tx(durable) as c:
-            return op(_SQLiteTx(c, self))
+            return out
 
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
         """``op``'s reads, in autocommit or (``snapshot``) one deferred read transaction."""
@@ -527,7 +534,7 @@ class SQLiteStore(
 
 
 class _SQLiteTx:
-    """:class:`~durably.store.tx.Tx` on the store's connection, inside ``_tx``."""
+    """:class:`~durably.store.tx.Tx` on the store's connection (``_writing``, ``_reading``)."""
 
     __slots__ = ("_c", "_store")
     retried = False  # a SQLite commit's outcome is never unknown to its caller

@@ -176,10 +176,13 @@ SELECT (SELECT count(*) FROM appended),
        (SELECT cancel_requested_at IS NOT NULL FROM runs WHERE run_id = %(run_id)s);
 
 -- name: put_blob
--- A payload by content hash: each distinct value is stored once.
+-- A payload by content hash: each distinct value is stored once. Citing a blob already
+-- stored updates its row (touches + 1): the update takes the row's lock, which the prune
+-- sweep's delete takes too, so the two serialise, and the sweep deletes only a blob whose
+-- count did not change since it looked for citations (see store/retention.py).
 INSERT INTO blobs (digest, data, size, created_at)
 VALUES (%(digest)s, %(data)s, %(size)s, %(now)s)
-ON CONFLICT (digest) DO NOTHING;
+ON CONFLICT (digest) DO UPDATE SET touches = blobs.touches + 1;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest = ANY(%(digests)s::text[]);

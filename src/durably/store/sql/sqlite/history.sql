@@ -93,10 +93,13 @@ SET status = :status, outcome = :outcome, error_type = :error_type,
 WHERE run_id = :run_id AND fencing_token = :token;
 
 -- name: put_blob
--- A payload by content hash: each distinct value is stored once.
+-- A payload by content hash: each distinct value is stored once. Citing a blob already
+-- stored updates its row (touches + 1): the update takes the row's lock, which the prune
+-- sweep's delete takes too, so the two serialise, and the sweep deletes only a blob whose
+-- count did not change since it looked for citations (see store/retention.py).
 INSERT INTO blobs (digest, data, size, created_at)
 VALUES (:digest, :data, :size, :now)
-ON CONFLICT (digest) DO NOTHING;
+ON CONFLICT (digest) DO UPDATE SET touches = blobs.touches + 1;
 
 -- name: get_blobs
 SELECT digest, data FROM blobs WHERE digest IN (SELECT value FROM json_each(:digests));

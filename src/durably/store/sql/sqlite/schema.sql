@@ -47,6 +47,8 @@ CREATE TABLE runs (
 
 CREATE INDEX runs_by_status ON runs (status, queue, created_at);
 CREATE INDEX runs_by_created ON runs (created_at);
+-- Prune finds finished runs by when they finished (migration 0011).
+CREATE INDEX runs_by_finished ON runs (finished_at) WHERE finished_at IS NOT NULL;
 -- The claim index: only runs a claim can take, oldest first (claims never read finished
 -- runs).
 CREATE INDEX runs_claimable ON runs (created_at, run_id)
@@ -108,7 +110,10 @@ CREATE TABLE blobs (
     digest     TEXT PRIMARY KEY,
     data       BLOB NOT NULL,
     size       INTEGER NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    -- Writes that cited the blob when it was already stored (migration 0011): the prune
+    -- sweep deletes a blob only when this is unchanged since it looked for citations.
+    touches    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 
 -- Live workers (owner string -> the queues it serves, as a JSON array); a row past
@@ -190,4 +195,38 @@ CREATE TABLE generations (
     records      INTEGER NOT NULL,
     finished_at  REAL NOT NULL,
     PRIMARY KEY (run_id, generation)
+) WITHOUT ROWID;
+
+-- What is left of a pruned or deleted run: enough to refuse a second run of its id
+-- (RunPruned) or of its id with other input (RunConflict). Removed only by
+-- `durably prune --tombstones-before`.
+CREATE TABLE tombstones (
+    run_id       TEXT PRIMARY KEY,
+    workflow     TEXT NOT NULL,
+    -- The run's input digest (generation 0's; '' once the run was redacted).
+    input_digest TEXT NOT NULL,
+    -- The status it finished with: completed, failed or cancelled.
+    status       TEXT NOT NULL,
+    incarnation  TEXT,
+    finished_at  REAL,
+    removed_at   REAL NOT NULL,
+    -- 'pruned' (durably prune) or 'deleted' (durably runs delete).
+    how          TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE INDEX tombstones_by_removed ON tombstones (removed_at);
+
+-- Runs whose values were replaced by a marker (durably runs delete --redact): when, by whom.
+CREATE TABLE redactions (
+    run_id      TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    redacted_at REAL NOT NULL,
+    redacted_by TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- Leases of background jobs (one row per job, e.g. 'prune'): at most one process runs
+-- each at a time.
+CREATE TABLE maintenance (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    expires_at REAL NOT NULL
 ) WITHOUT ROWID;

@@ -1,0 +1,45 @@
+-- 0011: retention (durably prune, engine.delete_run). Numbered 0011 while 0010 (generations,
+-- continue-as-new) is written in parallel: the runner applies migrations by number and
+-- accepts the gap.
+
+-- What is left of a pruned or deleted run: enough to refuse a second run of its id
+-- (RunPruned) or of its id with other input (RunConflict). Removed only by
+-- `durably prune --tombstones-before`.
+CREATE TABLE tombstones (
+    run_id       TEXT PRIMARY KEY,
+    workflow     TEXT NOT NULL,
+    -- The run's input digest (generation 0's; '' once the run was redacted).
+    input_digest TEXT NOT NULL,
+    -- The status it finished with: completed, failed or cancelled.
+    status       TEXT NOT NULL,
+    incarnation  TEXT,
+    finished_at  DOUBLE PRECISION,
+    removed_at   DOUBLE PRECISION NOT NULL,
+    -- 'pruned' (durably prune) or 'deleted' (durably runs delete).
+    how          TEXT NOT NULL
+);
+
+CREATE INDEX tombstones_by_removed ON tombstones (removed_at);
+
+-- Runs whose values were replaced by a marker (durably runs delete --redact): when, by whom.
+CREATE TABLE redactions (
+    run_id      TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+    redacted_at DOUBLE PRECISION NOT NULL,
+    redacted_by TEXT NOT NULL
+);
+
+-- Leases of background jobs (one row per job, e.g. 'prune'): at most one process runs
+-- each at a time.
+CREATE TABLE maintenance (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+
+-- Counts the writes that cited a blob already stored (put_blob's ON CONFLICT): the prune
+-- sweep deletes a blob only when its count is the one it read before looking for
+-- citations, so a blob cited meanwhile is kept.
+ALTER TABLE blobs ADD COLUMN touches BIGINT NOT NULL DEFAULT 0;
+
+-- Prune finds finished runs by when they finished.
+CREATE INDEX runs_by_finished ON runs (finished_at) WHERE finished_at IS NOT NULL;

@@ -1,0 +1,224 @@
+"""``engine.delete_run(run_id, redact=True)`` on every store: the run keeps its shape and
+lists, refuses to run, retry, fork or replay (``RunRedacted``), and no planted secret is
+left in any table, nor (SQLite, after a checkpoint and VACUUM) in any file of the
+journal; a blob another run cites stays. ``delete_run`` refuses a live run."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+import durably
+from durably.cli import main as cli
+from durably.clock import FakeClock
+from durably.inspect.replaycheck import check_run
+from tests.contract.journal_rows import dump, run_rows, tables
+
+SECRET = "s3cret-5551234-ana@example.org"
+SHARED = "a shared system prompt " + "p" * 2_000
+
+
+def lookup(who: str) -> dict[str, str]:
+    return {"found": who}
+
+
+def refuse(who: str) -> None:
+    raise ValueError(f"no account for {who}")
+
+
+@pytest.fixture
+def engine(journal_url: str) -> Iterator[durably.Engine]:
+    with durably.Engine(journal_url, clock=FakeClock(), park_wait_s=0) as e:
+
+        @e.workflow(name="secretive")
+        def secretive(ctx: durably.Context, who: str, mode: str) -> dict[str, object]:
+            ctx.step("lookup", lookup, who)  # inline input and output
+            ctx.step("big", lookup, who + " " + "x" * 2_000)  # blob input and output
+            ctx.step("chat", len, [{"role": "system", "content": SHARED}, who])  # nodes
+            if mode == "fail":
+                ctx.step("refuse", durably.step(retries=0)(refuse), who)
+            ctx.emit("note", {"said": who})
+            if mode == "wait":
+                got = ctx.wait_for_signal("go")
+                decision = ctx.request_approval(f"send to {who}", {"to": who})
+                return {"echo": who, "got": got, "ok": decision.approved}
+            return {"echo": who}
+
+        yield e
+
+
+def _plant(engine: durably.Engine) -> None:
+    """Three runs holding the secret everywhere a value goes; one more sharing a blob."""
+    for _ in range(3):
+        try:
+            engine.run("secretive", SECRET, "wait", run_id="main")
+        except durably.RunParked:
+            pass
+        if engine.get_run("main").status == "completed":
+            break
+        if not engine.pending_approvals("main"):
+            engine.signal("main", "go", {"from": SECRET})
+        else:
+            (req,) = engine.pending_approvals("main")
+            engine.approve("main", req.request_id, digest=req.digest, by=SECRET, note=SECRET)
+    assert engine.get_run("main").status == "completed"
+    with pytest.raises(durably.WorkflowFailed):
+        engine.run("secretive", SECRET, "fail", run_id="failed")
+    engine.start("secretive", SECRET, "plain", run_id="cancelled")
+    engine.cancel("cancelled", reason=f"asked by {SECRET}")
+    engine.run("secretive", "someone else", "plain", run_id="other")
+
+
+def _shape(engine: durably.Engine, run_id: str) -> list[tuple[str, str, str, str, int]]:
+    """What redaction keeps of each step (a name up to its ':', the rest of an approval's
+    name being its action, a value)."""
+    return [
+        (r.position, r.name.split(":")[0], r.kind, r.status, r.attempts)
+        for r in engine.history(run_id)
+    ]
+
+
+def _secret_rows(url: str) -> list[str]:
+    return [
+        f"{table}: {row!r:.200}"
+        for table, rows in dump(url).items()
+        for row in rows
+        if SECRET in repr(row)
+    ]
+
+
+def test_a_redacted_run_keeps_its_shape_refuses_to_run_and_no_secret_is_left(
+    engine: durably.Engine,
+) -> None:
+    url = engine.url
+    _plant(engine)
+    assert _secret_rows(url), "the secret was not planted"
+    shapes = {rid: _shape(engine, rid) for rid in ("main", "failed", "cancelled")}
+    other_rows = run_rows(url, "other")
+    for rid in ("main", "failed", "cancelled"):
+        engine.delete_run(rid, redact=True, by="dpo@example.org")
+
+    assert _secret_rows(url) == []
+    assert run_rows(url, "other") == other_rows
+    assert engine.run("secretive", "someone else", "plain", run_id="other") == {
+        "echo": "someone else"
+    }
+    listed = {r.run_id: r.status for r in engine.list_runs().runs}
+    assert listed == {
+        "main": "completed",
+        "failed": "failed",
+        "cancelled": "cancelled",
+        "other": "completed",
+    }
+    for rid, shape in shapes.items():
+        assert _shape(engine, rid) == shape
+        red = engine.redaction(rid)
+        assert red is not None and red.redacted_by == "dpo@example.org"
+    with pytest.raises(durably.RunRedacted) as info:
+        engine.run("secretive", SECRET, "wait", run_id="main")
+    assert isinstance(info.value, durably.RunFinished)
+    for refused in (
+        lambda: engine.retry("failed"),
+        lambda: engine.fork("main", at=1),
+        lambda: engine.resume("main"),
+        lambda: check_run(engine, engine.get_run("main")),
+    ):
+        with pytest.raises(durably.RunRedacted, match="redacted"):
+            refused()
+    shown = CliRunner().invoke(cli, ["runs", "show", "main", "--db", url])
+    assert shown.exit_code == 0, shown.output
+    assert "redacted at" in shown.output and "dpo@example.org" in shown.output
+    why = CliRunner().invoke(cli, ["runs", "why", "failed", "--db", url])
+    assert why.exit_code == 0 and "redacted at" in why.output, why.output
+    engine.close()
+    _no_secret_on_disk(url)
+
+
+def _no_secret_on_disk(url: str) -> None:
+    """SQLite: every file of the journal after a checkpoint and VACUUM. PostgreSQL: the
+    row data of every table (live rows, by SQL) after VACUUM FULL; and, where the
+    pageinspect extension can be created, the raw pages of every table and its TOAST
+    table, dead tuples included."""
+    needle = SECRET.encode()
+    if url.startswith("sqlite:///"):
+        import sqlite3
+
+        path = url[len("sqlite:///") :]
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        files = glob.glob(path + "*")
+        assert files and all(os.path.getsize(f) >= 0 for f in files)
+        found = []
+        for f in files:
+            with open(f, "rb") as fh:
+                if needle in fh.read():
+                    found.append(f)
+        assert found == [], f"the secret is still in {found}"
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        names = tables(url)
+        for t in names:
+            pg.execute(f"VACUUM FULL {t}")
+        for t in names:
+            hit = pg.execute(
+                f"SELECT count(*) FROM {t} x WHERE position(%s in x::text) > 0", (SECRET,)
+            ).fetchone()
+            assert hit == (0,), t
+        (blob_hits,) = pg.execute(
+            "SELECT count(*) FROM blobs WHERE position(%s::bytea in data) > 0", (needle,)
+        ).fetchone()  # type: ignore[misc]
+        assert blob_hits == 0
+        try:
+            pg.execute("CREATE EXTENSION IF NOT EXISTS pageinspect")
+        except psycopg.Error:
+            return  # not available here: the live rows above are what could be checked
+        rels = pg.execute(
+            "SELECT c.oid::regclass::text FROM pg_class c JOIN pg_namespace n"
+            " ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+            " UNION SELECT t.reltoastrelid::regclass::text FROM pg_class t JOIN pg_namespace n"
+            " ON n.oid = t.relnamespace WHERE n.nspname = current_schema()"
+            " AND t.reltoastrelid <> 0"
+        ).fetchall()
+        for (rel,) in rels:
+            (pages,) = pg.execute(
+                "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::int",
+                (rel,),
+            ).fetchone()  # type: ignore[misc]
+            for block in range(int(pages)):
+                (raw,) = pg.execute("SELECT get_raw_page(%s, %s)", (rel, block)).fetchone()  # type: ignore[misc]
+                assert needle not in bytes(raw), f"the secret is in a page of {rel}"
+
+
+def test_delete_run_refuses_a_live_run_and_leaves_it_unchanged(engine: durably.Engine) -> None:
+    url = engine.url
+    engine.start("secretive", SECRET, "plain", run_id="queued")
+    rows = run_rows(url, "queued")
+    for redact in (False, True):
+        with pytest.raises(durably.RunNotFinished, match="durably cancel"):
+            engine.delete_run("queued", redact=redact)
+    assert run_rows(url, "queued") == rows
+    with pytest.raises(durably.RunNotFound):
+        engine.delete_run("nobody")
+    engine.cancel("queued")
+    engine.delete_run("queued")
+    assert run_rows(url, "queued") == {}
+    with pytest.raises(durably.RunPruned, match="deleted"):
+        engine.get_run("queued")
+    with pytest.raises(durably.RunPruned):
+        engine.delete_run("queued")
+    # A redacted run deleted: its input is unknown, so any input is refused as pruned.
+    engine.run("secretive", "x", "plain", run_id="forgotten")
+    engine.delete_run("forgotten", redact=True)
+    engine.delete_run("forgotten")
+    for given in ("x", "y"):
+        with pytest.raises(durably.RunPruned):
+            engine.run("secretive", given, "plain", run_id="forgotten")
