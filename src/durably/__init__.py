@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         RunQuarantined,
         RunRedacted,
         SerializationError,
+        SignalQueueFull,
         StaleLease,
         StepFailed,
         StepTimeout,
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
     from .runlist import LiveWorker, RunPage
     from .runtime.branches import Branches
     from .steps import step, usage
+    from .store.base import Generation
     from .store.retained import Redaction, Tombstone
     from .streaming import AsyncStepStream, StepStream
     from .tools import tool
@@ -92,6 +94,7 @@ _LAZY: dict[str, str] = {
     "StepInfo": ".current",
     "current_step": ".current",
     "Engine": ".engine",
+    "Generation": ".store.base",
     "Handle": ".engine",
     "Workflow": ".engine",
     "ApprovalAlreadyDecided": ".errors",
@@ -119,6 +122,7 @@ _LAZY: dict[str, str] = {
     "RunQuarantined": ".errors",
     "RunRedacted": ".errors",
     "SerializationError": ".errors",
+    "SignalQueueFull": ".errors",
     "StaleLease": ".errors",
     "StepFailed": ".errors",
     "StepTimeout": ".errors",
@@ -192,6 +196,7 @@ __all__ = [
     "FakeClock",
     "FaultStepInfo",
     "Follow",
+    "Generation",
     "Handle",
     "HistoryTooLarge",
     "IdempotencyKeyInFlight",
@@ -216,6 +221,7 @@ __all__ = [
     "RunRecord",
     "RunRedacted",
     "SerializationError",
+    "SignalQueueFull",
     "Spend",
     "StaleLease",
     "StepFailed",

@@ -17,7 +17,7 @@ import contextvars
 import datetime as dt
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from .budget import Budget
 from .current import in_step, outside_step
@@ -25,7 +25,7 @@ from .errors import (
     ConfigError,
     clause,
 )
-from .features import budgets, emits, signals, timers, versions
+from .features import budgets, emits, generations, signals, timers, versions
 from .limits import SETTLE_TURNS_MAX as SETTLE_TURNS_MAX
 from .limits import SYNC_STEP_THREADS_MAX as SYNC_STEP_THREADS_MAX
 from .misuse import async_step_in_sync
@@ -209,6 +209,19 @@ class Context:
         replays after a crash is not stored twice."""
         with self._ex.hold():
             emits.emit(self._core, kind, data)
+
+    def continue_as_new(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """End this run's generation and start the next with ``args``/``kwargs`` as the
+        workflow's input (``return ctx.continue_as_new(state)`` reads well): the run id
+        and incarnation stay, the history starts empty (positions from 0, keys
+        ``{run_id}:{incarnation}:g{N}.{position}``), signals not consumed yet carry over,
+        and ``engine.run`` returns the final generation's result. It never returns: it
+        unwinds like a park, and the hand-over is one transaction. Allowed at the history
+        limit (``durably.HistoryTooLarge``); call it at the top level, not in a branch.
+        Earlier generations stay readable (``engine.history(run_id, generation=N)``,
+        ``durably runs show RUN --generation N``) and are never replayed."""
+        with self._ex.hold():
+            generations.continue_as_new(self._core, args, kwargs)
 
     def now(self) -> dt.datetime:
         """The current time (UTC), recorded: replay returns the same instant."""
@@ -414,6 +427,13 @@ class AsyncContext:
         """Add a user event to the run's stream (see :meth:`Context.emit`). A plain call,
         not awaited: it does no I/O."""
         emits.emit(self._core, kind, data)
+
+    def continue_as_new(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """End this generation and start the next with this input (see
+        :meth:`Context.continue_as_new`). A plain call that raises at once, so
+        ``return ctx.continue_as_new(state)`` and ``await ctx.continue_as_new(state)``
+        both unwind (it does no I/O: the driver hands over)."""
+        generations.continue_as_new(self._core, args, kwargs)
 
     def now(self) -> Coroutine[Any, Any, dt.datetime]:
         """The current time (UTC), recorded: ``await ctx.now()``."""

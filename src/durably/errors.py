@@ -345,7 +345,33 @@ class ApprovalAlreadyDecided(DurablyError):
 
 
 class HistoryTooLarge(DurablyError):
-    """A run's history passed its hard limit of events or bytes."""
+    """A run's current generation reached its hard limit of records or bytes
+    (``Engine(history_max=...)``): raised by the next recording call, before it writes.
+
+    Not latched: a workflow may catch it and call ``ctx.continue_as_new(state)`` (allowed
+    at the limit), which starts a fresh generation carrying ``state``. Uncaught, the run
+    is ``blocked`` with this advice. ``records``/``bytes`` are the generation's size,
+    ``limit`` the ``(records, bytes)`` bound."""
+
+    def __init__(self, run_id: str, records: int, size: int, limit: tuple[int, int]) -> None:
+        self.run_id = run_id
+        self.records = records
+        self.bytes = size
+        self.limit = limit
+        super().__init__(
+            f"run {run_id!r}: its history holds {records:,} records and {size:,} bytes in"
+            f" this generation, at its limit (history_max=({limit[0]:,}, {limit[1]:,})), so"
+            " the recording call was refused before writing. A long-lived workflow should"
+            " carry its state into a fresh history: catch durably.HistoryTooLarge (or check"
+            " a counter) and `return ctx.continue_as_new(state)`; or raise"
+            " Engine(history_max=...). An uncaught one blocks the run; after the fix,"
+            f" `{command('retry', run_id)}` resumes it (recorded steps replay)."
+        )
+
+
+class SignalQueueFull(DurablyError):
+    """``engine.signal`` refused a signal: the run already holds ``SIGNALS_PENDING_MAX``
+    signals it has not consumed (a sender loops faster than the run waits)."""
 
 
 class StaleLease(DurablyError):

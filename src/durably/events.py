@@ -22,8 +22,10 @@ from .journal.events import RUN_BLOCKED as RUN_BLOCKED
 from .journal.events import RUN_CANCEL_REQUESTED as RUN_CANCEL_REQUESTED
 from .journal.events import RUN_CANCELLED as RUN_CANCELLED
 from .journal.events import RUN_COMPLETED as RUN_COMPLETED
+from .journal.events import RUN_CONTINUED as RUN_CONTINUED
 from .journal.events import RUN_CREATED as RUN_CREATED
 from .journal.events import RUN_FAILED as RUN_FAILED
+from .journal.events import RUN_HISTORY_WARNING as RUN_HISTORY_WARNING
 from .journal.events import RUN_IN_DOUBT as RUN_IN_DOUBT
 from .journal.events import RUN_PARKED as RUN_PARKED
 from .journal.events import RUN_QUARANTINED as RUN_QUARANTINED
@@ -55,8 +57,10 @@ __all__ = [
     "RUN_CANCELLED",
     "RUN_CANCEL_REQUESTED",
     "RUN_COMPLETED",
+    "RUN_CONTINUED",
     "RUN_CREATED",
     "RUN_FAILED",
+    "RUN_HISTORY_WARNING",
     "RUN_IN_DOUBT",
     "RUN_PARKED",
     "RUN_QUARANTINED",

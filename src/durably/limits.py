@@ -59,6 +59,20 @@ SCOPE_POSITIONS_MAX; a stored position longer than this is not one durably wrote
 
 assert RUN_ID_CHARS_MAX + INCARNATION_CHARS + POSITION_CHARS_MAX + 2 <= KEY_CHARS_MAX
 
+GENERATIONS_MAX: Final = 1_000_000
+"""Generations one run may have (``ctx.continue_as_new`` starts the next): a key of
+generation N >= 1 is ``{run_id}:{incarnation}:g{N}.{position}``, and N below this keeps
+``g{N}.`` within eight characters, so every key stays under KEY_CHARS_MAX. A run that
+would start generation GENERATIONS_MAX is blocked (``ConfigError``)."""
+
+GENERATION_PREFIX_CHARS_MAX: Final = len(f"g{GENERATIONS_MAX - 1}.")
+"""Longest ``g{N}.`` a key's position part carries (following from GENERATIONS_MAX)."""
+
+assert (
+    RUN_ID_CHARS_MAX + INCARNATION_CHARS + GENERATION_PREFIX_CHARS_MAX + POSITION_CHARS_MAX + 2
+    < KEY_CHARS_MAX
+)
+
 # --- Payloads ----------------------------------------------------------------------------
 # A record is one row read whole on every replay, so the journal holds results, not bulk
 # data: keep documents, images and transcripts outside it (a file or blob store) and
@@ -165,6 +179,41 @@ SETTLE_TURNS_MAX: Final = 64
 replay first: a replay of recorded records takes a few (one per nested gather); a branch
 still busy after that awaits something that is not recorded, and does not hold the wait
 back."""
+
+MIB: Final = 1024 * 1024
+"""A mebibyte, for the byte bounds below (``history_max=(50_000, 50 * MIB)``)."""
+
+HISTORY_WARN_RECORDS: Final = 10_000
+"""Records of a run's current generation past which it is warned (the first half of
+``history_warn``'s default)."""
+
+HISTORY_WARN_BYTES: Final = 10 * MIB
+"""``Engine(history_warn=...)`` default, ``(HISTORY_WARN_RECORDS, HISTORY_WARN_BYTES)``:
+the records and bytes of a run's current generation past which it gets one
+``run.history_warning`` event (and a log line) per generation."""
+
+HISTORY_MAX_RECORDS: Final = 50_000
+"""Records of a run's current generation at which recording stops (the first half of
+``history_max``'s default)."""
+
+HISTORY_MAX_BYTES: Final = 50 * MIB
+"""``Engine(history_max=...)`` default, ``(HISTORY_MAX_RECORDS, HISTORY_MAX_BYTES)``: at
+this size of a run's current generation the next recording call raises
+``durably.HistoryTooLarge`` instead of writing (``ctx.continue_as_new`` is the way
+through). Temporal caps a history at 51,200 events and 50 MB; durably's records are a
+step each, so the same order of size."""
+
+EMITS_PER_POSITION_MAX: Final = 1_000
+"""``ctx.emit`` events at one position (between two recording calls), at most: with
+EVENT_DATA_BYTES_MAX each, one position adds at most ~64 MiB to the event stream."""
+
+SIGNALS_PENDING_MAX: Final = 10_000
+"""Signals sent to one run and not yet consumed, at most: ``engine.signal`` refuses
+another (``durably.SignalQueueFull``) until the run consumes some."""
+
+APPROVALS_PENDING_MAX: Final = 1_000
+"""Approval requests one run may have pending (undecided) at once: a run whose gather
+branches ask for more is blocked (``ConfigError``) at the request past the limit."""
 
 EVENTS_BUFFERED_MAX: Final = 10_000
 """Stream-only events (``ctx.emit``) waiting for a durable write, at most: a workflow that

@@ -124,7 +124,8 @@ class _Stream:
         token, attempt, index), so a retry or a re-run after a crash is a fresh series,
         opened by a ``model.restart`` that tells readers to drop what they showed."""
         core = self._core
-        gen, pos, token = core.setup.generation, info.position, info.fencing_token
+        gen, token = core.setup.generation, info.fencing_token
+        pos = f"{core.gen}{info.position}"  # the event's position carries the generation
         attempt = info.attempt
         series = f"g{gen}:{pos}:t{token}:a{attempt}"
         now = core.clock.time()

@@ -27,6 +27,7 @@ MADE: list[DurablyError] = [
     durably.ToolRejected("refund", "rejected", "ana", "too large"),
     durably.StepTimeout("step 'x' timed out"),
     durably.StoreBusy("locked"),
+    durably.HistoryTooLarge("r1", 50_000, 1024, (50_000, 52_428_800)),
 ]
 
 

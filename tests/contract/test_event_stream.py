@@ -179,6 +179,18 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
     engine.start(idle, run_id="cancel")
     assert engine.cancel("cancel", reason="asked to").status == CANCELLED
 
+    # A long-lived run: past its (lowered) warning, then continued as new.
+    engine.history_warn = (2, 10**9)
+
+    @engine.workflow()
+    def long_lived(ctx: durably.Context, n: int) -> int:
+        for i in range(3):
+            ctx.step("tick", lambda i=i: i)
+        return n if n else ctx.continue_as_new(1)
+
+    assert engine.run(long_lived, 0, run_id="long") == 1
+    engine.history_warn = (10_000, 10 * 1024 * 1024)
+
     runs = (
         "good",
         "bad",
@@ -191,6 +203,7 @@ def test_every_kind_is_written_by_real_runs(engine: durably.Engine, clock: FakeC
         "stuck",
         "cancel",
         "streamed",
+        "long",
     )
     for run_id in runs:
         events = all_events(engine, run_id)

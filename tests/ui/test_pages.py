@@ -341,3 +341,21 @@ def test_an_expired_request_says_it_can_no_longer_be_decided(served: Served) -> 
     time.sleep(0.1)
     r = served.client.get("/run?id=hasty-1")
     assert "This request has expired" in r.text
+
+
+def test_run_page_of_a_run_that_continued_as_new_shows_its_generations(served: Served) -> None:
+    engine = served.engine
+
+    @engine.workflow(name="gens")
+    def gens(ctx: durably.Context, n: int) -> int:
+        ctx.step("tick", lambda: n)
+        if n < 2:
+            return ctx.continue_as_new(n + 1)
+        return n
+
+    assert engine.run(gens, 0, run_id="gens-1") == 2
+    text = served.client.get("/run?id=gens-1").text
+    assert "continued as new; the journal below is this generation" in text
+    assert "g0: continued" in text and "g1: continued" in text
+    assert engine.get_run("gens-1").key("0") in text  # the current generation's key
+    assert engine.get_run("gens-1").key("0").endswith(":g2.0")

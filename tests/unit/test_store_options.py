@@ -20,9 +20,9 @@ TAKES = {
 def test_every_store_refuses_options_it_does_not_take(journal_url: str) -> None:
     kind = "SQLite" if journal_url.startswith("sqlite") else "PostgreSQL"
     with pytest.raises(durably.ConfigError) as err:
-        durably.Engine(journal_url, history_max=5, bogus=1)
+        durably.Engine(journal_url, keep_days=5, bogus=1)
     text = str(err.value)
-    assert f"the {kind} store does not take the option(s) 'bogus', 'history_max'" in text
+    assert f"the {kind} store does not take the option(s) 'bogus', 'keep_days'" in text
     assert f"it takes {TAKES[kind]}" in text
     with pytest.raises(durably.ConfigError, match="'bogus'"):
         open_store(journal_url, durably.FakeClock(), bogus=1)

@@ -14,8 +14,10 @@ from durably.store import (
     approvals,
     events,
     fleet,
+    generations,
     history,
     leases,
+    retention,
     runs,
     signals,
     spend,
@@ -26,7 +28,19 @@ from durably.store.base import Store
 from durably.store.sqlite import SQLiteStore
 from durably.store.tx import Backend
 
-ROLES = (runs, leases, history, signals, approvals, spend, events, fleet, streamwriter)
+ROLES = (
+    runs,
+    leases,
+    history,
+    generations,
+    signals,
+    approvals,
+    spend,
+    events,
+    fleet,
+    retention,
+    streamwriter,
+)
 QUERY_CALLS = {"q", "one", "scalar"}
 # The store methods each backend still writes itself: dialect mechanics only (polling or
 # LISTEN, the owner-lock session, the server clock, closing). append is written once; its
@@ -88,15 +102,17 @@ def test_the_store_protocol_is_written_once_but_for_the_dialect_mechanics() -> N
         runs.Runs,
         leases.Leases,
         history.History,
+        generations.Generations,
         signals.Signals,
         approvals.Approvals,
         spend.SpendLedger,
         events.Events,
         fleet.Fleet,
+        retention.Retention,
         streamwriter.StreamTier,  # publish, flush_stream: the stream writer's tier
     ]
     written_once = protocol - PER_BACKEND
-    assert len(written_once) == 32
+    assert len(written_once) == 42
     for name in sorted(written_once):
         assert [c.__name__ for c in classes if name in vars(c)] != [], name
         assert len([c for c in classes if name in vars(c)]) == 1, name

@@ -167,6 +167,7 @@ def run_json(run: RunRecord) -> dict[str, Any]:
         "prompt_version": run.prompt_version,
         "queue": run.queue,
         "status": run.status,
+        "generation": run.generation,
         "starts": run.starts,
         "fencing_token": run.fencing_token,
         "incarnation": run.incarnation,
@@ -223,13 +224,15 @@ def stored_json(text: str | None) -> Any:
 def status_text(run: RunRecord) -> str:
     """The run's status for a table: the park reason of a parked run, and "orphaned"
     for a running run nobody drives (owner provably dead, lease expired, or no owner)."""
+    # A run that continued as new says which generation it is in (g3): its keys do too.
+    gen = "" if run.generation == 0 else f" g{run.generation}"
     if orphaned(run, time.time()):
-        return f"{run.status} (orphaned)"
+        return f"{run.status} (orphaned){gen}"
     return (
         run.status
         if run.park_reason is None or run.status != "parked"
         else (f"parked({run.park_reason})")
-    )
+    ) + gen
 
 
 def owner_text(run: RunRecord) -> str:

@@ -84,6 +84,8 @@ def replay_cmd(
     recorded; a new ``ctx.patched`` marker ends it (True there). Runs of a version this
     code does not register are listed as not checked. Finished runs are checked only
     with --finished (or --status naming one): they replay only when forked or retried.
+    A run that continued as new (``ctx.continue_as_new``) is checked in its current
+    generation, with that generation's input: earlier generations never replay.
     """
     from ..inspect.replaycheck import check_runs, runs_to_check
 

@@ -8,11 +8,12 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -36,11 +37,15 @@ from .common import (
     since_arg,
     status_text,
     step_json,
+    stored_json,
     term,
     term_lines,
     ts,
 )
 from .tables import Column, console, print_table
+
+if TYPE_CHECKING:
+    from .. import Generation
 
 DATA_CHARS_SHOWN = 200  # of one data value in a `runs tail` line
 TAIL_WAIT_POLL_S = 0.2  # `runs tail --follow` polling for a journal or run not there yet
@@ -111,7 +116,9 @@ def runs_list(
     --limit shows, the last line gives the cursor to pass as --after for the next page.
 
     Run ids are never cut: a terminal too narrow for the table, and any pipe, get plain
-    aligned columns instead (--json for scripts)."""
+    aligned columns instead (--json for scripts). A run that continued as new
+    (ctx.continue_as_new) shows its generation after its status (``running g3``; --json:
+    ``generation``); `durably runs show RUN --generation N` prints an earlier one."""
     if by_version and (queue, search, after) != (None, None, None):
         raise CommandError(
             "--by-version counts per workflow version: it takes --workflow, --version and"
@@ -430,36 +437,90 @@ def _print_by_version(counts: list[tuple[str, str | None, str, int]], as_json: b
     is_flag=True,
     help="Also show what each step was called with (its recorded arguments).",
 )
-def runs_show(run_id: str, db: str, as_json: bool, with_inputs: bool) -> None:
+@click.option(
+    "--generation",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Show this generation's journal (a run that called ctx.continue_as_new has"
+    " several; default: the current one). Earlier ones stay readable, never replayed.",
+)
+def runs_show(
+    run_id: str, db: str, as_json: bool, with_inputs: bool, generation: int | None
+) -> None:
     """Show one run, its spend against its budget (the spend ledger's sums: every call
     that reported usage, calls repeated after a crash included), and its journal:
     position, name, status, duration, key, attempts, tokens and cost (and with --inputs,
-    each step's arguments)."""
+    each step's arguments).
+
+    A run that continued as new (``ctx.continue_as_new``) is in generation N: positions
+    start at 0 in each, and keys carry ``g<N>.``. The journal shown is the current
+    generation's, or ``--generation N``'s; the finished generations are listed (their
+    input and size; their status is ``continued``)."""
     engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
-        steps = engine.history(run_id)
+        if generation is not None and generation > run.generation:
+            raise CommandError(
+                f"run {run_id!r} has generations 0 to {run.generation}; there is no"
+                f" generation {generation} (--generation takes one of those)",
+                as_json,
+            )
+        steps = engine.history(run_id, generation)
         spend = engine.spend(run_id)
+        gens = engine.generations(run_id) if run.generation > 0 else []
         redaction = engine.redaction(run_id)
         args = _step_inputs(engine, steps) if with_inputs and redaction is None else {}
     except DurablyError as exc:
         raise CommandError(str(exc), as_json) from exc
     finally:
         engine.close()
+    shown_gen = run.generation if generation is None else generation
+    # The keys of the generation shown (its positions carry g<N>. for N >= 1).
+    keyed = run if shown_gen == run.generation else dataclasses.replace(run, generation=shown_gen)
     if as_json:
-        shown = [step_json(run, s) for s in steps]
+        shown = [step_json(keyed, s) for s in steps]
         if with_inputs:
             for row, s in zip(shown, steps, strict=True):
                 row["inputs"] = args.get(s.position)
-        out = {"run": run_json(run), "spend": spend_json(spend), "steps": shown}
+        out: dict[str, Any] = {"run": run_json(run), "spend": spend_json(spend), "steps": shown}
+        if run.generation > 0:
+            out["generation"] = shown_gen
+            out["generations"] = [generation_json(g) for g in gens]
         if redaction is not None:  # the key only then: older readers see what they knew
             out["redacted"] = _redaction_json(redaction)
         click.echo(json_text(out))
         return
-    _print_run(run, steps, spend)
+    _print_run(run, steps, spend, keyed)
+    if run.generation > 0:
+        _print_generations(run, gens, shown_gen)
     if redaction is not None:
         _console().print(_redaction_line(redaction), soft_wrap=True)
     _print_inputs(steps, args)
+
+
+def generation_json(g: Generation) -> dict[str, Any]:
+    """A finished generation as ``runs show --json`` prints it."""
+    return {
+        "generation": g.generation,
+        "status": g.status,
+        "records": g.records,
+        "finished_at": g.finished_at,
+        "input": stored_json(g.input),
+    }
+
+
+def _print_generations(run: RunRecord, gens: list[Generation], shown: int) -> None:
+    console = _console()
+    console.print(
+        f"generation {run.generation} (current); journal shown: generation {shown}"
+        f" ({len(gens)} finished: `--generation N` shows one)"
+    )
+    for g in gens[-5:]:  # the latest few: a long-lived run has thousands
+        console.print(
+            f"  generation {g.generation}: {g.status} at {ts(g.finished_at)},"
+            f" {g.records:,} records, input {term(g.input[:200])}",
+            soft_wrap=True,
+        )
 
 
 def _redaction_json(red: Any) -> dict[str, Any]:
@@ -523,7 +584,10 @@ def spend_json(spend: Spend) -> dict[str, Any]:
     }
 
 
-def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
+def _print_run(
+    run: RunRecord, steps: list[StepRecord], spend: Spend, keyed: RunRecord | None = None
+) -> None:
+    keyed = run if keyed is None else keyed  # whose generation the keys are of
     console = _console()
     console.print(
         f"[bold]{term(run.run_id)}[/]  workflow={term(run.workflow)}"
@@ -558,7 +622,7 @@ def _print_run(run: RunRecord, steps: list[StepRecord], spend: Spend) -> None:
             term(s.name),
             term(s.status),
             duration(s),
-            term(run.key(s.position)) if s.kind == "step" else "",
+            term(keyed.key(s.position)) if s.kind == "step" else "",
             str(s.attempts),
             "" if s.usage_tokens is None else f"{s.usage_tokens:,}",
             "" if s.usage_cost_usd is None else f"${s.usage_cost_usd:,.4f}",

@@ -20,7 +20,9 @@ from .._fork import reset_after_fork
 from ..errors import (
     Cancelled,
     CompensationFailed,
+    ConfigError,
     DurablyError,
+    HistoryTooLarge,
     LeaseLost,
     RunFinished,
     RunInDoubt,
@@ -30,6 +32,7 @@ from ..errors import (
     StaleLease,
     StepFailed,
     StoreFailed,
+    Unwind,
     WorkflowFailed,
     clause,
 )
@@ -49,7 +52,7 @@ from ..history import (
 )
 from ..journal.text import utc_text
 from ..replay.kernel import RunCore, cancelled_error, type_name
-from ..replay.park import Parked
+from ..replay.park import ContinuedAsNew, Parked
 from ..replay.setup import RunSetup
 from ..runtime.drive import Executor, recording
 from ..shell import command
@@ -74,6 +77,16 @@ class Attempt:
     heartbeat: Heartbeat
     args: list[Any]
     kwargs: dict[str, Any]
+
+
+class RunContinued(Unwind):
+    """Internal: the attempt handed its run over to the next generation (``run`` is the
+    run's row after the hand-over, still leased to this process under the same token):
+    the drive loop begins the next generation's attempt at once."""
+
+    def __init__(self, run: RunRecord) -> None:
+        self.run = run
+        super().__init__(f"run {run.run_id!r} continued as generation {run.generation}")
 
 
 @dataclass
@@ -160,6 +173,8 @@ class Attempts:
                 prompt_version=w.prompt_version,
                 fetch_blobs=base.store.get_blobs,
                 fault_hook=opts.fault_hook,
+                history_warn=opts.history_warn,
+                history_max=opts.history_max,
             )
             core = RunCore(setup)
             if run.cancel_requested_at is not None:
@@ -281,6 +296,13 @@ class Attempts:
                 # compensation failed for good: something the cancel should have undone
                 # may be left in place, so the run ends failed, for a person to look at.
                 self._finish_cancelled(core, run_id, core.halted)
+            if isinstance(signal, ContinuedAsNew):
+                self._hand_over(att, signal)
+            if isinstance(signal, HistoryTooLarge):
+                # Not the workflow's failure: its history outgrew the bound. Blocked (a
+                # resume after the code continues as new, or a raised bound, goes on).
+                self._block(core, run_id, token, signal)
+                return
             if isinstance(signal, Parked) and signal.reason in PARK_KINDS:
                 self._park(core, run_id, token, signal)
             if isinstance(signal, Parked) and signal.reason == IN_DOUBT:
@@ -318,6 +340,54 @@ class Attempts:
         except StoreFailed as failed:
             self._leases.give_back(run_id, token)
             raise failed.error from (exc if exc is not failed else None)
+
+    def _block(self, core: RunCore, run_id: str, token: int, exc: DurablyError) -> None:
+        """Give the run back ``blocked`` with ``exc``'s message as its reason."""
+        reason = storable_text(str(exc), PARK_REASON_CHARS_MAX)
+        events = core.take_events()
+        kind = type(exc).__name__  # runs why: what to fix
+        self._record(
+            core,
+            lambda: self._base.store.release(
+                run_id, token, BLOCKED, reason, events=events, error_type=kind
+            ),
+        )
+
+    def _hand_over(self, att: Attempt, cont: ContinuedAsNew) -> NoReturn:
+        """``ctx.continue_as_new``: end this generation and start the next with the new
+        input, in one fenced transaction, then raise ``RunContinued`` with the run's row
+        (still leased here) for the drive loop. New input the workflow cannot take blocks
+        the run at once (the next generation would only fail to start)."""
+        core, run_id = att.core, att.run.run_id
+        try:
+            inspect.signature(att.workflow.fn).bind(None, *cont.call_args, **cont.call_kwargs)
+        except TypeError as exc:
+            bad = core.poison(
+                ConfigError(
+                    f"ctx.continue_as_new(...): workflow {att.workflow.name!r} cannot take"
+                    f" these arguments ({exc}); pass what its parameters after the context"
+                    " take. The run is blocked; fix the code, then resume it."
+                )
+            )
+            self._block(core, run_id, core.token, bad)
+            raise bad from None
+        records, events = core.take_pending(), core.take_events()
+        done: list[RunRecord] = []
+        self._record(
+            core,
+            lambda: done.append(
+                self._base.store.continue_as_new(
+                    run_id,
+                    core.token,
+                    core.generation,
+                    records,
+                    events,
+                    cont.input,
+                    cont.input_digest,
+                )
+            ),
+        )
+        raise RunContinued(done[-1])
 
     def _finish_cancelled(self, core: RunCore, run_id: str, halted: Cancelled) -> NoReturn:
         """Record the run ``cancelled`` (its pending records with the halt marker, the

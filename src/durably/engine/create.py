@@ -96,7 +96,12 @@ class Creator:
                     f"run_id {run_id!r} belongs to workflow {run.workflow!r}, not {w.name!r};"
                     " choose another run_id"
                 )
-            if run.input_digest != digest:
+            # Generation 0's input is the run's identity: after a continue_as_new the row
+            # holds the current generation's, and the first one's digest is kept aside.
+            first = run.input_digest
+            if run.generation > 0:
+                first = self._base.store.origin_digest(run_id) or first
+            if first != digest:
                 raise RunConflict(
                     # No digests: a short input is found again from its sha256.
                     f"run_id {run_id!r} was started with other input; use a new run_id for"

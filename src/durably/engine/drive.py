@@ -22,7 +22,7 @@ from ..limits import LEASE_WAIT_MAX_S
 from ..ownership import LeaseWait, describe_owner, lease_wait, owner_dead
 from ..runtime.drive import drive_async, drive_sync
 from ..runtime.joincommit import joining
-from .attempt import Attempt, Attempts
+from .attempt import Attempt, Attempts, RunContinued
 from .base import Base
 from .registry import Registry, Workflow
 from .retention import refuse_redacted
@@ -233,7 +233,15 @@ class Driver:
 
     def drive_sync(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
         """One attempt of a sync workflow (or a sync one with ``claimed``), to its
-        outcome."""
+        outcome; a generation that continues as new is followed by the next one's
+        attempt at once, under the same claim, to the final generation's outcome."""
+        while True:
+            try:
+                return self._attempt_sync(w, run, claimed)
+            except RunContinued as cont:
+                run, claimed = cont.run, True
+
+    def _attempt_sync(self, w: Workflow, run: RunRecord, claimed: bool) -> Any:
         att = self.attempts.begin(w, run, claimed)
         if not isinstance(att, Attempt):
             return att.value
@@ -249,11 +257,16 @@ class Driver:
         return self.attempts.conclude(att, result)
 
     async def drive_async(self, w: Workflow, run: RunRecord, claimed: bool = False) -> Any:
-        """One attempt on the running event loop (a sync workflow runs inline). From its
-        claim to its end the run counts among the loop's async runs, whose appends share
-        commits (:mod:`durably.runtime.joincommit`)."""
+        """One attempt on the running event loop (a sync workflow runs inline); a
+        generation that continues as new is followed by the next one's (see
+        :meth:`drive_sync`). From its claim to its end the run counts among the loop's
+        async runs, whose appends share commits (:mod:`durably.runtime.joincommit`)."""
         with joining(self._base.store):
-            return await self._drive_async(w, run, claimed)
+            while True:
+                try:
+                    return await self._drive_async(w, run, claimed)
+                except RunContinued as cont:
+                    run, claimed = cont.run, True
 
     async def _drive_async(self, w: Workflow, run: RunRecord, claimed: bool) -> Any:
         import asyncio

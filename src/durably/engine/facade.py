@@ -29,7 +29,7 @@ from ..limits import EVENTS_PAGE_MAX as EVENTS_PAGE_MAX
 from ..limits import LEASE_WAIT_MAX_S as LEASE_WAIT_MAX_S
 from ..replay.kernel import FaultHook
 from ..store import retry
-from ..store.base import Store
+from ..store.base import Generation, Store
 from ..store.open import open_store
 from ..store.retained import Redaction, Tombstone
 from .attempt import Attempts, decode_input, park_reason
@@ -40,6 +40,8 @@ from .handle import Handle
 from .leases import Leases
 from .options import (
     DEFAULT_URL,
+    HISTORY_MAX_DEFAULT,
+    HISTORY_WARN_DEFAULT,
     LEASE_S_DEFAULT,
     MAX_STARTS_DEFAULT,
     check_options,
@@ -116,6 +118,13 @@ class Engine:
     ``"effects"`` (pure steps ride along; an fsync before every effect's intent, at every
     park and at the end). A store option that contradicts it (SQLite ``synchronous=``)
     is a ``ConfigError``; ``engine.durability`` is the mode in force.
+    ``history_warn`` and ``history_max`` bound a run's current generation, as
+    ``(records, bytes)`` (default ``(10_000, 10 MiB)`` and ``(50_000, 50 MiB)``; None: no
+    bound): past the warning the run gets one ``run.history_warning`` event per
+    generation and a log line; at the limit the next recording call raises
+    ``durably.HistoryTooLarge`` before writing (catch it and ``ctx.continue_as_new``;
+    uncaught, the run is ``blocked``). Counted in the driver from what it loads and
+    writes, with no query of its own.
     ``retain_finished`` (a timedelta, default None: keep every run) lets this engine's
     workers prune runs that finished longer ago than that (:meth:`prune`, one bounded
     batch a minute, one pruner per journal at a time; docs/retention.md).
@@ -138,6 +147,8 @@ class Engine:
         store_retry_s: float = retry.STORE_RETRY_S_DEFAULT,
         park_wait_s: float | None = None,
         durability: str | None = None,
+        history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT,
+        history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT,
         retain_finished: datetime.timedelta | None = None,
         **store_options: Any,
     ) -> None:
@@ -151,6 +162,8 @@ class Engine:
             wait_for_lease=wait_for_lease,
             store_retry_s=store_retry_s,
             park_wait_s=park_wait_s,
+            history_warn=history_warn,
+            history_max=history_max,
         )
         refuse_misspelt_options(store_options, _OWN_OPTIONS)
         check_retain(retain_finished)
@@ -208,6 +221,8 @@ class Engine:
     wait_for_lease: _Option[bool] = _Option()
     store_retry_s: _Option[float] = _Option()
     park_wait_s: _Option[float | None] = _Option()
+    history_warn: _Option[tuple[int, int] | None] = _Option()
+    history_max: _Option[tuple[int, int] | None] = _Option()
 
     @property
     def durability(self) -> str:
@@ -298,6 +313,13 @@ class Engine:
         reported ``durably.usage``, repeated and failed attempts included) and its stored
         budget; raises ``RunNotFound``."""
         return self._reads.spend(run_id)
+
+    def generations(self, run_id: str) -> list[Generation]:
+        """The run's finished generations, oldest first (each ended ``continued`` by
+        ``ctx.continue_as_new``: its number, input, records and end time); empty for a
+        run that never continued as new. ``RunNotFound`` for an unknown run."""
+        self._base.get_run(run_id)
+        return self._base.call(lambda: self._base.store.list_generations(run_id))
 
     def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
         """The run's history in program order: its current generation's, or

@@ -9,8 +9,16 @@ from typing import Any
 
 from ..clock import Clock
 from ..errors import ConfigError
+from ..limits import (
+    HISTORY_MAX_BYTES,
+    HISTORY_MAX_RECORDS,
+    HISTORY_WARN_BYTES,
+    HISTORY_WARN_RECORDS,
+)
 from ..replay.kernel import FaultHook
 
+HISTORY_WARN_DEFAULT = (HISTORY_WARN_RECORDS, HISTORY_WARN_BYTES)
+HISTORY_MAX_DEFAULT = (HISTORY_MAX_RECORDS, HISTORY_MAX_BYTES)
 DEFAULT_URL = "sqlite:///durably.db"
 LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
@@ -29,6 +37,8 @@ class Options:
     wait_for_lease: bool
     store_retry_s: float
     park_wait_s: float | None
+    history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT
+    history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT
 
 
 def check_options(
@@ -42,6 +52,8 @@ def check_options(
     wait_for_lease: bool,
     store_retry_s: float,
     park_wait_s: float | None,
+    history_warn: Any = HISTORY_WARN_DEFAULT,
+    history_max: Any = HISTORY_MAX_DEFAULT,
 ) -> Options:
     """The options checked, each bad one a ``ConfigError`` saying what to pass."""
     if lease_s <= 0 or (heartbeat_s is not None and not 0 < heartbeat_s < lease_s):
@@ -65,6 +77,13 @@ def check_options(
         park_wait_s = float(park_wait_s) if park_wait_s < 1e300 else math.inf
         if math.isinf(park_wait_s):
             park_wait_s = None
+    warn = _history_bound("history_warn", history_warn, HISTORY_WARN_DEFAULT)
+    cap = _history_bound("history_max", history_max, HISTORY_MAX_DEFAULT)
+    if warn is not None and cap is not None and (warn[0] > cap[0] or warn[1] > cap[1]):
+        raise ConfigError(
+            f"history_warn={warn!r} is past history_max={cap!r}: the warning must come"
+            " before the limit (records and bytes each at most history_max's)"
+        )
     return Options(
         url=url,
         clock=clock,
@@ -75,6 +94,26 @@ def check_options(
         wait_for_lease=wait_for_lease,
         store_retry_s=store_retry_s,
         park_wait_s=park_wait_s,
+        history_warn=warn,
+        history_max=cap,
+    )
+
+
+def _history_bound(name: str, value: Any, default: tuple[int, int]) -> tuple[int, int] | None:
+    """``history_warn`` / ``history_max`` checked: ``(records, bytes)``, two ints >= 1,
+    or None (not checked)."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        return (int(value[0]), int(value[1]))
+    raise ConfigError(
+        f"{name}={value!r:.100}: must be (records, bytes) of a run's current generation,"
+        f" two ints >= 1 (the default is {name}=({default[0]:_}, {default[1] // 1048576} *"
+        " 1024 * 1024)), or None for no bound"
     )
 
 

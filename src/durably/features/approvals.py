@@ -29,6 +29,7 @@ from ..approvals import (
 )
 from ..errors import Cancelled, ConfigError, NonDeterminism, SerializationError
 from ..journal.records import APPROVAL, OK, WAITING, StepRecord
+from ..limits import APPROVALS_PENDING_MAX
 from ..replay import stepping
 from ..replay.ops import Op, ReadDecision
 from ..replay.park import Parked
@@ -100,14 +101,17 @@ def _await_decision(
         held = (StepRecord(pos, APPROVAL, rname, digest, WAITING, text, started_at=requested),)
     else:
         requested, expires = _read_record(core, rec, waiting_times)
-    req = ApprovalRequest(pos, action, args_json(args), digest, requested, expires)
+    # The request id is the position, with the generation in generation N >= 1
+    # (``g2.3``): positions start again at 0 there, request ids never repeat.
+    req_id = f"{core.gen}{pos}"
+    req = ApprovalRequest(req_id, action, args_json(args), digest, requested, expires)
     if rec is not None:
         # The driver may run other code while the store answers (an async retry's
         # pause): the scope is busy, so concurrent use of it is caught as for a step.
         scope = core.scope()
         scope.busy = f"approval request {pos} {rname!r}"
         try:
-            row = yield ReadDecision(pos)
+            row = yield ReadDecision(req_id)
         finally:
             scope.busy = None
         if row is None:
@@ -115,7 +119,7 @@ def _await_decision(
             # journal lacks it. Nobody could decide the request, so the run is blocked.
             raise core.poison(
                 SerializationError(
-                    f"position {pos} {rname!r}: the run waits on approval request {pos},"
+                    f"position {pos} {rname!r}: the run waits on approval request {req_id},"
                     " but the approvals table has no row for it (deleted by hand?); the"
                     " run is blocked until the row is restored from a backup"
                 )
@@ -126,7 +130,7 @@ def _await_decision(
             # arguments must not be carried over to this one.
             raise core.poison(
                 SerializationError(
-                    f"position {pos} {rname!r}: the run waits on approval request {pos}"
+                    f"position {pos} {rname!r}: the run waits on approval request {req_id}"
                     f" with digest {digest[:12]}..., but its approvals row holds digest"
                     f" {row.digest[:12]}... (action {row.action!r:.80}); the row was"
                     " edited by hand, so no decision on it is taken and the run is"
@@ -137,6 +141,20 @@ def _await_decision(
             decision: Decision = row.decision()
             core.record_marker(pos, APPROVAL, rname, digest, decision_json(row), since=requested)
             return decision
+    gathers = core.gathers
+    if gathers.approvals_waiting >= APPROVALS_PENDING_MAX:
+        # Only gather branches wait on several at once (a top-level request parks the
+        # run): past the bound, a person could not review them anyway.
+        raise core.poison(
+            ConfigError(
+                f"ctx.request_approval({action!r}) at position {pos}: the run already waits"
+                f" on {APPROVALS_PENDING_MAX:,} approval requests at once (gather branches"
+                " each asking), the most one run may have pending; ask for one approval"
+                " covering the batch instead. The run is blocked; fix the code, then"
+                " resume it."
+            )
+        )
+    gathers.approvals_waiting += 1
     why = approval_park_reason(action, digest, requested, expires)
     raise core.park(Parked(APPROVAL, expires, detail=why, approval=req, records=held))
 

@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..journal import codec
 from ..journal.events import EVENT_DATA_BYTES_MAX, USER, NewEvent
 from ..journal.text import check_name
-from ..limits import EVENTS_BUFFERED_MAX
+from ..limits import EMITS_PER_POSITION_MAX, EVENTS_BUFFERED_MAX
 from ..replay.scope import SCOPE
 from ..steps import given_text
 
@@ -38,6 +38,16 @@ def emit(core: RunCore, kind: Any, data: Any = None) -> None:
     pos = f"{scope.prefix}{scope.next}"
     counts = core.emits.counts
     index = counts.get(pos, 0)
+    if index >= EMITS_PER_POSITION_MAX:
+        raise ConfigError(
+            f"ctx.emit({kind!r}): {EMITS_PER_POSITION_MAX:,} events at position {pos}"
+            " already; a position holds at most that many (each up to"
+            f" {EVENT_DATA_BYTES_MAX:,} bytes), so record a step between emits, or emit"
+            " less (one event with a list, a summary)"
+        )
     text = codec.dumps({"kind": kind, "data": data}, f"ctx.emit({kind!r})", EVENT_DATA_BYTES_MAX)
     counts[pos] = index + 1
-    core.events.append(NewEvent(USER, pos, text, core.clock.time(), f"emit:{pos}:{index}"))
+    # In generation N >= 1 the position (and so the dedupe name) carries g<N>.: the
+    # positions start again at 0, and generation N's emits never meet generation 0's.
+    where = f"{core.gen}{pos}"
+    core.events.append(NewEvent(USER, where, text, core.clock.time(), f"emit:{where}:{index}"))

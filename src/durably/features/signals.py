@@ -83,7 +83,8 @@ def wait_for_signal(
     # be concurrent use outside ctx.gather (see Scope), as for a live step.
     scope.busy = f"wait_for_signal {pos} {name!r}"
     try:
-        found: tuple[int, str] | None = yield TakeSignal(name, pos)
+        # The consumer carries the generation (g2.3): positions start again at 0 there.
+        found: tuple[int, str] | None = yield TakeSignal(name, f"{core.gen}{pos}")
     finally:
         scope.busy = None
     now = core.clock.time()

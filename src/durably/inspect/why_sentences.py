@@ -71,6 +71,10 @@ def explain_facts(f: Facts) -> Why:
     if run.cancel_requested_at is not None and run.status in ("queued", "running", "parked"):
         builder = _cancel_requested
     state, sentence, facts = builder(f)
+    if run.generation > 0:
+        # A run that continued as new: what is said is of its current generation.
+        base["generation"] = run.generation
+        sentence = f"{sentence} (generation {run.generation}: continued as new {run.generation}x)"
     return Why(state, sentence, {**base, **facts})
 
 
@@ -274,6 +278,11 @@ def _blocked(f: Facts) -> _Built:
         fix = "restore the changed row from a backup (the code is not at fault)"
     elif kind == "SerializationError":
         fix = "change the code to return and pass storable data"
+    elif kind == "HistoryTooLarge":
+        fix = (
+            "carry the workflow's state into a fresh history (catch durably.HistoryTooLarge"
+            " and `return ctx.continue_as_new(state)`), or raise Engine(history_max=...)"
+        )
     else:
         # A ConfigError (a naive datetime, a missing await, a bad argument, ...) or a run
         # blocked before the type was recorded: its reason says what to change.

@@ -37,6 +37,8 @@ RUN_CANCEL_REQUESTED: Final = "run.cancel_requested"
 RUN_BLOCKED: Final = "run.blocked"
 RUN_QUARANTINED: Final = "run.quarantined"
 RUN_IN_DOUBT: Final = "run.in_doubt"
+RUN_HISTORY_WARNING: Final = "run.history_warning"
+RUN_CONTINUED: Final = "run.continued"
 STEP_STARTED: Final = "step.started"
 STEP_COMPLETED: Final = "step.completed"
 STEP_FAILED: Final = "step.failed"
@@ -131,6 +133,29 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
         RUN_IN_DOUBT,
         "an effect may or may not have happened, and nothing can tell which",
         {"reason": "which step, and what to do"},
+    ),
+    EventKind(
+        RUN_HISTORY_WARNING,
+        "the run's current generation passed history_warn (once per generation; rides"
+        " with the next write): continue as new before it reaches history_max",
+        {
+            "generation": "the generation",
+            "records": "records it holds",
+            "bytes": "UTF-8 bytes of stored text its records hold",
+            "warn_records": "the warning's records bound",
+            "warn_bytes": "the warning's bytes bound",
+            "max_records": "history_max's records bound (if any)",
+            "max_bytes": "history_max's bytes bound (if any)",
+        },
+    ),
+    EventKind(
+        RUN_CONTINUED,
+        "ctx.continue_as_new ended a generation (its status: continued) and started the"
+        " next, in one transaction; the run goes on",
+        {
+            "generation": "the new generation",
+            "records": "records the finished generation holds",
+        },
     ),
     EventKind(
         STEP_STARTED,

@@ -46,8 +46,19 @@ def new_incarnation() -> str:
     return os.urandom(INCARNATION_CHARS // 2).hex()
 
 
-def idempotency_key(run_id: str, incarnation: str | None, position: str) -> str:
-    """The idempotency key of ``position`` in a run: ``"<run_id>:<incarnation>:<position>"``.
+def generation_prefix(generation: int) -> str:
+    """What a position of ``generation`` carries in its key, its events' positions and
+    dedupe names, its signal consumers and approval request ids: ``""`` for generation 0
+    (today's format, unchanged), ``"g3."`` for generation 3 (``ctx.continue_as_new``
+    starts positions again at 0, and this keeps every name distinct)."""
+    return "" if generation == 0 else f"g{generation}."
+
+
+def idempotency_key(
+    run_id: str, incarnation: str | None, position: str, generation: int = 0
+) -> str:
+    """The idempotency key of ``position`` in a run: ``"<run_id>:<incarnation>:<position>"``
+    (in generation N >= 1 of the run: ``"<run_id>:<incarnation>:g<N>.<position>"``).
 
     This is the one place keys are built. The incarnation is drawn when the run row is
     created and kept for the life of the row (retries, requeues, lease takeovers), so a
@@ -63,6 +74,7 @@ def idempotency_key(run_id: str, incarnation: str | None, position: str) -> str:
     (which may itself hold ``:``), incarnation and position. A legacy key ``a:b:3`` equals
     a new one only when ``b`` is the other run's randomly drawn incarnation (2**-48).
     """
+    where = position if generation == 0 else f"g{generation}.{position}"
     if incarnation is None:
-        return f"{run_id}:{position}"
-    return f"{run_id}:{incarnation}:{position}"
+        return f"{run_id}:{where}"
+    return f"{run_id}:{incarnation}:{where}"

@@ -141,6 +141,22 @@ class StepRecord:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
+def stored_bytes(rec: StepRecord) -> int:
+    """The UTF-8 bytes of stored text a record holds (what history limits count: its
+    name, digest, output, error and inputs manifest; a blob counts by its reference, as
+    the record keeps only the digest). Cheap, as it runs for every record a claim loads:
+    lengths, and an encode only of an output or error that is not ASCII (a name is at
+    most NAME_BYTES_MAX, counted by its characters)."""
+    out = rec.output or ""
+    size = len(rec.name) + len(rec.digest) + len(out) + len(rec.inputs or "")
+    if not out.isascii():
+        size += len(out.encode("utf-8", "surrogatepass")) - len(out)
+    msg = rec.error_message
+    if msg is not None:
+        size += len(msg) if msg.isascii() else len(msg.encode("utf-8", "surrogatepass"))
+    return size
+
+
 @dataclass(frozen=True, slots=True)
 class RunRecord:
     """A run as the journal knows it."""
@@ -193,8 +209,9 @@ class RunRecord:
         return self.status in TERMINAL
 
     def key(self, position: str) -> str:
-        """The idempotency key of ``position`` in this run (see :func:`idempotency_key`)."""
-        return idempotency_key(self.run_id, self.incarnation, position)
+        """The idempotency key of ``position`` in this run's current generation (see
+        :func:`idempotency_key`)."""
+        return idempotency_key(self.run_id, self.incarnation, position, self.generation)
 
 
 # The Python types each column may hold once read back. A hand-edited SQLite row can hold

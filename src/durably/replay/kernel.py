@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from ..errors import (
     Cancelled,
     ConfigError,
     DurablyError,
+    HistoryTooLarge,
     LeaseLost,
     NonDeterminism,
     ReplayEnd,
@@ -31,11 +33,12 @@ from ..errors import (
 )
 from ..journal import codec
 from ..journal.events import (
+    RUN_HISTORY_WARNING,
     NewEvent,
     new_event,
 )
-from ..journal.keys import idempotency_key
-from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord
+from ..journal.keys import generation_prefix, idempotency_key
+from ..journal.records import FAILED, HALT, OK, WAITING, StepRecord, stored_bytes
 from ..journal.text import storable_text
 from ..limits import ERROR_MESSAGE_CHARS_MAX, OUTPUT_INLINE_BYTES_MAX
 from ..limits import EVENTS_BUFFERED_MAX as EVENTS_BUFFERED_MAX
@@ -54,10 +57,12 @@ from .scope import SCOPE as SCOPE
 from .scope import Scope as Scope
 from .setup import FaultHook as FaultHook
 from .setup import RunSetup as RunSetup
-from .slots import BlobState, BudgetState, EmitState, GatherState
+from .slots import BlobState, BudgetState, EmitState, GatherState, HistorySize
 
 if TYPE_CHECKING:
     pass
+
+_log = logging.getLogger("durably")
 
 # Inputs that differ with no change of code: a value the workflow body computed from the
 # wall clock, a random draw or the environment (`durably lint` finds these statically).
@@ -127,6 +132,18 @@ class RunCore:
         self.run_id = setup.run_id
         self.clock = setup.clock
         self.history = {rec.position: rec for rec in setup.history}
+        # The run's generation and what its names carry ("" for generation 0, "g3." for
+        # 3): keys, event positions and dedupe names, signal consumers, request ids.
+        self.generation = setup.generation
+        self.gen = generation_prefix(setup.generation)
+        # The generation's size, from the loaded history (no query of its own); each
+        # write adds to it (count_written), each position going live checks it.
+        self.size = HistorySize(
+            len(setup.history),
+            sum(stored_bytes(rec) for rec in setup.history),
+            setup.history_warn,
+            setup.history_max,
+        )
         self.consumed: set[str] = set()
         self.pending: list[StepRecord] = []
         self.root = Scope(self, "")
@@ -200,6 +217,70 @@ class RunCore:
             self._take_arrived()
         if self.halt_requested is not None and self.halted is None and not self.compensating_here():
             raise self._deliver_halt(pos, self.halt_requested)
+        size = self.size
+        if size.max is not None and (size.records >= size.max[0] or size.bytes >= size.max[1]):
+            # A wait in progress is counted already; a saga's compensation undoes what
+            # the run did (bounded by its steps), so the limit never strands an effect.
+            if pos not in self.history and not self.compensating_here():
+                # Not latched: the workflow may catch it and continue as new.
+                raise HistoryTooLarge(self.run_id, size.records, size.bytes, size.max)
+        if size.warn is not None and not size.warned:
+            if size.records >= size.warn[0] or size.bytes >= size.warn[1]:
+                self._warn_history()
+
+    def _warn_history(self) -> None:
+        """The generation passed ``history_warn``: one ``run.history_warning`` event per
+        generation (named by it: a later claim's is the same event, stored once; it rides
+        with the next write) and a log line naming the run and how far it is."""
+        size = self.size
+        size.warned = True
+        limit = size.max or size.warn
+        assert size.warn is not None and limit is not None
+        data = {
+            "generation": self.generation,
+            "records": size.records,
+            "bytes": size.bytes,
+            "warn_records": size.warn[0],
+            "warn_bytes": size.warn[1],
+            "max_records": None if size.max is None else size.max[0],
+            "max_bytes": None if size.max is None else size.max[1],
+        }
+        at = self.clock.time()
+        self.events.append(
+            new_event(RUN_HISTORY_WARNING, None, data, at, f"{self.gen}history_warning")
+        )
+        _log.warning(
+            "durably: run %s has %s records and %s bytes of history in generation %d"
+            " (warning at %s records or %s bytes; the limit, history_max, is %s records"
+            " or %s bytes): carry its state into a fresh history with"
+            " ctx.continue_as_new(...) before it reaches the limit",
+            self.run_id,
+            f"{size.records:,}",
+            f"{size.bytes:,}",
+            self.generation,
+            f"{size.warn[0]:,}",
+            f"{size.warn[1]:,}",
+            f"{limit[0]:,}",
+            f"{limit[1]:,}",
+        )
+
+    def count_written(self, records: list[StepRecord]) -> None:
+        """The driver writes ``records`` (a live write): add them to the generation's
+        size (a position counts once, its intent and result together)."""
+        size = self.size
+        if size.max is None and size.warn is None:
+            return
+        history, counted = self.history, size.counted
+        for rec in records:
+            pos = rec.position
+            if pos not in history and pos not in counted:
+                counted.add(pos)
+                size.records += 1
+            size.bytes += stored_bytes(rec)
+
+    def key(self, pos: str) -> str:
+        """The idempotency key of ``pos`` in this run's current generation."""
+        return idempotency_key(self.run_id, self.incarnation, pos, self.generation)
 
     @contextlib.contextmanager
     def compensation(self) -> Iterator[None]:
@@ -508,14 +589,15 @@ class RunCore:
         the facts of the step it was called for."""
         if self.fault_hook is not None:
             info = FaultStepInfo(
-                idempotency_key(self.run_id, self.incarnation, pos),
+                self.key(pos),
                 sig.takes_key,
                 sig.options.effect,
                 sig.options.reconcile is not None,
             )
             token = _FAULT_STEP.set(info)
             try:
-                self.fault_hook(self.run_id, pos, name, window)
+                # In generation N >= 1 the hook sees the key's position (g1.0).
+                self.fault_hook(self.run_id, f"{self.gen}{pos}", name, window)
             finally:
                 _FAULT_STEP.reset(token)
 
@@ -563,8 +645,10 @@ class RunCore:
         retried after an unknown outcome stores it once; a later claim's is another)."""
         # The position before the kind: a step's started and completed events sit side by
         # side in the dedupe index, so its write touches one index page, not two.
-        dedupe = f"t{self.token}:{pos}:{kind}{tail}"
-        return new_event(kind, pos, data, self.clock.time(), dedupe)
+        # In generation N >= 1 the position carries g<N>. (positions start again at 0).
+        where = f"{self.gen}{pos}"
+        dedupe = f"t{self.token}:{where}:{kind}{tail}"
+        return new_event(kind, where, data, self.clock.time(), dedupe)
 
     # -- budgets and the spend ledger ----------------------------------------------------
 

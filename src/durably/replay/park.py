@@ -100,3 +100,22 @@ def _wait_text(parked: Parked) -> str:
     if parked.wake_at is None:
         return parked.reason
     return f"{parked.reason} until {utc_text(parked.wake_at)}"
+
+
+class ContinuedAsNew(Unwind):
+    """Internal: ``ctx.continue_as_new(*args, **kwargs)`` ends the run's generation; it
+    unwinds to the driver like a park (latched: every later recording call raises it
+    again), which hands over to the next generation in one transaction. ``input`` is the
+    next generation's input (canonical JSON ``{"args": [...], "kwargs": {...}}``),
+    ``input_digest`` its sha256, ``call_args``/``call_kwargs`` the values it encodes
+    (for the engine to check them against the workflow's parameters; ``args`` is the
+    exception's own)."""
+
+    def __init__(
+        self, input: str, input_digest: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.input = input
+        self.input_digest = input_digest
+        super().__init__("continued as new")
+        self.call_args = args
+        self.call_kwargs = kwargs

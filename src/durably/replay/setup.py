@@ -45,7 +45,8 @@ class RunSetup:
     ``lease_deadline`` the claim's lease deadline on the engine's clock (the driver's own
     view, renewed by the heartbeat); ``checking`` True under ``durably replay --check``
     (the first live action ends the replay); ``fetch_blobs`` reads recorded input blobs,
-    only to explain a mismatch.
+    only to explain a mismatch; ``history_warn`` and ``history_max`` the engine's
+    ``(records, bytes)`` bounds of a generation (None: not checked).
     """
 
     run_id: str
@@ -60,6 +61,8 @@ class RunSetup:
     lease_deadline: float | None = None
     checking: bool = False
     fetch_blobs: Fetch | None = None
+    history_warn: tuple[int, int] | None = None
+    history_max: tuple[int, int] | None = None
 
     @classmethod
     def for_run(
@@ -72,6 +75,8 @@ class RunSetup:
         fetch_blobs: Fetch | None,
         fault_hook: FaultHook | None = None,
         checking: bool = False,
+        history_warn: tuple[int, int] | None = None,
+        history_max: tuple[int, int] | None = None,
     ) -> RunSetup:
         """The setup of an attempt at ``run`` whose journal is ``history``, for code
         declaring ``prompt_version``: the one way the engine and replay-check build it."""
@@ -88,4 +93,6 @@ class RunSetup:
             lease_deadline=None if checking else run.lease_expires_at,
             checking=checking,
             fetch_blobs=fetch_blobs,
+            history_warn=history_warn,
+            history_max=history_max,
         )

@@ -34,6 +34,9 @@ class GatherState:
     entered: int = 0
     """How many ``ctx.branches`` branches are entered now: one still entered when the
     workflow returns is code still recording behind the run's end."""
+    approvals_waiting: int = 0
+    """Approval requests this attempt's branches wait on (bounded by
+    APPROVALS_PENDING_MAX)."""
     legacy: frozenset[str] | None = None
     """Positions of gathers whose branches are recorded but which have no record of their
     own (journals from before gathers were recorded), computed on first need."""
@@ -73,3 +76,24 @@ class EmitState:
     identity, by which a replay dedupes it)."""
 
     counts: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class HistorySize:
+    """The size of the run's current generation as this claim knows it (the loaded
+    history, then each record it writes): what ``Engine(history_warn=, history_max=)``
+    are checked against at every position that goes live, with no query of its own."""
+
+    records: int
+    """Positions recorded in the generation (an intent and its result count once)."""
+    bytes: int
+    """UTF-8 bytes of stored text its records hold (outputs, inputs manifests, errors,
+    names and digests; a blob by its reference)."""
+    warn: tuple[int, int] | None
+    """``(records, bytes)`` past which the generation gets its warning (None: never)."""
+    max: tuple[int, int] | None
+    """``(records, bytes)`` at which a position going live raises HistoryTooLarge."""
+    warned: bool = False
+    """Whether this claim has produced the generation's warning event."""
+    counted: set[str] = field(default_factory=set)
+    """Positions this claim wrote that the loaded history did not hold."""

@@ -27,7 +27,6 @@ from ..journal.events import (
     STEP_RETRIED,
     STEP_STARTED,
 )
-from ..journal.keys import idempotency_key
 from ..journal.records import FAILED, INTENT, OK, STEP, StepRecord
 from ..journal.text import check_name, describe_error, storable_text
 from ..limits import ERROR_MESSAGE_CHARS_MAX, STEP_OUTPUT_BYTES_MAX
@@ -102,7 +101,7 @@ def live_step(
 ) -> Generator[Op, Any, Any]:
     """Execute a step that has no result recorded (``rec`` is its intent, if any);
     ``attempts`` makes its calls (``_attempts``, or a streamed step's)."""
-    key = idempotency_key(core.run_id, core.incarnation, pos)
+    key = core.key(pos)
     call_kwargs = dict(kwargs)
     if sig.takes_key:
         call_kwargs["idempotency_key"] = key
@@ -369,7 +368,7 @@ def record_ok(
         "name": name,
         "attempt": attempts,
         "duration_ms": _ms((rec.finished_at or started) - started),
-        "key": idempotency_key(core.run_id, core.incarnation, pos),
+        "key": core.key(pos),
         "tokens": rec.usage_tokens,
         "cost_usd": rec.usage_cost_usd,
     }

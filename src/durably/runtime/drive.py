@@ -145,6 +145,7 @@ class Executor:
         commit: :mod:`.joincommit`) and this is its cancel flag.
         """
         core = self.core
+        core.count_written(op.records)  # the history limits' count: no query of its own
         with recording(core):
             if cancel is None:
                 cancel = yield from retry.attempts(

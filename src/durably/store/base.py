@@ -489,6 +489,50 @@ class FleetStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """A finished generation of a run (``ctx.continue_as_new`` ended it): its number,
+    input (canonical JSON ``{"args": [...], "kwargs": {...}}``) and the input's sha256,
+    its status (``continued``), how many records it holds and when it ended."""
+
+    generation: int
+    input: str
+    input_digest: str
+    status: str
+    records: int
+    finished_at: float
+
+
+class GenerationsStore(Protocol):
+    """The generations role (``ctx.continue_as_new``): the hand-over, and reads of the
+    generations a run finished."""
+
+    def continue_as_new(
+        self,
+        run_id: str,
+        token: int,
+        generation: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent],
+        input: str,
+        input_digest: str,
+    ) -> RunRecord:
+        """In one fenced transaction (``LeaseLost`` on a stale token): write ``records``
+        and ``events``, end ``generation`` (its ``generations`` row: input, records,
+        ``continued``), move the run row to ``generation + 1`` with ``input``, and write a
+        ``run.continued`` event; the lease and token stay. Returns the run's row. A retry
+        after an unknown commit finds the hand-over done and returns the row."""
+        ...
+
+    def list_generations(self, run_id: str) -> list[Generation]:
+        """The run's finished generations, oldest first."""
+        ...
+
+    def origin_digest(self, run_id: str) -> str | None:
+        """Generation 0's input digest once the run has continued as new, else None."""
+        ...
+
+
 class RetentionStore(Protocol):
     """Prune finished runs, delete or redact one, tombstones, leases of background jobs
     (:mod:`durably.store.retention`)."""
@@ -536,6 +580,7 @@ class Store(
     RunsStore,
     LeasesStore,
     HistoryStore,
+    GenerationsStore,
     SignalsStore,
     ApprovalsStore,
     SpendStore,

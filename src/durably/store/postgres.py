@@ -63,8 +63,8 @@ from .base import Owner, Served, served_pairs
 from .durability import EFFECTS, POWER, PROCESS, check_mode
 from .events import Events
 from .fleet import Fleet
+from .generations import Generations
 from .groupcommit import Append, GroupCommit
-from .history import History
 from .leases import Leases
 from .pg import (
     _EVENTS_VALUES_MAX,
@@ -106,7 +106,7 @@ Conn = Connection[tuple[Any, ...]]
 class PostgresStore(
     Runs,
     Leases,
-    History,
+    Generations,
     Signals,
     Approvals,
     SpendLedger,

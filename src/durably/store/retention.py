@@ -322,7 +322,12 @@ class Retention(Backend):
                     for gen, pos, inputs, name in steps
                 ],
             )
-            for name in ("redact_events", "redact_signals", "redact_approvals"):
+            for name in (
+                "redact_events",
+                "redact_signals",
+                "redact_approvals",
+                "redact_generations",
+            ):
                 tx.q(name, run_id=run_id, **marks)
             tx.q("insert_redaction", run_id=run_id, now=now, by=by)
             return cites

@@ -3,8 +3,9 @@ protocol)."""
 
 from __future__ import annotations
 
-from ..errors import LeaseLost, RunFinished, RunNotFound
+from ..errors import LeaseLost, RunFinished, RunNotFound, SignalQueueFull
 from ..history import TERMINAL
+from ..limits import SIGNALS_PENDING_MAX
 from . import stream
 from .tx import Backend, Tx
 
@@ -27,6 +28,14 @@ class Signals(Backend):
             if sent is not None:
                 return stream.sent_seq(sent)  # this send, retried: already stored
             check_signalable(run_id, status, self._where)
+            pending = int(tx.scalar("signals_pending", **params, pending_max=SIGNALS_PENDING_MAX))
+            if pending >= SIGNALS_PENDING_MAX:
+                raise SignalQueueFull(
+                    f"run {run_id!r} already holds {SIGNALS_PENDING_MAX:,} signals it has"
+                    f" not consumed; nothing was sent ({name!r}). The run waits for signals"
+                    " more slowly than they are sent: send fewer (batch them in one"
+                    " signal's data), or let the run consume some first"
+                )
             seq = int(tx.scalar("next_signal_seq", **params))
             tx.q("insert_signal", **params, seq=seq)
             tx.events(run_id, [stream.signal_received(name, seq, now, dedupe)])

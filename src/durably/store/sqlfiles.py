@@ -22,6 +22,7 @@ ROOMS = (
     "runs",
     "leases",
     "history",
+    "generations",
     "events",
     "stream",
     "signals",

@@ -42,8 +42,9 @@ from .base import Owner, Served, served_json
 from .durability import EFFECTS, sqlite_mode
 from .events import Events
 from .fleet import Fleet
+from .generations import Generations
 from .groupcommit import GroupCommit
-from .history import History, record_params
+from .history import record_params
 from .leases import Leases
 from .private import open_private
 from .retention import Retention
@@ -87,7 +88,7 @@ def sqlite_path(url: str) -> str:
 class SQLiteStore(
     Runs,
     Leases,
-    History,
+    Generations,
     Signals,
     Approvals,
     SpendLedger,

@@ -179,6 +179,9 @@ def run_view(engine: Any, run_id: str) -> dict[str, Any]:
         "conversation": render.conversation(history),
         "pending": [approval_view(p) for p in pending],
         "positions": positions,
+        # A run that continued as new: its finished generations (the timeline is the
+        # current one's; `durably runs show RUN --generation N` prints an earlier one).
+        "generations": engine.generations(run_id)[-5:] if run.generation else [],
         "terminal": run.status in ("completed", "failed", "cancelled", "continued"),
         "result": render.pretty_json_text(run.outcome) if run.outcome else "",
     }

@@ -18,7 +18,12 @@ LIMIT %(limit)s;
 -- The runs among run_ids still finished (with one of statuses, before before when it is
 -- not NULL), read again inside the deleting transaction: a run retried, forked over or
 -- re-opened since the page was read is left alone.
-SELECT run_id, workflow, input_digest, status, incarnation, finished_at FROM runs
+-- The tombstone keeps generation 0's input digest (a run that continued as new holds
+-- its current generation's): engine.run compares a call's input with generation 0's.
+SELECT run_id, workflow,
+       coalesce((SELECT g.input_digest FROM generations g
+                 WHERE g.run_id = runs.run_id AND g.generation = 0), input_digest),
+       status, incarnation, finished_at FROM runs
 WHERE run_id = ANY(%(run_ids)s::text[])
   AND status = ANY(%(statuses)s::text[])
   AND finished_at IS NOT NULL
@@ -85,7 +90,12 @@ ORDER BY run_id, generation, position
 LIMIT %(limit)s;
 
 -- name: lock_run_for_delete
-SELECT run_id, workflow, input_digest, status, incarnation, finished_at FROM runs
+-- The tombstone keeps generation 0's input digest (a run that continued as new holds
+-- its current generation's): engine.run compares a call's input with generation 0's.
+SELECT run_id, workflow,
+       coalesce((SELECT g.input_digest FROM generations g
+                 WHERE g.run_id = runs.run_id AND g.generation = 0), input_digest),
+       status, incarnation, finished_at FROM runs
 WHERE run_id = %(run_id)s
 FOR UPDATE;
 
@@ -143,3 +153,8 @@ RETURNING owner;
 -- Returns the digests still stored.
 UPDATE blobs SET touches = touches + 1 WHERE digest = ANY(%(digests)s::text[])
 RETURNING digest;
+
+-- name: redact_generations
+-- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
+UPDATE generations SET input = %(marker_json)s, input_digest = %(marker_digest)s
+WHERE run_id = %(run_id)s;

@@ -53,3 +53,10 @@ WHERE run_id = %(run_id)s AND status = 'parked'
 -- The signal.received event of an earlier attempt of this very send (its dedupe names
 -- the send): a retry after an unknown commit outcome returns that signal's number.
 SELECT data FROM events WHERE run_id = %(run_id)s AND dedupe = %(dedupe)s;
+
+-- name: signals_pending
+-- How many signals of the run nobody consumed yet, counted up to :pending_max (a send
+-- past SIGNALS_PENDING_MAX is refused: a sender looping faster than the run waits must
+-- not grow the table without bound).
+SELECT count(*) FROM (SELECT 1 FROM signals
+                      WHERE run_id = %(run_id)s AND consumed_by IS NULL LIMIT %(pending_max)s) AS pending;

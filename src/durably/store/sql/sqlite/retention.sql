@@ -16,7 +16,12 @@ LIMIT :limit;
 -- The runs among :run_ids still finished (with one of :statuses, before :before when it is
 -- not NULL), read again inside the deleting transaction: a run retried, forked over or
 -- re-opened since the page was read is left alone.
-SELECT run_id, workflow, input_digest, status, incarnation, finished_at FROM runs
+-- The tombstone keeps generation 0's input digest (a run that continued as new holds
+-- its current generation's): engine.run compares a call's input with generation 0's.
+SELECT run_id, workflow,
+       coalesce((SELECT g.input_digest FROM generations g
+                 WHERE g.run_id = runs.run_id AND g.generation = 0), input_digest),
+       status, incarnation, finished_at FROM runs
 WHERE run_id IN (SELECT value FROM json_each(:run_ids))
   AND status IN (SELECT value FROM json_each(:statuses))
   AND finished_at IS NOT NULL
@@ -80,7 +85,12 @@ ORDER BY run_id, generation, position
 LIMIT :limit;
 
 -- name: lock_run_for_delete
-SELECT run_id, workflow, input_digest, status, incarnation, finished_at FROM runs
+-- The tombstone keeps generation 0's input digest (a run that continued as new holds
+-- its current generation's): engine.run compares a call's input with generation 0's.
+SELECT run_id, workflow,
+       coalesce((SELECT g.input_digest FROM generations g
+                 WHERE g.run_id = runs.run_id AND g.generation = 0), input_digest),
+       status, incarnation, finished_at FROM runs
 WHERE run_id = :run_id;
 
 -- name: get_redaction
@@ -137,3 +147,8 @@ RETURNING owner;
 -- Returns the digests still stored.
 UPDATE blobs SET touches = touches + 1 WHERE digest IN (SELECT value FROM json_each(:digests))
 RETURNING digest;
+
+-- name: redact_generations
+-- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
+UPDATE generations SET input = :marker_json, input_digest = :marker_digest
+WHERE run_id = :run_id;
