@@ -194,3 +194,19 @@ def _unqualified(structure: dict[str, list[tuple[Any, ...]]], schema_name: str) 
         ]
         for what, rows in structure.items()
     }
+
+
+@pytest.mark.parametrize("names", [["0001_a", "0003_c"], ["0001_a", "0002_b", "0002_c"]])
+def test_a_gap_or_a_repeat_in_the_migration_numbers_is_refused(
+    tmp_path: Path, names: list[str]
+) -> None:
+    """A journal records only the number it reached: a migration numbered below it (a gap
+    filled by a branch merged later) would never run there."""
+    from durably.store import sqlfiles
+
+    folder = tmp_path / "sqlite" / "migrations"
+    folder.mkdir(parents=True)
+    for n in names:
+        (folder / f"{n}.sql").write_text("SELECT 1;")
+    with pytest.raises(RuntimeError, match="without a gap or a repeat"):
+        sqlfiles.migrations("sqlite", root=str(tmp_path))

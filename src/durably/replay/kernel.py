@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import inputs
+from .._log import LazyLogger
 from ..budget import Spend, SpendEntry, exceeded_message
 from ..errors import (
     BudgetExceeded,
@@ -62,7 +62,7 @@ from .slots import BlobState, BudgetState, EmitState, GatherState, HistorySize
 if TYPE_CHECKING:
     pass
 
-_log = logging.getLogger("durably")
+_log = LazyLogger("durably")
 
 # Inputs that differ with no change of code: a value the workflow body computed from the
 # wall clock, a random draw or the environment (`durably lint` finds these statically).

@@ -6,7 +6,6 @@ numbered files ``NNNN_description.sql`` applied in order.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -85,12 +84,15 @@ def migrations(dialect: str, root: str = _SQL_DIR) -> list[Migration]:
             with open(os.path.join(folder, name), encoding="utf-8") as f:
                 found.append(Migration(int(m.group(1)), m.group(2), f.read()))
     found.sort(key=lambda mig: mig.version)
-    # Numbers may skip one a parallel branch holds (0011 was written while 0010 was):
-    # migrations apply by number (pending(): those above the journal's version), so a
-    # gap is harmless; a number used twice is a merge mistake.
-    for before, mig in itertools.pairwise(found):
-        if mig.version == before.version:
-            raise RuntimeError(f"migrations of {dialect} number {mig.version} twice")
+    # Contiguous, from 1: a journal records only the number it reached, so a migration
+    # numbered below one already applied (a gap filled later, a branch merged late)
+    # would never run there; a gap or a number used twice is a merge mistake.
+    for expected, mig in enumerate(found, start=1):
+        if mig.version != expected:
+            raise RuntimeError(
+                f"migrations of {dialect} go from {expected - 1} to {mig.version}: number"
+                f" them 1, 2, ... without a gap or a repeat"
+            )
     return found
 
 
