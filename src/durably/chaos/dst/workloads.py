@@ -149,6 +149,18 @@ def fan(ctx: durably.Context, n: int) -> list[int]:
     return out
 
 
+def mailbox(ctx: durably.Context, n: int, done: int = 0, total: int = 0) -> int:
+    """A long-lived loop: two steps and a keyed effect per generation, then
+    ``continue_as_new`` with the state carried, until ``n`` items are done."""
+    for i in range(2):
+        total += ctx.step(f"m{i}", compute, done + i)
+    ctx.step("ack", pay, done)
+    done += 2
+    if done >= n:
+        return total
+    return ctx.continue_as_new(n, done, total)
+
+
 @dataclass(frozen=True)
 class Workload:
     """One kind of run the callers start."""
@@ -174,6 +186,12 @@ CATALOG: tuple[Workload, ...] = (
         fan,
         lambda r: (r.randint(2, 3),),
         lambda n: [i * 2 + 1 + i * 2 + 1 for i in range(n)],
+    ),
+    Workload(
+        "mailbox",
+        mailbox,
+        lambda r: (2 * r.randint(2, 4),),
+        lambda n: sum(k * 2 + 1 for k in range(n)),
     ),
 )
 """Every workload; a new one is a function above and a line here."""

@@ -92,16 +92,20 @@ class World:
         self._alive()
         info = current_step()
         assert info is not None, "a world call outside a step"
-        run_id, pos = info.run_id, info.position
-        self.executions[(run_id, pos)] += 1
+        run_id = info.run_id
         row = self.db.execute(
-            "SELECT s.status, r.status, r.cancel_requested_at FROM runs r LEFT JOIN steps s"
-            " ON s.run_id = r.run_id AND s.generation = r.generation AND s.position = ?"
-            " WHERE r.run_id = ?",
-            (pos, run_id),
+            "SELECT s.status, r.status, r.cancel_requested_at, r.generation FROM runs r"
+            " LEFT JOIN steps s ON s.run_id = r.run_id AND s.generation = r.generation"
+            " AND s.position = ? WHERE r.run_id = ?",
+            (info.position, run_id),
         ).fetchone()
+        # Positions start again at 0 in each generation (continue_as_new): the world names
+        # a step as the fault hook does, g{N}.{position} for N >= 1.
+        gen = row[3] if row is not None else 0
+        pos = info.position if not gen else f"g{gen}.{info.position}"
+        self.executions[(run_id, pos)] += 1
         if row is not None:
-            step_status, run_status, _ = row
+            step_status, run_status, _, _ = row
             cancel_at = self.cancels.get(run_id)
             if step_status == "ok":
                 self.violate("recorded-step-re-executed", run_id, f"position {pos} ran again")
@@ -142,6 +146,10 @@ class World:
                     )
                     break
             self.applied[key] = (run_id, pos)
+        elif seen != (run_id, pos):
+            # Keys never repeat (across generations too): a receiver would take the second
+            # effect for a retry of the first and never do it.
+            self.violate("key-reused", run_id, f"{key} given to {seen[0]}@{seen[1]} and {pos}")
         return f"applied:{what}"
 
     def charged(self, tokens: int) -> None:
