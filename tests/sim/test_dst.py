@@ -108,3 +108,15 @@ def test_the_command_prints_steps_and_exits_zero() -> None:
         timeout=60,
     )
     assert bad.returncode == 2 and "choose from" in bad.stderr
+
+
+def test_a_simulation_leaves_durablys_log_level_as_it_found_it() -> None:
+    """It quiets the thousands of log lines its faults cause, then puts the level back:
+    left at CRITICAL, a later warning of the same process (a journal others can read)
+    was never seen, and its once-only guard kept it from ever being logged."""
+    import logging
+
+    log = logging.getLogger("durably")
+    before = log.level
+    simulate(Config(seed=3, steps=200, trace=False))
+    assert log.level == before

@@ -62,7 +62,7 @@ class Base:
         try:
             yield
         except RunNotFound:
-            if isinstance(run_id, str):
+            if storable_run_id(run_id):  # a NUL or a lone surrogate cannot be looked up
                 self.raise_if_pruned(run_id)
             raise
 

@@ -22,6 +22,7 @@ from ..errors import (
     RunRedacted,
 )
 from ..history import RunRecord
+from ..shell import command
 from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed
 from .base import Base
 from .tombstones import when
@@ -113,7 +114,7 @@ def refuse_redacted(base: Base, run: RunRecord, doing: str) -> None:
         return
     raise RunRedacted(
         f"run {run.run_id!r} was redacted {when(red.redacted_at)} by {red.redacted_by}:"
-        f" its values are gone, so it cannot {doing}; `durably runs show {run.run_id}`"
+        f" its values are gone, so it cannot {doing}; `{command('runs show', run.run_id)}`"
         " shows its shape. Start a new run for new work"
     )
 

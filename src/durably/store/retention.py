@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from ..errors import RunNotFinished, RunNotFound
+from ..shell import command
 from .retained import (
     MARKER,
     MARKER_DIGEST,
@@ -289,7 +290,7 @@ class Retention(Backend):
         if str(row[3]) not in PRUNABLE:
             raise RunNotFinished(
                 f"run {run_id!r} is {row[3]}, not finished: only a completed, failed or"
-                f" cancelled run can be deleted or redacted; `durably cancel {run_id}` first"
+                f" cancelled run can be deleted or redacted; `{command('cancel', run_id)}` first"
                 " and wait until it is cancelled"
             )
 

@@ -452,7 +452,10 @@ class Simulation:
         # The store's retry backoff draws its jitter from the random module: seeded too.
         saved = random.getstate()
         random.seed(cfg.seed)
-        logging.getLogger("durably").setLevel(logging.CRITICAL)
+        # Simulated faults log by the thousand; quiet while simulating, as it was after.
+        quiet = logging.getLogger("durably")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
         try:
             setup = Proc("setup", data={"role": "setup"})
             self.engine(setup).store.close()  # the schema, before anyone races for it
@@ -492,6 +495,7 @@ class Simulation:
             self.sched.stop_all()
             set_world(None)
             random.setstate(saved)
+            quiet.setLevel(level)
             self.world.close()
             shutil.rmtree(self.dir, ignore_errors=True)
         rep = self.report
