@@ -57,7 +57,8 @@ def test_orphaned_after_sigkill_then_in_doubt(journal_url: str) -> None:
     assert got["state"] == "orphaned" and got["owner_pid"] == pid and got["owner_gone"]
     assert re.fullmatch(
         rf"orphaned: owner pid {pid} on {re.escape(host)} is gone, lease until"
-        r" \d\d:\d\d:\d\d UTC \(not waited for: the owner is gone\); the next claim takes it"
+        r" (\S+ )?\d\d:\d\d:\d\d UTC \(not waited for: the owner is gone\); the next claim"
+        r" takes it"
         r" over \(or `durably recover` on that host\); it was at step 1 charge",
         got["sentence"],
     )
