@@ -16,6 +16,9 @@ from fleet_support import HERE, Spawn, wait_until
 
 import durably
 
+# The lease of a worker that takes a run over, where that lease is not what a test checks.
+RESCUER_LEASE_S = 6.0
+
 
 def world_rows(world_path: str, sql: str) -> list[tuple[object, ...]]:
     with sqlite3.connect(world_path) as w:
@@ -121,7 +124,10 @@ def test_a_stalled_worker_is_fenced_out(
     )
     stalled.send_signal(signal.SIGSTOP)  # a long GC pause, a partition...
     time.sleep(2.0)  # past its lease
-    rescuer = spawn_worker(lease_s=1.5, concurrency=1)
+    # The rescuer's lease is not under test: a long one, so a loaded machine that delays
+    # its heartbeat past its own deadline cannot make it stop and claim the run again (a
+    # third token, correct but not what this test checks).
+    rescuer = spawn_worker(lease_s=RESCUER_LEASE_S, concurrency=1)
     key = engine.get_run("fenced").key("1")
     assert handle.result(timeout_s=60) == {"receipt": f"done:{key}", "after": 8}
     stalled.send_signal(signal.SIGCONT)
@@ -165,7 +171,7 @@ def test_the_journal_alone_fences_a_stalled_worker(
     wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
     stalled.send_signal(signal.SIGSTOP)
     time.sleep(2.0)  # past its lease
-    rescuer = spawn_worker(lease_s=1.5, concurrency=1)
+    rescuer = spawn_worker(lease_s=RESCUER_LEASE_S, concurrency=1)  # see the test above
     wait_until(lambda: len(world_rows(world_path, charges)) == 2, 30, "the rescuer's charge")
     stalled.send_signal(signal.SIGCONT)  # its sleep is over: it applies, then appends
     result = handle.result(timeout_s=60)
