@@ -285,3 +285,47 @@ def test_deleting_and_redacting_a_run_that_continued_as_new(journal_url: str) ->
     with pytest.raises(durably.RunConflict):
         engine.run(gone, "s3cr3t", 2, run_id="del")  # the last generation's input
     engine.close()
+
+
+def test_a_hand_over_or_a_return_while_a_step_is_still_running_blocks_the_run(
+    tmp_path: object,
+) -> None:
+    """``ctx.continue_as_new`` takes no position, so the scope's "still running" check of
+    every other recording call never saw it: called inside a step's function, or while
+    a step's task was in flight, it ended the generation with that step unrecorded (its
+    effect done under a key of a generation that was over). A return did the same with a
+    step task in flight. Both now block the run, as concurrent use does."""
+    import asyncio
+
+    engine = durably.Engine(f"sqlite:///{tmp_path}/j.db")
+
+    @engine.workflow(name="instep")
+    def instep(ctx: durably.Context, n: int) -> int:
+        if n == 0:
+            return ctx.step("s", lambda: ctx.continue_as_new(1))
+        return n
+
+    with pytest.raises(durably.ConfigError, match="still running"):
+        engine.run(instep, 0, run_id="s")
+    run = engine.store.get_run("s")
+    assert run is not None and run.status == "blocked" and run.generation == 0
+
+    @engine.workflow(name="inflight")
+    async def inflight(ctx: durably.AsyncContext, n: int, done: bool) -> int:
+        async def slow() -> int:
+            await asyncio.sleep(30)
+            return 1
+
+        task = asyncio.ensure_future(ctx.step("slow", slow))
+        await asyncio.sleep(0.05)  # the step is live now (its task started)
+        assert not task.done()
+        if done:
+            return n  # a return with the step in flight
+        return ctx.continue_as_new(n + 1, done)
+
+    for rid, done in (("t", False), ("r", True)):
+        with pytest.raises(durably.ConfigError, match="still running"):
+            engine.run(inflight, 0, done, run_id=rid)
+        run = engine.store.get_run(rid)
+        assert run is not None and run.status == "blocked" and run.generation == 0
+    engine.close()
