@@ -71,7 +71,9 @@ def test_prune_refuses_bad_input_saying_what_to_pass(tmp_path: Path) -> None:
     for args, said in (
         ((), "--finished-before 30d"),
         (("--finished-before", "30d", "--status", "running"), "only finished runs"),
-        (("--finished-before", "soon"), "soon"),
+        # The message names the option given (it said --since, another command's).
+        (("--finished-before", "soon"), "--finished-before 'soon'"),
+        (("--tombstones-before", "later"), "--tombstones-before 'later'"),
     ):
         res = _cli("prune", *args, "--db", url)
         assert res.exit_code != 0 and said in res.output, (args, res.output)
