@@ -305,6 +305,25 @@ def test_retain_finished_refuses_what_is_not_a_positive_timedelta(journal_url: s
             durably.Engine(journal_url, retain_finished=bad)  # type: ignore[arg-type]
 
 
+def test_a_nan_cut_is_refused_not_read_as_everything(
+    engine: durably.Engine, clock: FakeClock
+) -> None:
+    """NaN compares false in Python and binds as NULL in SQLite (nothing pruned), but
+    PostgreSQL sorts NaN above every number: ``finished_at < 'NaN'`` held for every run,
+    so ``engine.prune(float("nan"))`` pruned every finished run there, and
+    ``prune_tombstones(float("nan"))`` dropped every tombstone (their ids free to run
+    their effects again). A cut that is not a number is refused on every store."""
+    _make(engine, clock, "done", "ok", "x")
+    engine.delete_run("done")
+    _make(engine, clock, "kept", "ok", "y")
+    with pytest.raises(durably.ConfigError, match="finished_before"):
+        engine.prune(float("nan"))
+    with pytest.raises(durably.ConfigError, match="removed_before"):
+        engine.prune_tombstones(float("nan"))
+    assert engine.get_run("kept").status == "completed"
+    assert [t.run_id for t in engine.list_tombstones()] == ["done"]
+
+
 def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

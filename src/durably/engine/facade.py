@@ -700,7 +700,9 @@ class Engine:
     ) -> int:
         """Remove the tombstones of runs removed before ``removed_before``; returns how
         many. Their run ids can then start fresh runs, whose effects get new keys."""
-        before = finished_before_time(removed_before, self._base.opts.clock.time())
+        before = finished_before_time(
+            removed_before, self._base.opts.clock.time(), "removed_before"
+        )
         return self._base.store.drop_tombstones(before)
 
     def redaction(self, run_id: str) -> Redaction | None:
