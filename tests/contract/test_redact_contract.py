@@ -222,3 +222,33 @@ def test_delete_run_refuses_a_live_run_and_leaves_it_unchanged(engine: durably.E
     for given in ("x", "y"):
         with pytest.raises(durably.RunPruned):
             engine.run("secretive", given, "plain", run_id="forgotten")
+
+
+def test_a_redaction_committed_while_a_fork_or_a_retry_is_made_wins(
+    engine: durably.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fork`` and ``retry`` checked for a redaction when they read the run, then wrote
+    in a transaction of their own: a redaction committed in between was not seen. The
+    fork then created a new run holding the values just forgotten (its input, copied
+    records: the request to forget defeated), and the retry queued the redacted run for a
+    worker. Each now checks again under the run's lock in its writing transaction."""
+    store = engine.store
+    for run_id, method in (("forked", "fork_run"), ("retried", "requeue")):
+        with pytest.raises(durably.WorkflowFailed):
+            engine.run("secretive", SECRET, "fail", run_id=run_id)
+        real = getattr(store, method)
+
+        def redact_first(
+            *args: object, _real: object = real, _id: str = run_id, **kw: object
+        ) -> object:
+            engine.delete_run(_id, redact=True, by="dpo")  # a redaction commits just now
+            return _real(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(store, method, redact_first)
+    with pytest.raises(durably.RunRedacted):
+        engine.fork("forked", at=1)
+    with pytest.raises(durably.RunRedacted):
+        engine.retry("retried")
+    assert _secret_rows(engine.url) == []
+    assert engine.get_run("retried").status == "failed"
+    assert sorted(r.run_id for r in engine.list_runs().runs) == ["forked", "retried"]

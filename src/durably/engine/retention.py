@@ -24,7 +24,7 @@ from ..errors import (
 )
 from ..history import RunRecord
 from ..shell import command
-from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed
+from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed, Redaction
 from .base import Base
 from .tombstones import when
 
@@ -120,9 +120,14 @@ def refuse_redacted(base: Base, run: RunRecord, doing: str) -> None:
     red = base.store.get_redaction(run.run_id)
     if red is None:
         return
-    raise RunRedacted(
-        f"run {run.run_id!r} was redacted {when(red.redacted_at)} by {red.redacted_by}:"
-        f" its values are gone, so it cannot {doing}; `{command('runs show', run.run_id)}`"
+    raise redacted_error(red, doing)
+
+
+def redacted_error(red: Redaction, doing: str) -> RunRedacted:
+    """``RunRedacted`` for the run ``red`` stands for, that cannot ``doing``."""
+    return RunRedacted(
+        f"run {red.run_id!r} was redacted {when(red.redacted_at)} by {red.redacted_by}:"
+        f" its values are gone, so it cannot {doing}; `{command('runs show', red.run_id)}`"
         " shows its shape. Start a new run for new work"
     )
 
