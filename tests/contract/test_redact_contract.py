@@ -275,3 +275,29 @@ def test_a_redaction_committed_while_a_fork_or_a_retry_is_made_wins(
     assert _secret_rows(engine.url) == []
     assert engine.get_run("retried").status == "failed"
     assert sorted(r.run_id for r in engine.list_runs().runs) == ["forked", "retried"]
+
+
+def test_a_crash_between_a_redaction_and_its_sweep_leaves_no_secret_for_good(
+    engine: durably.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The redaction (and a delete, and each prune batch) commits, then its blobs are
+    swept in later transactions. A crash in between left blobs no record cites any more,
+    which no later sweep ever looked at (its candidates came only from the runs it
+    removed): the blob holding the secret stayed for good, and redacting again found
+    nothing to sweep. The blobs a removal stops citing are now written down in its
+    transaction, and any later prune or delete sweeps what a crash left."""
+    engine.run("secretive", SECRET, "plain", run_id="r")
+    store = engine.store
+    real = store._sweep  # type: ignore[attr-defined]
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt  # the process dies after the redaction committed
+
+    monkeypatch.setattr(store, "_sweep", crash)
+    with pytest.raises(KeyboardInterrupt):
+        engine.delete_run("r", redact=True, by="dpo")
+    monkeypatch.setattr(store, "_sweep", real)
+    assert engine.redaction("r") is not None
+    assert _secret_rows(engine.url) != []  # the blob holding it, cited by nothing now
+    engine.delete_run("r", redact=True, by="dpo")  # asked again: the sweep is made up
+    assert _secret_rows(engine.url) == []

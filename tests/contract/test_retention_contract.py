@@ -359,3 +359,31 @@ def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     loaded = [inputs.load(r.inputs, engine.blobs) for r in engine.history("f") if r.inputs]
     assert loaded, "the fork copied no inputs"
     assert engine.resume("f") == "done"
+
+
+def test_blobs_a_crashed_prune_left_uncited_are_swept_by_the_next(
+    engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune that died after deleting a batch of runs, before sweeping their blobs,
+    left those blobs cited by nothing and a candidate of no later sweep: disk never
+    freed. The next prune (even one that removes no run) sweeps them."""
+    _make(engine, clock, "gone", "ok", "u" * BIG)  # an unshared blob input
+    store = engine.store
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    real = store._sweep  # type: ignore[attr-defined]
+    monkeypatch.setattr(store, "_sweep", crash)
+    with pytest.raises(KeyboardInterrupt):
+        engine.prune(0.0 + clock.time() + 1)
+    monkeypatch.setattr(store, "_sweep", real)
+    assert engine.list_tombstones()[0].run_id == "gone"
+    blobs_before = len(dump(engine.url)["blobs"])
+    assert blobs_before > 0
+    dry = engine.prune(clock.time() + 1, dry_run=True)
+    assert dry.runs == 0 and dry.blobs == blobs_before  # said truthfully, nothing changed
+    assert len(dump(engine.url)["blobs"]) == blobs_before
+    report = engine.prune(clock.time() + 1)
+    assert report.runs == 0 and report.blobs == blobs_before
+    assert dump(engine.url)["blobs"] == []

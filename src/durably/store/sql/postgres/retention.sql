@@ -158,3 +158,13 @@ RETURNING digest;
 -- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
 UPDATE generations SET input = %(marker_json)s, input_digest = %(marker_digest)s
 WHERE run_id = %(run_id)s;
+
+-- name: add_sweep_pending
+INSERT INTO sweep_pending (digest) VALUES (%(digest)s) ON CONFLICT (digest) DO NOTHING;
+
+-- name: sweep_pending
+-- The blobs a removal stopped citing whose sweep has not run yet, keyset-paged.
+SELECT digest FROM sweep_pending WHERE digest > %(after)s ORDER BY digest LIMIT %(limit)s;
+
+-- name: drop_sweep_pending
+DELETE FROM sweep_pending WHERE digest = ANY(%(digests)s::text[]);

@@ -152,3 +152,13 @@ RETURNING digest;
 -- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
 UPDATE generations SET input = :marker_json, input_digest = :marker_digest
 WHERE run_id = :run_id;
+
+-- name: add_sweep_pending
+INSERT INTO sweep_pending (digest) VALUES (:digest) ON CONFLICT (digest) DO NOTHING;
+
+-- name: sweep_pending
+-- The blobs a removal stopped citing whose sweep has not run yet, keyset-paged.
+SELECT digest FROM sweep_pending WHERE digest > :after ORDER BY digest LIMIT :limit;
+
+-- name: drop_sweep_pending
+DELETE FROM sweep_pending WHERE digest IN (SELECT value FROM json_each(:digests));
