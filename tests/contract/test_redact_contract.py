@@ -275,6 +275,18 @@ def test_a_redaction_committed_while_a_fork_or_a_retry_is_made_wins(
     assert _secret_rows(engine.url) == []
     assert engine.get_run("retried").status == "failed"
     assert sorted(r.run_id for r in engine.list_runs().runs) == ["forked", "retried"]
+    # A source deleted while the fork is made: no copy of a run just deleted.
+    engine.run("secretive", "plain", "plain", run_id="deleted")
+    unpatched = type(store).fork_run
+
+    def delete_first(*args: object, **kw: object) -> object:
+        engine.delete_run("deleted")
+        return unpatched(store, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "fork_run", delete_first)
+    with pytest.raises(durably.RunPruned):
+        engine.fork("deleted", at=1)
+    assert sorted(r.run_id for r in engine.list_runs().runs) == ["forked", "retried"]
 
 
 def test_a_crash_between_a_redaction_and_its_sweep_leaves_no_secret_for_good(
