@@ -501,3 +501,56 @@ def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
         assert errors == []
         assert got == [("x2",)], "the prune locked x2 while waiting for x1"
         assert sorted(pruned[0]) == ["x1", "x2"]
+
+
+@pytest.mark.postgres
+def test_the_sweep_drops_waiting_blobs_in_digest_order(pg_url: str) -> None:
+    """The sibling of the two tests above in sweep_pending: ``DELETE ... = ANY`` locked
+    rows in storage order, so two sweeps dropping overlapping digests could cross. Forced
+    here: a session holds the earlier digest's row; the drop waits for it; the later,
+    stored first, must still be free."""
+    import time
+
+    import psycopg
+
+    from durably.store.open import open_store
+
+    store: Any = open_store(pg_url, FakeClock())
+    lo, hi = "a" * 64, "b" * 64
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        for d in (hi, lo):  # hi stored first: a sequential scan meets it first
+            setup.execute("INSERT INTO sweep_pending (digest) VALUES (%s)", (d,))
+    errors: list[BaseException] = []
+
+    def drop() -> None:
+        try:
+            store._writing(lambda tx: tx.q("drop_sweep_pending", digests=tx.array([lo, hi])))
+        except BaseException as exc:  # a thread's error is the test's
+            errors.append(exc)
+
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT 1 FROM sweep_pending WHERE digest = %s FOR UPDATE", (lo,))
+        t = threading.Thread(target=drop)
+        t.start()
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database() AND query LIKE '%%sweep_pending%%'"
+                ).fetchone()
+                if row and row[0] >= 1:
+                    break
+                time.sleep(0.02)
+            with probe.transaction():
+                got = probe.execute(
+                    "SELECT digest FROM sweep_pending WHERE digest = %s FOR UPDATE SKIP LOCKED",
+                    (hi,),
+                ).fetchall()
+        holder.rollback()
+    t.join(30)
+    assert errors == []
+    assert got == [(hi,)], "the drop locked the later digest while waiting for the earlier"
+    with psycopg.connect(pg_url) as check:
+        assert check.execute("SELECT count(*) FROM sweep_pending").fetchone() == (0,)
+    store.close()

@@ -173,4 +173,11 @@ INSERT INTO sweep_pending (digest) VALUES (%(digest)s) ON CONFLICT (digest) DO N
 SELECT digest FROM sweep_pending WHERE digest > %(after)s ORDER BY digest LIMIT %(limit)s;
 
 -- name: drop_sweep_pending
-DELETE FROM sweep_pending WHERE digest = ANY(%(digests)s::text[]);
+-- Locked in digest order first (a DELETE ... = ANY locks rows in the order its plan meets
+-- them, a sequential scan's storage order): two sweeps dropping overlapping digests
+-- cannot cross.
+DELETE FROM sweep_pending
+WHERE digest IN (
+    SELECT digest FROM sweep_pending WHERE digest = ANY(%(digests)s::text[])
+    ORDER BY digest FOR UPDATE
+);
