@@ -399,9 +399,6 @@ def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
     deadlock PostgreSQL kills. Forced here: a session holds A; the fork waits for A; B,
     stored first, must still be free."""
     import hashlib
-    import time
-
-    import psycopg
 
     from durably.store.open import open_store
 
@@ -419,34 +416,10 @@ def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
     store.append("src", token, [rec("1").replace(blobs=((lo, text[lo]),))])
     manifest = json.dumps({"args": [{"b": hi}, {"b": lo}], "kwargs": {}})
     records = [rec("0").replace(inputs=manifest)]
-    errors: list[BaseException] = []
-
-    def fork() -> None:
-        try:
-            store.fork_run(new_run("forked"), records)
-        except BaseException as exc:  # a thread's error is the test's
-            errors.append(exc)
-
-    with psycopg.connect(pg_url) as holder:
-        holder.execute("SELECT 1 FROM blobs WHERE digest = %s FOR UPDATE", (lo,))
-        t = threading.Thread(target=fork)
-        t.start()
-        with psycopg.connect(pg_url, autocommit=True) as probe:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                row = probe.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database() AND query LIKE '%%blobs%%'"
-                ).fetchone()
-                if row and row[0] >= 1:
-                    break
-                time.sleep(0.02)
-            with probe.transaction():
-                got = probe.execute(
-                    "SELECT digest FROM blobs WHERE digest = %s FOR UPDATE SKIP LOCKED", (hi,)
-                ).fetchall()
-        holder.rollback()
-    t.join(30)
+    got, errors = _free_while_waiting(
+        pg_url, "blobs", "digest", lo, hi, "blobs",
+        lambda: store.fork_run(new_run("forked"), records),
+    )  # fmt: skip
     assert errors == []
     assert got == [(hi,)], "the fork locked the later digest while waiting for the earlier"
     assert [r.position for r in store.load_history("forked", 0)] == ["0"]
@@ -460,9 +433,6 @@ def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
     (the background pruner beside `durably prune`) could take them in opposite orders: a
     deadlock PostgreSQL kills. Forced here: a session holds x1; the prune waits for x1;
     x2, stored first, must still be free."""
-    import time
-
-    import psycopg
 
     clock = FakeClock()
     with _engine(pg_url, clock) as engine:
@@ -470,34 +440,10 @@ def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
             _make(engine, clock, run_id, "ok", "p")
         clock.advance(3600)
         pruned: list[tuple[str, ...]] = []
-        errors: list[BaseException] = []
-
-        def prune() -> None:
-            try:
-                pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids)
-            except BaseException as exc:  # a thread's error is the test's
-                errors.append(exc)
-
-        with psycopg.connect(pg_url) as holder:
-            holder.execute("SELECT 1 FROM runs WHERE run_id = 'x1' FOR UPDATE")
-            t = threading.Thread(target=prune)
-            t.start()
-            with psycopg.connect(pg_url, autocommit=True) as probe:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    row = probe.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database() AND query LIKE '%%FOR UPDATE%%'"
-                    ).fetchone()
-                    if row and row[0] >= 1:
-                        break
-                    time.sleep(0.02)
-                with probe.transaction():
-                    got = probe.execute(
-                        "SELECT run_id FROM runs WHERE run_id = 'x2' FOR UPDATE SKIP LOCKED"
-                    ).fetchall()
-            holder.rollback()
-        t.join(30)
+        got, errors = _free_while_waiting(
+            pg_url, "runs", "run_id", "x1", "x2", "FOR UPDATE",
+            lambda: pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids),
+        )  # fmt: skip
         assert errors == []
         assert got == [("x2",)], "the prune locked x2 while waiting for x1"
         assert sorted(pruned[0]) == ["x1", "x2"]
@@ -509,7 +455,6 @@ def test_the_sweep_drops_waiting_blobs_in_digest_order(pg_url: str) -> None:
     rows in storage order, so two sweeps dropping overlapping digests could cross. Forced
     here: a session holds the earlier digest's row; the drop waits for it; the later,
     stored first, must still be free."""
-    import time
 
     import psycopg
 
@@ -520,37 +465,56 @@ def test_the_sweep_drops_waiting_blobs_in_digest_order(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as setup:
         for d in (hi, lo):  # hi stored first: a sequential scan meets it first
             setup.execute("INSERT INTO sweep_pending (digest) VALUES (%s)", (d,))
+    got, errors = _free_while_waiting(
+        pg_url, "sweep_pending", "digest", lo, hi, "sweep_pending",
+        lambda: store._writing(lambda tx: tx.q("drop_sweep_pending", digests=tx.array([lo, hi]))),
+    )  # fmt: skip
+    assert errors == []
+    assert got == [(hi,)], "the drop locked the later digest while waiting for the earlier"
+    with psycopg.connect(pg_url) as check:
+        assert check.execute("SELECT count(*) FROM sweep_pending").fetchone() == (0,)
+    store.close()
+
+
+def _free_while_waiting(
+    pg_url: str, table: str, column: str, held: str, other: str, waits_on: str, op: Any
+) -> tuple[list[Any], list[BaseException]]:
+    """Hold ``held``'s row of ``table`` in a session, run ``op`` in a thread until it
+    waits for a lock (a statement like ``waits_on``), and say whether ``other``'s row is
+    still free (its rows, locked with SKIP LOCKED: empty when ``op`` holds it); with
+    the errors ``op`` raised once let go."""
+    import time
+
+    import psycopg
+
     errors: list[BaseException] = []
 
-    def drop() -> None:
+    def run() -> None:
         try:
-            store._writing(lambda tx: tx.q("drop_sweep_pending", digests=tx.array([lo, hi])))
+            op()
         except BaseException as exc:  # a thread's error is the test's
             errors.append(exc)
 
     with psycopg.connect(pg_url) as holder:
-        holder.execute("SELECT 1 FROM sweep_pending WHERE digest = %s FOR UPDATE", (lo,))
-        t = threading.Thread(target=drop)
+        holder.execute(f"SELECT 1 FROM {table} WHERE {column} = %s FOR UPDATE", (held,))
+        t = threading.Thread(target=run)
         t.start()
         with psycopg.connect(pg_url, autocommit=True) as probe:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 row = probe.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database() AND query LIKE '%%sweep_pending%%'"
+                    " AND datname = current_database() AND query LIKE %s",
+                    (f"%{waits_on}%",),
                 ).fetchone()
                 if row and row[0] >= 1:
                     break
                 time.sleep(0.02)
             with probe.transaction():
                 got = probe.execute(
-                    "SELECT digest FROM sweep_pending WHERE digest = %s FOR UPDATE SKIP LOCKED",
-                    (hi,),
+                    f"SELECT {column} FROM {table} WHERE {column} = %s FOR UPDATE SKIP LOCKED",
+                    (other,),
                 ).fetchall()
         holder.rollback()
     t.join(30)
-    assert errors == []
-    assert got == [(hi,)], "the drop locked the later digest while waiting for the earlier"
-    with psycopg.connect(pg_url) as check:
-        assert check.execute("SELECT count(*) FROM sweep_pending").fetchone() == (0,)
-    store.close()
+    return got, errors
