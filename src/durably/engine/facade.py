@@ -696,14 +696,17 @@ class Engine:
         return self._base.store.list_tombstones(limit, after)
 
     def prune_tombstones(
-        self, removed_before: datetime.timedelta | datetime.datetime | float
+        self,
+        removed_before: datetime.timedelta | datetime.datetime | float,
+        dry_run: bool = False,
     ) -> int:
         """Remove the tombstones of runs removed before ``removed_before``; returns how
-        many. Their run ids can then start fresh runs, whose effects get new keys."""
+        many (``dry_run``: how many would go, nothing removed). Their run ids can then
+        start fresh runs, whose effects get new keys."""
         before = finished_before_time(
             removed_before, self._base.opts.clock.time(), "removed_before"
         )
-        return self._base.store.drop_tombstones(before)
+        return self._base.store.drop_tombstones(before, bool(dry_run))
 
     def redaction(self, run_id: str) -> Redaction | None:
         """When and by whom the run was redacted (``delete_run(..., redact=True)``), or

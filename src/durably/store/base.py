@@ -567,8 +567,9 @@ class RetentionStore(Protocol):
         """Tombstones, newest first."""
         ...
 
-    def drop_tombstones(self, before: float) -> int:
-        """Remove tombstones of runs removed before ``before``; returns how many."""
+    def drop_tombstones(self, before: float, dry_run: bool = False) -> int:
+        """Remove tombstones of runs removed before ``before``; returns how many
+        (``dry_run``: how many would go, nothing removed)."""
         ...
 
     def get_redaction(self, run_id: str) -> Redaction | None:

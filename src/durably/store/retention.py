@@ -126,9 +126,12 @@ class Retention(Backend):
         )
         return [tombstone_from_row(r) for r in rows]
 
-    def drop_tombstones(self, before: float) -> int:
+    def drop_tombstones(self, before: float, dry_run: bool = False) -> int:
         """Remove the tombstones of runs removed before ``before``, in batches; returns
-        how many went. Their run ids can then be used again for fresh runs."""
+        how many went (``dry_run``: how many would, counted, nothing removed). Their run
+        ids can then be used again for fresh runs."""
+        if dry_run:
+            return int(self._reading(lambda tx: tx.scalar("count_tombstones", before=before)))
         total = 0
         while True:
             n = self._writing(

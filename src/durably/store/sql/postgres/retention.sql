@@ -61,6 +61,10 @@ WHERE %(after_at)s::double precision IS NULL
 ORDER BY removed_at DESC, run_id DESC
 LIMIT %(limit)s;
 
+-- name: count_tombstones
+-- How many tombstones a delete_tombstones of the same cut would remove (a dry run).
+SELECT count(*) FROM tombstones WHERE removed_at < %(before)s;
+
 -- name: delete_tombstones
 -- One batch of tombstones removed before before.
 DELETE FROM tombstones WHERE run_id IN (

@@ -56,6 +56,10 @@ WHERE :after_at IS NULL OR (removed_at, run_id) < (:after_at, :after_id)
 ORDER BY removed_at DESC, run_id DESC
 LIMIT :limit;
 
+-- name: count_tombstones
+-- How many tombstones a delete_tombstones of the same cut would remove (a dry run).
+SELECT count(*) FROM tombstones WHERE removed_at < :before;
+
 -- name: delete_tombstones
 -- One batch of tombstones removed before :before.
 DELETE FROM tombstones WHERE run_id IN (
