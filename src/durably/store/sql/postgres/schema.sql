@@ -207,7 +207,7 @@ CREATE TABLE generations (
 CREATE TABLE tombstones (
     run_id       TEXT PRIMARY KEY,
     workflow     TEXT NOT NULL,
-    -- The run's input digest (generation 0's; '' once the run was redacted).
+    -- The run's input digest (generation 0's; 64 zeros once the run was redacted).
     input_digest TEXT NOT NULL,
     -- The status it finished with: completed, failed or cancelled.
     status       TEXT NOT NULL,
