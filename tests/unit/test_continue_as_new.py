@@ -329,3 +329,32 @@ def test_a_hand_over_or_a_return_while_a_step_is_still_running_blocks_the_run(
         run = engine.store.get_run(rid)
         assert run is not None and run.status == "blocked" and run.generation == 0
     engine.close()
+
+
+def test_history_of_a_generation_the_run_does_not_have_is_refused(tmp_path: object) -> None:
+    """``engine.history(run_id, generation=N)`` returned ``[]`` for a generation past the
+    run's (a run that seemed to have done nothing there), read ``"1"`` as no records on
+    SQLite and ``True`` as generation 1; only the CLI checked. Now the engine refuses
+    what is not one of the run's generations, and the CLI says the same."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    engine = durably.Engine(url)
+
+    @engine.workflow(name="twice")
+    def twice(ctx: durably.Context, n: int) -> int:
+        ctx.step("k", _key, n)
+        return n if n == 1 else ctx.continue_as_new(1)
+
+    engine.run(twice, 0, run_id="t")
+    assert [len(engine.history("t", generation=g)) for g in (0, 1)] == [1, 1]
+    for bad in (2, -1, "1", True, 1.0):
+        with pytest.raises(durably.ConfigError, match="generations 0 to 1"):
+            engine.history("t", generation=bad)  # type: ignore[arg-type]
+    engine.close()
+    res = CliRunner().invoke(cli, ["runs", "show", "t", "--generation", "5", "--json", "--db", url])
+    assert res.exit_code != 0 and "there is no generation 5" in json.loads(res.output)["error"]

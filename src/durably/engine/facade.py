@@ -324,7 +324,8 @@ class Engine:
     def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
         """The run's history in program order: its current generation's, or
         ``generation``'s (an earlier one, before a ``continue_as_new``, until pruned).
-        Raises ``RunNotFound``."""
+        Raises ``RunNotFound``, and ``ConfigError`` for a generation the run does not
+        have (not an int from 0 to its current one)."""
         return self._base.history(run_id, generation)
 
     def list_runs(
