@@ -358,3 +358,48 @@ def test_history_of_a_generation_the_run_does_not_have_is_refused(tmp_path: obje
     engine.close()
     res = CliRunner().invoke(cli, ["runs", "show", "t", "--generation", "5", "--json", "--db", url])
     assert res.exit_code != 0 and "there is no generation 5" in json.loads(res.output)["error"]
+
+
+def test_a_hand_over_inside_an_open_saga_blocks_the_run(journal_url: str) -> None:
+    """Was: continue_as_new inside `with ctx.saga()` ended the generation with the
+    block's compensations forgotten; a failure in the next generation undid only its own
+    steps and left the booking in place. Now the run is blocked at the call, with nothing
+    handed over; after the block the same hand-over works (each generation's saga is
+    its own)."""
+    undone: list[str] = []
+
+    def book(item: str) -> str:
+        return f"booked {item}"
+
+    def unbook(item: str) -> None:
+        undone.append(item)
+
+    with durably.Engine(journal_url) as engine:
+
+        @engine.workflow(name="inside")
+        def inside(ctx: durably.Context, n: int) -> int:
+            if n == 0:
+                with ctx.saga() as saga:
+                    saga.step("book", book, unbook, "hotel")
+                    ctx.continue_as_new(1)
+            raise RuntimeError("the next generation fails")
+
+        with pytest.raises(durably.ConfigError, match=r"inside a `with ctx.saga\(\)` block"):
+            engine.run(inside, 0, run_id="in")
+        run = engine.get_run("in")
+        assert (run.status, run.generation) == ("blocked", 0)
+
+        @engine.workflow(name="after")
+        def after(ctx: durably.Context, n: int) -> int:
+            with ctx.saga() as saga:
+                saga.step("book", book, unbook, f"hotel-{n}")
+            if n == 0:
+                return ctx.continue_as_new(1)
+            with ctx.saga() as saga:
+                saga.step("book", book, unbook, "car")
+                raise RuntimeError("the next generation fails")
+
+        with pytest.raises(durably.WorkflowFailed):
+            engine.run(after, 0, run_id="after")
+        assert engine.get_run("after").generation == 1
+        assert undone == ["car"]  # generation 0's saga had closed: nothing of it pending

@@ -184,6 +184,9 @@ class RunCore:
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
+        # Saga blocks open now (durably.saga counts them): continue_as_new inside one
+        # would end the generation with its compensations forgotten.
+        self.open_sagas = 0
         # One typed slot per capability that keeps state across recording calls
         # (replay/slots.py says which room acts on each).
         self.gathers = GatherState()
