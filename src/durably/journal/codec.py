@@ -162,9 +162,7 @@ def _object_hook(obj: dict[str, Any]) -> Any:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 _DECODER = json.JSONDecoder(object_hook=_object_hook)
 _PLAIN_DECODER = json.JSONDecoder()
-# _ENCODER's C encoder, made once: JSONEncoder.encode builds one per call (a few us, on
-# every step's result and events). Only for a _flat dict: no container inside, so no
-# cycle to detect (markers None); the text is the same as _ENCODER's.
+# _ENCODER's C encoder, made once, without cycle detection (markers None): see canonical.
 _C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
 _FLAT_ENCODE: Any = (
     None
@@ -173,13 +171,6 @@ _FLAT_ENCODE: Any = (
         None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
     )
 )
-
-
-def _flat_text(value: dict[str, Any]) -> str:
-    """``_ENCODER.encode(value)`` for a :func:`_flat` dict."""
-    if _FLAT_ENCODE is None:
-        return _ENCODER.encode(value)
-    return "".join(_FLAT_ENCODE(value, 0))
 
 
 def dumps(value: Any, where: str = "value", bytes_max: int | None = None) -> str:
@@ -194,7 +185,7 @@ def dumps(value: Any, where: str = "value", bytes_max: int | None = None) -> str
         if type(value) is dict and _flat(value):
             # The common case (a step's small dict result, an event's data): to_json
             # would return it unchanged, so the walk is skipped (several us a step).
-            text = _flat_text(value)
+            text = canonical(value)
         else:
             text = canonical(to_json(value, where))
     except SerializationError:
@@ -241,7 +232,12 @@ def _flat(value: dict[Any, Any]) -> bool:
 
 def canonical(data: Any) -> str:
     """Canonical JSON text of already-plain ``data``: sorted keys, no whitespace."""
-    return _ENCODER.encode(data)
+    # Plain data is a fresh tree (to_json's, or decoded JSON): no cycle to detect, so
+    # the C encoder made once serves (JSONEncoder.encode builds one per call, a few us
+    # for every digest, manifest and record); the text is the same.
+    if _FLAT_ENCODE is None:
+        return _ENCODER.encode(data)
+    return "".join(_FLAT_ENCODE(data, 0))
 
 
 def loads(text: str, hint: Any = None) -> Any:

@@ -414,22 +414,50 @@ class SQLiteStore(
         events: Sequence[NewEvent],
         durable: bool = True,
     ) -> bool | None:
-        """The common case, one step result without blobs or events: the fenced upsert is
-        a single statement, so in autocommit mode it is its own atomic transaction (BEGIN
-        and COMMIT around it would only add two round trips through the library). None
-        for any other append, or when the upsert was refused and wrote nothing."""
-        if len(records) != 1 or events or records[0].blobs:
+        """The common case, one record without blobs (a step's result, with its events):
+        alone, the fenced upsert is a single statement, so in autocommit mode it is its
+        own atomic transaction (BEGIN and COMMIT around it would only add two round trips
+        through the library); with events, the same statements as :meth:`append`'s
+        transaction (BEGIN IMMEDIATE, the upsert, the events, COMMIT) written out, without
+        its layers (every step's write comes here). None for any other append, or when
+        the upsert was refused and wrote nothing (rolled back: the transaction of
+        :meth:`append` explains it)."""
+        if len(records) != 1 or records[0].blobs:
             return None
-        params = {**record_params(run_id, records[0]), "token": token}
+        params = record_params(run_id, records[0])
+        params["token"] = token
         with self._lock:
+            c = self._live()
+            if not events:
+                try:
+                    self._commit_level(c, durable)
+                    # fetchall: an unfinished RETURNING statement would keep its write
+                    # pending.
+                    rows = c.execute(_Q["append_record"], params).fetchall()
+                except sqlite3.DatabaseError as exc:
+                    raise self._translate(exc) from exc
+                return bool(rows[0][0]) if rows else None
             try:
-                # fetchall: an unfinished RETURNING statement would keep its write pending.
-                c = self._live()
                 self._commit_level(c, durable)
-                rows = c.execute(_Q["append_record"], params).fetchall()
+                c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
-        return bool(rows[0][0]) if rows else None
+            try:
+                rows = c.execute(_Q["append_record"], params).fetchall()
+                if not rows:
+                    c.execute("ROLLBACK")  # nothing written: the transaction path explains
+                    return None
+                self._write_events(c, run_id, events)
+                c.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    c.execute("ROLLBACK")
+                raise self._translate(exc) from exc
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+        return bool(rows[0][0])
 
     def _write_events(self, c: sqlite3.Connection, run_id: str, events: Sequence[NewEvent]) -> None:
         """Number ``events`` after the run's newest and insert them, inside the open write
