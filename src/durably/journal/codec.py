@@ -311,9 +311,7 @@ def digest(
             f"step {name!r}: this run was recorded with codec version {version}, which this"
             f" durably does not know (it knows {CODEC_VERSIONS}); upgrade durably"
         )
-    has_list = version >= 2 and (
-        any(isinstance(a, list) for a in args) or any(isinstance(v, list) for v in kwargs.values())
-    )
+    has_list = version >= 2 and _any_list(args, kwargs)
     cache = items if items is not None else ItemHashes()
     arg = cache.argument if has_list else to_json
     try:
@@ -333,6 +331,18 @@ def digest(
             f"step {name!r}: cannot encode its arguments to JSON ({type(exc).__name__}:"
             f" {str(exc)[:200]}); pass plain data of bounded size and depth, valid UTF-8"
         ) from None
+
+
+def _any_list(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether an argument is a list (a loop: generator expressions cost every step)."""
+    for a in args:
+        if isinstance(a, list):
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if isinstance(v, list):
+                return True
+    return False
 
 
 class _NotPlain(Exception):
@@ -416,18 +426,40 @@ def coerce(value: Any, hint: Any) -> Any:
     it is rather than guessed at."""
     if hint is None or hint is Any or value is None:
         return value
+    if type(hint) is type and hint in _SCALAR_HINTS and isinstance(value, hint):
+        return value  # what _coerce_class returns for it, without its checks
     if isinstance(hint, str):
         return value  # an unresolved forward reference: keep plain data
-    origin = typing.get_origin(hint)
+    origin, args = _shape(hint)
     if origin is typing.Union or origin is types.UnionType:
-        return _coerce_union(value, typing.get_args(hint))
+        return _coerce_union(value, args)
     if origin is typing.Annotated:
-        return coerce(value, typing.get_args(hint)[0])
+        return coerce(value, args[0])
     if origin is not None:
-        return _coerce_generic(value, origin, typing.get_args(hint))
+        return _coerce_generic(value, origin, args)
     if isinstance(hint, type):
         return _coerce_class(value, hint)
     return value
+
+
+# Hints a value of their own type needs nothing for (not dataclasses, models or enums).
+_SCALAR_HINTS: Final = frozenset({str, int, float, bool, dict, list})
+# typing.get_origin / get_args of each hint object met (two Python calls apiece, on every
+# step result decoded with an annotation). By the object, never by equality: Union[int,
+# str] equals Union[str, int], and their members' order decides a coercion. The entry
+# keeps its hint alive, so its id is not reused; hints are few, and the cache bounded.
+_SHAPES: dict[int, tuple[Any, Any, tuple[Any, ...]]] = {}
+_SHAPES_MAX: Final = 1024
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    entry = _SHAPES.get(id(hint))
+    if entry is not None and entry[0] is hint:
+        return entry[1], entry[2]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if len(_SHAPES) < _SHAPES_MAX:
+        _SHAPES[id(hint)] = (hint, origin, args)
+    return origin, args
 
 
 def _coerce_union(value: Any, options: tuple[Any, ...]) -> Any:

@@ -173,7 +173,16 @@ def _doubt(
         if out.value is not NOT_DONE:
             return (
                 yield from record_ok(
-                    core, pos, name, digest, out.value, sig, intent.attempts, started, out.usage
+                    core,
+                    pos,
+                    name,
+                    digest,
+                    out.value,
+                    sig,
+                    intent.attempts,
+                    started,
+                    out.usage,
+                    key,
                 )
             )
         return NOT_DONE
@@ -241,7 +250,9 @@ def _attempts(
             if sig.return_hint is None:
                 warn_untyped_result(name, fn, out.value)
             return (
-                yield from record_ok(core, pos, name, digest, out.value, sig, n, started, spent)
+                yield from record_ok(
+                    core, pos, name, digest, out.value, sig, n, started, spent, key
+                )
             )
         exc = out.error
         if opts.retryable(exc, attempt):
@@ -333,7 +344,10 @@ def record_ok(
     attempts: int,
     started: float,
     usage: Usage,
+    key: str | None = None,
 ) -> Generator[Op, Any, Any]:
+    """Record the step's result (``key``: its idempotency key, when the caller has it)
+    and return what a replay of it returns."""
     try:
         text = codec.dumps(value, f"step {pos} {name!r} output", STEP_OUTPUT_BYTES_MAX)
     except SerializationError as exc:
@@ -368,7 +382,7 @@ def record_ok(
         "name": name,
         "attempt": attempts,
         "duration_ms": _ms((rec.finished_at or started) - started),
-        "key": core.key(pos),
+        "key": core.key(pos) if key is None else key,
         "tokens": rec.usage_tokens,
         "cost_usd": rec.usage_cost_usd,
     }
