@@ -250,7 +250,7 @@ def loads(text: str, hint: Any = None) -> Any:
     """
     try:
         # Tags always start with '"$'; text without it needs no object hook (much faster).
-        value = _DECODER.decode(text) if '"$' in text else _PLAIN_DECODER.decode(text)
+        value = _DECODER.decode(text) if '"$' in text else _plain_decode(text)
         if hint is None or hint is Any:
             return value
         return coerce(value, hint)
@@ -258,6 +258,22 @@ def loads(text: str, hint: Any = None) -> Any:
         raise
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError, AttributeError) as exc:
         raise SerializationError(f"cannot decode a recorded value ({error_text(exc)})") from exc
+
+
+_SCAN = _PLAIN_DECODER.scan_once
+
+
+def _plain_decode(text: str) -> Any:
+    """``_PLAIN_DECODER.decode(text)``: its scanner called directly for text that is one
+    value with nothing around it (what dumps writes); anything else (whitespace, extra
+    data, no value at all) goes through ``decode``, which says what is wrong."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _PLAIN_DECODER.decode(text)
+    if end != len(text):
+        return _PLAIN_DECODER.decode(text)
+    return value
 
 
 # Errors whose text names positions, limits, keys or types, never a decoded value.
