@@ -260,7 +260,7 @@ def loads(text: str, hint: Any = None) -> Any:
         raise SerializationError(f"cannot decode a recorded value ({error_text(exc)})") from exc
 
 
-_SCAN = _PLAIN_DECODER.scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = _PLAIN_DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _plain_decode(text: str) -> Any:
