@@ -11,7 +11,6 @@ live. The outcome (result, failure, block, doubt) is recorded in one fenced tran
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import inspect
 import os
@@ -20,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import runlist
+from .._record import replace
 from ..budget import Budget, Spend
 from ..clock import Clock, SystemClock
 from ..events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
@@ -89,7 +89,7 @@ class _Option(Generic[T]):
 
     def __set__(self, engine: Engine, value: T) -> None:
         changed: dict[str, Any] = {self.name: value}
-        engine._base.opts = dataclasses.replace(engine._base.opts, **changed)
+        engine._base.opts = replace(engine._base.opts, **changed)
 
 
 class Engine:
