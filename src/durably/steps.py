@@ -10,12 +10,12 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import inspect
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final, Literal, TypeVar
 
 from . import codec
+from ._callables import is_coroutine_function, parameter_names, plain_code
 from ._record import Record, set_field
 from .errors import ConfigError
 from .limits import BACKOFF_MAX_S as BACKOFF_MAX_S
@@ -203,12 +203,18 @@ def signature_of(fn: Callable[..., Any]) -> StepSignature:
 
 
 def _introspect(fn: Callable[..., Any]) -> StepSignature:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) else fn  # noqa: B004
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+    params: Collection[str]
+    if plain_code(fn) is not None:  # its code says it all: no inspect (issue 28)
+        params, is_async = parameter_names(fn), is_coroutine_function(fn)
+    else:
+        import inspect
+
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = ()
+        target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) else fn  # noqa: B004
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
     return StepSignature(
         options=getattr(fn, _ATTR, DEFAULT_OPTIONS),
         takes_key="idempotency_key" in params,

@@ -9,12 +9,12 @@ make a run terminal: the lease is given back and the error reaches the caller.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from .. import codec
+from .._callables import parameter_names
 from .._fork import reset_after_fork
 from .._record import Record
 from ..errors import (
@@ -378,6 +378,8 @@ class Attempts:
         (still leased here) for the drive loop. New input the workflow cannot take blocks
         the run at once (the next generation would only fail to start)."""
         core, run_id = att.core, att.run.run_id
+        import inspect  # continue_as_new only
+
         try:
             inspect.signature(att.workflow.fn).bind(None, *cont.call_args, **cont.call_kwargs)
         except TypeError as exc:
@@ -536,7 +538,7 @@ def _typed_input(
     resume see identical values."""
     if not w.param_hints:
         return args, kwargs
-    names = list(inspect.signature(w.fn).parameters)[1:]
+    names = parameter_names(w.fn)[1:]
     typed = [
         codec.coerce(a, w.param_hints.get(names[i]) if i < len(names) else None)
         for i, a in enumerate(args)

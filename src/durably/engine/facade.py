@@ -12,13 +12,13 @@ live. The outcome (result, failure, block, doubt) is recorded in one fenced tran
 from __future__ import annotations
 
 import datetime
-import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import runlist
+from .._callables import keyword_only_names
 from .._record import replace
 from ..budget import Budget, Spend
 from ..clock import Clock, SystemClock
@@ -750,8 +750,4 @@ class Engine:
 
 
 # The engine's own keyword options (a misspelt store option is matched against them).
-_OWN_OPTIONS = [
-    n
-    for n, p in inspect.signature(Engine.__init__).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY
-]
+_OWN_OPTIONS = list(keyword_only_names(Engine.__init__))

@@ -7,12 +7,12 @@ process does not register is refused, naming it.
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable
 from typing import Any
 
 from .. import codec
+from .._callables import is_coroutine_function
 from .._record import Record, replace, set_field
 from ..budget import Budget
 from ..errors import ConfigError, WorkflowNotRegistered
@@ -113,7 +113,7 @@ class Registry:
                 version,
                 prompt_version,
                 fn,
-                inspect.iscoroutinefunction(fn),
+                is_coroutine_function(fn),
                 codec.return_hint(fn),
                 codec.param_hints(fn),
                 budget=budget,

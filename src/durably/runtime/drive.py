@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import inspect
 import threading
+import types
 import weakref
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._callables import isawaitable
 from .._fork import reset_after_fork
 from .._record import Record, replace
 from ..clock import Clock, SystemClock
@@ -394,10 +395,10 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
             value = op.fn(*op.args, **op.kwargs)
         else:
             value = _call_with_timeout(op)
-        if inspect.isawaitable(value):
+        if isawaitable(value):
             # Never awaited here, so what it stands for did not happen: recording it (or
             # failing the step, which a workflow may catch and go on from) would be wrong.
-            if inspect.iscoroutine(value):
+            if isinstance(value, types.CoroutineType):
                 value.close()
             misuse = ConfigError(
                 f"{fn_text(op.fn)!r} returned an awaitable ({type(value).__name__}), which a"
@@ -549,7 +550,7 @@ async def _invoke(op: Call) -> Any:
     """One attempt: an async function on the loop, a sync one in a step thread (so it
     neither blocks the loop nor escapes ``timeout_s``)."""
     value = op.fn(*op.args, **op.kwargs) if op.is_async else await _in_thread(op)
-    if inspect.isawaitable(value):
+    if isawaitable(value):
         value = await value
     return value
 
