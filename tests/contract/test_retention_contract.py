@@ -6,6 +6,7 @@ serialise; the background pruner holds a lease."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -340,3 +341,116 @@ def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     loaded = [inputs.load(r.inputs, engine.blobs) for r in engine.history("f") if r.inputs]
     assert loaded, "the fork copied no inputs"
     assert engine.resume("f") == "done"
+
+
+@pytest.mark.postgres
+def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
+    """Was: the fork's touch was one ``UPDATE ... WHERE digest = ANY(...)``, which locks
+    rows in the order the plan meets them (a small table's sequential scan: the order
+    they were stored), not the sorted order its caller passed, so it could lock B before
+    A while a group-commit batch (blobs in digest order) held A and waited for B: a
+    deadlock PostgreSQL kills. Forced here: a session holds A; the fork waits for A; B,
+    stored first, must still be free."""
+    import hashlib
+    import time
+
+    import psycopg
+
+    from durably.store.open import open_store
+
+    from .test_store_contract import ME, alive, new_run, rec
+
+    store: Any = open_store(pg_url, FakeClock())
+    a = hashlib.sha256(b'"a"').hexdigest()
+    b = hashlib.sha256(b'"b"').hexdigest()
+    lo, hi = sorted((a, b))
+    store.create_run(new_run("src"))
+    token = store.claim("src", ME, 30, 10, alive).fencing_token
+    # hi is stored before lo: a sequential scan meets it first.
+    text = {a: '"a"', b: '"b"'}
+    store.append("src", token, [rec("0").replace(blobs=((hi, text[hi]),))])
+    store.append("src", token, [rec("1").replace(blobs=((lo, text[lo]),))])
+    manifest = json.dumps({"args": [{"b": hi}, {"b": lo}], "kwargs": {}})
+    records = [rec("0").replace(inputs=manifest)]
+    errors: list[BaseException] = []
+
+    def fork() -> None:
+        try:
+            store.fork_run(new_run("forked"), records)
+        except BaseException as exc:  # a thread's error is the test's
+            errors.append(exc)
+
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT 1 FROM blobs WHERE digest = %s FOR UPDATE", (lo,))
+        t = threading.Thread(target=fork)
+        t.start()
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database() AND query LIKE '%%blobs%%'"
+                ).fetchone()
+                if row and row[0] >= 1:
+                    break
+                time.sleep(0.02)
+            with probe.transaction():
+                got = probe.execute(
+                    "SELECT digest FROM blobs WHERE digest = %s FOR UPDATE SKIP LOCKED", (hi,)
+                ).fetchall()
+        holder.rollback()
+    t.join(30)
+    assert errors == []
+    assert got == [(hi,)], "the fork locked the later digest while waiting for the earlier"
+    assert [r.position for r in store.load_history("forked", 0)] == ["0"]
+    store.close()
+
+
+@pytest.mark.postgres
+def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
+    """Was: the prune's ``SELECT ... WHERE run_id = ANY(...) FOR UPDATE`` locked run rows
+    in the order its plan met them (storage order), so two prunes of overlapping runs
+    (the background pruner beside `durably prune`) could take them in opposite orders: a
+    deadlock PostgreSQL kills. Forced here: a session holds x1; the prune waits for x1;
+    x2, stored first, must still be free."""
+    import time
+
+    import psycopg
+
+    clock = FakeClock()
+    with _engine(pg_url, clock) as engine:
+        for run_id in ("x2", "x1"):  # x2 stored first: a sequential scan meets it first
+            _make(engine, clock, run_id, "ok", "p")
+        clock.advance(3600)
+        pruned: list[tuple[str, ...]] = []
+        errors: list[BaseException] = []
+
+        def prune() -> None:
+            try:
+                pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids)
+            except BaseException as exc:  # a thread's error is the test's
+                errors.append(exc)
+
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SELECT 1 FROM runs WHERE run_id = 'x1' FOR UPDATE")
+            t = threading.Thread(target=prune)
+            t.start()
+            with psycopg.connect(pg_url, autocommit=True) as probe:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    row = probe.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database() AND query LIKE '%%FOR UPDATE%%'"
+                    ).fetchone()
+                    if row and row[0] >= 1:
+                        break
+                    time.sleep(0.02)
+                with probe.transaction():
+                    got = probe.execute(
+                        "SELECT run_id FROM runs WHERE run_id = 'x2' FOR UPDATE SKIP LOCKED"
+                    ).fetchall()
+            holder.rollback()
+        t.join(30)
+        assert errors == []
+        assert got == [("x2",)], "the prune locked x2 while waiting for x1"
+        assert sorted(pruned[0]) == ["x1", "x2"]

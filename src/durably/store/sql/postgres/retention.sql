@@ -28,6 +28,7 @@ WHERE run_id = ANY(%(run_ids)s::text[])
   AND status = ANY(%(statuses)s::text[])
   AND finished_at IS NOT NULL
   AND (%(before)s::double precision IS NULL OR finished_at < %(before)s::double precision)
+ORDER BY run_id  -- one lock order for every prune: a plan's own order could cross another's
 FOR UPDATE;
 
 -- name: run_citations
@@ -150,8 +151,13 @@ RETURNING owner;
 -- name: touch_blobs
 -- A fork's copied records cite these blobs without storing them: count a touch on each
 -- (under the row's lock, as put_blob does), so a sweep running meanwhile keeps them.
--- Returns the digests still stored.
-UPDATE blobs SET touches = touches + 1 WHERE digest = ANY(%(digests)s::text[])
+-- Returns the digests still stored. The rows are locked in digest order first (an
+-- UPDATE ... = ANY locks them in the order its plan meets them, a sequential scan's
+-- storage order), the order put_blob and the sweep lock in: no deadlock with either.
+UPDATE blobs SET touches = touches + 1
+WHERE digest IN (
+    SELECT digest FROM blobs WHERE digest = ANY(%(digests)s::text[]) ORDER BY digest FOR UPDATE
+)
 RETURNING digest;
 
 -- name: redact_generations
