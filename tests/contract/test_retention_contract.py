@@ -306,6 +306,25 @@ def test_retain_finished_refuses_what_is_not_a_positive_timedelta(journal_url: s
             durably.Engine(journal_url, retain_finished=bad)  # type: ignore[arg-type]
 
 
+def test_a_nan_cut_is_refused_not_read_as_everything(
+    engine: durably.Engine, clock: FakeClock
+) -> None:
+    """NaN compares false in Python and binds as NULL in SQLite (nothing pruned), but
+    PostgreSQL sorts NaN above every number: ``finished_at < 'NaN'`` held for every run,
+    so ``engine.prune(float("nan"))`` pruned every finished run there, and
+    ``prune_tombstones(float("nan"))`` dropped every tombstone (their ids free to run
+    their effects again). A cut that is not a number is refused on every store."""
+    _make(engine, clock, "done", "ok", "x")
+    engine.delete_run("done")
+    _make(engine, clock, "kept", "ok", "y")
+    with pytest.raises(durably.ConfigError, match="finished_before"):
+        engine.prune(float("nan"))
+    with pytest.raises(durably.ConfigError, match="removed_before"):
+        engine.prune_tombstones(float("nan"))
+    assert engine.get_run("kept").status == "completed"
+    assert [t.run_id for t in engine.list_tombstones()] == ["done"]
+
+
 def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -343,6 +362,34 @@ def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     assert engine.resume("f") == "done"
 
 
+def test_blobs_a_crashed_prune_left_uncited_are_swept_by_the_next(
+    engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune that died after deleting a batch of runs, before sweeping their blobs,
+    left those blobs cited by nothing and a candidate of no later sweep: disk never
+    freed. The next prune (even one that removes no run) sweeps them."""
+    _make(engine, clock, "gone", "ok", "u" * BIG)  # an unshared blob input
+    store = engine.store
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    real = store._sweep  # type: ignore[attr-defined]
+    monkeypatch.setattr(store, "_sweep", crash)
+    with pytest.raises(KeyboardInterrupt):
+        engine.prune(0.0 + clock.time() + 1)
+    monkeypatch.setattr(store, "_sweep", real)
+    assert engine.list_tombstones()[0].run_id == "gone"
+    blobs_before = len(dump(engine.url)["blobs"])
+    assert blobs_before > 0
+    dry = engine.prune(clock.time() + 1, dry_run=True)
+    assert dry.runs == 0 and dry.blobs == blobs_before  # said truthfully, nothing changed
+    assert len(dump(engine.url)["blobs"]) == blobs_before
+    report = engine.prune(clock.time() + 1)
+    assert report.runs == 0 and report.blobs == blobs_before
+    assert dump(engine.url)["blobs"] == []
+
+
 @pytest.mark.postgres
 def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
     """Was: the fork's touch was one ``UPDATE ... WHERE digest = ANY(...)``, which locks
@@ -352,9 +399,6 @@ def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
     deadlock PostgreSQL kills. Forced here: a session holds A; the fork waits for A; B,
     stored first, must still be free."""
     import hashlib
-    import time
-
-    import psycopg
 
     from durably.store.open import open_store
 
@@ -372,34 +416,10 @@ def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
     store.append("src", token, [rec("1").replace(blobs=((lo, text[lo]),))])
     manifest = json.dumps({"args": [{"b": hi}, {"b": lo}], "kwargs": {}})
     records = [rec("0").replace(inputs=manifest)]
-    errors: list[BaseException] = []
-
-    def fork() -> None:
-        try:
-            store.fork_run(new_run("forked"), records)
-        except BaseException as exc:  # a thread's error is the test's
-            errors.append(exc)
-
-    with psycopg.connect(pg_url) as holder:
-        holder.execute("SELECT 1 FROM blobs WHERE digest = %s FOR UPDATE", (lo,))
-        t = threading.Thread(target=fork)
-        t.start()
-        with psycopg.connect(pg_url, autocommit=True) as probe:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                row = probe.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database() AND query LIKE '%%blobs%%'"
-                ).fetchone()
-                if row and row[0] >= 1:
-                    break
-                time.sleep(0.02)
-            with probe.transaction():
-                got = probe.execute(
-                    "SELECT digest FROM blobs WHERE digest = %s FOR UPDATE SKIP LOCKED", (hi,)
-                ).fetchall()
-        holder.rollback()
-    t.join(30)
+    got, errors = _free_while_waiting(
+        pg_url, "blobs", "digest", lo, hi, "blobs",
+        lambda: store.fork_run(new_run("forked"), records),
+    )  # fmt: skip
     assert errors == []
     assert got == [(hi,)], "the fork locked the later digest while waiting for the earlier"
     assert [r.position for r in store.load_history("forked", 0)] == ["0"]
@@ -413,9 +433,6 @@ def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
     (the background pruner beside `durably prune`) could take them in opposite orders: a
     deadlock PostgreSQL kills. Forced here: a session holds x1; the prune waits for x1;
     x2, stored first, must still be free."""
-    import time
-
-    import psycopg
 
     clock = FakeClock()
     with _engine(pg_url, clock) as engine:
@@ -423,34 +440,81 @@ def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
             _make(engine, clock, run_id, "ok", "p")
         clock.advance(3600)
         pruned: list[tuple[str, ...]] = []
-        errors: list[BaseException] = []
-
-        def prune() -> None:
-            try:
-                pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids)
-            except BaseException as exc:  # a thread's error is the test's
-                errors.append(exc)
-
-        with psycopg.connect(pg_url) as holder:
-            holder.execute("SELECT 1 FROM runs WHERE run_id = 'x1' FOR UPDATE")
-            t = threading.Thread(target=prune)
-            t.start()
-            with psycopg.connect(pg_url, autocommit=True) as probe:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline:
-                    row = probe.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND datname = current_database() AND query LIKE '%%FOR UPDATE%%'"
-                    ).fetchone()
-                    if row and row[0] >= 1:
-                        break
-                    time.sleep(0.02)
-                with probe.transaction():
-                    got = probe.execute(
-                        "SELECT run_id FROM runs WHERE run_id = 'x2' FOR UPDATE SKIP LOCKED"
-                    ).fetchall()
-            holder.rollback()
-        t.join(30)
+        got, errors = _free_while_waiting(
+            pg_url, "runs", "run_id", "x1", "x2", "FOR UPDATE",
+            lambda: pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids),
+        )  # fmt: skip
         assert errors == []
         assert got == [("x2",)], "the prune locked x2 while waiting for x1"
         assert sorted(pruned[0]) == ["x1", "x2"]
+
+
+@pytest.mark.postgres
+def test_the_sweep_drops_waiting_blobs_in_digest_order(pg_url: str) -> None:
+    """The sibling of the two tests above in sweep_pending: ``DELETE ... = ANY`` locked
+    rows in storage order, so two sweeps dropping overlapping digests could cross. Forced
+    here: a session holds the earlier digest's row; the drop waits for it; the later,
+    stored first, must still be free."""
+
+    import psycopg
+
+    from durably.store.open import open_store
+
+    store: Any = open_store(pg_url, FakeClock())
+    lo, hi = "a" * 64, "b" * 64
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        for d in (hi, lo):  # hi stored first: a sequential scan meets it first
+            setup.execute("INSERT INTO sweep_pending (digest) VALUES (%s)", (d,))
+    got, errors = _free_while_waiting(
+        pg_url, "sweep_pending", "digest", lo, hi, "sweep_pending",
+        lambda: store._writing(lambda tx: tx.q("drop_sweep_pending", digests=tx.array([lo, hi]))),
+    )  # fmt: skip
+    assert errors == []
+    assert got == [(hi,)], "the drop locked the later digest while waiting for the earlier"
+    with psycopg.connect(pg_url) as check:
+        assert check.execute("SELECT count(*) FROM sweep_pending").fetchone() == (0,)
+    store.close()
+
+
+def _free_while_waiting(
+    pg_url: str, table: str, column: str, held: str, other: str, waits_on: str, op: Any
+) -> tuple[list[Any], list[BaseException]]:
+    """Hold ``held``'s row of ``table`` in a session, run ``op`` in a thread until it
+    waits for a lock (a statement like ``waits_on``), and say whether ``other``'s row is
+    still free (its rows, locked with SKIP LOCKED: empty when ``op`` holds it); with
+    the errors ``op`` raised once let go."""
+    import time
+
+    import psycopg
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op()
+        except BaseException as exc:  # a thread's error is the test's
+            errors.append(exc)
+
+    with psycopg.connect(pg_url) as holder:
+        holder.execute(f"SELECT 1 FROM {table} WHERE {column} = %s FOR UPDATE", (held,))
+        t = threading.Thread(target=run)
+        t.start()
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database() AND query LIKE %s",
+                    (f"%{waits_on}%",),
+                ).fetchone()
+                if row and row[0] >= 1:
+                    break
+                time.sleep(0.02)
+            with probe.transaction():
+                got = probe.execute(
+                    f"SELECT {column} FROM {table} WHERE {column} = %s FOR UPDATE SKIP LOCKED",
+                    (other,),
+                ).fetchall()
+        holder.rollback()
+    t.join(30)
+    return got, errors

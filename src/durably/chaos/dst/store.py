@@ -194,8 +194,8 @@ class SimStore(SQLiteStore):
     def create_run(self, new: Any) -> Any:
         return super().create_run(replace(new, incarnation=_incarnation(new.run_id)))
 
-    def fork_run(self, new: Any, records: Sequence[StepRecord]) -> Any:
-        return super().fork_run(replace(new, incarnation=_incarnation(new.run_id)), records)
+    def fork_run(self, new: Any, records: Sequence[StepRecord], source: str | None = None) -> Any:
+        return super().fork_run(replace(new, incarnation=_incarnation(new.run_id)), records, source)
 
     def park(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
         try:

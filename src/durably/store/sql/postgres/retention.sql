@@ -61,6 +61,10 @@ WHERE %(after_at)s::double precision IS NULL
 ORDER BY removed_at DESC, run_id DESC
 LIMIT %(limit)s;
 
+-- name: count_tombstones
+-- How many tombstones a delete_tombstones of the same cut would remove (a dry run).
+SELECT count(*) FROM tombstones WHERE removed_at < %(before)s;
+
 -- name: delete_tombstones
 -- One batch of tombstones removed before before.
 DELETE FROM tombstones WHERE run_id IN (
@@ -164,3 +168,20 @@ RETURNING digest;
 -- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
 UPDATE generations SET input = %(marker_json)s, input_digest = %(marker_digest)s
 WHERE run_id = %(run_id)s;
+
+-- name: add_sweep_pending
+INSERT INTO sweep_pending (digest) VALUES (%(digest)s) ON CONFLICT (digest) DO NOTHING;
+
+-- name: sweep_pending
+-- The blobs a removal stopped citing whose sweep has not run yet, keyset-paged.
+SELECT digest FROM sweep_pending WHERE digest > %(after)s ORDER BY digest LIMIT %(limit)s;
+
+-- name: drop_sweep_pending
+-- Locked in digest order first (a DELETE ... = ANY locks rows in the order its plan meets
+-- them, a sequential scan's storage order): two sweeps dropping overlapping digests
+-- cannot cross.
+DELETE FROM sweep_pending
+WHERE digest IN (
+    SELECT digest FROM sweep_pending WHERE digest = ANY(%(digests)s::text[])
+    ORDER BY digest FOR UPDATE
+);
