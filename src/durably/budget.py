@@ -13,8 +13,8 @@ really happened and is counted. A :class:`Budget` (``ctx.budget(...)`` or the wo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from ._record import Record, set_field
 from .errors import ConfigError
 from .limits import COST_USD_MAX as COST_USD_MAX
 from .limits import TOKENS_MAX as TOKENS_MAX
@@ -47,8 +47,7 @@ def check_cost(value: object, what: str) -> float:
     return cost
 
 
-@dataclass(frozen=True, slots=True)
-class Budget:
+class Budget(Record, frozen=True):
     """A run's spending limit: at most ``tokens`` tokens and ``cost_usd`` US dollars over
     the whole run, across generations (None: no limit on that measure).
 
@@ -57,23 +56,38 @@ class Budget:
     stops with ``durably.BudgetExceeded`` once its spend is more than a limit.
     """
 
-    tokens: int | None = None
-    cost_usd: float | None = None
+    __slots__ = ("cost_usd", "tokens")
 
-    def __post_init__(self) -> None:
-        if self.tokens is not None:
-            check_tokens(self.tokens, "Budget(tokens=...)")
-        if self.cost_usd is not None:
-            object.__setattr__(self, "cost_usd", check_cost(self.cost_usd, "Budget(cost_usd=...)"))
+    tokens: int | None
+    cost_usd: float | None
+
+    def __init__(self, tokens: int | None = None, cost_usd: float | None = None) -> None:
+        if tokens is not None:
+            check_tokens(tokens, "Budget(tokens=...)")
+        if cost_usd is not None:
+            cost_usd = check_cost(cost_usd, "Budget(cost_usd=...)")
+        set_field(self, "tokens", tokens)
+        set_field(self, "cost_usd", cost_usd)
 
 
-@dataclass(frozen=True, slots=True)
-class SpendEntry:
+class SpendEntry(Record, frozen=True):
     """One ledger row: the usage one call of a step function reported.
 
     ``entry`` names the call: the same text for a write retried after an unknown outcome
     (stored once), another for the same position called again by a later claim.
     """
+
+    __slots__ = (
+        "attempt",
+        "cost_usd",
+        "entry",
+        "generation",
+        "input_tokens",
+        "output_tokens",
+        "position",
+        "token",
+        "tokens",
+    )
 
     entry: str
     generation: int
@@ -85,17 +99,56 @@ class SpendEntry:
     output_tokens: int | None
     cost_usd: float
 
+    def __init__(
+        self,
+        entry: str,
+        generation: int,
+        position: str,
+        attempt: int,
+        token: int,
+        tokens: int,
+        input_tokens: int | None,
+        output_tokens: int | None,
+        cost_usd: float,
+    ) -> None:
+        set_field(self, "entry", entry)
+        set_field(self, "generation", generation)
+        set_field(self, "position", position)
+        set_field(self, "attempt", attempt)
+        set_field(self, "token", token)
+        set_field(self, "tokens", tokens)
+        set_field(self, "input_tokens", input_tokens)
+        set_field(self, "output_tokens", output_tokens)
+        set_field(self, "cost_usd", cost_usd)
 
-@dataclass(frozen=True, slots=True)
-class Spend:
+
+class Spend(Record, frozen=True):
     """A run's spend (the ledger's sums) and its stored budget (None: none stored)."""
 
-    tokens: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float = 0.0
-    entries: int = 0
-    budget: Budget | None = None
+    __slots__ = ("budget", "cost_usd", "entries", "input_tokens", "output_tokens", "tokens")
+
+    tokens: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    entries: int
+    budget: Budget | None
+
+    def __init__(
+        self,
+        tokens: int = 0,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd: float = 0.0,
+        entries: int = 0,
+        budget: Budget | None = None,
+    ) -> None:
+        set_field(self, "tokens", tokens)
+        set_field(self, "input_tokens", input_tokens)
+        set_field(self, "output_tokens", output_tokens)
+        set_field(self, "cost_usd", cost_usd)
+        set_field(self, "entries", entries)
+        set_field(self, "budget", budget)
 
     def over(self, budget: Budget | None) -> str | None:
         """How this spend passes ``budget`` (for BudgetExceeded), or None when it does

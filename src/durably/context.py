@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime as dt
-import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -643,6 +642,8 @@ def _budget(core: RunCore, tokens: int | None, cost_usd: float | None) -> Budget
 def _branch_text(branch: object) -> str:
     """What was passed as a gather branch, named by its type (never its ``repr``: a value
     passed by mistake is the value, and this message leaves the process)."""
+    import inspect  # here and below: gathers only, so a plain resume never imports it
+
     if isinstance(branch, Recording):
         return f"{branch.label!r}, a recording call already awaited"
     kind = type(branch)
@@ -654,6 +655,8 @@ def _branch_text(branch: object) -> str:
 
 def _label(branch: object) -> str:
     """What a gather records for a branch; refuses what cannot be a fresh branch."""
+    import inspect
+
     if isinstance(branch, Recording):
         if not branch._used:
             return branch.label
@@ -667,6 +670,8 @@ def _label(branch: object) -> str:
 
 def _dispose(branches: tuple[Awaitable[Any], ...]) -> None:
     """Close the branches a gather never started (cancelled or refused)."""
+    import inspect
+
     for b in branches:
         if isinstance(b, Recording):
             if b._inner is None:

@@ -20,11 +20,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from ._record import Record, set_field
 
 
-@dataclass(frozen=True, slots=True)
-class StepInfo:
+class StepInfo(Record, frozen=True):
     """The step whose function is running now (see :func:`current_step`).
 
     ``run_id``: the run. ``position``: the step's position (``"3"``, or ``"4.1.0"`` in
@@ -38,11 +38,22 @@ class StepInfo:
     so a re-execution after a crash has a higher one than the execution it replaces.
     """
 
+    __slots__ = ("attempt", "fencing_token", "idempotency_key", "position", "run_id")
+
     run_id: str
     position: str
     idempotency_key: str
     attempt: int
     fencing_token: int
+
+    def __init__(
+        self, run_id: str, position: str, idempotency_key: str, attempt: int, fencing_token: int
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "position", position)
+        set_field(self, "idempotency_key", idempotency_key)
+        set_field(self, "attempt", attempt)
+        set_field(self, "fencing_token", fencing_token)
 
 
 _STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar(

@@ -12,7 +12,6 @@ canonical values (storing inputs never changes a step's identity).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -185,6 +184,8 @@ def _arg_name(fn: Any, key: str) -> str:
     its parameter's name."""
     if not key.isdigit():
         return f"argument {key!r}"
+    import inspect  # a message for a person: not worth importing on every path
+
     try:
         params = list(inspect.signature(fn).parameters.values())
         p = params[int(key)]

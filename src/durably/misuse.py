@@ -10,24 +10,27 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ._callables import takes_positional
 from .errors import ConfigError
 from .steps import fn_text, signature_of
-
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def check_workflow_fn(fn: Callable[..., Any], name: str) -> None:
     """Raise ``ConfigError`` when ``fn`` has no positional parameter for its context
     (a callable whose signature cannot be read is let through)."""
+    if takes_positional(fn):
+        return  # a plain function's code says so; inspect only for the rest
+    import inspect
+
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return
-    if params and (params[0].kind in _POSITIONAL or params[0].kind is params[0].VAR_POSITIONAL):
+    positional = (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD) if params else ()
+    if params and (params[0].kind in positional or params[0].kind is params[0].VAR_POSITIONAL):
         return
     shown = getattr(fn, "__name__", "wf")
     # Names only: a default value may be a secret, and this message may be logged.

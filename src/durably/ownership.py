@@ -18,9 +18,8 @@ written by different hosts, so a worker compares its clock with the database's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ._log import LazyLogger
+from ._record import Record, set_field
 from .clock import Clock
 from .history import RunRecord
 from .journal.text import clock_text
@@ -60,14 +59,19 @@ def orphaned(run: RunRecord, now: float) -> bool:
     return owner_dead(run.owner)
 
 
-@dataclass(frozen=True)
-class LeaseWait:
+class LeaseWait(Record, frozen=True):
     """Why and until when ``engine.run`` waits for another host's lease."""
 
     run_id: str
     owner: str
     token: int
     until: float
+
+    def __init__(self, run_id: str, owner: str, token: int, until: float) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "owner", owner)
+        set_field(self, "token", token)
+        set_field(self, "until", until)
 
     def message(self) -> str:
         """The sentence logged before waiting."""

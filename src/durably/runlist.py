@@ -18,9 +18,9 @@ import binascii
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
+from ._record import Record, set_field
 from .errors import ConfigError
 from .history import (
     BLOCKED,
@@ -70,25 +70,37 @@ assert frozenset(STATUS_ORDER) == RUN_STATUSES
 _CURSOR_PREFIX: Final = "r1."  # the cursor format's version: a later format can tell it apart
 
 
-@dataclass(frozen=True, slots=True)
-class LiveWorker:
+class LiveWorker(Record, frozen=True):
     """A worker the journal holds a live row for (``engine.live_workers``): its owner
     string, the host and pid it names (``"?"``/None when the string is not one durably
     wrote), and the queues it serves."""
+
+    __slots__ = ("host", "owner", "pid", "queues")
 
     owner: str
     host: str
     pid: int | None
     queues: tuple[str, ...]
 
+    def __init__(self, owner: str, host: str, pid: int | None, queues: tuple[str, ...]) -> None:
+        set_field(self, "owner", owner)
+        set_field(self, "host", host)
+        set_field(self, "pid", pid)
+        set_field(self, "queues", queues)
 
-@dataclass(frozen=True, slots=True)
-class RunPage:
+
+class RunPage(Record, frozen=True):
     """One page of ``engine.list_runs``: ``runs`` newest first, and ``next``, the opaque
     cursor to pass as ``after=`` for the page after this one (None on the last page)."""
 
+    __slots__ = ("next", "runs")
+
     runs: list[RunRecord]
     next: str | None
+
+    def __init__(self, runs: list[RunRecord], next: str | None) -> None:
+        set_field(self, "runs", runs)
+        set_field(self, "next", next)
 
 
 def encode_cursor(run: RunRecord) -> str:

@@ -10,13 +10,13 @@ import contextlib
 import contextvars
 import functools
 import hashlib
-import inspect
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from typing import Any, Final, Literal, TypeVar
 
 from . import codec
+from ._callables import is_coroutine_function, parameter_names, plain_code
+from ._record import Record, set_field
 from .errors import ConfigError
 from .limits import BACKOFF_MAX_S as BACKOFF_MAX_S
 from .limits import RETRIES_MAX as RETRIES_MAX
@@ -25,20 +25,56 @@ F = TypeVar("F", bound=Callable[..., Any])
 _ATTR: Final = "__durably_step__"
 
 
-@dataclass(frozen=True, slots=True)
-class StepOptions:
+class StepOptions(Record, frozen=True):
     """How a step runs: retries, backoff, timeout, and whether it is an effect."""
 
-    retries: int = 0
-    backoff_s: float = 1.0
-    backoff_max_s: float = 60.0
-    timeout_s: float | None = None
-    retry_on: tuple[type[BaseException], ...] = (Exception,)
-    no_retry: tuple[type[BaseException], ...] = ()
-    effect: bool = False
-    reconcile: Callable[[str], Any] | None = None
-    on_doubt: Literal["park", "retry"] = "park"
-    dedupe_window_s: float | None = None
+    __slots__ = (
+        "backoff_max_s",
+        "backoff_s",
+        "dedupe_window_s",
+        "effect",
+        "no_retry",
+        "on_doubt",
+        "reconcile",
+        "retries",
+        "retry_on",
+        "timeout_s",
+    )
+
+    retries: int
+    backoff_s: float
+    backoff_max_s: float
+    timeout_s: float | None
+    retry_on: tuple[type[BaseException], ...]
+    no_retry: tuple[type[BaseException], ...]
+    effect: bool
+    reconcile: Callable[[str], Any] | None
+    on_doubt: Literal["park", "retry"]
+    dedupe_window_s: float | None
+
+    def __init__(
+        self,
+        retries: int = 0,
+        backoff_s: float = 1.0,
+        backoff_max_s: float = 60.0,
+        timeout_s: float | None = None,
+        retry_on: tuple[type[BaseException], ...] = (Exception,),
+        no_retry: tuple[type[BaseException], ...] = (),
+        effect: bool = False,
+        reconcile: Callable[[str], Any] | None = None,
+        on_doubt: Literal["park", "retry"] = "park",
+        dedupe_window_s: float | None = None,
+    ) -> None:
+        set_field(self, "retries", retries)
+        set_field(self, "backoff_s", backoff_s)
+        set_field(self, "backoff_max_s", backoff_max_s)
+        set_field(self, "timeout_s", timeout_s)
+        set_field(self, "retry_on", retry_on)
+        set_field(self, "no_retry", no_retry)
+        set_field(self, "effect", effect)
+        set_field(self, "reconcile", reconcile)
+        set_field(self, "on_doubt", on_doubt)
+        set_field(self, "dedupe_window_s", dedupe_window_s)
 
     def retryable(self, exc: BaseException, attempt: int) -> bool:
         """Whether attempt number ``attempt`` (1-based) that raised ``exc`` is retried."""
@@ -117,15 +153,30 @@ def step(
     return attach
 
 
-@dataclass(frozen=True, slots=True)
-class StepSignature:
+class StepSignature(Record, frozen=True):
     """What durably learns once from a step function's signature."""
+
+    __slots__ = ("is_async", "options", "return_hint", "takes_key", "takes_token")
 
     options: StepOptions
     takes_key: bool
     takes_token: bool
     is_async: bool
-    return_hint: Any = field(default=None)
+    return_hint: Any
+
+    def __init__(
+        self,
+        options: StepOptions,
+        takes_key: bool,
+        takes_token: bool,
+        is_async: bool,
+        return_hint: Any = None,
+    ) -> None:
+        set_field(self, "options", options)
+        set_field(self, "takes_key", takes_key)
+        set_field(self, "takes_token", takes_token)
+        set_field(self, "is_async", is_async)
+        set_field(self, "return_hint", return_hint)
 
 
 # Weak keys: a workflow may pass a fresh lambda or closure to every ctx.step, and a
@@ -152,12 +203,18 @@ def signature_of(fn: Callable[..., Any]) -> StepSignature:
 
 
 def _introspect(fn: Callable[..., Any]) -> StepSignature:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) else fn  # noqa: B004
-    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+    params: Collection[str]
+    if plain_code(fn) is not None:  # its code says it all: no inspect (issue 28)
+        params, is_async = parameter_names(fn), is_coroutine_function(fn)
+    else:
+        import inspect
+
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            params = ()
+        target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) else fn  # noqa: B004
+        is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
     return StepSignature(
         options=getattr(fn, _ATTR, DEFAULT_OPTIONS),
         takes_key="idempotency_key" in params,
@@ -167,20 +224,39 @@ def _introspect(fn: Callable[..., Any]) -> StepSignature:
     )
 
 
-@dataclass(slots=True)
-class Usage:
+class Usage(Record, uncompared=("late",), unshown=("late",)):
     """Spend a step reported with :func:`usage` (summed over the calls of one attempt)."""
 
-    tokens: int = 0
-    cost_usd: float = 0.0
-    reported: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
+    __slots__ = ("cost_usd", "input_tokens", "late", "output_tokens", "reported", "split", "tokens")
+
+    tokens: int
+    cost_usd: float
+    reported: bool
+    input_tokens: int
+    output_tokens: int
     # Whether input/output tokens were reported at all (the ledger keeps NULL otherwise).
-    split: bool = False
+    split: bool
     # Set by the driver when the attempt timed out while its code runs on (a thread cannot
     # be stopped): called after each later report, it charges the new spend as it arrives.
-    late: Callable[[Usage], None] | None = field(default=None, compare=False, repr=False)
+    late: Callable[[Usage], None] | None
+
+    def __init__(
+        self,
+        tokens: int = 0,
+        cost_usd: float = 0.0,
+        reported: bool = False,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        split: bool = False,
+        late: Callable[[Usage], None] | None = None,
+    ) -> None:
+        self.tokens = tokens
+        self.cost_usd = cost_usd
+        self.reported = reported
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.split = split
+        self.late = late
 
 
 USAGE: contextvars.ContextVar[Usage | None] = contextvars.ContextVar("durably_usage", default=None)

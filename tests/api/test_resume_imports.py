@@ -6,7 +6,10 @@ jitter or ``ctx.random()``, base64 for bytes values and list cursors, shlex for 
 advice) are imported where they are used, and so are the engine's rooms a run's own path
 never calls (admin: retry/fork/cancel/recover; the read methods; signals and approvals
 sent from outside), and the approvals room until a run asks for an approval or one is
-read, so a resume that uses none never loads them.
+read, so a resume that uses none never loads them. Nor does it import ``dataclasses``:
+the records on its path are written out (``durably._record``), not generated at import;
+nor ``inspect``: a plain function's code answers what the path asks of the workflow and
+its steps (``durably._callables``).
 The run here is real: recorded on a SQLite file by a process SIGKILLed in its last step,
 resumed by a fresh interpreter that lists ``sys.modules`` at its first live step.
 """
@@ -23,6 +26,11 @@ from pathlib import Path
 # of a module on the resume's path shows here.
 NOT_ON_A_RESUME = (
     *("logging", "difflib", "random", "base64", "shlex", "asyncio", "uuid"),
+    # durably's records are durably._record classes, not dataclasses: @dataclass compiled
+    # each class's methods at import, and the module brings inspect, ast and tokenize.
+    "dataclasses",
+    # What a run's path asks of a plain function is read from its code (durably._callables).
+    "inspect",
     *("durably.engine.admin", "durably.engine.reads", "durably.engine.messages"),
     *("durably.recovery", "durably.approvals", "durably.features.approvals"),
 )

@@ -34,7 +34,9 @@ def main() -> None:
 
         return call
 
-    engine = durably.Engine(journal, lease_s=1)
+    # 1 s for the agent to be killed (the next claims once it runs out), 10 s for the one
+    # that must finish: a loaded machine missed a 1 s lease's heartbeat (StaleLease).
+    engine = durably.Engine(journal, lease_s=1 if hang == "1" else 10)
     other_done = threading.Event()
 
     @engine.workflow(name="tools")

@@ -8,7 +8,6 @@ often model or tool output, and must neither crash rich's markup nor drive the t
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import time
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._record import replace
 from ..budget import Spend
 from ..errors import DurablyError
 from ..events import USER, Event
@@ -470,7 +470,7 @@ def runs_show(
         engine.close()
     shown_gen = run.generation if generation is None else generation
     # The keys of the generation shown (its positions carry g<N>. for N >= 1).
-    keyed = run if shown_gen == run.generation else dataclasses.replace(run, generation=shown_gen)
+    keyed = run if shown_gen == run.generation else replace(run, generation=shown_gen)
     if as_json:
         shown = [step_json(keyed, s) for s in steps]
         if with_inputs:

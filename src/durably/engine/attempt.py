@@ -9,14 +9,14 @@ make a run terminal: the lease is given back and the error reaches the caller.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from .. import codec
+from .._callables import parameter_names
 from .._fork import reset_after_fork
+from .._record import Record
 from ..errors import (
     Cancelled,
     CompensationFailed,
@@ -66,8 +66,7 @@ from .registry import Workflow
 PARK_KINDS = frozenset({"timer", "signal", "approval", "waits"})
 
 
-@dataclass
-class Attempt:
+class Attempt(Record):
     """One claim of a run: its core, executor, heartbeat and decoded input."""
 
     workflow: Workflow
@@ -77,6 +76,24 @@ class Attempt:
     heartbeat: Heartbeat
     args: list[Any]
     kwargs: dict[str, Any]
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        run: RunRecord,
+        core: RunCore,
+        executor: Executor,
+        heartbeat: Heartbeat,
+        args: list[Any],
+        kwargs: dict[str, Any],
+    ) -> None:
+        self.workflow = workflow
+        self.run = run
+        self.core = core
+        self.executor = executor
+        self.heartbeat = heartbeat
+        self.args = args
+        self.kwargs = kwargs
 
 
 class RunContinued(Unwind):
@@ -89,11 +106,13 @@ class RunContinued(Unwind):
         super().__init__(f"run {run.run_id!r} continued as generation {run.generation}")
 
 
-@dataclass
-class Final:
+class Final(Record):
     """The recorded outcome of a run that will not execute again."""
 
     value: Any
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
 
 
 class ActiveRuns:
@@ -359,6 +378,8 @@ class Attempts:
         (still leased here) for the drive loop. New input the workflow cannot take blocks
         the run at once (the next generation would only fail to start)."""
         core, run_id = att.core, att.run.run_id
+        import inspect  # continue_as_new only
+
         try:
             inspect.signature(att.workflow.fn).bind(None, *cont.call_args, **cont.call_kwargs)
         except TypeError as exc:
@@ -517,7 +538,7 @@ def _typed_input(
     resume see identical values."""
     if not w.param_hints:
         return args, kwargs
-    names = list(inspect.signature(w.fn).parameters)[1:]
+    names = parameter_names(w.fn)[1:]
     typed = [
         codec.coerce(a, w.param_hints.get(names[i]) if i < len(names) else None)
         for i, a in enumerate(args)

@@ -5,10 +5,10 @@ the same workflow and input)."""
 from __future__ import annotations
 
 import hashlib
-import inspect
 from typing import Any
 
 from .. import codec
+from .._callables import binds
 from ..errors import ConfigError, RunConflict
 from ..history import KEY_CHARS_MAX, RUN_ID_CHARS_MAX, RUN_INPUT_BYTES_MAX, RunRecord, unstorable
 from ..store.base import NewRun
@@ -50,6 +50,10 @@ class Creator:
         created, the run would fail at once with a TypeError, and its run id would stay
         bound to the wrong input (a corrected call is a ``RunConflict``). A run that
         exists already is left to the usual checks (its recorded input decides)."""
+        if binds(w.fn, (None, *args), kwargs):  # None stands for the context
+            return  # certain from a plain function's code; inspect for the rest
+        import inspect
+
         try:
             sig = inspect.signature(w.fn)
         except (TypeError, ValueError):

@@ -11,15 +11,15 @@ live. The outcome (result, failure, block, doubt) is recorded in one fenced tran
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import inspect
 import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import runlist
+from .._callables import keyword_only_names
+from .._record import replace
 from ..budget import Budget, Spend
 from ..clock import Clock, SystemClock
 from ..events import FOLLOW_POLL_S_DEFAULT, EventPage, Follow
@@ -89,7 +89,7 @@ class _Option(Generic[T]):
 
     def __set__(self, engine: Engine, value: T) -> None:
         changed: dict[str, Any] = {self.name: value}
-        engine._base.opts = dataclasses.replace(engine._base.opts, **changed)
+        engine._base.opts = replace(engine._base.opts, **changed)
 
 
 class Engine:
@@ -756,8 +756,4 @@ class Engine:
 
 
 # The engine's own keyword options (a misspelt store option is matched against them).
-_OWN_OPTIONS = [
-    n
-    for n, p in inspect.signature(Engine.__init__).parameters.items()
-    if p.kind is inspect.Parameter.KEYWORD_ONLY
-]
+_OWN_OPTIONS = list(keyword_only_names(Engine.__init__))

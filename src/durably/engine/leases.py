@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 
 from .._fork import reset_after_fork
 from .._log import LazyLogger
+from .._record import Record
 from ..clock import Clock
 from ..errors import DurablyError, StoreError
 from ..history import RunRecord
@@ -228,12 +228,15 @@ class LeaseKeeper:
                 self.remove(core)
 
 
-@dataclass
-class Heartbeat:
+class Heartbeat(Record):
     """The lease keeping of one attempt."""
 
     keeper: LeaseKeeper
     core: RunCore
+
+    def __init__(self, keeper: LeaseKeeper, core: RunCore) -> None:
+        self.keeper = keeper
+        self.core = core
 
     def stop(self) -> None:
         """Stop renewing this attempt's lease (idempotent)."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from .._record import Record, set_field
 from ..clock import Clock
 from ..errors import ConfigError
 from ..limits import (
@@ -24,8 +24,7 @@ LEASE_S_DEFAULT = 30.0
 MAX_STARTS_DEFAULT = 10
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(Record, frozen=True):
     """What ``durably.Engine(...)`` was given, checked (see the facade's docstring)."""
 
     url: str
@@ -37,8 +36,34 @@ class Options:
     wait_for_lease: bool
     store_retry_s: float
     park_wait_s: float | None
-    history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT
-    history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT
+    history_warn: tuple[int, int] | None
+    history_max: tuple[int, int] | None
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock,
+        lease_s: float,
+        heartbeat_s: float,
+        max_starts: int,
+        fault_hook: FaultHook | None,
+        wait_for_lease: bool,
+        store_retry_s: float,
+        park_wait_s: float | None,
+        history_warn: tuple[int, int] | None = HISTORY_WARN_DEFAULT,
+        history_max: tuple[int, int] | None = HISTORY_MAX_DEFAULT,
+    ) -> None:
+        set_field(self, "url", url)
+        set_field(self, "clock", clock)
+        set_field(self, "lease_s", lease_s)
+        set_field(self, "heartbeat_s", heartbeat_s)
+        set_field(self, "max_starts", max_starts)
+        set_field(self, "fault_hook", fault_hook)
+        set_field(self, "wait_for_lease", wait_for_lease)
+        set_field(self, "store_retry_s", store_retry_s)
+        set_field(self, "park_wait_s", park_wait_s)
+        set_field(self, "history_warn", history_warn)
+        set_field(self, "history_max", history_max)
 
 
 def check_options(

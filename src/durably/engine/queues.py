@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from .._record import Record, set_field
 from ..errors import ConfigError
 from ..history import RunRecord, check_text
 from ..ownership import check_clock, owner_dead
@@ -17,12 +17,17 @@ from .leases import Leases
 from .registry import Registry, Workflow
 
 
-@dataclass(frozen=True)
-class QueueLimits:
+class QueueLimits(Record, frozen=True):
     """Concurrency limits of one queue."""
 
-    concurrency: int | None = None
-    worker_concurrency: int | None = None
+    concurrency: int | None
+    worker_concurrency: int | None
+
+    def __init__(
+        self, concurrency: int | None = None, worker_concurrency: int | None = None
+    ) -> None:
+        set_field(self, "concurrency", concurrency)
+        set_field(self, "worker_concurrency", worker_concurrency)
 
 
 class Queues:

@@ -7,22 +7,20 @@ process does not register is refused, naming it.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import codec
+from .._callables import is_coroutine_function
+from .._record import Record, replace, set_field
 from ..budget import Budget
 from ..errors import ConfigError, WorkflowNotRegistered
 from ..history import RunRecord, check_name
 from ..misuse import check_workflow_fn
 
 
-@dataclass(frozen=True)
-class Workflow:
+class Workflow(Record, frozen=True, uncompared=("pinned",)):
     """A registered workflow function."""
 
     name: str
@@ -30,14 +28,36 @@ class Workflow:
     prompt_version: str | None
     fn: Callable[..., Any]
     is_async: bool
-    return_hint: Any = None
-    param_hints: dict[str, Any] = field(default_factory=dict)
+    return_hint: Any
+    param_hints: dict[str, Any]
 
     # Set on the copy at_version() returns: a new run takes exactly this version.
-    pinned: bool = field(default=False, compare=False)
+    pinned: bool
     # The run's spending limit (``budget=``), applied at the top of every claim as if the
     # workflow called ctx.budget first.
-    budget: Budget | None = None
+    budget: Budget | None
+
+    def __init__(
+        self,
+        name: str,
+        version: str | None,
+        prompt_version: str | None,
+        fn: Callable[..., Any],
+        is_async: bool,
+        return_hint: Any = None,
+        param_hints: dict[str, Any] | None = None,
+        pinned: bool = False,
+        budget: Budget | None = None,
+    ) -> None:
+        set_field(self, "name", name)
+        set_field(self, "version", version)
+        set_field(self, "prompt_version", prompt_version)
+        set_field(self, "fn", fn)
+        set_field(self, "is_async", is_async)
+        set_field(self, "return_hint", return_hint)
+        set_field(self, "param_hints", {} if param_hints is None else param_hints)
+        set_field(self, "pinned", pinned)
+        set_field(self, "budget", budget)
 
     def __repr__(self) -> str:
         return f"<durably workflow {self.name!r} version={self.version!r}>"
@@ -49,7 +69,7 @@ class Workflow:
         version it does not register, naming it."""
         if version is not None and not isinstance(version, str):
             raise ConfigError(f"at_version takes a str or None, got {version!r:.100}")
-        return dataclasses.replace(self, version=version, pinned=True)
+        return replace(self, version=version, pinned=True)
 
 
 class Registry:
@@ -93,7 +113,7 @@ class Registry:
                 version,
                 prompt_version,
                 fn,
-                inspect.iscoroutinefunction(fn),
+                is_coroutine_function(fn),
                 codec.return_hint(fn),
                 codec.param_hints(fn),
                 budget=budget,

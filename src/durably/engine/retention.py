@@ -13,10 +13,10 @@ import datetime as _dt
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from .._log import LazyLogger
+from .._record import Record, set_field
 from ..errors import (
     ConfigError,
     RunNotFound,
@@ -38,8 +38,7 @@ RETAIN_RUNS_PER_TICK: Final = 200
 Age = _dt.datetime | _dt.timedelta | float | int
 
 
-@dataclass(frozen=True)
-class PruneReport:
+class PruneReport(Record, frozen=True):
     """What ``engine.prune`` (or ``engine.delete_run``) removed, or with ``dry_run``
     would remove: runs (by status) and the blobs no remaining run cites."""
 
@@ -49,6 +48,22 @@ class PruneReport:
     blob_bytes: int
     dry_run: bool
     run_ids: tuple[str, ...]
+
+    def __init__(
+        self,
+        runs: int,
+        by_status: dict[str, int],
+        blobs: int,
+        blob_bytes: int,
+        dry_run: bool,
+        run_ids: tuple[str, ...],
+    ) -> None:
+        set_field(self, "runs", runs)
+        set_field(self, "by_status", by_status)
+        set_field(self, "blobs", blobs)
+        set_field(self, "blob_bytes", blob_bytes)
+        set_field(self, "dry_run", dry_run)
+        set_field(self, "run_ids", run_ids)
 
     def as_json(self) -> dict[str, Any]:
         """The report as plain data (``durably prune --json``)."""

@@ -7,10 +7,10 @@ is :mod:`durably.budget`, which the stores also use.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+from .._record import replace
 from ..budget import Budget
 from ..errors import ConfigError
 from ..replay.ops import Op, ReadSpend, SetBudget
@@ -36,5 +36,5 @@ def set_budget(core: RunCore, budget: Budget) -> Generator[Op, Any, None]:
         state.spend = yield ReadSpend()
     if state.spend.budget != budget:
         yield SetBudget(budget)
-        state.spend = dataclasses.replace(state.spend, budget=budget)
+        state.spend = replace(state.spend, budget=budget)
     core.check_budget()

@@ -8,13 +8,13 @@ over the kernel's step seams (``live_step``, ``retry_wait``, ``record_ok``,
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import inputs
+from .._record import replace
 from ..current import StepInfo as CurrentStep
 from ..errors import ConfigError, ReplayEnd, SerializationError, StepFailed, clause
 from ..journal import codec
@@ -72,7 +72,7 @@ def step_stream(
         check_name(name, "ctx.step_stream: the step name")
     except ConfigError as exc:
         raise core.poison(exc) from None
-    sig = dataclasses.replace(signature_of(fn), return_hint=None)
+    sig = replace(signature_of(fn), return_hint=None)
     if not in_async and (sig.is_async or _is_asyncgen(fn)):
         raise core.poison(
             ConfigError(

@@ -13,7 +13,6 @@ so a future change of encoding can never silently mismatch an old history.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import enum
 import hashlib
@@ -121,8 +120,8 @@ def to_json(value: Any, where: str = "value") -> Any:
     uid = sys.modules.get("uuid")
     if uid is not None and isinstance(value, uid.UUID):
         return {"$uuid": str(value)}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name), where) for f in dataclasses.fields(value)}
+    if _is_dataclass(t):
+        return {f.name: to_json(getattr(value, f.name), where) for f in _fields(value)}
     dump = getattr(value, "model_dump", None)
     if callable(dump) and hasattr(type(value), "model_validate"):  # a pydantic v2 model
         # Through to_json again: model_dump knows nothing of this codec's tags, so a field
@@ -515,13 +514,13 @@ def _coerce_generic(value: Any, origin: Any, args: tuple[Any, ...]) -> Any:
 
 
 def _coerce_class(value: Any, cls: type) -> Any:
-    if isinstance(value, cls) and not dataclasses.is_dataclass(cls):
+    if isinstance(value, cls) and not _is_dataclass(cls):
         return value
-    if dataclasses.is_dataclass(cls) and isinstance(value, dict):
+    if _is_dataclass(cls) and isinstance(value, dict):
         hints = _type_hints(cls)
         kwargs = {
             f.name: coerce(value[f.name], hints.get(f.name))
-            for f in dataclasses.fields(cls)
+            for f in _fields(cls)
             if f.name in value
         }
         init = {k: v for k, v in kwargs.items() if _field_in_init(cls, k)}
@@ -543,7 +542,22 @@ def _coerce_class(value: Any, cls: type) -> Any:
 
 
 def _field_in_init(cls: type, name: str) -> bool:
-    return any(f.name == name and f.init for f in dataclasses.fields(cls))
+    return any(f.name == name and f.init for f in _fields(cls))
+
+
+def _is_dataclass(cls: type) -> bool:
+    """``dataclasses.is_dataclass`` of a class, without importing ``dataclasses``: the test
+    it makes (durably's records answer it too, see durably._record), so a resume that
+    encodes plain data never imports the module."""
+    return hasattr(cls, "__dataclass_fields__")
+
+
+def _fields(obj: Any) -> Any:
+    """``dataclasses.fields``: imported here, where a dataclass value exists, so its user
+    (or the record asked for its fields) pays for the import."""
+    import dataclasses
+
+    return dataclasses.fields(obj)
 
 
 # Weak keys: step functions may be fresh closures on every call, and a long-lived worker

@@ -21,9 +21,9 @@ in :mod:`durably.events`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._record import Record, set_field
 from ..limits import EVENT_DATA_BYTES_MAX as EVENT_DATA_BYTES_MAX
 
 RUN_CREATED: Final = "run.created"
@@ -54,8 +54,7 @@ MODEL_DELTA: Final = "model.delta"
 MODEL_RESTART: Final = "model.restart"
 
 
-@dataclass(frozen=True)
-class EventKind:
+class EventKind(Record, frozen=True):
     """One row of the event table: a kind, what it means, and its JSON data fields.
 
     ``fields`` maps each data field to a one-line description; a field marked "(if
@@ -66,8 +65,20 @@ class EventKind:
 
     kind: str
     meaning: str
-    fields: Mapping[str, str] = field(default_factory=dict)
-    stream_only: bool = False
+    fields: Mapping[str, str]
+    stream_only: bool
+
+    def __init__(
+        self,
+        kind: str,
+        meaning: str,
+        fields: Mapping[str, str] | None = None,
+        stream_only: bool = False,
+    ) -> None:
+        set_field(self, "kind", kind)
+        set_field(self, "meaning", meaning)
+        set_field(self, "fields", {} if fields is None else fields)
+        set_field(self, "stream_only", stream_only)
 
 
 #: The one table of event kinds. docs/events.md shows the same table (a test compares).
@@ -285,8 +296,7 @@ EVENT_KINDS: Final[tuple[EventKind, ...]] = (
 STREAM_ONLY_KINDS: Final = frozenset(k.kind for k in EVENT_KINDS if k.stream_only)
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(Record, frozen=True):
     """One event of a run's stream.
 
     ``cursor`` is the event's place in its run's stream (1, 2, 3, ... in commit order);
@@ -302,9 +312,24 @@ class Event:
     at: float
     data: dict[str, Any]
 
+    def __init__(
+        self,
+        run_id: str,
+        cursor: int,
+        kind: str,
+        position: str | None,
+        at: float,
+        data: dict[str, Any],
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "cursor", cursor)
+        set_field(self, "kind", kind)
+        set_field(self, "position", position)
+        set_field(self, "at", at)
+        set_field(self, "data", data)
 
-@dataclass(frozen=True)
-class EventPage:
+
+class EventPage(Record, frozen=True):
     """One read of a run's stream: the events, the cursor to read on from, and whether
     the stream is finished.
 
@@ -318,9 +343,13 @@ class EventPage:
     cursor: int
     finished: bool
 
+    def __init__(self, events: list[Event], cursor: int, finished: bool) -> None:
+        set_field(self, "events", events)
+        set_field(self, "cursor", cursor)
+        set_field(self, "finished", finished)
 
-@dataclass(frozen=True, slots=True)
-class NewEvent:
+
+class NewEvent(Record, frozen=True):
     """An event on its way into a run's stream; the store gives it its cursor.
 
     ``data`` is canonical JSON text. ``dedupe`` names this occurrence of the event within
@@ -329,11 +358,20 @@ class NewEvent:
     commit outcome, or an emit replayed after a crash, is stored once.
     """
 
+    __slots__ = ("at", "data", "dedupe", "kind", "position")
+
     kind: str
     position: str | None
     data: str
     at: float
     dedupe: str
+
+    def __init__(self, kind: str, position: str | None, data: str, at: float, dedupe: str) -> None:
+        set_field(self, "kind", kind)
+        set_field(self, "position", position)
+        set_field(self, "data", data)
+        set_field(self, "at", at)
+        set_field(self, "dedupe", dedupe)
 
 
 def new_event(

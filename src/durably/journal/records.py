@@ -7,11 +7,10 @@ the boundary instead of deep inside a replay.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
-from dataclasses import dataclass, field
 from typing import Final
 
+from .._record import Record, replace, set_field
 from ..errors import CorruptRecord
 from .keys import idempotency_key, valid_incarnation, valid_position
 
@@ -90,28 +89,79 @@ REDACTED_DIGEST: Final = "0" * 64
 delete --redact``): a hash of a short value is guessable, and no value hashes to it."""
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
+class StepRecord(Record, frozen=True, uncompared=("blobs",), unshown=("blobs",)):
     """One position of a run's history: a step result, a failure, or an effect intent."""
+
+    __slots__ = (
+        "attempts",
+        "blobs",
+        "digest",
+        "error_message",
+        "error_type",
+        "finished_at",
+        "inputs",
+        "kind",
+        "name",
+        "output",
+        "position",
+        "started_at",
+        "status",
+        "usage_cost_usd",
+        "usage_tokens",
+    )
 
     position: str
     kind: str
     name: str
     digest: str
     status: str
-    output: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    attempts: int = 1
-    started_at: float = 0.0
-    finished_at: float | None = None
-    usage_tokens: int | None = None
-    usage_cost_usd: float | None = None
+    output: str | None
+    error_type: str | None
+    error_message: str | None
+    attempts: int
+    started_at: float
+    finished_at: float | None
+    usage_tokens: int | None
+    usage_cost_usd: float | None
     # What a step was called with: a manifest of blob digests (durably.inputs), or None.
-    inputs: str | None = None
+    inputs: str | None
     # Blobs to write with the record, in its transaction: (digest, text) pairs. Not a
     # column and not part of the record's identity (a blob already stored is left out).
-    blobs: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    blobs: tuple[tuple[str, str], ...]
+
+    def __init__(
+        self,
+        position: str,
+        kind: str,
+        name: str,
+        digest: str,
+        status: str,
+        output: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        attempts: int = 1,
+        started_at: float = 0.0,
+        finished_at: float | None = None,
+        usage_tokens: int | None = None,
+        usage_cost_usd: float | None = None,
+        inputs: str | None = None,
+        blobs: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        set_field(self, "position", position)
+        set_field(self, "kind", kind)
+        set_field(self, "name", name)
+        set_field(self, "digest", digest)
+        set_field(self, "status", status)
+        set_field(self, "output", output)
+        set_field(self, "error_type", error_type)
+        set_field(self, "error_message", error_message)
+        set_field(self, "attempts", attempts)
+        set_field(self, "started_at", started_at)
+        set_field(self, "finished_at", finished_at)
+        set_field(self, "usage_tokens", usage_tokens)
+        set_field(self, "usage_cost_usd", usage_cost_usd)
+        set_field(self, "inputs", inputs)
+        set_field(self, "blobs", blobs)
 
     def check(self) -> StepRecord:
         """Raise :class:`CorruptRecord` unless the record is well formed; return it."""
@@ -138,7 +188,7 @@ class StepRecord:
 
     def replace(self, **changes: object) -> StepRecord:
         """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
 
 def stored_bytes(rec: StepRecord) -> int:
@@ -157,9 +207,37 @@ def stored_bytes(rec: StepRecord) -> int:
     return size
 
 
-@dataclass(frozen=True, slots=True)
-class RunRecord:
+class RunRecord(Record, frozen=True):
     """A run as the journal knows it."""
+
+    __slots__ = (
+        "cancel_reason",
+        "cancel_requested_at",
+        "codec_version",
+        "created_at",
+        "error_message",
+        "error_type",
+        "fencing_token",
+        "finished_at",
+        "generation",
+        "incarnation",
+        "input",
+        "input_digest",
+        "lease_expires_at",
+        "outcome",
+        "owner",
+        "park_reason",
+        "prompt_version",
+        "queue",
+        "run_id",
+        "starts",
+        "starts_without_progress",
+        "status",
+        "updated_at",
+        "version",
+        "wake_at",
+        "workflow",
+    )
 
     run_id: str
     workflow: str
@@ -170,25 +248,81 @@ class RunRecord:
     input_digest: str
     codec_version: int
     status: str
-    generation: int = 0
-    fencing_token: int = 0
-    owner: str | None = None
-    lease_expires_at: float | None = None
-    starts: int = 0
-    starts_without_progress: int = 0
-    outcome: str | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    park_reason: str | None = None
-    wake_at: float | None = None
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    finished_at: float | None = None
-    incarnation: str | None = None
+    generation: int
+    fencing_token: int
+    owner: str | None
+    lease_expires_at: float | None
+    starts: int
+    starts_without_progress: int
+    outcome: str | None
+    error_type: str | None
+    error_message: str | None
+    park_reason: str | None
+    wake_at: float | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    incarnation: str | None
     # A cancel asked for (``engine.cancel``): a durable flag, not a status, until the
     # workflow has unwound and the run ends ``cancelled``. The first reason stays.
-    cancel_requested_at: float | None = None
-    cancel_reason: str | None = None
+    cancel_requested_at: float | None
+    cancel_reason: str | None
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow: str,
+        version: str | None,
+        prompt_version: str | None,
+        queue: str,
+        input: str,
+        input_digest: str,
+        codec_version: int,
+        status: str,
+        generation: int = 0,
+        fencing_token: int = 0,
+        owner: str | None = None,
+        lease_expires_at: float | None = None,
+        starts: int = 0,
+        starts_without_progress: int = 0,
+        outcome: str | None = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+        park_reason: str | None = None,
+        wake_at: float | None = None,
+        created_at: float = 0.0,
+        updated_at: float = 0.0,
+        finished_at: float | None = None,
+        incarnation: str | None = None,
+        cancel_requested_at: float | None = None,
+        cancel_reason: str | None = None,
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "workflow", workflow)
+        set_field(self, "version", version)
+        set_field(self, "prompt_version", prompt_version)
+        set_field(self, "queue", queue)
+        set_field(self, "input", input)
+        set_field(self, "input_digest", input_digest)
+        set_field(self, "codec_version", codec_version)
+        set_field(self, "status", status)
+        set_field(self, "generation", generation)
+        set_field(self, "fencing_token", fencing_token)
+        set_field(self, "owner", owner)
+        set_field(self, "lease_expires_at", lease_expires_at)
+        set_field(self, "starts", starts)
+        set_field(self, "starts_without_progress", starts_without_progress)
+        set_field(self, "outcome", outcome)
+        set_field(self, "error_type", error_type)
+        set_field(self, "error_message", error_message)
+        set_field(self, "park_reason", park_reason)
+        set_field(self, "wake_at", wake_at)
+        set_field(self, "created_at", created_at)
+        set_field(self, "updated_at", updated_at)
+        set_field(self, "finished_at", finished_at)
+        set_field(self, "incarnation", incarnation)
+        set_field(self, "cancel_requested_at", cancel_requested_at)
+        set_field(self, "cancel_reason", cancel_reason)
 
     def check(self) -> RunRecord:
         """Raise :class:`CorruptRecord` unless the run row is well formed; return it."""

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import inputs
 from .._log import LazyLogger
+from .._record import Record, set_field
 from ..budget import Spend, SpendEntry, exceeded_message
 from ..errors import (
     BudgetExceeded,
@@ -77,15 +77,22 @@ NOT_DONE: Any = type("NotDone", (), {"__repr__": lambda self: "durably.NOT_DONE"
 """Returned by a ``reconcile`` function when the effect did not happen: the step runs."""
 
 
-@dataclass(frozen=True, slots=True)
-class FaultStepInfo:
+class FaultStepInfo(Record, frozen=True):
     """What a fault hook may want to know about the step it was called for (see
     :func:`fault_step`; exported as ``durably.FaultStepInfo``)."""
+
+    __slots__ = ("effect", "has_reconcile", "key", "takes_key")
 
     key: str
     takes_key: bool
     effect: bool
     has_reconcile: bool
+
+    def __init__(self, key: str, takes_key: bool, effect: bool, has_reconcile: bool) -> None:
+        set_field(self, "key", key)
+        set_field(self, "takes_key", takes_key)
+        set_field(self, "effect", effect)
+        set_field(self, "has_reconcile", has_reconcile)
 
 
 StepInfo = FaultStepInfo

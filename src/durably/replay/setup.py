@@ -8,9 +8,9 @@ the kernel's attributes afterwards (STYLE habit 16), so the two can no longer dr
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from .._record import Record, set_field
 from ..journal.codec import CODEC_VERSION
 from ..journal.records import RunRecord, StepRecord
 
@@ -33,8 +33,7 @@ Fetch = Callable[[Sequence[str]], Mapping[str, str]]
 """Reads stored blobs by digest (the store's ``get_blobs``): only to explain a mismatch."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunSetup:
+class RunSetup(Record, frozen=True):
     """The fixed facts of one attempt at a run.
 
     ``history`` is the run's journal as loaded; ``token`` the fencing token of this
@@ -49,20 +48,69 @@ class RunSetup:
     ``(records, bytes)`` bounds of a generation (None: not checked).
     """
 
+    __slots__ = (
+        "checking",
+        "clock",
+        "codec_version",
+        "fault_hook",
+        "fetch_blobs",
+        "generation",
+        "history",
+        "history_max",
+        "history_warn",
+        "incarnation",
+        "lease_deadline",
+        "prompt_versions",
+        "run_id",
+        "token",
+    )
+
     run_id: str
     history: Sequence[StepRecord]
     clock: Now
-    fault_hook: FaultHook | None = None
-    token: int = 0
-    incarnation: str | None = None
-    generation: int = 0
-    codec_version: int = CODEC_VERSION
-    prompt_versions: tuple[str | None, str | None] = (None, None)
-    lease_deadline: float | None = None
-    checking: bool = False
-    fetch_blobs: Fetch | None = None
-    history_warn: tuple[int, int] | None = None
-    history_max: tuple[int, int] | None = None
+    fault_hook: FaultHook | None
+    token: int
+    incarnation: str | None
+    generation: int
+    codec_version: int
+    prompt_versions: tuple[str | None, str | None]
+    lease_deadline: float | None
+    checking: bool
+    fetch_blobs: Fetch | None
+    history_warn: tuple[int, int] | None
+    history_max: tuple[int, int] | None
+
+    def __init__(
+        self,
+        run_id: str,
+        history: Sequence[StepRecord],
+        clock: Now,
+        fault_hook: FaultHook | None = None,
+        token: int = 0,
+        incarnation: str | None = None,
+        generation: int = 0,
+        codec_version: int = CODEC_VERSION,
+        prompt_versions: tuple[str | None, str | None] = (None, None),
+        lease_deadline: float | None = None,
+        checking: bool = False,
+        fetch_blobs: Fetch | None = None,
+        history_warn: tuple[int, int] | None = None,
+        history_max: tuple[int, int] | None = None,
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "history", history)
+        set_field(self, "clock", clock)
+        set_field(self, "fault_hook", fault_hook)
+        set_field(self, "token", token)
+        set_field(self, "incarnation", incarnation)
+        set_field(self, "generation", generation)
+        set_field(self, "codec_version", codec_version)
+        set_field(self, "prompt_versions", prompt_versions)
+        set_field(self, "lease_deadline", lease_deadline)
+        set_field(self, "checking", checking)
+        set_field(self, "fetch_blobs", fetch_blobs)
+        set_field(self, "history_warn", history_warn)
+        set_field(self, "history_max", history_max)
 
     @classmethod
     def for_run(

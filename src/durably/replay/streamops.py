@@ -10,9 +10,9 @@ caller; the iterator the workflow holds (``durably.context``) carries these out.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._record import Record, set_field
 from ..current import StepInfo
 from ..limits import STREAM_CHUNKS_MAX as STREAM_CHUNKS_MAX
 
@@ -23,23 +23,33 @@ STOP: Any = type("StreamStop", (), {"__repr__": lambda self: "<caller stopped>"}
 """The reply to :class:`Begun` or :class:`Deliver` when the caller stopped iterating."""
 
 
-@dataclass(frozen=True, slots=True)
-class Begun:
+class Begun(Record, frozen=True):
     """Op: the streamed step took ``position`` (its record, if any, matched); the
     iterator pauses here until the caller asks for the first chunk."""
 
+    __slots__ = ("position",)
+
     position: str
 
+    def __init__(self, position: str) -> None:
+        set_field(self, "position", position)
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
+
+class Deliver(Record, frozen=True):
     """Op: hand ``chunk`` (number ``index`` of this series) to the caller. ``info`` is
     the live attempt's :class:`~durably.StepInfo`, None for a chunk rebuilt from the
     record (a replay)."""
 
+    __slots__ = ("chunk", "index", "info")
+
     chunk: Any
     index: int
     info: StepInfo | None
+
+    def __init__(self, chunk: Any, index: int, info: StepInfo | None) -> None:
+        set_field(self, "chunk", chunk)
+        set_field(self, "index", index)
+        set_field(self, "info", info)
 
 
 class Owner(Protocol):

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
-import inspect
 import threading
+import types
 import weakref
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._callables import isawaitable
 from .._fork import reset_after_fork
+from .._record import Record, replace
 from ..clock import Clock, SystemClock
 from ..current import inside_step
 from ..errors import (
@@ -62,14 +62,21 @@ T = TypeVar("T")
 COMPENSATING_TASKS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-@dataclass(slots=True)
-class GatherTasks:
+class GatherTasks(Record):
     """The asyncio tasks of an attempt's ``ctx.gather`` branches, by branch prefix
     (``"4.0."``), and the prefixes of the branch waits settling now (see
     :func:`durably.runtime.settle.siblings_first`)."""
 
-    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
-    settling: set[str] = field(default_factory=set)
+    __slots__ = ("settling", "tasks")
+
+    tasks: dict[str, asyncio.Task[Any]]
+    settling: set[str]
+
+    def __init__(
+        self, tasks: dict[str, asyncio.Task[Any]] | None = None, settling: set[str] | None = None
+    ) -> None:
+        self.tasks = {} if tasks is None else tasks
+        self.settling = set() if settling is None else settling
 
 
 class Executor:
@@ -388,10 +395,10 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
             value = op.fn(*op.args, **op.kwargs)
         else:
             value = _call_with_timeout(op)
-        if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
+        if type(value) not in _NEVER_AWAITABLE and isawaitable(value):
             # Never awaited here, so what it stands for did not happen: recording it (or
             # failing the step, which a workflow may catch and go on from) would be wrong.
-            if inspect.iscoroutine(value):
+            if isinstance(value, types.CoroutineType):
                 value.close()
             misuse = ConfigError(
                 f"{fn_text(op.fn)!r} returned an awaitable ({type(value).__name__}), which a"
@@ -405,8 +412,8 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
         return Outcome(None, exc, box)
 
 
-# The plain types most steps return: none is awaitable, so inspect.isawaitable (an ABC
-# check, a few hundred instructions for a dict) is skipped for them.
+# The plain types most steps return: none is awaitable, so isawaitable (an ABC check, a
+# few hundred instructions for a dict) is skipped for them.
 _NEVER_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple, bytes})
 
 
@@ -482,7 +489,7 @@ def _late_usage(
     charges nothing for it: what it reported so far is charged here too. ``on_loop``:
     called on the event loop, whose thread must not wait out a failing store's retries
     (the charge made here goes to a step thread)."""
-    so_far = dataclasses.replace(box, late=None)
+    so_far = replace(box, late=None)
     if op.spend_call is None or op.info is None:
         return so_far  # a call whose usage is not charged (closing a stream)
     base = Usage() if cancelled else so_far
@@ -523,7 +530,7 @@ class _LateCharges:
             )
             if not box.reported or (new.tokens, new.cost_usd) == (0, 0):
                 return
-            self.charged = dataclasses.replace(box, late=None)
+            self.charged = replace(box, late=None)
             self.entries += 1
             ex = self.ex
             entry = ex.core.spend_entry(
@@ -548,7 +555,7 @@ async def _invoke(op: Call) -> Any:
     """One attempt: an async function on the loop, a sync one in a step thread (so it
     neither blocks the loop nor escapes ``timeout_s``)."""
     value = op.fn(*op.args, **op.kwargs) if op.is_async else await _in_thread(op)
-    if inspect.isawaitable(value):
+    if isawaitable(value):
         value = await value
     return value
 

@@ -4,7 +4,6 @@ fenced read of a decision (over the :mod:`.tx` protocol). Parking on a request i
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,6 +92,10 @@ class Approvals(Backend):
                 cancelling=run is not None and bool(run[1]),
             )
             tx.q("decide_approval", **key, outcome=outcome, by=by, note=note, now=now)
+            # Here, not at the top: a row is a durably.approvals dataclass (so the module
+            # is loaded by now), and a resume that decides nothing never imports it.
+            import dataclasses
+
             decided = dataclasses.replace(row, outcome=outcome, by=by, note=note, decided_at=now)
             tx.events(run_id, [stream.approval_decided(decided, now)])
             # Wakes the run parked on it (and, on PostgreSQL, the workers, in the query).

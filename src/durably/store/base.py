@@ -11,9 +11,9 @@ has raised the token, so two processes can never both drive one run.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from .._record import Record, set_field
 from ..budget import Budget, Spend, SpendEntry
 from ..events import EventPage, NewEvent
 from ..history import RunRecord, StepRecord, new_incarnation
@@ -63,13 +63,24 @@ def status_list(status: str | Sequence[str] | None) -> list[str] | None:
     return [status] if isinstance(status, str) else list(status)
 
 
-@dataclass(frozen=True, slots=True)
-class NewRun:
+class NewRun(Record, frozen=True):
     """What is known about a run when it is first created.
 
     ``incarnation`` is drawn here, once per row to be created: it tells this run's keys
     apart from those of any other run that ever had (or will have) the same run id.
     """
+
+    __slots__ = (
+        "codec_version",
+        "incarnation",
+        "input",
+        "input_digest",
+        "prompt_version",
+        "queue",
+        "run_id",
+        "version",
+        "workflow",
+    )
 
     run_id: str
     workflow: str
@@ -79,7 +90,29 @@ class NewRun:
     input: str
     input_digest: str
     codec_version: int
-    incarnation: str = field(default_factory=new_incarnation)
+    incarnation: str
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow: str,
+        version: str | None,
+        prompt_version: str | None,
+        queue: str,
+        input: str,
+        input_digest: str,
+        codec_version: int,
+        incarnation: str | None = None,
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "workflow", workflow)
+        set_field(self, "version", version)
+        set_field(self, "prompt_version", prompt_version)
+        set_field(self, "queue", queue)
+        set_field(self, "input", input)
+        set_field(self, "input_digest", input_digest)
+        set_field(self, "codec_version", codec_version)
+        set_field(self, "incarnation", new_incarnation() if incarnation is None else incarnation)
 
 
 class RunsStore(Protocol):
@@ -493,11 +526,12 @@ class FleetStore(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class Generation:
+class Generation(Record, frozen=True):
     """A finished generation of a run (``ctx.continue_as_new`` ended it): its number,
     input (canonical JSON ``{"args": [...], "kwargs": {...}}``) and the input's sha256,
     its status (``continued``), how many records it holds and when it ended."""
+
+    __slots__ = ("finished_at", "generation", "input", "input_digest", "records", "status")
 
     generation: int
     input: str
@@ -505,6 +539,22 @@ class Generation:
     status: str
     records: int
     finished_at: float
+
+    def __init__(
+        self,
+        generation: int,
+        input: str,
+        input_digest: str,
+        status: str,
+        records: int,
+        finished_at: float,
+    ) -> None:
+        set_field(self, "generation", generation)
+        set_field(self, "input", input)
+        set_field(self, "input_digest", input_digest)
+        set_field(self, "status", status)
+        set_field(self, "records", records)
+        set_field(self, "finished_at", finished_at)
 
 
 class GenerationsStore(Protocol):

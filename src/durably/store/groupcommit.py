@@ -21,24 +21,45 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
+from .._record import Record
 from ..events import NewEvent
 from ..history import StepRecord
 
 
-@dataclass(slots=True, eq=False)
-class Append:
+class Append(Record, eq=False):
     """One caller's append, queued: its arguments, then its outcome."""
+
+    __slots__ = ("done", "durable", "error", "events", "records", "result", "run_id", "token")
 
     run_id: str
     token: int
     records: Sequence[StepRecord]
     events: Sequence[NewEvent]
     durable: bool
-    result: bool = False
-    error: BaseException | None = None
-    done: bool = field(default=False)
+    result: bool
+    error: BaseException | None
+    done: bool
+
+    def __init__(
+        self,
+        run_id: str,
+        token: int,
+        records: Sequence[StepRecord],
+        events: Sequence[NewEvent],
+        durable: bool,
+        result: bool = False,
+        error: BaseException | None = None,
+        done: bool = False,
+    ) -> None:
+        self.run_id = run_id
+        self.token = token
+        self.records = records
+        self.events = events
+        self.durable = durable
+        self.result = result
+        self.error = error
+        self.done = done
 
 
 WriteOne = Callable[[Append], bool]

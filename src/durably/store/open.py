@@ -6,7 +6,6 @@ other's module and there is no import circle.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -67,6 +66,10 @@ STORE_OPTIONS: dict[str, tuple[str, ...]] = {
 def _check_options(kind: str, cls: type, options: dict[str, Any]) -> None:
     """Refuse an option the store does not take (``ConfigError`` naming the ones it
     does): an ignored option is a setting the user believes is in force."""
+    if not options:
+        return  # nothing to refuse (and inspect stays unimported: issue 28)
+    import inspect
+
     params = inspect.signature(cls).parameters
     # durability is every store's and the engine's own option (passed by name above).
     allowed = [

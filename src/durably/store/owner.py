@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+
+from .._record import Record, set_field
 
 OWNER_CHARS_MAX = 512  # a longer owner string is not one durably wrote
 LABEL_CHARS_MAX = 64
@@ -32,8 +33,7 @@ _UNSAFE = re.compile(r"[^0-9A-Za-z.:-]")
 _EXITED = ("Z", "X")  # /proc/<pid>/stat states of a process that has exited
 
 
-@dataclass(frozen=True, slots=True)
-class Owner:
+class Owner(Record, frozen=True):
     """Who drives a run: ``host`` (a label for people: the node name or ``DURABLY_HOST``),
     ``pid``, the pid's start time, and ``host_id`` (machine id, boot id and pid namespace:
     the identity that decides whether the pid can be checked from here).
@@ -42,10 +42,18 @@ class Owner:
     by hand): it is shown, but never judged dead; its lease expires instead.
     """
 
+    __slots__ = ("host", "host_id", "pid", "started")
+
     host: str
     pid: int
     started: str
-    host_id: str = ""
+    host_id: str
+
+    def __init__(self, host: str, pid: int, started: str, host_id: str = "") -> None:
+        set_field(self, "host", host)
+        set_field(self, "pid", pid)
+        set_field(self, "started", started)
+        set_field(self, "host_id", host_id)
 
     def __str__(self) -> str:
         base = f"{self.host}|{self.pid}|{self.started}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+from .._record import Record, set_field
 from ..journal.records import CANCELLED, COMPLETED, FAILED_RUN, REDACTED_DIGEST
 
 PRUNABLE: Final = (COMPLETED, FAILED_RUN, CANCELLED)
@@ -25,8 +25,7 @@ MARKER_DIGEST: Final = REDACTED_DIGEST
 """What redaction writes in place of a digest (a hash of a short value is guessable)."""
 
 
-@dataclass(frozen=True)
-class Tombstone:
+class Tombstone(Record, frozen=True):
     """What is left of a pruned or deleted run."""
 
     run_id: str
@@ -38,6 +37,26 @@ class Tombstone:
     removed_at: float
     how: str
     """``pruned`` or ``deleted``."""
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow: str,
+        input_digest: str,
+        status: str,
+        incarnation: str | None,
+        finished_at: float | None,
+        removed_at: float,
+        how: str,
+    ) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "workflow", workflow)
+        set_field(self, "input_digest", input_digest)
+        set_field(self, "status", status)
+        set_field(self, "incarnation", incarnation)
+        set_field(self, "finished_at", finished_at)
+        set_field(self, "removed_at", removed_at)
+        set_field(self, "how", how)
 
     def as_json(self) -> dict[str, Any]:
         """The tombstone as plain data (``durably runs list --pruned --json``)."""
@@ -51,24 +70,41 @@ class Tombstone:
         }
 
 
-@dataclass(frozen=True)
-class Redaction:
+class Redaction(Record, frozen=True):
     """When a run's values were replaced by a marker, and by whom."""
 
     run_id: str
     redacted_at: float
     redacted_by: str
 
+    def __init__(self, run_id: str, redacted_at: float, redacted_by: str) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "redacted_at", redacted_at)
+        set_field(self, "redacted_by", redacted_by)
 
-@dataclass
-class Freed:
+
+class Freed(Record):
     """What a prune (or a delete) removed, or, for a dry run, would remove."""
 
-    runs: int = 0
-    by_status: dict[str, int] = field(default_factory=dict)
-    blobs: int = 0
-    blob_bytes: int = 0
-    run_ids: list[str] = field(default_factory=list)
+    runs: int
+    by_status: dict[str, int]
+    blobs: int
+    blob_bytes: int
+    run_ids: list[str]
+
+    def __init__(
+        self,
+        runs: int = 0,
+        by_status: dict[str, int] | None = None,
+        blobs: int = 0,
+        blob_bytes: int = 0,
+        run_ids: list[str] | None = None,
+    ) -> None:
+        self.runs = runs
+        self.by_status = {} if by_status is None else by_status
+        self.blobs = blobs
+        self.blob_bytes = blob_bytes
+        self.run_ids = [] if run_ids is None else run_ids
 
 
 class Tombstoned(Exception):

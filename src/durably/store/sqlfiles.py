@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+
+from .._record import Record, set_field
 
 # Plain files next to this module. (importlib.resources would import pathlib, tempfile and
 # more, about 10 ms, and opening a store is on the resume path.)
@@ -64,13 +65,17 @@ def schema(dialect: str) -> str:
     return _read(dialect, "schema.sql")
 
 
-@dataclass(frozen=True)
-class Migration:
+class Migration(Record, frozen=True):
     """One numbered migration file."""
 
     version: int
     name: str
     sql: str
+
+    def __init__(self, version: int, name: str, sql: str) -> None:
+        set_field(self, "version", version)
+        set_field(self, "name", name)
+        set_field(self, "sql", sql)
 
 
 def migrations(dialect: str, root: str = _SQL_DIR) -> list[Migration]:

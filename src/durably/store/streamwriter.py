@@ -42,10 +42,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from .._fork import reset_after_fork
 from .._log import LazyLogger
+from .._record import Record, set_field
 from ..events import MODEL_RESTART, NewEvent
 from ..limits import STREAM_BATCH_MAX, STREAM_QUEUE_MAX
 from .tx import Backend, Tx
@@ -61,14 +61,20 @@ connection (the backend's), raising on failure."""
 _FAILED_PAUSE_S = 0.2
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(Record, frozen=True):
     """Stream-only events of one run on their way in, from the process holding
     ``token``."""
+
+    __slots__ = ("events", "run_id", "token")
 
     run_id: str
     token: int
     events: tuple[NewEvent, ...]
+
+    def __init__(self, run_id: str, token: int, events: tuple[NewEvent, ...]) -> None:
+        set_field(self, "run_id", run_id)
+        set_field(self, "token", token)
+        set_field(self, "events", events)
 
 
 class StreamWriter:

@@ -12,7 +12,6 @@ a tool that asks for an approval refuses to run (the step would skip its approva
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import warnings
@@ -20,6 +19,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 
+from .._record import replace
 from ..context import Context, current_context
 from ..current import current_step
 from ..errors import ConfigError, ToolRejected
@@ -94,9 +94,9 @@ class Tool:
         a crash in the middle is detected) and the tool's ``reconcile``."""
         opts = self._base
         if self.reconcile is not None:
-            opts = dataclasses.replace(opts, reconcile=self.reconcile, effect=True)
+            opts = replace(opts, reconcile=self.reconcile, effect=True)
         if self.kind in ("write", "destructive"):
-            opts = dataclasses.replace(opts, effect=True)
+            opts = replace(opts, effect=True)
         return opts
 
     @property

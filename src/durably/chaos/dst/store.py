@@ -14,12 +14,12 @@ clock. Crashes are simulated, so the file runs with ``synchronous=OFF``.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ..._record import replace
 from ...errors import StoreBusy, StoreDiskFull, StoreError
 from ...events import NewEvent
 from ...history import StepRecord
@@ -192,12 +192,10 @@ class SimStore(SQLiteStore):
     # is drawn from os.urandom; here it is a function of the run id.
 
     def create_run(self, new: Any) -> Any:
-        return super().create_run(dataclasses.replace(new, incarnation=_incarnation(new.run_id)))
+        return super().create_run(replace(new, incarnation=_incarnation(new.run_id)))
 
     def fork_run(self, new: Any, records: Sequence[StepRecord], source: str | None = None) -> Any:
-        return super().fork_run(
-            dataclasses.replace(new, incarnation=_incarnation(new.run_id)), records, source
-        )
+        return super().fork_run(replace(new, incarnation=_incarnation(new.run_id)), records, source)
 
     def park(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
         try:
