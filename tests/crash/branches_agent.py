@@ -34,7 +34,10 @@ def main() -> None:
 
         return call
 
-    engine = durably.Engine(journal, lease_s=1)
+    # The default lease: the next process takes the run over at once all the same (its
+    # owner's pid is gone on this host), and a short lease was one a loaded machine could
+    # let lapse mid-run (the run stopped, StaleLease, and the test failed for nothing).
+    engine = durably.Engine(journal)
     other_done = threading.Event()
 
     @engine.workflow(name="tools")
