@@ -18,12 +18,12 @@ written by different hosts, so a worker compares its clock with the database's.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 
 from ._log import LazyLogger
 from .clock import Clock
 from .history import RunRecord
+from .journal.text import clock_text
 from .limits import CLOCK_SKEW_WARN_S as CLOCK_SKEW_WARN_S
 from .limits import RECOVER_SCAN_MAX as RECOVER_SCAN_MAX
 from .store.base import Served, Store, serves
@@ -72,7 +72,9 @@ class LeaseWait:
     def message(self) -> str:
         """The sentence logged before waiting."""
         host, pid = describe_owner(self.owner)
-        when = dt.datetime.fromtimestamp(self.until, dt.UTC).strftime("%H:%M:%S UTC")
+        # With the date when it is not today's: a lease running past midnight UTC (or
+        # a skewed owner's clock) would otherwise read as a time already past.
+        when = clock_text(self.until)
         return (
             f"run {self.run_id!r} is leased by pid {pid} on host {host!r} until {when};"
             " that owner looks dead (nothing shows it alive from here) but is on another"

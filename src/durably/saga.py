@@ -93,6 +93,7 @@ class SagaCore:
                 )
             )
         self.state = "open"
+        self.core.open_sagas += 1
         outer = _OPEN.get()
         self.parent = outer if outer is not None and outer.core is self.core else None
         _OPEN.set(self)
@@ -192,6 +193,8 @@ class SagaCore:
         Raises ``CompensationFailed`` when a compensation failed for good; otherwise the
         caller lets ``exc`` go on.
         """
+        if self.state == "open":
+            self.core.open_sagas -= 1
         self.state = "closed"
         if _OPEN.get() is self:
             _OPEN.set(self.parent)

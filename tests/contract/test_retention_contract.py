@@ -6,6 +6,7 @@ serialise; the background pruner holds a lease."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -305,6 +306,25 @@ def test_retain_finished_refuses_what_is_not_a_positive_timedelta(journal_url: s
             durably.Engine(journal_url, retain_finished=bad)  # type: ignore[arg-type]
 
 
+def test_a_nan_cut_is_refused_not_read_as_everything(
+    engine: durably.Engine, clock: FakeClock
+) -> None:
+    """NaN compares false in Python and binds as NULL in SQLite (nothing pruned), but
+    PostgreSQL sorts NaN above every number: ``finished_at < 'NaN'`` held for every run,
+    so ``engine.prune(float("nan"))`` pruned every finished run there, and
+    ``prune_tombstones(float("nan"))`` dropped every tombstone (their ids free to run
+    their effects again). A cut that is not a number is refused on every store."""
+    _make(engine, clock, "done", "ok", "x")
+    engine.delete_run("done")
+    _make(engine, clock, "kept", "ok", "y")
+    with pytest.raises(durably.ConfigError, match="finished_before"):
+        engine.prune(float("nan"))
+    with pytest.raises(durably.ConfigError, match="removed_before"):
+        engine.prune_tombstones(float("nan"))
+    assert engine.get_run("kept").status == "completed"
+    assert [t.run_id for t in engine.list_tombstones()] == ["done"]
+
+
 def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -340,3 +360,161 @@ def test_a_fork_copying_citations_during_a_sweep_keeps_the_blobs(
     loaded = [inputs.load(r.inputs, engine.blobs) for r in engine.history("f") if r.inputs]
     assert loaded, "the fork copied no inputs"
     assert engine.resume("f") == "done"
+
+
+def test_blobs_a_crashed_prune_left_uncited_are_swept_by_the_next(
+    engine: durably.Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prune that died after deleting a batch of runs, before sweeping their blobs,
+    left those blobs cited by nothing and a candidate of no later sweep: disk never
+    freed. The next prune (even one that removes no run) sweeps them."""
+    _make(engine, clock, "gone", "ok", "u" * BIG)  # an unshared blob input
+    store = engine.store
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    real = store._sweep  # type: ignore[attr-defined]
+    monkeypatch.setattr(store, "_sweep", crash)
+    with pytest.raises(KeyboardInterrupt):
+        engine.prune(0.0 + clock.time() + 1)
+    monkeypatch.setattr(store, "_sweep", real)
+    assert engine.list_tombstones()[0].run_id == "gone"
+    blobs_before = len(dump(engine.url)["blobs"])
+    assert blobs_before > 0
+    dry = engine.prune(clock.time() + 1, dry_run=True)
+    assert dry.runs == 0 and dry.blobs == blobs_before  # said truthfully, nothing changed
+    assert len(dump(engine.url)["blobs"]) == blobs_before
+    report = engine.prune(clock.time() + 1)
+    assert report.runs == 0 and report.blobs == blobs_before
+    assert dump(engine.url)["blobs"] == []
+
+
+@pytest.mark.postgres
+def test_a_forks_touches_lock_the_blobs_in_digest_order(pg_url: str) -> None:
+    """Was: the fork's touch was one ``UPDATE ... WHERE digest = ANY(...)``, which locks
+    rows in the order the plan meets them (a small table's sequential scan: the order
+    they were stored), not the sorted order its caller passed, so it could lock B before
+    A while a group-commit batch (blobs in digest order) held A and waited for B: a
+    deadlock PostgreSQL kills. Forced here: a session holds A; the fork waits for A; B,
+    stored first, must still be free."""
+    import hashlib
+
+    from durably.store.open import open_store
+
+    from .test_store_contract import ME, alive, new_run, rec
+
+    store: Any = open_store(pg_url, FakeClock())
+    a = hashlib.sha256(b'"a"').hexdigest()
+    b = hashlib.sha256(b'"b"').hexdigest()
+    lo, hi = sorted((a, b))
+    store.create_run(new_run("src"))
+    token = store.claim("src", ME, 30, 10, alive).fencing_token
+    # hi is stored before lo: a sequential scan meets it first.
+    text = {a: '"a"', b: '"b"'}
+    store.append("src", token, [rec("0").replace(blobs=((hi, text[hi]),))])
+    store.append("src", token, [rec("1").replace(blobs=((lo, text[lo]),))])
+    manifest = json.dumps({"args": [{"b": hi}, {"b": lo}], "kwargs": {}})
+    records = [rec("0").replace(inputs=manifest)]
+    got, errors = _free_while_waiting(
+        pg_url, "blobs", "digest", lo, hi, "blobs",
+        lambda: store.fork_run(new_run("forked"), records),
+    )  # fmt: skip
+    assert errors == []
+    assert got == [(hi,)], "the fork locked the later digest while waiting for the earlier"
+    assert [r.position for r in store.load_history("forked", 0)] == ["0"]
+    store.close()
+
+
+@pytest.mark.postgres
+def test_a_prune_locks_its_runs_in_run_id_order(pg_url: str) -> None:
+    """Was: the prune's ``SELECT ... WHERE run_id = ANY(...) FOR UPDATE`` locked run rows
+    in the order its plan met them (storage order), so two prunes of overlapping runs
+    (the background pruner beside `durably prune`) could take them in opposite orders: a
+    deadlock PostgreSQL kills. Forced here: a session holds x1; the prune waits for x1;
+    x2, stored first, must still be free."""
+
+    clock = FakeClock()
+    with _engine(pg_url, clock) as engine:
+        for run_id in ("x2", "x1"):  # x2 stored first: a sequential scan meets it first
+            _make(engine, clock, run_id, "ok", "p")
+        clock.advance(3600)
+        pruned: list[tuple[str, ...]] = []
+        got, errors = _free_while_waiting(
+            pg_url, "runs", "run_id", "x1", "x2", "FOR UPDATE",
+            lambda: pruned.append(engine.prune(dt.timedelta(minutes=30)).run_ids),
+        )  # fmt: skip
+        assert errors == []
+        assert got == [("x2",)], "the prune locked x2 while waiting for x1"
+        assert sorted(pruned[0]) == ["x1", "x2"]
+
+
+@pytest.mark.postgres
+def test_the_sweep_drops_waiting_blobs_in_digest_order(pg_url: str) -> None:
+    """The sibling of the two tests above in sweep_pending: ``DELETE ... = ANY`` locked
+    rows in storage order, so two sweeps dropping overlapping digests could cross. Forced
+    here: a session holds the earlier digest's row; the drop waits for it; the later,
+    stored first, must still be free."""
+
+    import psycopg
+
+    from durably.store.open import open_store
+
+    store: Any = open_store(pg_url, FakeClock())
+    lo, hi = "a" * 64, "b" * 64
+    with psycopg.connect(pg_url, autocommit=True) as setup:
+        for d in (hi, lo):  # hi stored first: a sequential scan meets it first
+            setup.execute("INSERT INTO sweep_pending (digest) VALUES (%s)", (d,))
+    got, errors = _free_while_waiting(
+        pg_url, "sweep_pending", "digest", lo, hi, "sweep_pending",
+        lambda: store._writing(lambda tx: tx.q("drop_sweep_pending", digests=tx.array([lo, hi]))),
+    )  # fmt: skip
+    assert errors == []
+    assert got == [(hi,)], "the drop locked the later digest while waiting for the earlier"
+    with psycopg.connect(pg_url) as check:
+        assert check.execute("SELECT count(*) FROM sweep_pending").fetchone() == (0,)
+    store.close()
+
+
+def _free_while_waiting(
+    pg_url: str, table: str, column: str, held: str, other: str, waits_on: str, op: Any
+) -> tuple[list[Any], list[BaseException]]:
+    """Hold ``held``'s row of ``table`` in a session, run ``op`` in a thread until it
+    waits for a lock (a statement like ``waits_on``), and say whether ``other``'s row is
+    still free (its rows, locked with SKIP LOCKED: empty when ``op`` holds it); with
+    the errors ``op`` raised once let go."""
+    import time
+
+    import psycopg
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            op()
+        except BaseException as exc:  # a thread's error is the test's
+            errors.append(exc)
+
+    with psycopg.connect(pg_url) as holder:
+        holder.execute(f"SELECT 1 FROM {table} WHERE {column} = %s FOR UPDATE", (held,))
+        t = threading.Thread(target=run)
+        t.start()
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database() AND query LIKE %s",
+                    (f"%{waits_on}%",),
+                ).fetchone()
+                if row and row[0] >= 1:
+                    break
+                time.sleep(0.02)
+            with probe.transaction():
+                got = probe.execute(
+                    f"SELECT {column} FROM {table} WHERE {column} = %s FOR UPDATE SKIP LOCKED",
+                    (other,),
+                ).fetchall()
+        holder.rollback()
+    t.join(30)
+    return got, errors

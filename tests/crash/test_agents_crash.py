@@ -205,7 +205,9 @@ def test_needs_approval_parks_and_runs_once_after_approve(
     engine: durably.Engine | None = None
     try:
         pending: list[durably.PendingApproval] = []
-        deadline = time.monotonic() + 30
+        # Generous: the child imports the SDK and asks the model first (30 s ran out
+        # under a load average of 19); the loop ends as soon as the request shows.
+        deadline = time.monotonic() + 120
         while not pending and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
             if engine is None and (tmp_path / "journal.db").exists():

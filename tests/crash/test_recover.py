@@ -80,8 +80,10 @@ def test_a_twin_machines_dead_process_is_waited_for_never_taken_at_once(
     # namespace (only its machine id differs): its pid means nothing here, so nothing
     # may take its run before the lease expires, however dead the pid looks locally.
     world = tmp_path / "world.db"
-    # A lease long enough that a loaded machine still gets to the first claim inside it.
-    env = _env(journal_url, world, kill="1:effect", DURABLY_MACHINE_ID="twin", RECOVER_LEASE_S="6")
+    # A lease long enough that a loaded machine still gets to the first claim inside it
+    # (6 s ran out under a load average of 19: the `durably recover` child alone took
+    # that long to start); the second engine then waits out what is left of it.
+    env = _env(journal_url, world, kill="1:effect", DURABLY_MACHINE_ID="twin", RECOVER_LEASE_S="15")
     _killed_mid_effect("pay-2", env)
     nothing = _durably(journal_url, world, "recover", "recover_app:engine", "--json")
     assert nothing.returncode == 0, nothing.stderr

@@ -334,12 +334,18 @@ def test_an_expired_request_says_it_can_no_longer_be_decided(served: Served) -> 
 
     @served.engine.workflow(name="hasty")
     def hasty(ctx: durably.Context) -> str:
-        return ctx.request_approval("deploy", {"env": "prod"}, timeout_s=0.05).outcome
+        return ctx.request_approval("deploy", {"env": "prod"}, timeout_s=1.0).outcome
 
+    # A second to park in (0.05 s ran out before the park on a loaded machine, and the
+    # run went on with the timeout's outcome instead of parking).
     with pytest.raises(durably.RunParked):
         served.engine.run("hasty", run_id="hasty-1")
-    time.sleep(0.1)
-    r = served.client.get("/run?id=hasty-1")
+    deadline = time.monotonic() + 30
+    while True:
+        r = served.client.get("/run?id=hasty-1")
+        if "This request has expired" in r.text or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert "This request has expired" in r.text
 
 

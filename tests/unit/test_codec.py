@@ -228,3 +228,35 @@ def test_a_flat_dict_is_encoded_as_the_canonical_encoder_does(value: dict[str, A
     if len(value) == 1 and next(iter(value)).startswith("$"):
         return  # escaped by the general path: not the fast path's
     assert codec.dumps(value) == canonical
+
+
+_plain = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_plain)
+def test_canonical_text_is_the_standard_encoders(value: Any) -> None:
+    # canonical() uses the C encoder made once without cycle detection (issue 28): every
+    # digest, manifest and record is its text, so it must be byte for byte json's.
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert codec.canonical(value) == expected
+
+
+def test_a_union_coerces_in_its_own_members_order() -> None:
+    # The shape of each hint is cached by the hint object, never by equality: the two
+    # unions are equal (and hash alike) but try their members in opposite orders.
+    first = float | decimal.Decimal
+    second = decimal.Decimal | float
+    assert first == second
+    assert type(codec.coerce(5, first)) is float
+    assert type(codec.coerce(5, second)) is int
+    assert type(codec.coerce(5, first)) is float

@@ -285,3 +285,121 @@ def test_deleting_and_redacting_a_run_that_continued_as_new(journal_url: str) ->
     with pytest.raises(durably.RunConflict):
         engine.run(gone, "s3cr3t", 2, run_id="del")  # the last generation's input
     engine.close()
+
+
+def test_a_hand_over_or_a_return_while_a_step_is_still_running_blocks_the_run(
+    tmp_path: object,
+) -> None:
+    """``ctx.continue_as_new`` takes no position, so the scope's "still running" check of
+    every other recording call never saw it: called inside a step's function, or while
+    a step's task was in flight, it ended the generation with that step unrecorded (its
+    effect done under a key of a generation that was over). A return did the same with a
+    step task in flight. Both now block the run, as concurrent use does."""
+    import asyncio
+
+    engine = durably.Engine(f"sqlite:///{tmp_path}/j.db")
+
+    @engine.workflow(name="instep")
+    def instep(ctx: durably.Context, n: int) -> int:
+        if n == 0:
+            return ctx.step("s", lambda: ctx.continue_as_new(1))
+        return n
+
+    with pytest.raises(durably.ConfigError, match="still running"):
+        engine.run(instep, 0, run_id="s")
+    run = engine.store.get_run("s")
+    assert run is not None and run.status == "blocked" and run.generation == 0
+
+    @engine.workflow(name="inflight")
+    async def inflight(ctx: durably.AsyncContext, n: int, done: bool) -> int:
+        async def slow() -> int:
+            await asyncio.sleep(30)
+            return 1
+
+        task = asyncio.ensure_future(ctx.step("slow", slow))
+        await asyncio.sleep(0.05)  # the step is live now (its task started)
+        assert not task.done()
+        if done:
+            return n  # a return with the step in flight
+        return ctx.continue_as_new(n + 1, done)
+
+    for rid, done in (("t", False), ("r", True)):
+        with pytest.raises(durably.ConfigError, match="still running"):
+            engine.run(inflight, 0, done, run_id=rid)
+        run = engine.store.get_run(rid)
+        assert run is not None and run.status == "blocked" and run.generation == 0
+    engine.close()
+
+
+def test_history_of_a_generation_the_run_does_not_have_is_refused(tmp_path: object) -> None:
+    """``engine.history(run_id, generation=N)`` returned ``[]`` for a generation past the
+    run's (a run that seemed to have done nothing there), read ``"1"`` as no records on
+    SQLite and ``True`` as generation 1; only the CLI checked. Now the engine refuses
+    what is not one of the run's generations, and the CLI says the same."""
+    import json
+
+    from click.testing import CliRunner
+
+    from durably.cli import main as cli
+
+    url = f"sqlite:///{tmp_path}/j.db"
+    engine = durably.Engine(url)
+
+    @engine.workflow(name="twice")
+    def twice(ctx: durably.Context, n: int) -> int:
+        ctx.step("k", _key, n)
+        return n if n == 1 else ctx.continue_as_new(1)
+
+    engine.run(twice, 0, run_id="t")
+    assert [len(engine.history("t", generation=g)) for g in (0, 1)] == [1, 1]
+    for bad in (2, -1, "1", True, 1.0):
+        with pytest.raises(durably.ConfigError, match="generations 0 to 1"):
+            engine.history("t", generation=bad)  # type: ignore[arg-type]
+    engine.close()
+    res = CliRunner().invoke(cli, ["runs", "show", "t", "--generation", "5", "--json", "--db", url])
+    assert res.exit_code != 0 and "there is no generation 5" in json.loads(res.output)["error"]
+
+
+def test_a_hand_over_inside_an_open_saga_blocks_the_run(journal_url: str) -> None:
+    """Was: continue_as_new inside `with ctx.saga()` ended the generation with the
+    block's compensations forgotten; a failure in the next generation undid only its own
+    steps and left the booking in place. Now the run is blocked at the call, with nothing
+    handed over; after the block the same hand-over works (each generation's saga is
+    its own)."""
+    undone: list[str] = []
+
+    def book(item: str) -> str:
+        return f"booked {item}"
+
+    def unbook(item: str) -> None:
+        undone.append(item)
+
+    with durably.Engine(journal_url) as engine:
+
+        @engine.workflow(name="inside")
+        def inside(ctx: durably.Context, n: int) -> int:
+            if n == 0:
+                with ctx.saga() as saga:
+                    saga.step("book", book, unbook, "hotel")
+                    ctx.continue_as_new(1)
+            raise RuntimeError("the next generation fails")
+
+        with pytest.raises(durably.ConfigError, match=r"inside a `with ctx.saga\(\)` block"):
+            engine.run(inside, 0, run_id="in")
+        run = engine.get_run("in")
+        assert (run.status, run.generation) == ("blocked", 0)
+
+        @engine.workflow(name="after")
+        def after(ctx: durably.Context, n: int) -> int:
+            with ctx.saga() as saga:
+                saga.step("book", book, unbook, f"hotel-{n}")
+            if n == 0:
+                return ctx.continue_as_new(1)
+            with ctx.saga() as saga:
+                saga.step("book", book, unbook, "car")
+                raise RuntimeError("the next generation fails")
+
+        with pytest.raises(durably.WorkflowFailed):
+            engine.run(after, 0, run_id="after")
+        assert engine.get_run("after").generation == 1
+        assert undone == ["car"]  # generation 0's saga had closed: nothing of it pending

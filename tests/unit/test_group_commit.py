@@ -319,3 +319,80 @@ def test_a_postgres_batch_of_steps_is_pipelined_and_falls_back_on_a_refusal(
     kinds = [e.kind for e in store.read_events("a", 0, 100).events]
     assert kinds.count("step.completed") == 2
     store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_batches_citing_shared_blobs_lock_them_in_one_order(pg_url: str) -> None:
+    """Was: a batch wrote each record's blobs just before that record, in run order, so
+    two batches citing stored blobs A and B through runs in opposite orders locked the
+    two rows in opposite orders (citing a stored blob takes its row's lock, put_blob),
+    and PostgreSQL killed one transaction as a deadlock (retried: a second's stall, and
+    in a busy fleet a storm of them). Every
+    batch now writes all its blobs first, in digest order. The interleaving is forced: a
+    third session holds A's row lock until both batches wait, batch X having asked for A
+    first, batch Y having taken B already."""
+    import psycopg
+
+    store: Any = open_store(pg_url, FakeClock())
+    tokens = _claimed(store, "a", "b", "c", "d", "seed")
+    blob = {k: hashlib.sha256(f'"{k}"'.encode()).hexdigest() for k in ("A", "B")}
+
+    def citing(run_id: str, pos: str, *keys: str) -> Append:
+        cited = tuple((blob[k], f'"{k}"') for k in keys)
+        return Append(run_id, tokens[run_id], [rec(pos).replace(blobs=cited)], (), durable=True)
+
+    store.append(
+        "seed", tokens["seed"], [rec("0").replace(blobs=tuple((blob[k], f'"{k}"') for k in "AB"))]
+    )
+    x = [citing("a", "0", "A"), citing("b", "0", "B")]  # run order: A, then B
+    y = [citing("c", "0", "B"), citing("d", "0", "A")]  # run order: B, then A
+
+    def deadlocks() -> int:
+        with psycopg.connect(pg_url, autocommit=True) as probe:
+            row = probe.execute(
+                "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    before = deadlocks()
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT 1 FROM blobs WHERE digest = %s FOR UPDATE", (blob["A"],))
+        errors: list[BaseException] = []
+
+        def write(batch: list[Append]) -> None:
+            try:
+                store._append_many(batch)
+            except BaseException as exc:  # collected: a thread's error is the test's
+                errors.append(exc)
+
+        def waiting() -> int:
+            with psycopg.connect(pg_url, autocommit=True) as probe:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).fetchone()
+            return int(row[0]) if row else 0
+
+        tx = threading.Thread(target=write, args=(x,))
+        tx.start()
+        deadline = time.monotonic() + 30
+        while waiting() < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ty = threading.Thread(target=write, args=(y,))
+        ty.start()
+        # Y waits too: on A behind X (digest order), or, before the fix, on A after
+        # taking B. Either way two sessions wait on the holder's lock.
+        while waiting() < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        holder.rollback()  # release A: X takes it, then needs B
+    tx.join(30)
+    ty.join(30)
+    assert errors == []
+    # PostgreSQL's own count (the store retries a transaction killed as a deadlock, so
+    # the callers alone would see only a second's delay: deadlock_timeout).
+    assert deadlocks() == before
+    failed = [(i.run_id, i.error) for i in (*x, *y) if i.error is not None]
+    assert failed == []
+    for run_id in ("a", "b", "c", "d"):
+        assert [r.position for r in store.load_history(run_id, 0)] == ["0"]
+    store.close()

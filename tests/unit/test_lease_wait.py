@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -281,3 +282,17 @@ def test_recover_pages_through_every_running_run(
         held_by(engine, me, f"alive-{i}")
     assert engine.recover() == dict.fromkeys(dead, 42)
     assert {engine.get_run(r).status for r in dead} == {"completed"}
+
+
+def test_the_wait_message_names_the_date_of_a_lease_that_ends_on_another_day() -> None:
+    """Was: ``until 00:00:30 UTC`` for a lease ending after midnight, read at 23:59 as a
+    time already past; a time of another day now carries its date (as `runs why` does)."""
+    from durably.ownership import LeaseWait
+
+    owner = str(Owner("elsewhere", 4242, "b" * 32))
+    tomorrow = time.time() + 86_400
+    said = LeaseWait("r", owner, 1, tomorrow).message()
+    day = time.strftime("%Y-%m-%d", time.gmtime(tomorrow))
+    assert f"until {day} " in said, said
+    soon = LeaseWait("r", owner, 1, time.time() + 5).message()
+    assert re.search(r"until (\S+ )?\d\d:\d\d:\d\d UTC;", soon), soon

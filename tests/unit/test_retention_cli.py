@@ -71,7 +71,30 @@ def test_prune_refuses_bad_input_saying_what_to_pass(tmp_path: Path) -> None:
     for args, said in (
         ((), "--finished-before 30d"),
         (("--finished-before", "30d", "--status", "running"), "only finished runs"),
-        (("--finished-before", "soon"), "soon"),
+        # The message names the option given (it said --since, another command's).
+        (("--finished-before", "soon"), "--finished-before 'soon'"),
+        (("--tombstones-before", "later"), "--tombstones-before 'later'"),
     ):
         res = _cli("prune", *args, "--db", url)
         assert res.exit_code != 0 and said in res.output, (args, res.output)
+
+
+def test_a_dry_run_counts_every_tombstone_it_would_remove(tmp_path: Path) -> None:
+    """``prune --tombstones-before --dry-run`` listed at most 100,000 tombstones and
+    counted those: past that it said fewer than the real prune then removed."""
+    import sqlite3
+
+    url = _journal(tmp_path)
+    n = 100_001
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        db.executemany(
+            "INSERT INTO tombstones (run_id, workflow, input_digest, status, incarnation,"
+            " finished_at, removed_at, how) VALUES (?, 'w', '', 'completed', NULL, 1.0, 1.0,"
+            " 'pruned')",
+            ((f"t{i}",) for i in range(n)),
+        )
+    args = ("prune", "--tombstones-before", "1d", "--json", "--db", url)
+    dry = _cli(*args, "--dry-run")
+    assert json.loads(dry.output)["tombstones"] == n, dry.output
+    real = _cli(*args)
+    assert json.loads(real.output)["tombstones"] == n, real.output

@@ -641,12 +641,16 @@ def test_parked_on_a_signal_whose_timeout_passed(journal_url: str) -> None:
 
         @engine.workflow(name="wf")
         def wf(ctx: durably.Context) -> Any:
-            return ctx.wait_for_signal("approve", timeout_s=0.2, default="no answer")
+            # A second to park in: a loaded machine can take longer than a short timeout
+            # between the wait and its park, and then the run goes on without parking.
+            return ctx.wait_for_signal("approve", timeout_s=1.0, default="no answer")
 
         with pytest.raises(durably.RunParked):
             engine.run(wf, run_id="late")
-        time.sleep(0.3)
-        got = why(journal_url, "late")
+        deadline = time.monotonic() + 30
+        while (got := why(journal_url, "late"))["due"] is not True:
+            assert time.monotonic() < deadline, got
+            time.sleep(0.1)
         assert got["state"] == "signal" and got["due"] is True
         assert ": its timeout passed; no live worker serves queue 'default'" in got["sentence"]
         engine.park_wait_s = None

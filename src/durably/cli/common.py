@@ -311,10 +311,13 @@ _AGO = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd])")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def since_arg(text: str | None, as_json: bool) -> tuple[float | None, bool]:
-    """``--since`` as (a Unix time, False) or (an age in seconds, True), from an ISO-8601
-    time (UTC unless it names an offset) or an age such as 90s, 15m, 12h, 30d. A caller
-    makes an age absolute on the clock it means (the engine's, or the wall clock)."""
+def since_arg(
+    text: str | None, as_json: bool, option: str = "--since"
+) -> tuple[float | None, bool]:
+    """``--since`` (or the time ``option`` another command names) as (a Unix time,
+    False) or (an age in seconds, True), from an ISO-8601 time (UTC unless it names an
+    offset) or an age such as 90s, 15m, 12h, 30d. A caller makes an age absolute on the
+    clock it means (the engine's, or the wall clock)."""
     if text is None:
         return None, False
     ago = _AGO.fullmatch(text.strip())
@@ -324,7 +327,7 @@ def since_arg(text: str | None, as_json: bool) -> tuple[float | None, bool]:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise CommandError(
-            f"--since {text!r}: write an ISO time (2026-11-30T06:00) or an age (90m, 24h, 7d)",
+            f"{option} {text!r}: write an ISO time (2026-11-30T06:00) or an age (90m, 24h, 7d)",
             as_json,
         ) from None
     if when.tzinfo is None:

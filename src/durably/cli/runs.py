@@ -459,13 +459,7 @@ def runs_show(
     engine = open_engine(db, as_json)
     try:
         run = engine.get_run(run_id)
-        if generation is not None and generation > run.generation:
-            raise CommandError(
-                f"run {run_id!r} has generations 0 to {run.generation}; there is no"
-                f" generation {generation} (--generation takes one of those)",
-                as_json,
-            )
-        steps = engine.history(run_id, generation)
+        steps = engine.history(run_id, generation)  # one of the run's (else ConfigError)
         spend = engine.spend(run_id)
         gens = engine.generations(run_id) if run.generation > 0 else []
         redaction = engine.redaction(run_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import codec, reopen
-from ..errors import ConfigError, RunFinished, WorkflowNotRegistered
+from ..errors import ConfigError, RunFinished, RunNotFound, WorkflowNotRegistered
 from ..history import (
     BLOCKED,
     CANCEL_REASON_CHARS_MAX,
@@ -20,14 +20,14 @@ from ..history import (
 from ..recovery import recover_runs
 from ..replay.kernel import cancelled_error
 from ..store.base import NewRun
-from ..store.retained import Tombstoned
+from ..store.retained import Redacted, Tombstoned
 from ..store.runs import check_requeueable
 from .attempt import ActiveRuns
 from .base import Base
 from .create import Creator
 from .drive import Driver
 from .registry import Registry, Workflow, unregistered
-from .retention import refuse_redacted
+from .retention import redacted_error, refuse_redacted
 from .tombstones import check_recreate
 
 
@@ -50,6 +50,12 @@ class Admin:
 
     def retry(self, run_id: str) -> RunRecord:
         """Re-open a failed, in-doubt, quarantined or blocked run; returns it queued."""
+        try:
+            return self._retry(run_id)
+        except Redacted as exc:  # redacted since it was read: it stays as it is
+            raise redacted_error(exc.red, "be retried") from None
+
+    def _retry(self, run_id: str) -> RunRecord:
         store = self._base.store
         run = self._base.get_run(run_id)
         refuse_redacted(self._base, run, "be retried")
@@ -106,9 +112,14 @@ class Admin:
             run.codec_version,
         )
         try:
-            forked = self._base.store.fork_run(new, records)
+            forked = self._base.store.fork_run(new, records, source=run_id)
         except Tombstoned as exc:
             raise check_recreate(exc.tomb, new) from None
+        except Redacted as exc:  # redacted since it was read: the copy never lands
+            raise redacted_error(exc.red, "be forked") from None
+        except RunNotFound:  # pruned or deleted since it was read
+            self._base.raise_if_pruned(run_id)
+            raise
         try:
             w = self._registry.for_run(forked)  # the registration that will drive it, if here
         except WorkflowNotRegistered:

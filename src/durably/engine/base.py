@@ -71,6 +71,13 @@ class Base:
         one); raises ``RunNotFound``."""
         run = self.get_run(run_id)
         gen = run.generation if generation is None else generation
+        if isinstance(gen, bool) or not isinstance(gen, int) or not 0 <= gen <= run.generation:
+            # An int of the run's: anything else read as a generation with no records
+            # (an empty history, a run that seems to have done nothing), or True as 1.
+            raise ConfigError(
+                f"run {run_id!r} has generations 0 to {run.generation}; there is no"
+                f" generation {generation!r:.40} (generation= takes one of those)"
+            )
         return sorted(
             self.store.load_history(run_id, gen),
             key=lambda r: position_key(r.position),

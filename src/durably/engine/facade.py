@@ -324,7 +324,8 @@ class Engine:
     def history(self, run_id: str, generation: int | None = None) -> list[StepRecord]:
         """The run's history in program order: its current generation's, or
         ``generation``'s (an earlier one, before a ``continue_as_new``, until pruned).
-        Raises ``RunNotFound``."""
+        Raises ``RunNotFound``, and ``ConfigError`` for a generation the run does not
+        have (not an int from 0 to its current one)."""
         return self._base.history(run_id, generation)
 
     def list_runs(
@@ -696,12 +697,17 @@ class Engine:
         return self._base.store.list_tombstones(limit, after)
 
     def prune_tombstones(
-        self, removed_before: datetime.timedelta | datetime.datetime | float
+        self,
+        removed_before: datetime.timedelta | datetime.datetime | float,
+        dry_run: bool = False,
     ) -> int:
         """Remove the tombstones of runs removed before ``removed_before``; returns how
-        many. Their run ids can then start fresh runs, whose effects get new keys."""
-        before = finished_before_time(removed_before, self._base.opts.clock.time())
-        return self._base.store.drop_tombstones(before)
+        many (``dry_run``: how many would go, nothing removed). Their run ids can then
+        start fresh runs, whose effects get new keys."""
+        before = finished_before_time(
+            removed_before, self._base.opts.clock.time(), "removed_before"
+        )
+        return self._base.store.drop_tombstones(before, bool(dry_run))
 
     def redaction(self, run_id: str) -> Redaction | None:
         """When and by whom the run was redacted (``delete_run(..., redact=True)``), or

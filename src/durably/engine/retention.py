@@ -10,6 +10,7 @@ what happened, and paces the background job.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from ..errors import (
 )
 from ..history import RunRecord
 from ..shell import command
-from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed
+from ..store.retained import MARKER_DIGEST, PRUNABLE, Freed, Redaction
 from .base import Base
 from .tombstones import when
 
@@ -68,24 +69,31 @@ def _report(freed: Freed, dry_run: bool) -> PruneReport:
     )  # fmt: skip
 
 
-def finished_before_time(finished_before: object, now: float) -> float:
+def finished_before_time(
+    finished_before: object, now: float, name: str = "finished_before"
+) -> float:
     """``finished_before`` (a datetime, a timedelta back from now, or seconds since the
-    epoch) as seconds since the epoch; a ``ConfigError`` otherwise."""
+    epoch) as seconds since the epoch; a ``ConfigError`` (naming the argument ``name``)
+    otherwise."""
     if isinstance(finished_before, _dt.timedelta):
         if finished_before < _dt.timedelta(0):
-            raise ConfigError(f"finished_before={finished_before!r}: an age must be >= 0")
+            raise ConfigError(f"{name}={finished_before!r}: an age must be >= 0")
         return now - finished_before.total_seconds()
     if isinstance(finished_before, _dt.datetime):
         if finished_before.tzinfo is None:
             raise ConfigError(
-                f"finished_before={finished_before!r} has no time zone; pass an aware"
+                f"{name}={finished_before!r} has no time zone; pass an aware"
                 " datetime (datetime.now(timezone.utc) - timedelta(days=30)) or a timedelta"
             )
         return finished_before.timestamp()
     if isinstance(finished_before, (int, float)) and not isinstance(finished_before, bool):
+        # NaN is no time: PostgreSQL sorts it above every number, so `finished_at < NaN`
+        # would hold for every run (SQLite binds it as NULL: none).
+        if math.isnan(finished_before):
+            raise ConfigError(f"{name}=nan: pass a time (seconds since the epoch), not NaN")
         return float(finished_before)
     raise ConfigError(
-        f"finished_before={finished_before!r:.80}: pass a timedelta (an age, e.g."
+        f"{name}={finished_before!r:.80}: pass a timedelta (an age, e.g."
         " timedelta(days=30)), an aware datetime, or seconds since the epoch"
     )
 
@@ -112,9 +120,14 @@ def refuse_redacted(base: Base, run: RunRecord, doing: str) -> None:
     red = base.store.get_redaction(run.run_id)
     if red is None:
         return
-    raise RunRedacted(
-        f"run {run.run_id!r} was redacted {when(red.redacted_at)} by {red.redacted_by}:"
-        f" its values are gone, so it cannot {doing}; `{command('runs show', run.run_id)}`"
+    raise redacted_error(red, doing)
+
+
+def redacted_error(red: Redaction, doing: str) -> RunRedacted:
+    """``RunRedacted`` for the run ``red`` stands for, that cannot ``doing``."""
+    return RunRedacted(
+        f"run {red.run_id!r} was redacted {when(red.redacted_at)} by {red.redacted_by}:"
+        f" its values are gone, so it cannot {doing}; `{command('runs show', red.run_id)}`"
         " shows its shape. Start a new run for new work"
     )
 

@@ -40,6 +40,18 @@ def continue_as_new(core: RunCore, args: tuple[Any, ...], kwargs: dict[str, Any]
                 " level (after the gather). The run is blocked; fix the code, then resume it."
             )
         )
+    if core.open_sagas:
+        # The next generation starts with no saga: the undo list of this one would be
+        # forgotten, and a failure there would leave this generation's effects in place.
+        raise core.poison(
+            ConfigError(
+                "ctx.continue_as_new(...) was called inside a `with ctx.saga()` block; a"
+                " saga's compensations do not carry into the next generation, so a later"
+                " failure would leave this block's effects without their undo. Call it after"
+                " the block ends (each generation's saga is its own). The run is blocked;"
+                " fix the code, then resume it."
+            )
+        )
     if core.generation + 1 >= GENERATIONS_MAX:
         raise core.poison(
             ConfigError(

@@ -9,7 +9,6 @@ the table in ``docs/why.md`` is a unit of its own. The sentence quotes journal t
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from ..history import (
     position_key,
     top_level,
 )
+from ..journal.text import clock_text as clock_text
 from ..ownership import describe_owner
 from ..reopen import compensated_steps, failed_frontier
 from ..shell import command as cli_command
@@ -627,18 +627,6 @@ _BUILDERS = {
     "completed": _completed,
     "cancelled": _cancelled,
 }
-
-
-def clock_text(t: float) -> str:
-    """A time of day for a sentence (UTC, with the date when it is not today's); a value
-    that is no time (a hand-edited row: infinite, NaN, past year 9999) is said as such."""
-    try:
-        when = dt.datetime.fromtimestamp(t, dt.UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{t!r} (not a time: the row was edited)"
-    today = dt.datetime.now(dt.UTC).date()
-    fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
-    return when.strftime(fmt)
 
 
 def seconds(s: float) -> str:

@@ -162,9 +162,7 @@ def _object_hook(obj: dict[str, Any]) -> Any:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 _DECODER = json.JSONDecoder(object_hook=_object_hook)
 _PLAIN_DECODER = json.JSONDecoder()
-# _ENCODER's C encoder, made once: JSONEncoder.encode builds one per call (a few us, on
-# every step's result and events). Only for a _flat dict: no container inside, so no
-# cycle to detect (markers None); the text is the same as _ENCODER's.
+# _ENCODER's C encoder, made once, without cycle detection (markers None): see canonical.
 _C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
 _FLAT_ENCODE: Any = (
     None
@@ -173,13 +171,6 @@ _FLAT_ENCODE: Any = (
         None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
     )
 )
-
-
-def _flat_text(value: dict[str, Any]) -> str:
-    """``_ENCODER.encode(value)`` for a :func:`_flat` dict."""
-    if _FLAT_ENCODE is None:
-        return _ENCODER.encode(value)
-    return "".join(_FLAT_ENCODE(value, 0))
 
 
 def dumps(value: Any, where: str = "value", bytes_max: int | None = None) -> str:
@@ -194,7 +185,7 @@ def dumps(value: Any, where: str = "value", bytes_max: int | None = None) -> str
         if type(value) is dict and _flat(value):
             # The common case (a step's small dict result, an event's data): to_json
             # would return it unchanged, so the walk is skipped (several us a step).
-            text = _flat_text(value)
+            text = canonical(value)
         else:
             text = canonical(to_json(value, where))
     except SerializationError:
@@ -241,7 +232,12 @@ def _flat(value: dict[Any, Any]) -> bool:
 
 def canonical(data: Any) -> str:
     """Canonical JSON text of already-plain ``data``: sorted keys, no whitespace."""
-    return _ENCODER.encode(data)
+    # Plain data is a fresh tree (to_json's, or decoded JSON): no cycle to detect, so
+    # the C encoder made once serves (JSONEncoder.encode builds one per call, a few us
+    # for every digest, manifest and record); the text is the same.
+    if _FLAT_ENCODE is None:
+        return _ENCODER.encode(data)
+    return "".join(_FLAT_ENCODE(data, 0))
 
 
 def loads(text: str, hint: Any = None) -> Any:
@@ -254,7 +250,7 @@ def loads(text: str, hint: Any = None) -> Any:
     """
     try:
         # Tags always start with '"$'; text without it needs no object hook (much faster).
-        value = _DECODER.decode(text) if '"$' in text else _PLAIN_DECODER.decode(text)
+        value = _DECODER.decode(text) if '"$' in text else _plain_decode(text)
         if hint is None or hint is Any:
             return value
         return coerce(value, hint)
@@ -262,6 +258,22 @@ def loads(text: str, hint: Any = None) -> Any:
         raise
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError, AttributeError) as exc:
         raise SerializationError(f"cannot decode a recorded value ({error_text(exc)})") from exc
+
+
+_SCAN: Callable[[str, int], tuple[Any, int]] = _PLAIN_DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def _plain_decode(text: str) -> Any:
+    """``_PLAIN_DECODER.decode(text)``: its scanner called directly for text that is one
+    value with nothing around it (what dumps writes); anything else (whitespace, extra
+    data, no value at all) goes through ``decode``, which says what is wrong."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _PLAIN_DECODER.decode(text)
+    if end != len(text):
+        return _PLAIN_DECODER.decode(text)
+    return value
 
 
 # Errors whose text names positions, limits, keys or types, never a decoded value.
@@ -315,9 +327,7 @@ def digest(
             f"step {name!r}: this run was recorded with codec version {version}, which this"
             f" durably does not know (it knows {CODEC_VERSIONS}); upgrade durably"
         )
-    has_list = version >= 2 and (
-        any(isinstance(a, list) for a in args) or any(isinstance(v, list) for v in kwargs.values())
-    )
+    has_list = version >= 2 and _any_list(args, kwargs)
     cache = items if items is not None else ItemHashes()
     arg = cache.argument if has_list else to_json
     try:
@@ -337,6 +347,18 @@ def digest(
             f"step {name!r}: cannot encode its arguments to JSON ({type(exc).__name__}:"
             f" {str(exc)[:200]}); pass plain data of bounded size and depth, valid UTF-8"
         ) from None
+
+
+def _any_list(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether an argument is a list (a loop: generator expressions cost every step)."""
+    for a in args:
+        if isinstance(a, list):
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if isinstance(v, list):
+                return True
+    return False
 
 
 class _NotPlain(Exception):
@@ -420,18 +442,40 @@ def coerce(value: Any, hint: Any) -> Any:
     it is rather than guessed at."""
     if hint is None or hint is Any or value is None:
         return value
+    if type(hint) is type and hint in _SCALAR_HINTS and isinstance(value, hint):
+        return value  # what _coerce_class returns for it, without its checks
     if isinstance(hint, str):
         return value  # an unresolved forward reference: keep plain data
-    origin = typing.get_origin(hint)
+    origin, args = _shape(hint)
     if origin is typing.Union or origin is types.UnionType:
-        return _coerce_union(value, typing.get_args(hint))
+        return _coerce_union(value, args)
     if origin is typing.Annotated:
-        return coerce(value, typing.get_args(hint)[0])
+        return coerce(value, args[0])
     if origin is not None:
-        return _coerce_generic(value, origin, typing.get_args(hint))
+        return _coerce_generic(value, origin, args)
     if isinstance(hint, type):
         return _coerce_class(value, hint)
     return value
+
+
+# Hints a value of their own type needs nothing for (not dataclasses, models or enums).
+_SCALAR_HINTS: Final = frozenset({str, int, float, bool, dict, list})
+# typing.get_origin / get_args of each hint object met (two Python calls apiece, on every
+# step result decoded with an annotation). By the object, never by equality: Union[int,
+# str] equals Union[str, int], and their members' order decides a coercion. The entry
+# keeps its hint alive, so its id is not reused; hints are few, and the cache bounded.
+_SHAPES: dict[int, tuple[Any, Any, tuple[Any, ...]]] = {}
+_SHAPES_MAX: Final = 1024
+
+
+def _shape(hint: Any) -> tuple[Any, tuple[Any, ...]]:
+    entry = _SHAPES.get(id(hint))
+    if entry is not None and entry[0] is hint:
+        return entry[1], entry[2]
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if len(_SHAPES) < _SHAPES_MAX:
+        _SHAPES[id(hint)] = (hint, origin, args)
+    return origin, args
 
 
 def _coerce_union(value: Any, options: tuple[Any, ...]) -> Any:

@@ -341,7 +341,19 @@ def new_event(
 ) -> NewEvent:
     """A :class:`NewEvent` with ``data`` encoded as canonical JSON (None values left out,
     so "(if any)" fields are simply absent)."""
-    from . import codec  # lazy: codec is imported by every writer anyway
-
+    dumps = _DUMPS[0] if _DUMPS else _load_dumps()
     clean = {k: v for k, v in data.items() if v is not None}
-    return NewEvent(kind, position, codec.dumps(clean, f"event {kind}"), at, dedupe)
+    return NewEvent(kind, position, dumps(clean, f"event {kind}"), at, dedupe)
+
+
+# codec.dumps, imported at the first event (codec is imported by every writer anyway, and
+# readers of events need none of it); kept here, as an import statement inside
+# new_event costs every event a trip through the import machinery.
+_DUMPS: list[Any] = []
+
+
+def _load_dumps() -> Any:
+    from . import codec
+
+    _DUMPS.append(codec.dumps)
+    return codec.dumps

@@ -69,3 +69,15 @@ def utc_text(t: float) -> str:
     """A time as park reasons, people and logs read it: ``2026-11-30T10:00:00Z`` (UTC,
     seconds). The one form every wait uses, so the waits of one gather read alike."""
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def clock_text(t: float) -> str:
+    """A time of day for a sentence (UTC, with the date when it is not today's); a value
+    that is no time (a hand-edited row: infinite, NaN, past year 9999) is said as such."""
+    try:
+        when = dt.datetime.fromtimestamp(t, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{t!r} (not a time: the row was edited)"
+    today = dt.datetime.now(dt.UTC).date()
+    fmt = "%H:%M:%S UTC" if when.date() == today else "%Y-%m-%d %H:%M:%S UTC"
+    return when.strftime(fmt)

@@ -184,6 +184,9 @@ class RunCore:
         self.halt_requested: DurablyError | None = None
         self.halted: DurablyError | None = None
         self.compensating = 0
+        # Saga blocks open now (durably.saga counts them): continue_as_new inside one
+        # would end the generation with its compensations forgotten.
+        self.open_sagas = 0
         # One typed slot per capability that keeps state across recording calls
         # (replay/slots.py says which room acts on each).
         self.gathers = GatherState()
@@ -559,6 +562,21 @@ class RunCore:
         if self.root.stream is not None:
             self.root.stream.finish("the end of the workflow")
         self.check_dropped()
+        if self.root.busy is not None:
+            # The end (a return, a continue_as_new) takes no position, so Scope.take's
+            # concurrent-use check never sees it: a step still live here would be left
+            # unrecorded in a history that is over, its effect done under a dead key.
+            raise self.poison(
+                ConfigError(
+                    f"the workflow ended its generation (returned or called"
+                    f" ctx.continue_as_new) while {self.root.busy} was still running: inside"
+                    " that step's function, or concurrently with it outside ctx.gather (a"
+                    " task not awaited, a thread not joined). Await every step before"
+                    " returning or continuing as new, and call ctx.continue_as_new from the"
+                    " workflow itself, never from a step. The run is blocked; fix the code,"
+                    " then resume it."
+                )
+            )
         if self.gathers.entered:
             raise self.poison(
                 ConfigError(

@@ -114,7 +114,8 @@ def live_step(
         reconciled = yield from _doubt(core, pos, name, digest, key, sig, started, rec)
         if reconciled is not NOT_DONE:
             return reconciled
-    core.fault(pos, name, "before", sig)
+    if core.fault_hook is not None:  # (no call on the common path)
+        core.fault(pos, name, "before", sig)
     pending = core.take_pending()
     started_data = {"name": name, "attempt": crashed + 1, "key": key}
     core.events.append(core.step_event(STEP_STARTED, pos, started_data))
@@ -173,7 +174,16 @@ def _doubt(
         if out.value is not NOT_DONE:
             return (
                 yield from record_ok(
-                    core, pos, name, digest, out.value, sig, intent.attempts, started, out.usage
+                    core,
+                    pos,
+                    name,
+                    digest,
+                    out.value,
+                    sig,
+                    intent.attempts,
+                    started,
+                    out.usage,
+                    key,
                 )
             )
         return NOT_DONE
@@ -234,14 +244,17 @@ def _attempts(
         add_usage(spent, out.usage)
         # Real spend reaches the ledger now, before the "effect" window: a crash before
         # the result is recorded re-runs the call, and both calls are counted.
-        yield from core.charge(pos, f"a{n}", n, out.usage)
+        if out.usage.reported:  # (a generator of its own only when there is spend)
+            yield from core.charge(pos, f"a{n}", n, out.usage)
         if out.misuse is not None:
             raise core.poison(out.misuse)
         if out.error is None:
             if sig.return_hint is None:
                 warn_untyped_result(name, fn, out.value)
             return (
-                yield from record_ok(core, pos, name, digest, out.value, sig, n, started, spent)
+                yield from record_ok(
+                    core, pos, name, digest, out.value, sig, n, started, spent, key
+                )
             )
         exc = out.error
         if opts.retryable(exc, attempt):
@@ -333,7 +346,10 @@ def record_ok(
     attempts: int,
     started: float,
     usage: Usage,
+    key: str | None = None,
 ) -> Generator[Op, Any, Any]:
+    """Record the step's result (``key``: its idempotency key, when the caller has it)
+    and return what a replay of it returns."""
     try:
         text = codec.dumps(value, f"step {pos} {name!r} output", STEP_OUTPUT_BYTES_MAX)
     except SerializationError as exc:
@@ -343,7 +359,8 @@ def record_ok(
                 " then resume it"
             )
         ) from None
-    core.fault(pos, name, "effect", sig)
+    if core.fault_hook is not None:  # (no call on the common path)
+        core.fault(pos, name, "effect", sig)
     stored, blob = inputs.output_ref(text, core.output_inline_max)
     # Built once with its inputs manifest and blobs (a copy per field change costs a
     # step several microseconds).
@@ -368,7 +385,7 @@ def record_ok(
         "name": name,
         "attempt": attempts,
         "duration_ms": _ms((rec.finished_at or started) - started),
-        "key": core.key(pos),
+        "key": core.key(pos) if key is None else key,
         "tokens": rec.usage_tokens,
         "cost_usd": rec.usage_cost_usd,
     }
@@ -376,7 +393,8 @@ def record_ok(
         done.update(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
     events = [*core.take_events(), core.step_event(STEP_COMPLETED, pos, done)]
     yield Write([*core.take_pending(), rec], events)
-    core.fault(pos, name, "recorded", sig)
+    if core.fault_hook is not None:  # (no call on the common path)
+        core.fault(pos, name, "recorded", sig)
     return decode_output(core, text, sig, pos, name)
 
 

@@ -388,7 +388,7 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
             value = op.fn(*op.args, **op.kwargs)
         else:
             value = _call_with_timeout(op)
-        if inspect.isawaitable(value):
+        if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
             # Never awaited here, so what it stands for did not happen: recording it (or
             # failing the step, which a workflow may catch and go on from) would be wrong.
             if inspect.iscoroutine(value):
@@ -403,6 +403,11 @@ def _run_sync(op: Call, box: Usage) -> Outcome:
         return Outcome(value, None, box)
     except Exception as exc:
         return Outcome(None, exc, box)
+
+
+# The plain types most steps return: none is awaitable, so inspect.isawaitable (an ABC
+# check, a few hundred instructions for a dict) is skipped for them.
+_NEVER_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple, bytes})
 
 
 def _call_with_timeout(op: Call) -> Any:

@@ -122,7 +122,9 @@ def _state(store: Store, create: bool) -> LoopAppends | None:
                 return None
             per_store = _LOOPS[loop] = {}
     except TypeError:
-        return None  # a loop that takes no weak reference (uvloop's): appends go at once
+        # A loop object that takes no weak reference (asyncio's and uvloop 0.23's do; a
+        # loop written in C without __weakref__ would not): its appends go at once.
+        return None
     state = per_store.get(id(store))
     if state is None and create:
         state = per_store[id(store)] = LoopAppends(loop, store)

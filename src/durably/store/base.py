@@ -91,9 +91,13 @@ class RunsStore(Protocol):
         An existing row keeps its own incarnation (``new.incarnation`` is then unused)."""
         ...
 
-    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+    def fork_run(
+        self, new: NewRun, records: Sequence[StepRecord], source: str | None = None
+    ) -> RunRecord:
         """Create the queued run ``new`` whose history (generation 0) is ``records``, in
-        one transaction; raises ``RunConflict`` when ``new.run_id`` exists."""
+        one transaction; raises ``RunConflict`` when ``new.run_id`` exists, and, with
+        ``source`` (the run copied), ``RunNotFound`` once it is gone and ``Redacted``
+        once it was redacted."""
         ...
 
     def get_run(self, run_id: str) -> RunRecord | None:
@@ -563,8 +567,9 @@ class RetentionStore(Protocol):
         """Tombstones, newest first."""
         ...
 
-    def drop_tombstones(self, before: float) -> int:
-        """Remove tombstones of runs removed before ``before``; returns how many."""
+    def drop_tombstones(self, before: float, dry_run: bool = False) -> int:
+        """Remove tombstones of runs removed before ``before``; returns how many
+        (``dry_run``: how many would go, nothing removed)."""
         ...
 
     def get_redaction(self, run_id: str) -> Redaction | None:

@@ -58,7 +58,10 @@ class GroupCommit:
 
     def reset(self) -> None:
         """A fresh queue and lock (a forked child: the parent's threads are not here)."""
-        self._cond = threading.Condition(threading.Lock())
+        # Held as ``with self._lock`` (C code) rather than ``with self._cond`` (two Python
+        # calls a side): every step's append takes it twice. The same lock either way.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._queue: list[Append] = []
         self._busy = False
         self.batches = 0  # transactions that carried more than one append (for benches)
@@ -68,7 +71,7 @@ class GroupCommit:
         """Write ``item`` (alone, or with the appends queued beside it) and return once the
         commit that carries it is done: its cancel flag, or its own error raised."""
         cond = self._cond
-        with cond:
+        with self._lock:
             if not self._busy:
                 self._busy = True
                 batch = None
@@ -95,7 +98,7 @@ class GroupCommit:
             try:
                 return self._write_one(item)
             finally:
-                with cond:
+                with self._lock:
                     self._busy = False
                     if self._queue:  # callers that queued meanwhile: one of them leads
                         cond.notify_all()
@@ -113,7 +116,7 @@ class GroupCommit:
         if not items:
             return
         cond = self._cond
-        with cond:
+        with self._lock:
             while self._busy:
                 cond.wait()
             self._busy = True
@@ -151,7 +154,7 @@ class GroupCommit:
                 queued.result, queued.error = False, None
             interrupted = exc
         finally:
-            with self._cond:
+            with self._lock:
                 for queued in batch:
                     queued.done = not any(q is queued for q in again)
                 self._queue[:0] = again

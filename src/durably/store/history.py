@@ -2,14 +2,15 @@
 and blobs, ``finish`` and ``park``.
 
 ``append`` is written once too; the step path's tuned one-round-trip write is each
-backend's named hook ``_append_quick`` (one autocommit statement for a step's record on
-SQLite, for a record and its events on PostgreSQL), tried first, with everything it does
-not take (blobs, many records, events alone, a refusal to explain) in the transaction
-here. Where ``park``'s lock order differs it is the named hook ``_lock_for_park``:
-PostgreSQL takes the run row's lock (``lock_token``) in a statement of its own before
-anything else, so a signal, decision or cancel that held the row commits first and
-``park_run``'s fresh snapshot sees it; SQLite's ``BEGIN IMMEDIATE`` has held the one
-writer lock from the start. Never unify the two by accident.
+backend's named hook ``_append_quick`` (on SQLite one autocommit statement for a lone
+record, or a record and its events in one written-out transaction, the events in one
+statement; on PostgreSQL one statement for a record and its events), tried first, with
+everything it does not take (blobs, many records, events alone, a refusal to explain, an
+event stored already) in the transaction here. Where ``park``'s lock order differs it is
+the named hook ``_lock_for_park``: PostgreSQL takes the run row's lock (``lock_token``)
+in a statement of its own before anything else, so a signal, decision or cancel that held
+the row commits first and ``park_run``'s fresh snapshot sees it; SQLite's ``BEGIN
+IMMEDIATE`` has held the one writer lock from the start. Never unify the two by accident.
 """
 
 from __future__ import annotations

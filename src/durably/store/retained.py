@@ -80,6 +80,16 @@ class Tombstoned(Exception):
         self.tomb = tomb
 
 
+class Redacted(Exception):
+    """Raised inside a store transaction that would copy (fork) or re-open (retry) a run
+    whose redaction committed since the caller read it (it rolls back); the engine
+    turns it into ``RunRedacted``."""
+
+    def __init__(self, red: Redaction) -> None:
+        super().__init__(red.run_id)
+        self.red = red
+
+
 def tombstone_from_row(row: Sequence[Any]) -> Tombstone:
     """A ``get_tombstone`` row as a :class:`Tombstone`."""
     return Tombstone(

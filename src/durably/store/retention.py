@@ -23,6 +23,10 @@ UPDATE`` counts a touch under the row's lock, so it waits for the sweep's lock, 
 the sweep deleted the row it inserts it again, with its data), or cites one its run has
 already cited in a committed record (the run's own known blobs), which the mark sees.
 Nothing is added to a step's path beyond that count, on a blob already stored.
+
+The candidates a removal's commit leaves behind are written down in that transaction
+(``sweep_pending``) and dropped once swept, so a sweep that never ran (a crash after the
+commit) is made up by the next prune or delete.
 """
 
 from __future__ import annotations
@@ -122,9 +126,12 @@ class Retention(Backend):
         )
         return [tombstone_from_row(r) for r in rows]
 
-    def drop_tombstones(self, before: float) -> int:
+    def drop_tombstones(self, before: float, dry_run: bool = False) -> int:
         """Remove the tombstones of runs removed before ``before``, in batches; returns
-        how many went. Their run ids can then be used again for fresh runs."""
+        how many went (``dry_run``: how many would, counted, nothing removed). Their run
+        ids can then be used again for fresh runs."""
+        if dry_run:
+            return int(self._reading(lambda tx: tx.scalar("count_tombstones", before=before)))
         total = 0
         while True:
             n = self._writing(
@@ -237,6 +244,7 @@ class Retention(Backend):
             if not found:
                 return [], set()
             cites = self._citations(tx, found)
+            _pend(tx, cites)
             tx.many(
                 "insert_tombstone",
                 [
@@ -307,6 +315,7 @@ class Retention(Backend):
             row = tx.one("lock_run_for_delete", run_id=run_id)
             self._refuse_unless_finished(run_id, row)
             cites = self._citations(tx, [run_id])
+            _pend(tx, cites)
             tx.q("redact_run_row", run_id=run_id, now=now, **marks)
             steps = tx.q("redactable_steps", run_id=run_id).fetchall()
             tx.many(
@@ -338,28 +347,53 @@ class Retention(Backend):
     # -- the blob sweep -----------------------------------------------------------------
 
     def _sweep(self, roots: set[str], freed: Freed, dry_run: bool, excluded: set[str]) -> None:
-        """Mark and sweep the blobs reachable from ``roots`` (see the module docstring);
-        ``excluded`` runs' records do not mark (a dry run's runs, still stored)."""
+        """Mark and sweep the blobs reachable from ``roots`` (see the module docstring)
+        and from those an earlier removal left waiting (its sweep never ran: a crash
+        after its commit); ``excluded`` runs' records do not mark (a dry run's runs,
+        still stored). Once swept, the waiting ones are dropped."""
+        roots = roots | self._pending()
         if not roots:
             return
         state, edges = self._candidates(roots)
-        if not state:
-            return
-        marked = self._mark(set(state), edges, excluded)
-        order = _citers_first(list(state), edges)
+        if state:
+            marked = self._mark(set(state), edges, excluded)
+            order = _citers_first(list(state), edges)
+            if dry_run:
+                for d in order:
+                    if d not in marked:
+                        freed.blobs += 1
+                        freed.blob_bytes += state[d][1]
+                return
+            kept = set(marked)
+            for batch in _batches(order, BLOBS_PER_BATCH):
+                n, size = self._writing(
+                    lambda tx, b=batch: self._sweep_batch(tx, b, state, edges, kept)  # type: ignore[misc]
+                )
+                freed.blobs += n
+                freed.blob_bytes += size
         if dry_run:
-            for d in order:
-                if d not in marked:
-                    freed.blobs += 1
-                    freed.blob_bytes += state[d][1]
             return
-        kept = set(marked)
-        for batch in _batches(order, BLOBS_PER_BATCH):
-            n, size = self._writing(
-                lambda tx, b=batch: self._sweep_batch(tx, b, state, edges, kept)  # type: ignore[misc]
+        # Swept (or kept: cited by a remaining record, a candidate again once that
+        # record's run goes): no longer waiting.
+        for part in _batches(sorted(roots), BLOBS_PER_BATCH):
+            self._writing(
+                lambda tx, b=part: tx.q("drop_sweep_pending", digests=tx.array(b))  # type: ignore[misc]
             )
-            freed.blobs += n
-            freed.blob_bytes += size
+
+    def _pending(self) -> set[str]:
+        """The blobs removals stopped citing whose sweep has not run yet."""
+        out: set[str] = set()
+        after = ""
+        while True:
+            rows = self._reading(
+                lambda tx, a=after: tx.q(  # type: ignore[misc]
+                    "sweep_pending", after=a, limit=BLOBS_PER_BATCH
+                ).fetchall()
+            )
+            out.update(str(r[0]) for r in rows)
+            if len(rows) < BLOBS_PER_BATCH:
+                return out
+            after = str(rows[-1][0])
 
     def _candidates(
         self, roots: set[str]
@@ -479,6 +513,13 @@ class Retention(Backend):
             ).fetchall()
         )
         return bool(rows)
+
+
+def _pend(tx: Tx, cites: set[str]) -> None:
+    """Write down, in the removing transaction, the blobs it stops citing: the sweep
+    that follows its commit may never run (a crash), and the next one takes them."""
+    if cites:
+        tx.many("add_sweep_pending", [{"digest": d} for d in sorted(cites)])
 
 
 def _keep_reachable(start: str, edges: dict[str, list[str]], kept: set[str]) -> None:

@@ -31,7 +31,7 @@ from ..history import (
 from . import stream
 from .base import NewRun, status_list
 from .history import record_params
-from .retained import Tombstoned, cited, tombstone_from_row
+from .retained import Redacted, Redaction, Tombstoned, cited, tombstone_from_row
 from .tx import Backend, Tx
 
 RUN_FIELDS = len(RunRecord.__slots__)
@@ -68,14 +68,22 @@ class Runs(Backend):
 
         return self._writing(op)
 
-    def fork_run(self, new: NewRun, records: Sequence[StepRecord]) -> RunRecord:
+    def fork_run(
+        self, new: NewRun, records: Sequence[StepRecord], source: str | None = None
+    ) -> RunRecord:
         """Create the queued run ``new`` with ``records`` as its history, in one
-        transaction; raises ``RunConflict`` when the run id exists."""
+        transaction; raises ``RunConflict`` when the run id exists. ``source``, the run
+        the records were copied from, is locked and checked again here: ``RunNotFound``
+        once it is gone, ``Redacted`` once its values were forgotten since it was read."""
         params: dict[str, Any] = {f: getattr(new, f) for f in NewRun.__slots__}
         now = params["now"] = self.clock.time()
         rows = [record_params(new.run_id, r) for r in records]
 
         def op(tx: Tx) -> RunRecord:
+            if source is not None:
+                if tx.one("lock_fork_source", run_id=source) is None:
+                    raise RunNotFound(f"no run {source!r} in {self._where}")
+                refuse_redacted_tx(tx, source)
             if tx.q("insert_run", **params).rowcount != 1:
                 found = tx.one("get_run", run_id=new.run_id)
                 # On a retry the first attempt may have committed: the row is ours when
@@ -178,6 +186,9 @@ class Runs(Backend):
             if row is None:
                 raise RunNotFound(f"no run {run_id!r} in {self._where}")
             run = run_from_row(row[:RUN_FIELDS])
+            # A redaction committed since the caller read the run: its values are gone,
+            # and a redacted run never runs again.
+            refuse_redacted_tx(tx, run_id)
             # Also what a retry sees when the first attempt committed: the run is queued
             # already, and saying so is accurate.
             check_requeueable(run, from_statuses)
@@ -267,6 +278,14 @@ def touch_cited(tx: Tx, records: Sequence[StepRecord], where: str) -> None:
             f"{where}: {len(digests - found)} blob(s) the forked run cites are gone (the run"
             " was pruned or redacted while the fork was being made); nothing was forked"
         )
+
+
+def refuse_redacted_tx(tx: Tx, run_id: str) -> None:
+    """Roll back a write that would copy or re-open ``run_id`` once it is redacted
+    (raises ``Redacted``), read under the run's lock in the writing transaction."""
+    row = tx.one("get_redaction", run_id=run_id)
+    if row is not None:
+        raise Redacted(Redaction(str(row[0]), float(row[1]), str(row[2])))
 
 
 def refuse_tombstoned(tx: Tx, run_id: str) -> None:

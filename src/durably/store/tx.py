@@ -30,7 +30,8 @@ statement order differs between the dialects say so through a named hook of the 
 anything else; SQLite has held its one writer lock since ``BEGIN IMMEDIATE``) and
 ``_append_quick`` (the step path's tuned append: one autocommit statement where the
 dialect can write a step's record, or on PostgreSQL a record and its events, in one round
-trip; the transaction written once in :mod:`.history` decides everything else).
+trip; on SQLite a record and its events in a transaction written out, the events in one
+statement; the transaction written once in :mod:`.history` decides everything else).
 """
 
 from __future__ import annotations

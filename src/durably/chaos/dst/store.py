@@ -194,9 +194,9 @@ class SimStore(SQLiteStore):
     def create_run(self, new: Any) -> Any:
         return super().create_run(dataclasses.replace(new, incarnation=_incarnation(new.run_id)))
 
-    def fork_run(self, new: Any, records: Sequence[StepRecord]) -> Any:
+    def fork_run(self, new: Any, records: Sequence[StepRecord], source: str | None = None) -> Any:
         return super().fork_run(
-            dataclasses.replace(new, incarnation=_incarnation(new.run_id)), records
+            dataclasses.replace(new, incarnation=_incarnation(new.run_id)), records, source
         )
 
     def park(self, run_id: str, *args: Any, **kwargs: Any) -> Any:

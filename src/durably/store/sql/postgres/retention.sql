@@ -28,6 +28,7 @@ WHERE run_id = ANY(%(run_ids)s::text[])
   AND status = ANY(%(statuses)s::text[])
   AND finished_at IS NOT NULL
   AND (%(before)s::double precision IS NULL OR finished_at < %(before)s::double precision)
+ORDER BY run_id  -- one lock order for every prune: a plan's own order could cross another's
 FOR UPDATE;
 
 -- name: run_citations
@@ -59,6 +60,10 @@ WHERE %(after_at)s::double precision IS NULL
    OR (removed_at, run_id) < (%(after_at)s::double precision, %(after_id)s::text)
 ORDER BY removed_at DESC, run_id DESC
 LIMIT %(limit)s;
+
+-- name: count_tombstones
+-- How many tombstones a delete_tombstones of the same cut would remove (a dry run).
+SELECT count(*) FROM tombstones WHERE removed_at < %(before)s;
 
 -- name: delete_tombstones
 -- One batch of tombstones removed before before.
@@ -150,11 +155,33 @@ RETURNING owner;
 -- name: touch_blobs
 -- A fork's copied records cite these blobs without storing them: count a touch on each
 -- (under the row's lock, as put_blob does), so a sweep running meanwhile keeps them.
--- Returns the digests still stored.
-UPDATE blobs SET touches = touches + 1 WHERE digest = ANY(%(digests)s::text[])
+-- Returns the digests still stored. The rows are locked in digest order first (an
+-- UPDATE ... = ANY locks them in the order its plan meets them, a sequential scan's
+-- storage order), the order put_blob and the sweep lock in: no deadlock with either.
+UPDATE blobs SET touches = touches + 1
+WHERE digest IN (
+    SELECT digest FROM blobs WHERE digest = ANY(%(digests)s::text[]) ORDER BY digest FOR UPDATE
+)
 RETURNING digest;
 
 -- name: redact_generations
 -- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
 UPDATE generations SET input = %(marker_json)s, input_digest = %(marker_digest)s
 WHERE run_id = %(run_id)s;
+
+-- name: add_sweep_pending
+INSERT INTO sweep_pending (digest) VALUES (%(digest)s) ON CONFLICT (digest) DO NOTHING;
+
+-- name: sweep_pending
+-- The blobs a removal stopped citing whose sweep has not run yet, keyset-paged.
+SELECT digest FROM sweep_pending WHERE digest > %(after)s ORDER BY digest LIMIT %(limit)s;
+
+-- name: drop_sweep_pending
+-- Locked in digest order first (a DELETE ... = ANY locks rows in the order its plan meets
+-- them, a sequential scan's storage order): two sweeps dropping overlapping digests
+-- cannot cross.
+DELETE FROM sweep_pending
+WHERE digest IN (
+    SELECT digest FROM sweep_pending WHERE digest = ANY(%(digests)s::text[])
+    ORDER BY digest FOR UPDATE
+);

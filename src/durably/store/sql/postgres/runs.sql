@@ -145,3 +145,10 @@ SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
     error_message = %(error_message)s::text, park_reason = %(park_reason)s,
     finished_at = %(now)s, updated_at = %(now)s
 WHERE run_id = %(run_id)s AND fencing_token = %(expected_token)s;
+
+-- name: lock_fork_source
+-- The run a fork copies, locked until the fork commits (FOR SHARE: a redaction's FOR
+-- UPDATE waits for the fork, or the fork for it); read before the source's redaction
+-- row, so a redaction committed since the fork read the source is seen and the fork
+-- refused (a copy must never carry values just forgotten).
+SELECT 1 FROM runs WHERE run_id = %(run_id)s FOR SHARE;

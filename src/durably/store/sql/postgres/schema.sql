@@ -207,7 +207,7 @@ CREATE TABLE generations (
 CREATE TABLE tombstones (
     run_id       TEXT PRIMARY KEY,
     workflow     TEXT NOT NULL,
-    -- The run's input digest (generation 0's; '' once the run was redacted).
+    -- The run's input digest (generation 0's; 64 zeros once the run was redacted).
     input_digest TEXT NOT NULL,
     -- The status it finished with: completed, failed or cancelled.
     status       TEXT NOT NULL,
@@ -233,4 +233,12 @@ CREATE TABLE maintenance (
     name       TEXT PRIMARY KEY,
     owner      TEXT NOT NULL,
     expires_at DOUBLE PRECISION NOT NULL
+);
+
+-- The blobs a prune batch, a delete or a redaction stopped citing, written in the
+-- transaction that removed the citations and dropped once the sweep looked at them. A
+-- sweep that never ran (a crash after that commit) is made up by the next prune or
+-- delete: no blob, nor a redacted value in one, is left behind for good.
+CREATE TABLE sweep_pending (
+    digest TEXT PRIMARY KEY
 );

@@ -56,6 +56,10 @@ WHERE :after_at IS NULL OR (removed_at, run_id) < (:after_at, :after_id)
 ORDER BY removed_at DESC, run_id DESC
 LIMIT :limit;
 
+-- name: count_tombstones
+-- How many tombstones a delete_tombstones of the same cut would remove (a dry run).
+SELECT count(*) FROM tombstones WHERE removed_at < :before;
+
 -- name: delete_tombstones
 -- One batch of tombstones removed before :before.
 DELETE FROM tombstones WHERE run_id IN (
@@ -152,3 +156,13 @@ RETURNING digest;
 -- The inputs of a run's finished generations (ctx.continue_as_new) are values too.
 UPDATE generations SET input = :marker_json, input_digest = :marker_digest
 WHERE run_id = :run_id;
+
+-- name: add_sweep_pending
+INSERT INTO sweep_pending (digest) VALUES (:digest) ON CONFLICT (digest) DO NOTHING;
+
+-- name: sweep_pending
+-- The blobs a removal stopped citing whose sweep has not run yet, keyset-paged.
+SELECT digest FROM sweep_pending WHERE digest > :after ORDER BY digest LIMIT :limit;
+
+-- name: drop_sweep_pending
+DELETE FROM sweep_pending WHERE digest IN (SELECT value FROM json_each(:digests));

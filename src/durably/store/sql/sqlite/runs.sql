@@ -133,3 +133,9 @@ SET status = 'cancelled', fencing_token = fencing_token + 1, owner = NULL,
     error_message = :error_message, park_reason = :park_reason, finished_at = :now,
     updated_at = :now
 WHERE run_id = :run_id AND fencing_token = :expected_token;
+
+-- name: lock_fork_source
+-- The run a fork copies, locked until the fork commits; read before the
+-- source's redaction row, so a redaction committed since the fork read the source is
+-- seen and the fork refused (a copy must never carry values just forgotten).
+SELECT 1 FROM runs WHERE run_id = :run_id;

@@ -1,6 +1,4 @@
--- 0011: retention (durably prune, engine.delete_run). Numbered 0011 while 0010 (generations,
--- continue-as-new) is written in parallel: the runner applies migrations by number and
--- accepts the gap.
+-- 0011: retention (durably prune, engine.delete_run).
 
 -- What is left of a pruned or deleted run: enough to refuse a second run of its id
 -- (RunPruned) or of its id with other input (RunConflict). Removed only by
@@ -8,7 +6,7 @@
 CREATE TABLE tombstones (
     run_id       TEXT PRIMARY KEY,
     workflow     TEXT NOT NULL,
-    -- The run's input digest (generation 0's; '' once the run was redacted).
+    -- The run's input digest (generation 0's; 64 zeros once the run was redacted).
     input_digest TEXT NOT NULL,
     -- The status it finished with: completed, failed or cancelled.
     status       TEXT NOT NULL,
