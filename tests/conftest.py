@@ -6,21 +6,23 @@ that says how to enable them.
 
 ``make test`` runs the suite on several pytest-xdist worker processes (``-n``). Each test
 has its own tmp_path, PostgreSQL schema and free port, so tests share nothing but the
-machine; the modules of ``SERIAL_TIMING`` (real SIGSTOPs and leases of a second or two,
-timed against real worker processes) are scheduled as one unit, so they run one after
-another on one worker and never compete with each other for the CPU.
+machine (a PostgreSQL journal schema is emptied and reused by the next test of the same
+process, only while it is exactly as migrated: ``tests/pg_journals.py``); the modules of
+``SERIAL_TIMING`` (real SIGSTOPs and leases of a second or two, timed against real
+worker processes) are scheduled as one unit, so they run one after another on one
+worker and never compete with each other for the CPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.pg_journals import JournalPool, fresh_schema
 
 PG_URL_DEFAULT = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -87,39 +89,50 @@ def pg_server_url() -> str:
     return url
 
 
-@contextlib.contextmanager
-def _pg_schema(server_url: str) -> Iterator[str]:
-    """A fresh PostgreSQL schema, dropped afterwards; its URL carries
-    ``options=-csearch_path=<schema>`` so every connection made from it (including
-    those of subprocesses) works inside it."""
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in server_url else "?"
-    try:
-        yield f"{server_url}{sep}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+@pytest.fixture(scope="session")
+def pg_journals(pg_server_url: str) -> Iterator[JournalPool]:
+    """Migrated, empty journal schemas reused by this process's tests (see
+    ``tests/pg_journals.py``: a schema is kept only while it is exactly as migrated)."""
+    pool = JournalPool(pg_server_url)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def pg_url(pg_server_url: str) -> Iterator[str]:
+def pg_url(request: pytest.FixtureRequest, pg_server_url: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL schema for one test, dropped afterwards (its URL names
-    the schema: see :func:`_pg_schema`)."""
-    with _pg_schema(pg_server_url) as url:
+    the schema: see :func:`tests.pg_journals.schema_url`). In a test that has a
+    PostgreSQL ``journal_url`` too, that journal's schema: one schema a test."""
+    if _journal_param(request) == "postgres":
+        yield request.getfixturevalue("journal_url")
+        return
+    with fresh_schema(pg_server_url) as url:
         yield url
 
 
+def _journal_param(request: pytest.FixtureRequest) -> str | None:
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is None or "journal_url" not in request.fixturenames:
+        return None
+    return str(callspec.params.get("journal_url"))
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The URL of an empty journal of each kind: a SQLite file, a PostgreSQL schema."""
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of an empty journal of each kind: a SQLite file (not created yet), a
+    PostgreSQL schema with today's tables and no rows (reused from an earlier test once
+    emptied: see ``tests/pg_journals.py``). A test that creates the journal's tables
+    itself (an old schema version) is marked ``pg_empty_schema``: its schema is empty."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'journal.db'}"
-    url: str = request.getfixturevalue("pg_url")
-    return url
+        yield f"sqlite:///{tmp_path / 'journal.db'}"
+        return
+    if request.node.get_closest_marker("pg_empty_schema") is not None:
+        with fresh_schema(request.getfixturevalue("pg_server_url")) as url:
+            yield url
+        return
+    pool: JournalPool = request.getfixturevalue("pg_journals")
+    with pool.journal() as url:
+        yield url
 
 
 @pytest.fixture(
@@ -133,5 +146,6 @@ def module_journal_url(
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('journal') / 'journal.db'}"
         return
-    with _pg_schema(request.getfixturevalue("pg_server_url")) as url:
+    pool: JournalPool = request.getfixturevalue("pg_journals")
+    with pool.journal() as url:
         yield url

@@ -20,7 +20,9 @@ WAIT_S_MAX = 120.0
 
 def main() -> None:
     url, run_id, release = sys.argv[1:4]
-    engine = durably.Engine(url, lease_s=3)
+    # The default lease: the takeover does not wait for it (the killed owner is provably
+    # gone), and a short one could lapse while a loaded machine starved the heartbeat.
+    engine = durably.Engine(url)
 
     @durably.step(effect=True)
     def gated(i: int, idempotency_key: str) -> int:

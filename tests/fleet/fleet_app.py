@@ -159,9 +159,12 @@ def make_engine(url: str | None = None) -> durably.Engine:
         return "went on"
 
     @engine.workflow(name="pause")
-    def pause(ctx: durably.Context, pause_s: float) -> str:
+    def pause(ctx: durably.Context, gate: str) -> str:
         ctx.step("first", touch, "first")
-        time.sleep(pause_s)  # workflow code between two steps: the test stops us here
+        # Workflow code between two steps, until the test opens the gate: the test stops
+        # us here. (A fixed pause of a second was a window the test had to hit, and a
+        # loaded machine missed it: the worker ran "next" before its SIGSTOP.)
+        wait_for_file(gate)
         ctx.step("next", touch, "next")
         return "done"
 

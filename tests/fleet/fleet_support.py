@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -19,6 +21,59 @@ def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def run_row_locked(journal_url: str, run_id: str) -> Iterator[None]:
+    """Hold the lock a lease renewal needs (SQLite: the write lock; PostgreSQL: the run's
+    row), so a woken worker's heartbeat cannot learn of the takeover first."""
+    if journal_url.startswith("sqlite"):
+        db = sqlite3.connect(journal_url[len("sqlite:///") :], isolation_level=None, timeout=60)
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            db.execute("ROLLBACK")
+            db.close()
+        return
+    import psycopg
+
+    with psycopg.connect(journal_url) as conn:  # a transaction until the block ends
+        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
+        yield
+
+
+def stop_between_writes(proc: subprocess.Popen[str], journal_url: str) -> None:
+    """SIGSTOP a worker process outside any write of its own, and return once it is
+    stopped.
+
+    On SQLite a worker's writes (a heartbeat's renewal too, fsync included) hold the
+    database's one write lock in the worker's own process: stopped inside one, it keeps
+    the lock until it is woken, and a rescuer's claim waits for it rather than for the
+    lease (the test timed out on a loaded machine, where the slower fsyncs made the
+    window wider). So the test holds the write lock itself while it stops the worker: the
+    worker is then at most waiting for the lock, holding none. On PostgreSQL the lease
+    renewal is one autocommit statement, which the server finishes whether or not its
+    client is stopped (and holding the run's row here would hand it to a stopped client
+    that was waiting for it)."""
+    if journal_url.startswith("sqlite"):
+        db = sqlite3.connect(journal_url[len("sqlite:///") :], isolation_level=None, timeout=60)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            proc.send_signal(signal.SIGSTOP)
+            wait_until(lambda: stopped(proc.pid), 30, "the worker to stop")
+            db.execute("ROLLBACK")
+        finally:
+            db.close()
+        return
+    proc.send_signal(signal.SIGSTOP)
+    wait_until(lambda: stopped(proc.pid), 30, "the worker to stop")
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (Linux: state T in /proc/PID/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
 
 
 class Forwarder:

@@ -3,16 +3,14 @@ processes, a real second claim, a real SIGSTOP, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet_support import Forwarder, Spawn, wait_until
+from fleet_support import Forwarder, Spawn, run_row_locked, stop_between_writes, wait_until
 
 import durably
 from durably.store.base import Owner
@@ -31,26 +29,6 @@ def executions(world_path: str, pid: int) -> list[str]:
 
 def log_says(tmp_path: Path, text: str) -> bool:
     return any(text in p.read_text() for p in tmp_path.glob("worker-*.log"))
-
-
-@contextlib.contextmanager
-def run_row_locked(journal_url: str, run_id: str) -> Iterator[None]:
-    """Hold the lock a lease renewal needs (SQLite: the write lock; PostgreSQL: the run's
-    row), so a woken worker's heartbeat cannot learn of the takeover first."""
-    if journal_url.startswith("sqlite"):
-        db = sqlite3.connect(journal_url[len("sqlite:///") :], isolation_level=None)
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            db.execute("ROLLBACK")
-            db.close()
-        return
-    import psycopg
-
-    with psycopg.connect(journal_url) as conn:  # a transaction until the block ends
-        conn.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (run_id,))
-        yield
 
 
 def test_after_a_takeover_a_bare_except_runs_no_more_steps(
@@ -79,7 +57,8 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
     journal_url: str,
 ) -> None:
     worker = spawn_worker(lease_s=1.5, concurrency=1)
-    engine.start("pause", 1.0, run_id="p")
+    gate = tmp_path / "gate"
+    engine.start("pause", str(gate), run_id="p")
     # Its result recorded too, so the stop lands between the two steps as meant: a stop
     # while the worker was still writing it would hold SQLite's write lock through the
     # pause (the rescuer's claim then waits for ever), or leave the write to be refused
@@ -92,8 +71,9 @@ def test_a_worker_stopped_past_its_lease_runs_no_further_step(
         60,
         "the first step recorded",
     )
-    worker.send_signal(signal.SIGSTOP)  # between two steps: a GC pause, a stopped VM...
-    time.sleep(2.0)  # past its 1.5 s lease, and past the 1 s pause it was in
+    stop_between_writes(worker, journal_url)  # between two steps: a GC pause, a VM stop...
+    gate.touch()  # once woken, its workflow code goes on to "next" at once
+    time.sleep(2.0)  # past its 1.5 s lease
     taken = engine.store.claim("p", Owner("rescuer", 1, "1"), 30, 10, lambda _: False)
     with run_row_locked(journal_url, "p"):
         worker.send_signal(signal.SIGCONT)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import fleet_app
 import pytest
-from fleet_support import HERE, Spawn, wait_until
+from fleet_support import HERE, Spawn, stop_between_writes, wait_until
 
 import durably
 
@@ -113,7 +113,11 @@ def test_a_run_three_leases_long_keeps_its_worker(
 
 
 def test_a_stalled_worker_is_fenced_out(
-    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
+    engine: durably.Engine,
+    spawn_worker: Spawn,
+    world_path: str,
+    tmp_path: Path,
+    journal_url: str,
 ) -> None:
     stalled = spawn_worker(lease_s=1.5, concurrency=1)
     handle = engine.start("slow", 7, 3.0, run_id="fenced")
@@ -122,7 +126,7 @@ def test_a_stalled_worker_is_fenced_out(
         30,
         "the charge to start",
     )
-    stalled.send_signal(signal.SIGSTOP)  # a long GC pause, a partition...
+    stop_between_writes(stalled, journal_url)  # a long GC pause, a partition...
     time.sleep(2.0)  # past its lease
     # The rescuer's lease is not under test: a long one, so a loaded machine that delays
     # its heartbeat past its own deadline cannot make it stop and claim the run again (a
@@ -159,7 +163,11 @@ def test_a_stalled_worker_is_fenced_out(
 
 
 def test_the_journal_alone_fences_a_stalled_worker(
-    engine: durably.Engine, spawn_worker: Spawn, world_path: str, tmp_path: Path
+    engine: durably.Engine,
+    spawn_worker: Spawn,
+    world_path: str,
+    tmp_path: Path,
+    journal_url: str,
 ) -> None:
     """The stalled worker wakes while the new owner is still inside the same step, so the
     world has not seen the newer token and takes its effect (deduplicated later by key):
@@ -169,7 +177,7 @@ def test_the_journal_alone_fences_a_stalled_worker(
     handle = engine.start("slow", 5, 3.0, run_id="journal-fenced")
     charges = "SELECT pid FROM executions WHERE step='slow_charge' ORDER BY rowid"
     wait_until(lambda: world_rows(world_path, charges) != [], 30, "the charge to start")
-    stalled.send_signal(signal.SIGSTOP)
+    stop_between_writes(stalled, journal_url)  # see the test above
     time.sleep(2.0)  # past its lease
     rescuer = spawn_worker(lease_s=RESCUER_LEASE_S, concurrency=1)  # see the test above
     wait_until(lambda: len(world_rows(world_path, charges)) == 2, 30, "the rescuer's charge")

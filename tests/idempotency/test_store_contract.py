@@ -130,26 +130,30 @@ def test_renewed_lease_keeps_the_key(make_store: MakeStore, clock: FakeClock):
 
 def test_heartbeat_renews_the_lease_of_a_slow_request(db_url: str):
     # Real time: the heartbeat thread is what keeps a live request's key, however long it
-    # runs past lease_s.
-    store = IdempotencyStore(db_url, lease_s=0.3, heartbeat=True)
-    other = IdempotencyStore(db_url, lease_s=0.3, heartbeat=False)
-    started = threading.Event()
+    # runs past lease_s. A lease of 1 s (a renewal every 0.33 s): at 0.3 s a loaded
+    # machine that held the heartbeat thread off for a lease's length let the key go.
+    store = IdempotencyStore(db_url, lease_s=1.0, heartbeat=True)
+    other = IdempotencyStore(db_url, lease_s=1.0, heartbeat=False)
+    started, finish = threading.Event(), threading.Event()
     calls: list[int] = []
 
     def slow() -> str:
         started.set()
         calls.append(1)
-        time.sleep(1.0)
+        finish.wait(30)  # until the test has tried to take the key
         return "done"
 
     try:
         worker = threading.Thread(target=store.execute, args=("k", "fp", slow))
         worker.start()
-        started.wait(5)
-        time.sleep(0.7)  # more than twice the lease
-        with pytest.raises(IdempotencyKeyInFlight):
-            other.execute("k", "fp", slow)
-        worker.join(5)
+        started.wait(30)
+        time.sleep(1.5)  # past the lease by half: without renewals the key would be free
+        try:
+            with pytest.raises(IdempotencyKeyInFlight):
+                other.execute("k", "fp", slow)
+        finally:
+            finish.set()
+        worker.join(30)
         assert other.execute("k", "fp", slow).result == "done"
         assert len(calls) == 1
     finally:

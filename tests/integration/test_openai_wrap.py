@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -688,14 +689,18 @@ def test_a_crash_after_the_call_returned_still_counts_its_spend(
 
 
 def test_timeout_s_bounds_one_attempt_and_the_next_one_is_made(engine: durably.Engine) -> None:
+    hung = threading.Event()
+
     def script(path: str, body: dict[str, Any]) -> Reply:
         if server.count() == 1:
-            time.sleep(1.5)  # the first attempt hangs past timeout_s
+            hung.wait(60)  # the first attempt hangs past timeout_s (until the test ends)
         return 200, {}, chat_completion()
 
     server = ModelServer(script)
     try:
-        client = _client(server, timeout_s=0.5, retries=1)
+        # 2 s, not 0.5 s: the second attempt must answer within it too, and on a loaded
+        # machine a local round trip could take longer than half a second.
+        client = _client(server, timeout_s=2.0, retries=1)
 
         @engine.workflow(name="slow")
         def slow(ctx: durably.Context) -> str:
@@ -709,4 +714,5 @@ def test_timeout_s_bounds_one_attempt_and_the_next_one_is_made(engine: durably.E
         kinds = [e.kind for e in engine.events("slow").events]
         assert "step.retried" in kinds
     finally:
+        hung.set()
         server.close()

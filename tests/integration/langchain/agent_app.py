@@ -1,10 +1,11 @@
 """A LangChain agent in a durably workflow, run as its own process by the tests:
-``agent_app.py JOURNAL_URL WORLD_DB RUN_ID SCENARIO [KILL_AT]``.
+``python -m tests.integration.langchain.agent_app JOURNAL_URL WORLD_DB RUN_ID SCENARIO
+[KILL_AT]`` (in the checkout).
 
 The model is a ``BaseChatModel`` of the test's own (``bind_tools`` returns itself); it
-counts its calls in the world database (``model_calls``), which is also where the tool
-writes, keyed by ``durably.current_step().idempotency_key`` (``attempts`` keeps every
-execution, ``effects`` one row per key, as a service that honours keys would).
+counts its calls in the world database, which is also where the tool writes, keyed by
+``durably.current_step().idempotency_key`` (the world, the kill points and the command
+line are the shared crash harness's: ``tests/integration/crash_harness.py``).
 Scenarios:
 
 - ``single``: turn 1 calls ``record_order(item="a")``, turn 2 answers with its result;
@@ -19,24 +20,15 @@ Scenarios:
   ``aapproval``: the same in an async workflow (``ainvoke``; LangChain runs the sync
   tool on an executor thread).
 
-``KILL_AT``: ``after-model`` (SIGKILL at the tool's start: turn 1 is recorded, the
-write is not done), ``after-write`` (SIGKILL inside the tool right after its write),
-``between`` (``parallel``: the call for "b" waits until the call for "a" is recorded,
-then SIGKILLs the process before its own write; "a" waits for "b" to have started, so
-the two are in flight at once). Prints the agent's final answer as JSON.
+``KILL_AT``: ``after-model``, ``after-write`` or ``between`` (``parallel``), as the
+harness says. Prints the agent's final answer as JSON.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import signal
-import sqlite3
-import sys
-import time
 from collections.abc import Iterator, Sequence
-from contextlib import closing
 from typing import Any
 
 from langchain.agents import create_agent
@@ -49,20 +41,10 @@ from langchain_core.tools import tool
 import durably
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
 
-WAIT_S_MAX = 30.0
+from ..crash_harness import count_model_call, main, tool_writer
+
 # The scenarios run in an async workflow (ainvoke/astream).
 ASYNC = frozenset({"async", "astream", "aapproval"})
-
-
-def world(path: str) -> sqlite3.Connection:
-    w = sqlite3.connect(path, timeout=30, isolation_level=None)
-    w.executescript(
-        "CREATE TABLE IF NOT EXISTS model_calls (turn INTEGER, pid INTEGER);"
-        "CREATE TABLE IF NOT EXISTS attempts (tool TEXT, item TEXT, key TEXT, pid INTEGER);"
-        "CREATE TABLE IF NOT EXISTS effects (key TEXT PRIMARY KEY, tool TEXT, item TEXT);"
-        "CREATE TABLE IF NOT EXISTS started (item TEXT, pid INTEGER);"
-    )
-    return w
 
 
 class ScriptedModel(BaseChatModel):
@@ -81,8 +63,7 @@ class ScriptedModel(BaseChatModel):
 
     def _answer(self, messages: list[BaseMessage]) -> AIMessage:
         turn = sum(isinstance(m, AIMessage) for m in messages) + 1
-        with closing(world(self.world_db)) as w:
-            w.execute("INSERT INTO model_calls VALUES (?, ?)", (turn, os.getpid()))
+        count_model_call(self.world_db, turn)
         usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
         if turn == 1:
             if self.scenario in ("parallel", "async"):
@@ -145,31 +126,16 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None, **options
     """The engine (``options`` are ``durably.Engine``'s) and the scenario's workflow."""
     engine = durably.Engine(url, **options)
 
-    def write(name: str, item: str) -> str:
-        info = durably.current_step()
-        assert info is not None, "a recorded tool runs inside its step"
-        if kill_at == "after-model":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if scenario in ("parallel", "async"):
-            with closing(world(world_db)) as w:
-                w.execute("INSERT INTO started VALUES (?, ?)", (item, os.getpid()))
-            if item == "a":  # both calls are in flight at once: LangChain's own threads
-                wait_started(world_db, "b")
-        if kill_at == "between" and item == "b":
-            wait_recorded(engine, info.run_id, "langchain.shop.tool.record_order")
-            os.kill(os.getpid(), signal.SIGKILL)
-        with closing(world(world_db)) as w:
-            w.execute(
-                "INSERT INTO attempts VALUES (?, ?, ?, ?)",
-                (name, item, info.idempotency_key, os.getpid()),
-            )
-            w.execute(
-                "INSERT INTO effects VALUES (?, ?, ?) ON CONFLICT(key) DO NOTHING",
-                (info.idempotency_key, name, item),
-            )
-        if kill_at == "after-write":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return f"{name} {item} ok"
+    # LangChain runs the two calls of "parallel" on its executor's threads, of "async"
+    # as asyncio tasks.
+    write = tool_writer(
+        engine,
+        world_db,
+        scenario,
+        kill_at,
+        parallel=("parallel", "async"),
+        recorded_name="langchain.shop.tool.record_order",
+    )
 
     @tool
     def record_order(item: str) -> str:
@@ -219,43 +185,5 @@ def build(url: str, world_db: str, scenario: str, kill_at: str | None, **options
     return engine, shop
 
 
-def wait_started(world_db: str, item: str) -> None:
-    """Until the tool call for ``item`` has started in this process."""
-    deadline = time.monotonic() + WAIT_S_MAX
-    while time.monotonic() < deadline:
-        with closing(world(world_db)) as w:
-            if w.execute(
-                "SELECT 1 FROM started WHERE item = ? AND pid = ?", (item, os.getpid())
-            ).fetchone():
-                return
-        time.sleep(0.01)
-    raise TimeoutError(f"the call for {item!r} never started while the other ran")
-
-
-def wait_recorded(engine: durably.Engine, run_id: str, name: str) -> None:
-    """Until a step named ``name`` has its result recorded (a committed event)."""
-    deadline = time.monotonic() + WAIT_S_MAX
-    while time.monotonic() < deadline:
-        page = engine.events(run_id)
-        if any(e.kind == "step.completed" and e.data.get("name") == name for e in page.events):
-            return
-        time.sleep(0.01)
-    raise TimeoutError(f"{name} was never recorded")
-
-
-def main() -> None:
-    url, world_db, run_id, scenario = sys.argv[1:5]
-    kill_at = sys.argv[5] if len(sys.argv) > 5 else None
-    engine, wf = build(url, world_db, scenario, kill_at)
-    try:
-        if scenario in ASYNC:
-            out = asyncio.run(engine.run_async(wf, "order please", run_id=run_id))
-        else:
-            out = engine.run(wf, "order please", run_id=run_id)
-        print(json.dumps(out), flush=True)
-    finally:
-        engine.close()
-
-
 if __name__ == "__main__":
-    main()
+    main(build)

@@ -33,7 +33,8 @@ from durably.cli import main as cli
 from durably.integrations.langchain import DurablyMiddleware, wait_for_approval
 from durably.integrations.langchain._digest import model_call
 
-from .agent_app import ScriptedModel, build, world
+from ..crash_harness import world
+from .agent_app import ScriptedModel, build
 
 
 def rows(tmp: Path, sql: str) -> list[tuple[Any, ...]]:

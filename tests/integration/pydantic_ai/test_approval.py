@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from .test_crash import APP, model_turns, rows
+from ..crash_harness import ROOT, app_command, model_turns, rows
+from .test_crash import APP
 
 WAIT_S_MAX = 30.0
 
@@ -28,17 +29,11 @@ def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_an_approval_tool_parks_and_runs_once_after_durably_approve(tmp_path: Path) -> None:
     agent = subprocess.Popen(
-        [
-            sys.executable,
-            str(APP),
-            f"sqlite:///{tmp_path / 'journal.db'}",
-            str(tmp_path / "world.db"),
-            "refund-1",
-            "approval",
-        ],
+        app_command(APP, tmp_path, "refund-1", "approval"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        cwd=ROOT,
     )
     try:
         deadline = time.monotonic() + WAIT_S_MAX
