@@ -417,3 +417,39 @@ def test_postgres_batches_citing_shared_blobs_lock_them_in_one_order(pg_url: str
     for run_id in ("a", "b", "c", "d"):
         assert [r.position for r in store.load_history(run_id, 0)] == ["0"]
     store.close()
+
+
+def test_a_sqlite_batch_of_steps_takes_no_savepoint_and_falls_back_on_a_refusal(
+    tmp_path: Path,
+) -> None:
+    """A batch of step appends (one record each, no blobs) is written as the lone quick
+    append writes one, without a savepoint each; a stale member rolls it back and the
+    savepoint path writes it, failing that member alone. Both journals alike: cursors
+    without a gap, each step's events once."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = _claimed(store, "a", "b", "c")
+    said: list[str] = []
+    store._live().set_trace_callback(said.append)
+
+    def step(run_id: str, pos: str, token: int) -> Append:
+        ev = new_event("step.completed", pos, {}, 1.0, f"t{token}:{pos}:step.completed")
+        return Append(run_id, token, [rec(pos)], (ev,), durable=True)
+
+    batch = [step(r, "0", tokens[r]) for r in ("c", "a", "b")]
+    store._append_many(batch)
+    assert [(i.result, i.error) for i in batch] == [(False, None)] * 3
+    assert not [s for s in said if "SAVEPOINT" in s.upper()]
+    assert [s.strip().upper() for s in said].count("COMMIT") == 1
+    said.clear()
+    again = [step("a", "1", tokens["a"]), step("b", "1", tokens["b"] + 1)]  # b: stale
+    store._append_many(again)
+    assert [s for s in said if "SAVEPOINT" in s.upper()]  # rolled back, then one by one
+    assert again[0].error is None and isinstance(again[1].error, LeaseLost)
+    assert [r.position for r in store.load_history("a", 0)] == ["0", "1"]
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
+    for run_id, completed in (("a", 2), ("b", 1), ("c", 1)):
+        events = store.read_events(run_id, 0, 100).events
+        assert [e.kind for e in events].count("step.completed") == completed
+        cursors = [e.cursor for e in events]
+        assert cursors == list(range(1, len(cursors) + 1)), (run_id, cursors)
+    store.close()
