@@ -453,3 +453,212 @@ def test_a_sqlite_batch_of_steps_takes_no_savepoint_and_falls_back_on_a_refusal(
         cursors = [e.cursor for e in events]
         assert cursors == list(range(1, len(cursors) + 1)), (run_id, cursors)
     store.close()
+
+
+def test_a_batch_member_whose_value_cannot_be_bound_fails_alone(journal_url: str) -> None:
+    """Was: the savepoint-free batches (SQLite's one transaction, PostgreSQL's pipeline)
+    fell back to the savepoint path only on the driver's database errors, so a value the
+    driver cannot bind that is no database error (a lone surrogate: UnicodeEncodeError)
+    escaped the batch and was every member's error. The savepoint path, and an append
+    alone, make it its own caller's."""
+    from durably.events import NewEvent
+
+    store: Any = open_store(journal_url, FakeClock())
+    tokens = _claimed(store, "a", "b")
+    bad = NewEvent("step.completed", "0", '{"x":"\ud800"}', 1.0, "a:0:bad")
+    items = [
+        Append("a", tokens["a"], [rec("0")], (bad,), durable=True),
+        Append("b", tokens["b"], [rec("0")], (), durable=True),
+    ]
+    store._append_many(items)
+    assert isinstance(items[0].error, UnicodeEncodeError)
+    assert items[1].error is None
+    assert store.load_history("a", 0) == []
+    assert [r.position for r in store.load_history("b", 0)] == ["0"]
+    store.close()
+
+
+def test_a_sqlite_batch_numbers_one_runs_appends_and_many_events_without_a_gap(
+    tmp_path: Path,
+) -> None:
+    """Two appends of one run in a batch (stable run order, no savepoint between them),
+    one with more events than one INSERT takes (_write_events numbers them) and one of
+    them stored already: every event once, cursors without a gap, both records."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = _claimed(store, "a", "b")
+    many = [new_event("x", "1", {"k": k}, 1.0, f"a:1:{k}") for k in range(12)]
+    store.append("a", tokens["a"], [rec("0")], [many[5]])  # one stored already
+    items = [
+        Append("b", tokens["b"], [rec("0")], (new_event("y", "0", {}, 1.0, "b:0"),), True),
+        Append("a", tokens["a"], [rec("1")], many, durable=True),
+        Append("a", tokens["a"], [rec("2")], (new_event("z", "2", {}, 1.0, "a:2"),), True),
+    ]
+    store._append_many(items)
+    assert [i.error for i in items] == [None, None, None]
+    assert [r.position for r in store.load_history("a", 0)] == ["0", "1", "2"]
+    events = store.read_events("a", 0, 100).events
+    assert [e.cursor for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.kind for e in events]
+    assert (kinds.count("x"), kinds.count("z"), kinds[-1]) == (12, 1, "z")
+    store.close()
+
+
+def test_a_sqlite_batch_whose_begin_is_busy_is_every_callers_busy(tmp_path: Path) -> None:
+    """Another connection holds the write lock past the busy timeout: the batch's BEGIN
+    fails, every member's StoreBusy (the leader raises it to all), nothing is written, and
+    the same batch commits once the lock is free."""
+    import sqlite3
+
+    path = tmp_path / "j.db"
+    store: Any = open_store(f"sqlite:///{path}", FakeClock(), busy_timeout_s=0.05)
+    tokens = _claimed(store, "a", "b")
+    items = [Append(r, tokens[r], [rec("0")], (), durable=True) for r in ("a", "b")]
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreBusy):
+        store._append_many(items)
+    other.execute("ROLLBACK")
+    other.close()
+    assert not store._live().in_transaction
+    store._append_many(items)
+    assert [i.error for i in items] == [None, None]
+    assert [len(store.load_history(r, 0)) for r in ("a", "b")] == [1, 1]
+    store.close()
+
+
+def test_threaded_appends_with_stale_members_commit_the_rest_once(tmp_path: Path) -> None:
+    """Real threads on one SQLite file: each run appends steps with their events, and
+    every fourth append of some runs carries a stale token. Each stale append is its own
+    LeaseLost; every other record and event is stored once, cursors without a gap."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    runs = [f"r{k:02d}" for k in range(24)]
+    tokens = _claimed(store, *runs)
+    start = threading.Barrier(len(runs))
+    outcome: dict[str, list[tuple[str, bool]]] = {r: [] for r in runs}
+
+    def drive(run_id: str) -> None:
+        start.wait()
+        for i in range(30):
+            stale = run_id < "r08" and i % 4 == 3
+            token = tokens[run_id] + (1 if stale else 0)
+            n = 1 + i % 11  # past one INSERT's events now and then
+            evs = [new_event("e", str(i), {"j": j}, 1.0, f"{run_id}:{i}:{j}") for j in range(n)]
+            try:
+                store.append(run_id, token, [rec(str(i))], evs)
+                outcome[run_id].append(("ok", stale))
+            except LeaseLost:
+                outcome[run_id].append(("lost", stale))
+
+    threads = [threading.Thread(target=drive, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert store._group.batches > 0  # batches happened
+    for run_id in runs:
+        assert all((kind == "lost") == stale for kind, stale in outcome[run_id]), run_id
+        kept = [i for i in range(30) if not (run_id < "r08" and i % 4 == 3)]
+        stored = sorted(int(r.position) for r in store.load_history(run_id, 0))
+        assert stored == kept, run_id
+        events = store.read_events(run_id, 0, 10_000).events
+        assert [e.cursor for e in events] == list(range(1, len(events) + 1))
+        assert sum(e.kind == "e" for e in events) == sum(1 + i % 11 for i in kept)
+    store.close()
+
+
+def test_a_leader_interrupted_inside_a_sqlite_batch_leaves_nothing_and_requeues_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller finding the writer idle takes the queued appends with its own, and its
+    thread is interrupted halfway through the savepoint-free batch: the transaction is
+    rolled back (nothing of the batch stored, the connection out of it), only that caller
+    raises, the others' appends are back in the queue, and the next caller writes them
+    once, their events numbered without a gap."""
+    from durably.store.sqlite import SQLiteStore
+
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = _claimed(store, "a", "b", "c")
+
+    def step(run_id: str, pos: str) -> Append:
+        ev = new_event("step.completed", pos, {}, 1.0, f"{run_id}:{pos}:done")
+        return Append(run_id, tokens[run_id], [rec(pos)], (ev,), durable=True)
+
+    real = SQLiteStore._events_at_once
+    calls: list[str] = []
+
+    def crash_second(self: Any, c: Any, run_id: str, events: Any) -> bool:
+        calls.append(run_id)
+        if len(calls) == 2:
+            raise _Crash("interrupted")
+        return bool(real(self, c, run_id, events))
+
+    monkeypatch.setattr(SQLiteStore, "_events_at_once", crash_second)
+    queued = [step("a", "0"), step("c", "0")]
+    store._group._queue = list(queued)  # their callers woken, not yet running
+    with pytest.raises(_Crash):
+        store._group.submit(step("b", "0"))
+    assert not store._live().in_transaction
+    assert [store.load_history(r, 0) for r in ("a", "b", "c")] == [[], [], []]
+    assert store._group._queue == queued and not store._group._busy
+    assert not any(q.done or q.error for q in queued)
+    monkeypatch.setattr(SQLiteStore, "_events_at_once", real)
+    assert store._group.submit(step("b", "0")) is False
+    assert all(q.done and q.error is None for q in queued)
+    for run_id in ("a", "b", "c"):
+        assert [r.position for r in store.load_history(run_id, 0)] == ["0"]
+        events = store.read_events(run_id, 0, 100).events
+        assert [e.cursor for e in events] == list(range(1, len(events) + 1))
+        assert [e.kind for e in events].count("step.completed") == 1
+    store.close()
+
+
+def test_an_effects_mode_sqlite_batch_fsyncs_only_when_a_member_is_durable(
+    tmp_path: Path,
+) -> None:
+    """Effects mode: a batch of pure steps commits at NORMAL, one with a durable member at
+    FULL (its fsync carries the others), as the savepoint path's commit would."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock(), durability="effects")
+    tokens = _claimed(store, "a", "b")
+    said: list[str] = []
+    store._live().set_trace_callback(said.append)
+
+    def level() -> str:
+        return str(store._live().execute("PRAGMA synchronous").fetchone()[0])
+
+    pure = [Append(r, tokens[r], [rec("0")], (), durable=False) for r in ("a", "b")]
+    store._append_many(pure)
+    assert level() == "1"  # NORMAL
+    mixed = [Append("a", tokens["a"], [rec("1")], (), durable=False)]
+    mixed.append(Append("b", tokens["b"], [rec("1")], (), durable=True))
+    store._append_many(mixed)
+    assert level() == "2"  # FULL
+    assert [i.error for i in (*pure, *mixed)] == [None] * 4
+    assert not [s for s in said if "SAVEPOINT" in s.upper()]
+    store.close()
+
+
+def test_a_sqlite_batch_resending_a_committed_append_writes_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """An append sent again after a commit whose outcome was unknown, in a batch: its
+    record is stored identically and its events are stored already (a dedupe skipped:
+    the batch rolls back and the savepoint path writes it), so it succeeds changing
+    nothing, and its sibling's record and events are stored once."""
+    store: Any = open_store(f"sqlite:///{tmp_path / 'j.db'}", FakeClock())
+    tokens = _claimed(store, "a", "b")
+
+    def step(run_id: str, pos: str) -> Append:
+        evs = [new_event(k, pos, {}, 1.0, f"{run_id}:{pos}:{k}") for k in ("s", "d")]
+        return Append(run_id, tokens[run_id], [rec(pos)], evs, durable=True)
+
+    store._append_many([step("a", "0"), step("b", "0")])
+    before = store.read_events("a", 0, 100).events
+    again = [step("a", "0"), step("b", "1")]
+    store._append_many(again)
+    assert [i.error for i in again] == [None, None]
+    assert store.read_events("a", 0, 100).events == before
+    assert [r.position for r in store.load_history("b", 0)] == ["0", "1"]
+    events = store.read_events("b", 0, 100).events
+    assert [e.cursor for e in events] == list(range(1, len(events) + 1))
+    assert [e.position for e in events if e.kind in ("s", "d")] == ["0", "0", "1", "1"]
+    store.close()

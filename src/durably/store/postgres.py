@@ -560,6 +560,11 @@ class PostgresStore(
             if exc.transient:
                 raise  # the transaction failed: every caller's error, as in one alone
             return False  # a value the server refused: the savepoint path names its append
+        except Exception:
+            # A value the driver cannot send (a lone surrogate: UnicodeEncodeError), raised
+            # before the server saw it and rolled back with the transaction: the savepoint
+            # path makes it its append's own error, as when it writes alone.
+            return False
         for item, cancel in zip(ordered, cancels, strict=True):
             item.result, item.error = cancel, None
         return True

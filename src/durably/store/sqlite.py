@@ -502,9 +502,11 @@ class SQLiteStore(
                         return False
                     cancels.append(bool(rows[0][0]))
                 c.execute("COMMIT")
-            except sqlite3.DatabaseError:
-                # A value refused, a full disk: the savepoint path runs the same statements
-                # and says whose error it is (or every caller's, for the transaction's).
+            except Exception:
+                # A value refused or one the driver cannot bind (a lone surrogate is a
+                # UnicodeEncodeError, no database error), a full disk: the savepoint path
+                # runs the same statements and says whose error it is (or every caller's,
+                # for the transaction's).
                 with contextlib.suppress(sqlite3.DatabaseError):
                     c.execute("ROLLBACK")
                 return False
