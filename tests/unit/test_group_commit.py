@@ -18,7 +18,7 @@ import pytest
 from durably.clock import FakeClock
 from durably.errors import CorruptRecord, LeaseLost, StoreBusy, StoreDiskFull
 from durably.events import new_event
-from durably.store.groupcommit import Append, GroupCommit
+from durably.store.groupcommit import Append, GroupCommit, Waiter
 from durably.store.open import open_store
 
 from ..contract.test_store_contract import ME, alive, new_run, rec
@@ -662,3 +662,101 @@ def test_a_sqlite_batch_resending_a_committed_append_writes_nothing_twice(
     assert [e.cursor for e in events] == list(range(1, len(events) + 1))
     assert [e.position for e in events if e.kind in ("s", "d")] == ["0", "0", "1", "1"]
     store.close()
+
+
+def test_a_commit_wakes_the_oldest_queued_caller_to_lead_and_the_rest_once_done() -> None:
+    """Each queued caller sleeps on its own lock: when a commit ends the oldest queued one
+    is told to lead the next batch and the others sleep on until their commit (a shared
+    Condition woke all of them after every commit to find that one may go on)."""
+    led_by: list[str] = []
+    names: dict[int, str] = {}
+
+    def write_many(items: Sequence[Append]) -> None:
+        led_by.append(names[threading.get_ident()])
+
+    held = _Held(write_many)
+    calls = held.call
+
+    def call(run_id: str, committed: threading.Event) -> None:
+        names[threading.get_ident()] = run_id
+        calls(run_id, committed)
+
+    held.call = call  # type: ignore[method-assign]
+    leader = threading.Thread(target=held.call, args=("r0", threading.Event()))
+    leader.start()
+    assert held.started.wait(10)
+    followers = []
+    for k in (1, 2, 3):  # queued in this order
+        t = threading.Thread(target=held.call, args=(f"r{k}", threading.Event()))
+        t.start()
+        followers.append(t)
+        while len(held.group._queue) < k:
+            time.sleep(0.001)
+    waiters = [q.waiter for q in held.group._queue]
+    assert all(w is not None and w.lock.locked() and not w.lead for w in waiters)
+    held.release.set()
+    for t in [leader, *followers]:
+        t.join(10)
+    assert led_by == ["r1"]  # the oldest queued caller led the batch
+    assert [w.lead for w in waiters if w is not None] == [True, False, False]
+    assert set(held.returned) == {"r0", "r1", "r2", "r3"}
+    assert held.group._queue == [] and not held.group._busy
+
+
+def test_a_caller_interrupted_once_told_to_lead_hands_the_lead_on() -> None:
+    """A KeyboardInterrupt reaching a queued caller just as it is told to lead: it
+    withdraws its own append and the next queued caller leads, or the writer would stay
+    busy for a leader that never comes and every later append would wait forever."""
+    batches: list[list[str]] = []
+    group = GroupCommit(lambda i: False, lambda b: batches.append([i.run_id for i in b]))
+    gone, next_one = _item("gone"), _item("next")
+    for item in (gone, next_one):
+        item.waiter = Waiter()
+        group._queue.append(item)
+    group._busy = True
+    assert gone.waiter is not None and next_one.waiter is not None
+    group._hand_on()  # a commit ended: "gone" is told to lead
+    assert gone.waiter.lead and not gone.waiter.lock.locked()
+    gone.waiter.lock.acquire()  # it woke; now its interruption arrives (as in _sleep)
+
+    def interrupted_acquire() -> None:
+        raise KeyboardInterrupt
+
+    real_lock = gone.waiter.lock
+    gone.waiter.lock = type("L", (), {"acquire": staticmethod(interrupted_acquire)})()
+    with pytest.raises(KeyboardInterrupt):
+        group._sleep(gone, gone.waiter)
+    real_lock.release()
+    # "next" was told to lead in its place; nothing of "gone" is queued.
+    assert next_one.waiter.lead and not next_one.waiter.lock.locked()
+    assert group._queue == [next_one] and group._busy
+
+
+def test_an_event_loops_appends_queued_behind_a_commit_wake_their_thread_once() -> None:
+    """submit_all while a commit is in progress queues the loop's appends under one
+    waiter: the leader that takes them (it takes the whole queue) wakes the loop's
+    thread once, with every item's outcome set."""
+    batches: list[list[str]] = []
+
+    def write_many(items: Sequence[Append]) -> None:
+        batches.append(sorted(i.run_id for i in items))
+        for i in items:
+            i.result = i.run_id == "b"
+
+    held = _Held(write_many)
+    leader = threading.Thread(target=held.call, args=("r0", threading.Event()))
+    leader.start()
+    assert held.started.wait(10)
+    mine = [_item("a"), _item("b")]
+    loop_thread = threading.Thread(target=held.group.submit_all, args=(mine,))
+    loop_thread.start()
+    while len(held.group._queue) < 2:
+        time.sleep(0.001)
+    assert mine[0].waiter is mine[1].waiter is not None
+    held.release.set()
+    leader.join(10)
+    loop_thread.join(10)
+    assert not loop_thread.is_alive()
+    assert batches == [["a", "b"]]
+    assert [(i.done, i.result, i.error) for i in mine] == [(True, False, None), (True, True, None)]
+    assert held.group._queue == [] and not held.group._busy

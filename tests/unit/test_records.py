@@ -290,6 +290,7 @@ DATACLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
             "result=False",
             "error=None",
             "done=False",
+            "waiter=None",
         ),
     ),
     "durably.store.owner.Owner": ("frozen slots", ("host", "pid", "started", "host_id=''")),

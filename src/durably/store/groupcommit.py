@@ -28,10 +28,35 @@ from ..events import NewEvent
 from ..history import StepRecord
 
 
+class Waiter:
+    """How one queued caller sleeps: a lock held from the moment it queues, released by
+    the leader once its append is committed (or it is told to lead the next batch). Each
+    caller is woken once, by name, instead of every queued caller re-taking one shared
+    lock after every commit (a Condition's ``notify_all``: a hundred threads woken to find
+    that one of them may go on)."""
+
+    __slots__ = ("lead", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False  # set (under the queue's lock) when it is to lead the next batch
+
+
 class Append(Record, eq=False):
     """One caller's append, queued: its arguments, then its outcome."""
 
-    __slots__ = ("done", "durable", "error", "events", "records", "result", "run_id", "token")
+    __slots__ = (
+        "done",
+        "durable",
+        "error",
+        "events",
+        "records",
+        "result",
+        "run_id",
+        "token",
+        "waiter",
+    )
 
     run_id: str
     token: int
@@ -41,6 +66,7 @@ class Append(Record, eq=False):
     result: bool
     error: BaseException | None
     done: bool
+    waiter: Waiter | None
 
     def __init__(
         self,
@@ -52,6 +78,7 @@ class Append(Record, eq=False):
         result: bool = False,
         error: BaseException | None = None,
         done: bool = False,
+        waiter: Waiter | None = None,
     ) -> None:
         self.run_id = run_id
         self.token = token
@@ -61,6 +88,7 @@ class Append(Record, eq=False):
         self.result = result
         self.error = error
         self.done = done
+        self.waiter = waiter
 
 
 WriteOne = Callable[[Append], bool]
@@ -80,10 +108,7 @@ class GroupCommit:
 
     def reset(self) -> None:
         """A fresh queue and lock (a forked child: the parent's threads are not here)."""
-        # Held as ``with self._lock`` (C code) rather than ``with self._cond`` (two Python
-        # calls a side): every step's append takes it twice. The same lock either way.
         self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
         self._queue: list[Append] = []
         self._busy = False
         self.batches = 0  # transactions that carried more than one append (for benches)
@@ -92,47 +117,47 @@ class GroupCommit:
     def submit(self, item: Append) -> bool:
         """Write ``item`` (alone, or with the appends queued beside it) and return once the
         commit that carries it is done: its cancel flag, or its own error raised."""
-        cond = self._cond
         with self._lock:
             if not self._busy:
                 self._busy = True
-                # Appends queued while the last commit ran go with this one, now: their
-                # callers were woken, but waking a hundred threads takes far longer than a
-                # step, and a caller that wrote alone here instead kept the writer busy
-                # again before any of them ran (the same thread, commit after commit,
-                # while they went back to sleep: 100 runs did fewer steps a second than
-                # 10).
+                # Appends left queued with no leader (a leader's interruption with nobody
+                # to hand on to) go with this one, now.
                 batch = [*self._queue, item] if self._queue else None
                 self._queue = []
             else:
+                item.waiter = Waiter()
                 self._queue.append(item)
-                try:
-                    while self._busy and not item.done:
-                        cond.wait()
-                except BaseException:
-                    # Interrupted while queued (a KeyboardInterrupt in the main thread):
-                    # withdraw the append, or a later leader would write it long after its
-                    # caller gave up on it. One a leader already took is in its commit.
-                    if not item.done and any(q is item for q in self._queue):
-                        self._queue = [q for q in self._queue if q is not item]
-                        if not self._busy and self._queue:
-                            cond.notify_all()  # it may have been the one to lead next
-                    raise
-                if item.done:
-                    return _outcome(item)
-                self._busy = True
-                batch, self._queue = self._queue, []  # the next leader: take them all
+                batch = None
+        if item.waiter is not None:
+            self._sleep(item, item.waiter)
+            if item.done:
+                return _outcome(item)
+            with self._lock:  # told to lead: the queue is ours (busy was kept for us)
+                batch, self._queue = self._queue, []
         if batch is None:
             # Alone: exactly the write without group commit (the step path's own cost).
             try:
                 return self._write_one(item)
             finally:
-                with self._lock:
-                    self._busy = False
-                    if self._queue:  # callers that queued meanwhile: one of them leads
-                        cond.notify_all()
+                self._release([])
         self._lead(batch, item)
         return _outcome(item)
+
+    def _sleep(self, item: Append, waiter: Waiter) -> None:
+        """Block until ``item`` is committed or its caller is told to lead."""
+        try:
+            waiter.lock.acquire()
+        except BaseException:
+            # Interrupted while queued (a KeyboardInterrupt in the main thread): withdraw
+            # the append, or a later leader would write it long after its caller gave up
+            # on it; one a leader already took is in its commit. Told to lead meanwhile,
+            # it hands the lead on.
+            with self._lock:
+                if not item.done:
+                    self._queue = [q for q in self._queue if q is not item]
+                    if waiter.lead:
+                        self._hand_on()
+            raise
 
     def submit_all(self, items: Sequence[Append]) -> None:
         """Write ``items``, several callers' appends gathered by one thread (the async
@@ -144,12 +169,32 @@ class GroupCommit:
         threads' appends go back to the queue."""
         if not items:
             return
-        cond = self._cond
         with self._lock:
-            while self._busy:
-                cond.wait()
-            self._busy = True
-            batch, self._queue = [*items, *self._queue], []
+            if self._busy:
+                # Queued as one caller: the same waiter on each item, so whichever leader
+                # takes them (a leader takes the whole queue) wakes this thread once.
+                waiter = Waiter()
+                for own in items:
+                    own.waiter = waiter
+                self._queue.extend(items)
+            else:
+                waiter = None
+                self._busy = True
+                batch, self._queue = [*items, *self._queue], []
+        if waiter is not None:
+            try:
+                waiter.lock.acquire()
+            except BaseException:
+                with self._lock:
+                    if not items[0].done:
+                        self._queue = [q for q in self._queue if not any(q is m for m in items)]
+                        if waiter.lead:
+                            self._hand_on()
+                raise
+            if items[0].done:
+                return
+            with self._lock:
+                batch, self._queue = self._queue, []
         self._lead(batch, None, mine=items)
 
     def _lead(self, batch: list[Append], item: Append | None, mine: Sequence[Append] = ()) -> None:
@@ -183,14 +228,40 @@ class GroupCommit:
                 queued.result, queued.error = False, None
             interrupted = exc
         finally:
-            with self._lock:
-                for queued in batch:
-                    queued.done = not any(q is queued for q in again)
-                self._queue[:0] = again
-                self._busy = False
-                self._cond.notify_all()
+            for queued in batch:
+                if not any(q is queued for q in again):
+                    queued.done = True
+            self._release([q for q in batch if q.done], again)
         if interrupted is not None and item is None:
             raise interrupted
+
+    def _release(self, committed: list[Append], again: Sequence[Append] = ()) -> None:
+        """End a commit: hand the lead to the oldest queued caller (or leave the writer
+        idle), then wake each committed caller, once per waiter."""
+        with self._lock:
+            self._queue[:0] = again
+            self._hand_on()
+        woken: set[int] = set()
+        for queued in committed:
+            waiter = queued.waiter
+            if waiter is not None and id(waiter) not in woken:
+                woken.add(id(waiter))
+                waiter.lock.release()
+
+    def _hand_on(self) -> None:
+        """Under the lock: the oldest queued caller leads next, woken now, with the writer
+        kept busy for it; nobody queued (or nobody to wake): the writer is idle."""
+        # The next batch starts as soon as one thread wakes: the writer stays busy, so an
+        # arriving caller queues behind it rather than writing alone while the queued
+        # ones wait (100 runs made fewer steps a second than 10 that way).
+        for queued in self._queue:
+            waiter = queued.waiter
+            if waiter is not None:
+                waiter.lead = True
+                waiter.lock.release()
+                self._busy = True
+                return
+        self._busy = False
 
 
 def _outcome(item: Append) -> bool:
