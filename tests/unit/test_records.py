@@ -291,6 +291,8 @@ DATACLASSES: dict[str, tuple[str, tuple[str, ...]]] = {
             "error=None",
             "done=False",
             "waiter=None",
+            "write=None",
+            "value=None",
         ),
     ),
     "durably.store.owner.Owner": ("frozen slots", ("host", "pid", "started", "host_id=''")),

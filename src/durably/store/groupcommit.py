@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .._record import Record
 from ..events import NewEvent
 from ..history import StepRecord
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Waiter:
@@ -44,7 +48,12 @@ class Waiter:
 
 
 class Append(Record, eq=False):
-    """One caller's append, queued: its arguments, then its outcome."""
+    """One caller's append, queued: its arguments, then its outcome.
+
+    Or (``write`` set, no records) a run's other write on the step path's way (its
+    creation, claim or finish: :meth:`~durably.store.tx.Backend._shared_write`): a
+    transaction body run in the shared transaction, its own savepoint around it, whose
+    return value is ``value``."""
 
     __slots__ = (
         "done",
@@ -55,7 +64,9 @@ class Append(Record, eq=False):
         "result",
         "run_id",
         "token",
+        "value",
         "waiter",
+        "write",
     )
 
     run_id: str
@@ -67,6 +78,8 @@ class Append(Record, eq=False):
     error: BaseException | None
     done: bool
     waiter: Waiter | None
+    write: Callable[[Any], Any] | None
+    value: Any
 
     def __init__(
         self,
@@ -79,6 +92,8 @@ class Append(Record, eq=False):
         error: BaseException | None = None,
         done: bool = False,
         waiter: Waiter | None = None,
+        write: Callable[[Any], Any] | None = None,
+        value: Any = None,
     ) -> None:
         self.run_id = run_id
         self.token = token
@@ -89,6 +104,8 @@ class Append(Record, eq=False):
         self.error = error
         self.done = done
         self.waiter = waiter
+        self.write = write
+        self.value = value
 
 
 WriteOne = Callable[[Append], bool]

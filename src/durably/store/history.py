@@ -122,6 +122,9 @@ class History(Backend):
     def _append_one(self, item: Append) -> bool:
         """One append alone (group commit's lone writer): the tuned statement, else a
         transaction of its own."""
+        if item.write is not None:  # a shared write (see GroupCommit), alone
+            item.value = self._writing(item.write, durable=item.durable)
+            return False
         quick = self._append_quick(item.run_id, item.token, item.records, item.events, item.durable)
         if quick is not None:
             return quick
@@ -148,7 +151,11 @@ class History(Backend):
                 item.error = None
                 try:
                     with tx.savepoint():
-                        item.result = self._append_in(tx, item, blobs_put=True)
+                        if item.write is not None:  # a shared write: its value
+                            item.value = item.write(tx)
+                            item.result = False
+                        else:
+                            item.result = self._append_in(tx, item, blobs_put=True)
                 except (LeaseLost, StoreError) as exc:
                     item.error = exc
                 except Exception as exc:
@@ -261,7 +268,12 @@ class History(Backend):
                 raise LeaseLost(run_id, token)
             tx.events(run_id, changed)
 
-        self._writing(op)
+        if any(r.blobs for r in records):
+            # Its blobs are locked as they are cited: not inside a batch, whose members'
+            # blobs are all written first, in one order.
+            self._writing(op)
+        else:
+            self._shared_write(run_id, op)
 
     def _lock_for_park(self, tx: Tx, run_id: str, token: int) -> None:
         """Take the run's lock for a park, first thing in its transaction; raises

@@ -69,7 +69,7 @@ class Leases(Backend):
             check_claimable(run, now, owner_dead)
             return self._take(tx, row, owner, lease_s, max_starts, now)
 
-        taken = self._writing(op)
+        taken = self._shared_write(run_id, op)
         if taken is None:
             raise quarantined_error(run_id, max_starts)
         return taken

@@ -66,7 +66,7 @@ class Runs(Backend):
                 created = run.created_at == now and run.fencing_token == 0
             return run, created
 
-        return self._writing(op)
+        return self._shared_write(new.run_id, op)
 
     def fork_run(
         self, new: NewRun, records: Sequence[StepRecord], source: str | None = None

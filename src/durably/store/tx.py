@@ -131,3 +131,11 @@ class Backend:
     def _reading(self, op: Callable[[Tx], T], snapshot: bool = False) -> T:
         """Run ``op`` for reads (see the module docstring)."""
         raise NotImplementedError
+
+    def _shared_write(self, run_id: str, op: Callable[[Tx], T]) -> T:
+        """:meth:`_writing` for a run's writes on the way of every run (its creation,
+        claim and finish: ``op`` atomic, durable, citing no blob): the backend may run
+        it inside the transaction that group commit shares between concurrent appends
+        (SQLite, whose one writer would otherwise make every batch wait for it), with a
+        savepoint of its own, so that it fails alone as in a transaction of its own."""
+        return self._writing(op)
