@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from durably.journal.records import CorruptRecord, StepRecord
+from durably.journal.records import CorruptRecord, RunRecord, StepRecord
 
 DIGEST = "a" * 64
 
@@ -54,3 +54,54 @@ def test_a_subclass_shape_is_checked_then_remembered_without_changing_the_outcom
     assert rec.check() is rec
     with pytest.raises(CorruptRecord, match="attempts"):
         _good(name=Text("s"), attempts=True).check()
+
+
+def _run(**changes: Any) -> RunRecord:
+    fields: dict[str, Any] = {
+        "run_id": "r1",
+        "workflow": "wf",
+        "version": None,
+        "prompt_version": None,
+        "queue": "default",
+        "input": "{}",
+        "input_digest": DIGEST,
+        "codec_version": 1,
+        "status": "running",
+        **changes,
+    }
+    return RunRecord(**fields)
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("fencing_token", True),
+        ("fencing_token", "3"),
+        ("created_at", "today"),
+        ("lease_expires_at", "soon"),
+        ("owner", 7),
+        ("workflow", None),
+        ("starts", 1.0),
+    ],
+)
+def test_a_bad_run_row_type_is_refused_after_good_shapes_were_remembered(
+    field: str, bad: Any
+) -> None:
+    """RunRecord.check remembers the exact-type tuples of rows that passed (every claim,
+    creation and finish reads one); a row differing in one field's type is checked field
+    by field and refused, naming the field."""
+    for good in (_run(), _run(owner="me", lease_expires_at=5.0), _run(fencing_token=2)):
+        assert good.check() is good
+        assert good.check() is good
+    with pytest.raises(CorruptRecord, match=field):
+        _run(**{field: bad}).check()
+
+
+def test_run_row_values_are_checked_whatever_the_shape() -> None:
+    """The remembered shape covers the types only: a status, an outcome or an
+    incarnation is checked on every row."""
+    assert _run().check()
+    with pytest.raises(CorruptRecord, match="unknown status"):
+        _run(status="sleeping").check()
+    with pytest.raises(CorruptRecord, match="without an outcome"):
+        _run(status="completed").check()
