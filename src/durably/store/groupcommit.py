@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .._record import Record
 from ..events import NewEvent
 from ..history import StepRecord
-
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Waiter:
@@ -39,12 +36,16 @@ class Waiter:
     lock after every commit (a Condition's ``notify_all``: a hundred threads woken to find
     that one of them may go on)."""
 
-    __slots__ = ("lead", "lock")
+    __slots__ = ("gone", "lead", "lock")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.lead = False  # set (under the queue's lock) when it is to lead the next batch
+        # Set (under the queue's lock) when its caller was interrupted while a leader
+        # had its appends: nobody sleeps on it any more, so should they come back to the
+        # queue (that leader's own interruption) they are dropped, never told to lead.
+        self.gone = False
 
 
 class Append(Record, eq=False):
@@ -134,19 +135,32 @@ class GroupCommit:
     def submit(self, item: Append) -> bool:
         """Write ``item`` (alone, or with the appends queued beside it) and return once the
         commit that carries it is done: its cancel flag, or its own error raised."""
-        with self._lock:
-            if not self._busy:
-                self._busy = True
-                # Appends left queued with no leader (a leader's interruption with nobody
-                # to hand on to) go with this one, now.
-                batch = [*self._queue, item] if self._queue else None
-                self._queue = []
-            else:
-                item.waiter = Waiter()
-                self._queue.append(item)
-                batch = None
+        waiter: Waiter | None = None
+        try:
+            with self._lock:
+                if not self._busy:
+                    self._busy = True
+                    # Appends left queued with no leader (a leader's interruption with
+                    # nobody to hand on to) go with this one, now.
+                    batch = [*self._queue, item] if self._queue else None
+                    self._queue = []
+                else:
+                    waiter = Waiter()
+                    # From here an interrupt withdraws the append: one raised as the
+                    # queue's append returns (a SIGINT that arrived under the lock)
+                    # would leave it queued with nobody on its waiter, to be told to
+                    # lead by the end of the commit in progress, and the writer busy
+                    # for a leader that never comes.
+                    item.waiter = waiter
+                    self._queue.append(item)
+                    batch = None
+            if waiter is not None:
+                waiter.lock.acquire()
+        except BaseException:
+            if waiter is not None:
+                self._withdraw([item], waiter)
+            raise
         if item.waiter is not None:
-            self._sleep(item, item.waiter)
             if item.done:
                 return _outcome(item)
             with self._lock:  # told to lead: the queue is ours (busy was kept for us)
@@ -165,16 +179,23 @@ class GroupCommit:
         try:
             waiter.lock.acquire()
         except BaseException:
-            # Interrupted while queued (a KeyboardInterrupt in the main thread): withdraw
-            # the append, or a later leader would write it long after its caller gave up
-            # on it; one a leader already took is in its commit. Told to lead meanwhile,
-            # it hands the lead on.
-            with self._lock:
-                if not item.done:
-                    self._queue = [q for q in self._queue if q is not item]
-                    if waiter.lead:
-                        self._hand_on()
+            self._withdraw([item], waiter)
             raise
+
+    def _withdraw(self, items: Sequence[Append], waiter: Waiter) -> None:
+        """``items``' caller was interrupted while queued (a KeyboardInterrupt in the main
+        thread): withdraw them, or a later leader would write them long after their
+        caller gave up; ones a leader already took are in its commit (should that leader
+        be interrupted too, they are dropped: ``gone``). Told to lead meanwhile, it
+        hands the lead on."""
+        with self._lock:
+            if not items[0].done:
+                left = [q for q in self._queue if not any(q is m for m in items)]
+                if len(left) == len(self._queue):
+                    waiter.gone = True  # none queued: a leader has them
+                self._queue = left
+                if waiter.lead:
+                    self._hand_on()
 
     def submit_all(self, items: Sequence[Append]) -> None:
         """Write ``items``, several callers' appends gathered by one thread (the async
@@ -186,28 +207,27 @@ class GroupCommit:
         threads' appends go back to the queue."""
         if not items:
             return
-        with self._lock:
-            if self._busy:
-                # Queued as one caller: the same waiter on each item, so whichever leader
-                # takes them (a leader takes the whole queue) wakes this thread once.
-                waiter = Waiter()
-                for own in items:
-                    own.waiter = waiter
-                self._queue.extend(items)
-            else:
-                waiter = None
-                self._busy = True
-                batch, self._queue = [*items, *self._queue], []
-        if waiter is not None:
-            try:
+        waiter: Waiter | None = None
+        try:
+            with self._lock:
+                if self._busy:
+                    # Queued as one caller: the same waiter on each item, so whichever
+                    # leader takes them (a leader takes the whole queue) wakes this
+                    # thread once.
+                    waiter = Waiter()
+                    for own in items:
+                        own.waiter = waiter
+                    self._queue.extend(items)
+                else:
+                    self._busy = True
+                    batch, self._queue = [*items, *self._queue], []
+            if waiter is not None:
                 waiter.lock.acquire()
-            except BaseException:
-                with self._lock:
-                    if not items[0].done:
-                        self._queue = [q for q in self._queue if not any(q is m for m in items)]
-                        if waiter.lead:
-                            self._hand_on()
-                raise
+        except BaseException:
+            if waiter is not None:  # an interrupt as it queued or slept (see submit)
+                self._withdraw(items, waiter)
+            raise
+        if waiter is not None:
             if items[0].done:
                 return
             with self._lock:
@@ -243,6 +263,14 @@ class GroupCommit:
             again = [q for q in batch if q is not item and not any(q is m for m in mine)]
             for queued in again:
                 queued.result, queued.error = False, None
+                if queued.write is not None:
+                    # Its batch may have committed (an interrupt raised as the COMMIT
+                    # returned: the likeliest moment, its fsync): run again, a shared
+                    # write must recognise its own committed work, as on PostgreSQL's
+                    # retry after a commit whose outcome is unknown (``tx.retried``):
+                    # a claim is not refused as the run's lease it took, a creation
+                    # still says it created the run.
+                    queued.write = _retried(queued.write)
             interrupted = exc
         finally:
             for queued in batch:
@@ -256,7 +284,10 @@ class GroupCommit:
         """End a commit: hand the lead to the oldest queued caller (or leave the writer
         idle), then wake each committed caller, once per waiter."""
         with self._lock:
-            self._queue[:0] = again
+            for queued in again:
+                if queued.waiter is not None and queued.waiter.gone:
+                    queued.done = True  # its caller gave up on it (see Waiter.gone)
+            self._queue[:0] = [q for q in again if not q.done]
             self._hand_on()
         woken: set[int] = set()
         for queued in committed:
@@ -279,6 +310,24 @@ class GroupCommit:
                 self._busy = True
                 return
         self._busy = False
+
+
+class _RetriedTx:
+    """A transaction seen by a write run again after a commit whose outcome is unknown to
+    it (``retried`` True, everything else the transaction's own)."""
+
+    __slots__ = ("_tx",)
+    retried = True
+
+    def __init__(self, tx: Any) -> None:
+        self._tx = tx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+
+def _retried(write: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda tx: write(_RetriedTx(tx))
 
 
 def _outcome(item: Append) -> bool:

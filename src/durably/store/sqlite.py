@@ -305,6 +305,9 @@ class SQLiteStore(
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
+            except BaseException:
+                _abandon(c)  # an interrupt raised as BEGIN returned: it began
+                raise
             try:
                 out = op(_SQLiteTx(c, self))
             except sqlite3.DatabaseError as exc:
@@ -329,11 +332,13 @@ class SQLiteStore(
                 c = self._live()
                 if not snapshot:
                     return op(_SQLiteTx(c, self))
-                c.execute("BEGIN")
                 try:
+                    c.execute("BEGIN")
                     return op(_SQLiteTx(c, self))
                 finally:
-                    c.execute("COMMIT")
+                    # Also after an interrupt raised as BEGIN returned (it began).
+                    if c.in_transaction:
+                        c.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
 
@@ -442,6 +447,9 @@ class SQLiteStore(
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc
+            except BaseException:
+                _abandon(c)  # an interrupt raised as BEGIN returned: it began
+                raise
             try:
                 rows = c.execute(_Q["append_record"], params).fetchall()
                 # Refused (nothing written: the transaction path explains it), or an event
@@ -512,6 +520,9 @@ class SQLiteStore(
                 c.execute("BEGIN IMMEDIATE")
             except sqlite3.DatabaseError as exc:
                 raise self._translate(exc) from exc  # as the savepoint path's own BEGIN
+            except BaseException:
+                _abandon(c)  # an interrupt raised as BEGIN returned: it began
+                raise
             try:
                 for item, p in zip(ordered, params, strict=True):
                     if p is None:
@@ -750,6 +761,15 @@ class _SQLiteTx:
         if self._c.in_transaction:
             self._c.execute("ROLLBACK TO part")
             self._c.execute("RELEASE part")
+
+
+def _abandon(c: sqlite3.Connection) -> None:
+    """Roll back a transaction a ``BaseException`` left (a KeyboardInterrupt is raised as
+    the statement that began it returns): left open, it would keep the database's writer
+    lock and fail every later write of this connection."""
+    if c.in_transaction:
+        with contextlib.suppress(sqlite3.DatabaseError):
+            c.execute("ROLLBACK")
 
 
 def _exec_script(c: sqlite3.Connection, script: str) -> None:
