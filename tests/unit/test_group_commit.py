@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ import pytest
 from durably.clock import FakeClock
 from durably.errors import CorruptRecord, LeaseLost, StoreBusy, StoreDiskFull
 from durably.events import new_event
-from durably.store.groupcommit import Append, GroupCommit, Waiter
+from durably.store.groupcommit import Append, GroupCommit
 from durably.store.open import open_store
 
 from ..contract.test_store_contract import ME, alive, new_run, rec
@@ -704,32 +705,55 @@ def test_a_commit_wakes_the_oldest_queued_caller_to_lead_and_the_rest_once_done(
 
 
 def test_a_caller_interrupted_once_told_to_lead_hands_the_lead_on() -> None:
-    """A KeyboardInterrupt reaching a queued caller just as it is told to lead: it
+    """A KeyboardInterrupt reaching a queued caller just as it is told to lead (raised as
+    its lock's acquire returns, where CPython raises a SIGINT that arrived meanwhile): it
     withdraws its own append and the next queued caller leads, or the writer would stay
     busy for a leader that never comes and every later append would wait forever."""
     batches: list[list[str]] = []
-    group = GroupCommit(lambda i: False, lambda b: batches.append([i.run_id for i in b]))
-    gone, next_one = _item("gone"), _item("next")
-    for item in (gone, next_one):
-        item.waiter = Waiter()
-        group._queue.append(item)
-    group._busy = True
-    assert gone.waiter is not None and next_one.waiter is not None
-    group._hand_on()  # a commit ended: "gone" is told to lead
-    assert gone.waiter.lead and not gone.waiter.lock.locked()
-    gone.waiter.lock.acquire()  # it woke; now its interruption arrives (as in _sleep)
+    held = _Held(lambda items: batches.append(sorted(i.run_id for i in items)))
+    leader = threading.Thread(target=held.call, args=("r0", threading.Event()))
+    leader.start()
+    assert held.started.wait(10)
+    main = threading.main_thread()
 
-    def interrupted_acquire() -> None:
-        raise KeyboardInterrupt
+    def interrupt_as_woken(frame: Any, event: str, arg: Any) -> None:
+        if (
+            event == "c_return"
+            and threading.current_thread() is main
+            and getattr(arg, "__name__", "") == "acquire"
+            and frame.f_code.co_name == "submit"
+        ):
+            raise KeyboardInterrupt
 
-    real_lock = gone.waiter.lock
-    gone.waiter.lock = type("L", (), {"acquire": staticmethod(interrupted_acquire)})()
-    with pytest.raises(KeyboardInterrupt):
-        group._sleep(gone, gone.waiter)
-    real_lock.release()
-    # "next" was told to lead in its place; nothing of "gone" is queued.
-    assert next_one.waiter.lead and not next_one.waiter.lock.locked()
-    assert group._queue == [next_one] and group._busy
+    def queue_next() -> None:
+        while not held.group._queue:  # the main thread's append first
+            time.sleep(0.001)
+        held.call("next", threading.Event())
+
+    follower = threading.Thread(target=queue_next)
+    follower.start()
+
+    def let_go() -> None:
+        while len(held.group._queue) < 2:
+            time.sleep(0.001)
+        held.release.set()
+
+    releaser = threading.Thread(target=let_go)
+    releaser.start()
+    sys.setprofile(interrupt_as_woken)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            held.group.submit(_item("gone"))
+    finally:
+        sys.setprofile(None)
+    for t in (leader, follower, releaser):
+        t.join(10)
+    assert not follower.is_alive()
+    # "gone" was told to lead, was interrupted, and handed the lead to "next", which
+    # wrote its own append alone; nothing of "gone" was written.
+    assert held.returned["next"] == (False, False)
+    assert batches == []
+    assert held.group._queue == [] and not held.group._busy and held.group._turn is None
 
 
 def test_an_event_loops_appends_queued_behind_a_commit_wake_their_thread_once() -> None:

@@ -36,16 +36,25 @@ class Waiter:
     lock after every commit (a Condition's ``notify_all``: a hundred threads woken to find
     that one of them may go on)."""
 
-    __slots__ = ("gone", "lead", "lock")
+    __slots__ = ("gone", "lead", "lock", "woken")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lock.acquire()
         self.lead = False  # set (under the queue's lock) when it is to lead the next batch
+        # Set just before its lock is released: a leader interrupted while waking the
+        # callers of its commit wakes the rest, and none twice.
+        self.woken = False
         # Set (under the queue's lock) when its caller was interrupted while a leader
         # had its appends: nobody sleeps on it any more, so should they come back to the
         # queue (that leader's own interruption) they are dropped, never told to lead.
         self.gone = False
+
+    def wake(self) -> None:
+        """Release the sleeper (once)."""
+        if not self.woken:
+            self.woken = True
+            self.lock.release()
 
 
 class Append(Record, eq=False):
@@ -129,73 +138,55 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._queue: list[Append] = []
         self._busy = False
+        # Whose turn the writer is while busy: the append of the caller leading (or
+        # writing alone), the one told to lead next; and the appends it took. Both are
+        # set under the lock in the statement that hands the writer over, so a caller
+        # interrupted anywhere (a KeyboardInterrupt is raised as a call returns) finds
+        # in them what it holds and gives it back (:meth:`_recover`).
+        self._turn: Append | None = None
+        self._taken: list[Append] = []
         self.batches = 0  # transactions that carried more than one append (for benches)
         self.batched = 0  # appends they carried
 
     def submit(self, item: Append) -> bool:
         """Write ``item`` (alone, or with the appends queued beside it) and return once the
         commit that carries it is done: its cancel flag, or its own error raised."""
-        waiter: Waiter | None = None
         try:
             with self._lock:
                 if not self._busy:
-                    self._busy = True
+                    self._turn, self._busy = item, True
                     # Appends left queued with no leader (a leader's interruption with
                     # nobody to hand on to) go with this one, now.
-                    batch = [*self._queue, item] if self._queue else None
-                    self._queue = []
+                    self._taken, self._queue = [*self._queue, item], []
+                    queued = False
                 else:
-                    waiter = Waiter()
-                    # From here an interrupt withdraws the append: one raised as the
-                    # queue's append returns (a SIGINT that arrived under the lock)
-                    # would leave it queued with nobody on its waiter, to be told to
-                    # lead by the end of the commit in progress, and the writer busy
-                    # for a leader that never comes.
-                    item.waiter = waiter
+                    item.waiter = Waiter()
                     self._queue.append(item)
-                    batch = None
-            if waiter is not None:
-                waiter.lock.acquire()
-        except BaseException:
-            if waiter is not None:
-                self._withdraw([item], waiter)
-            raise
-        if item.waiter is not None:
-            if item.done:
-                return _outcome(item)
-            with self._lock:  # told to lead: the queue is ours (busy was kept for us)
-                batch, self._queue = self._queue, []
-        if batch is None:
-            # Alone: exactly the write without group commit (the step path's own cost).
-            try:
-                return self._write_one(item)
-            finally:
-                self._release([])
-        self._lead(batch, item)
+                    queued = True
+            if queued:
+                item.waiter.lock.acquire()  # type: ignore[union-attr]
+            if not item.done:
+                if queued:
+                    with self._lock:  # told to lead: the queue is ours (kept busy for us)
+                        self._taken, self._queue = self._queue, []
+                self._lead((item,))
+        except BaseException as exc:
+            # Given back here, in a loop inside this handler: a second interrupt arriving
+            # while it runs (a SIGINT a millisecond after the first; CPython raises one
+            # as any call begins or returns) would otherwise leave the writer held by a
+            # caller that left. Each pass of _recover is safe to repeat.
+            later, passes = exc, 0
+            while passes < _RECOVER_PASSES:
+                passes += 1
+                try:
+                    self._recover((item,), later)
+                    break
+                except BaseException as again:
+                    later = again
+            if later is exc:
+                raise
+            raise later from exc
         return _outcome(item)
-
-    def _sleep(self, item: Append, waiter: Waiter) -> None:
-        """Block until ``item`` is committed or its caller is told to lead."""
-        try:
-            waiter.lock.acquire()
-        except BaseException:
-            self._withdraw([item], waiter)
-            raise
-
-    def _withdraw(self, items: Sequence[Append], waiter: Waiter) -> None:
-        """``items``' caller was interrupted while queued (a KeyboardInterrupt in the main
-        thread): withdraw them, or a later leader would write them long after their
-        caller gave up; ones a leader already took are in its commit (should that leader
-        be interrupted too, they are dropped: ``gone``). Told to lead meanwhile, it
-        hands the lead on."""
-        with self._lock:
-            if not items[0].done:
-                left = [q for q in self._queue if not any(q is m for m in items)]
-                if len(left) == len(self._queue):
-                    waiter.gone = True  # none queued: a leader has them
-                self._queue = left
-                if waiter.lead:
-                    self._hand_on()
 
     def submit_all(self, items: Sequence[Append]) -> None:
         """Write ``items``, several callers' appends gathered by one thread (the async
@@ -207,10 +198,13 @@ class GroupCommit:
         threads' appends go back to the queue."""
         if not items:
             return
-        waiter: Waiter | None = None
         try:
             with self._lock:
-                if self._busy:
+                if not self._busy:
+                    self._turn, self._busy = items[0], True
+                    self._taken, self._queue = [*items, *self._queue], []
+                    queued = False
+                else:
                     # Queued as one caller: the same waiter on each item, so whichever
                     # leader takes them (a leader takes the whole queue) wakes this
                     # thread once.
@@ -218,27 +212,40 @@ class GroupCommit:
                     for own in items:
                         own.waiter = waiter
                     self._queue.extend(items)
-                else:
-                    self._busy = True
-                    batch, self._queue = [*items, *self._queue], []
-            if waiter is not None:
+                    queued = True
+            if queued:
                 waiter.lock.acquire()
-        except BaseException:
-            if waiter is not None:  # an interrupt as it queued or slept (see submit)
-                self._withdraw(items, waiter)
-            raise
-        if waiter is not None:
-            if items[0].done:
-                return
-            with self._lock:
-                batch, self._queue = self._queue, []
-        self._lead(batch, None, mine=items)
+            if not items[0].done:
+                if queued:
+                    with self._lock:
+                        self._taken, self._queue = self._queue, []
+                self._lead(items)
+        except BaseException as exc:
+            # Given back here, in a loop inside this handler: a second interrupt arriving
+            # while it runs (a SIGINT a millisecond after the first; CPython raises one
+            # as any call begins or returns) would otherwise leave the writer held by a
+            # caller that left. Each pass of _recover is safe to repeat.
+            later, passes = exc, 0
+            while passes < _RECOVER_PASSES:
+                passes += 1
+                try:
+                    self._recover(items, later)
+                    break
+                except BaseException as again:
+                    later = again
+            if later is exc:
+                raise
+            raise later from exc
 
-    def _lead(self, batch: list[Append], item: Append | None, mine: Sequence[Append] = ()) -> None:
-        """Write ``batch`` as the leader: ``item`` is the leader's own append (None for
-        :meth:`submit_all`, whose appends are ``mine``); releases every other caller."""
-        again: list[Append] = []
-        interrupted: BaseException | None = None
+    def _lead(self, own: Sequence[Append]) -> None:
+        """Write the appends taken (``self._taken``) as the leader, whose own appends are
+        ``own``; then hand the writer on and wake each caller the commit carried. A
+        failure of the transaction is every caller's error; an interruption of this
+        thread (a ``BaseException``) goes to the caller's :meth:`_recover`."""
+        batch = self._taken
+        for mine in own:
+            if mine.waiter is not None:
+                mine.waiter.woken = True  # awake: it leads
         try:
             if len(batch) == 1:
                 batch[0].result = self._write_one(batch[0])
@@ -250,51 +257,67 @@ class GroupCommit:
             for queued in batch:
                 if queued.error is None:
                     queued.error = exc
-        except BaseException as exc:
-            # The leader's own interruption (a KeyboardInterrupt, an injected crash, a
-            # SystemExit) is not the others' error: their appends go back to the queue
-            # for the next leader (an append sent again after a commit whose outcome is
-            # unknown changes nothing), and only this caller raises it (submit_all: with
-            # each of its own appends).
-            if item is not None:
-                item.error = exc
-            for own in mine:
-                own.result, own.error = False, exc
-            again = [q for q in batch if q is not item and not any(q is m for m in mine)]
-            for queued in again:
-                queued.result, queued.error = False, None
-                if queued.write is not None:
-                    # Its batch may have committed (an interrupt raised as the COMMIT
-                    # returned: the likeliest moment, its fsync): run again, a shared
-                    # write must recognise its own committed work, as on PostgreSQL's
-                    # retry after a commit whose outcome is unknown (``tx.retried``):
-                    # a claim is not refused as the run's lease it took, a creation
-                    # still says it created the run.
-                    queued.write = _retried(queued.write)
-            interrupted = exc
-        finally:
-            for queued in batch:
-                if not any(q is queued for q in again):
-                    queued.done = True
-            self._release([q for q in batch if q.done], again)
-        if interrupted is not None and item is None:
-            raise interrupted
-
-    def _release(self, committed: list[Append], again: Sequence[Append] = ()) -> None:
-        """End a commit: hand the lead to the oldest queued caller (or leave the writer
-        idle), then wake each committed caller, once per waiter."""
         with self._lock:
-            for queued in again:
-                if queued.waiter is not None and queued.waiter.gone:
-                    queued.done = True  # its caller gave up on it (see Waiter.gone)
-            self._queue[:0] = [q for q in again if not q.done]
+            for queued in batch:
+                queued.done = True
+            self._wake(batch)
+            self._taken = []
             self._hand_on()
-        woken: set[int] = set()
+
+    def _recover(self, own: Sequence[Append], exc: BaseException) -> None:
+        """This caller was interrupted (a KeyboardInterrupt in the main thread, an
+        injected crash, a SystemExit), anywhere from queueing to waking the callers of
+        its commit: its own appends get ``exc``, and what it holds is given back.
+
+        Holding the writer (leading, writing alone, or told to lead), it puts the other
+        appends it took and did not finish back at the head of the queue for the next
+        leader (an append sent again after a commit whose outcome is unknown changes
+        nothing; a shared write runs again as a retry, which recognises its own committed
+        work), wakes the callers of what it finished, and hands the writer on. Queued, it
+        withdraws its appends, or a later leader would write them long after their caller
+        gave up; ones a leader has taken are in that commit (``gone``: dropped should that
+        leader be interrupted too)."""
+        for mine in own:
+            if not mine.done:
+                mine.result, mine.error = False, exc
+        with self._lock:
+            rest = [q for q in self._queue if not any(q is m for m in own)]
+            if self._busy and any(self._turn is m for m in own):
+                back = [
+                    q
+                    for q in self._taken
+                    if not q.done
+                    and not any(q is m for m in own)
+                    and not (q.waiter is not None and q.waiter.gone)
+                ]
+                for queued in back:
+                    queued.result, queued.error = False, None
+                    if queued.write is not None:
+                        # Its batch may have committed (an interrupt raised as the COMMIT
+                        # returned: the likeliest moment, its fsync): run again, a shared
+                        # write must recognise its own committed work, as on PostgreSQL's
+                        # retry after a commit whose outcome is unknown (``tx.retried``):
+                        # a claim is not refused as the run's lease it took, a creation
+                        # still says it created the run.
+                        queued.write = _retried(queued.write)
+                self._wake([q for q in self._taken if q.done])
+                # One statement (no call inside, so no interrupt between its parts):
+                # what was taken is either still taken or back in the queue.
+                self._taken, self._queue = [], [*back, *rest]
+                self._hand_on()
+                return
+            if len(rest) == len(self._queue) and not all(m.done for m in own):
+                # None queued, not all done: a leader has them.
+                for mine in own:
+                    if mine.waiter is not None:
+                        mine.waiter.gone = True
+            self._queue = rest
+
+    def _wake(self, committed: Sequence[Append]) -> None:
+        """Under the lock: wake each caller of ``committed``, once per waiter."""
         for queued in committed:
-            waiter = queued.waiter
-            if waiter is not None and id(waiter) not in woken:
-                woken.add(id(waiter))
-                waiter.lock.release()
+            if queued.waiter is not None:
+                queued.waiter.wake()
 
     def _hand_on(self) -> None:
         """Under the lock: the oldest queued caller leads next, woken now, with the writer
@@ -306,10 +329,15 @@ class GroupCommit:
             waiter = queued.waiter
             if waiter is not None:
                 waiter.lead = True
+                self._turn, self._busy = queued, True
                 waiter.lock.release()
-                self._busy = True
                 return
-        self._busy = False
+        self._turn, self._busy = None, False
+
+
+# Passes of GroupCommit._recover before giving up on it: each pass is a few microseconds,
+# so only a flood of signals exhausts them.
+_RECOVER_PASSES = 1000
 
 
 class _RetriedTx:
