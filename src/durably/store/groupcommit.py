@@ -283,6 +283,16 @@ class GroupCommit:
         with self._lock:
             rest = [q for q in self._queue if not any(q is m for m in own)]
             if self._busy and any(self._turn is m for m in own):
+                if any(q.done for q in self._taken):
+                    # Interrupted while marking its batch done (a SIGINT is raised at the
+                    # marking loop's back edge): the write is over and every outcome was
+                    # set before the first mark, so the rest are done too. Sent back
+                    # instead, with their outcomes cleared, one thread's submit_all
+                    # appends would be split: its one waiter woken for the marked ones
+                    # (its caller told the others were written, even by a transaction
+                    # that failed) and then told to lead for the rest, by nobody.
+                    for queued in self._taken:
+                        queued.done = True
                 back = [
                     q
                     for q in self._taken
