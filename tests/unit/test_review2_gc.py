@@ -73,9 +73,7 @@ class _InterruptAtLine:
 
 
 @pytest.mark.parametrize("nth", [2, 3, 4])
-def test_a_leader_interrupted_while_marking_a_submit_all_group_done(
-    store: Any, nth: int
-) -> None:
+def test_a_leader_interrupted_while_marking_a_submit_all_group_done(store: Any, nth: int) -> None:
     tokens = {r: _claimed(store, r) for r in ("a", "b", "c", "d")}
     held = _HeldWriter(store)
     held.start("lone", lambda: store.append("a", tokens["a"], [rec("0")]))
@@ -108,9 +106,7 @@ def test_a_leader_interrupted_while_marking_a_submit_all_group_done(
     assert not isinstance(held.results.get("group"), BaseException), held.results["group"]
 
     # Every later append goes through: the writer was handed on, not left with nobody.
-    later = threading.Thread(
-        target=store.append, args=("a", tokens["a"], [rec("2")]), daemon=True
-    )
+    later = threading.Thread(target=store.append, args=("a", tokens["a"], [rec("2")]), daemon=True)
     later.start()
     later.join(5)
     gc = store._group
