@@ -178,3 +178,37 @@ def test_a_failed_batch_interrupted_while_marked_done_is_not_acknowledged(
         if not stored:  # never written: its caller must not be told it was
             assert isinstance(item.error, StoreBusy), (item.run_id, item.done, item.error)
     other.close()
+
+
+def test_a_lone_stale_append_all_fails_its_item_alone(store: Any) -> None:
+    """submit_all's promise: a stale token fails its item alone (its ``error``), nothing
+    raised. Written alone (one append, nothing queued: _write_one), a stale token's
+    LeaseLost (a BaseException) was taken for an interruption of the thread: raised out
+    of append_all, so an event loop's flush failed every caller of that flush with a
+    'shared commit was interrupted' StoreError and its callback died with LeaseLost (the
+    loop's exception handler: 'Exception in callback LoopAppends._flush()')."""
+    import asyncio
+
+    from durably.errors import LeaseLost
+    from durably.runtime.joincommit import LoopAppends
+
+    token = _claimed(store, "a")
+    item = Append("a", token + 1, [rec("0")], [], durable=True)
+    store.append_all([item])  # raises nothing
+    assert isinstance(item.error, LeaseLost)
+    assert not store._group._busy and not store._group._queue
+
+    async def main() -> tuple[BaseException | None, list[Any]]:
+        loop = asyncio.get_running_loop()
+        crashed: list[Any] = []
+        loop.set_exception_handler(lambda _loop, ctx: crashed.append(ctx))
+        appends = LoopAppends(loop, store)
+        try:
+            await appends.append("a", token + 1, [rec("1")], [])
+        except BaseException as exc:
+            return exc, crashed
+        return None, crashed
+
+    got, crashed = asyncio.run(main())
+    assert isinstance(got, LeaseLost), repr(got)
+    assert not crashed, crashed

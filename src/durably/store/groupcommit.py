@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._record import Record
+from ..errors import LeaseLost
 from ..events import NewEvent
 from ..history import StepRecord
 
@@ -248,7 +249,13 @@ class GroupCommit:
                 mine.waiter.woken = True  # awake: it leads
         try:
             if len(batch) == 1:
-                batch[0].result = self._write_one(batch[0])
+                try:
+                    batch[0].result = self._write_one(batch[0])
+                except LeaseLost as exc:
+                    # Its own refusal (a stale token), as in a batch: not an interruption
+                    # of this thread (LeaseLost is a BaseException), or submit_all would
+                    # raise it rather than set it on its item.
+                    batch[0].error = exc
             else:
                 self._write_many(batch)
                 self.batches += 1
