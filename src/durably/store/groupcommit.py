@@ -225,7 +225,9 @@ class GroupCommit:
             # Given back here, in a loop inside this handler: a second interrupt arriving
             # while it runs (a SIGINT a millisecond after the first; CPython raises one
             # as any call begins or returns) would otherwise leave the writer held by a
-            # caller that left. Each pass of _recover is safe to repeat.
+            # caller that left. Each pass of _recover is safe to repeat. (Written out
+            # here as in submit, not in a helper: a call into one is itself a point
+            # where the second interrupt would escape before any try.)
             later, passes = exc, 0
             while passes < _RECOVER_PASSES:
                 passes += 1
